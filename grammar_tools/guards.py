@@ -1,0 +1,202 @@
+"""What a context-free LALR(1) grammar can't say about Python, checked by the recognizer.
+
+CPython's parser rejects `f() = 1`, `for f() in x`, `del *a` and `with (a as b) + c:`; its
+compiler rejects `return` outside a function, `break` outside a loop, `await` outside an async
+function. A grammar that says all that would be many times larger, so the recognizer carries two
+small annotations on each stack node and checks them where a terminal is shifted:
+
+- an *attribute* of the symbol a node stands for, computed when a rule is reduced (a synthesized
+  attribute): is it a valid assignment target (`TARGET`), a single target (`SINGLE`), a starred
+  target (`STAR`), does it hold a parenthesized `x as y` (`HAS_AS`)...;
+- a *context* (an inherited attribute) computed when a node is pushed: inside a function, an
+  async function, a loop, a lambda, a class.
+
+Both are derived here from the grammar's rules and the LR(0) kernel items of each state, by rule
+name, so they follow the grammar file. Checks happen before a terminal is shifted, so a mask
+never allows a token after which no valid continuation exists. Version features (PEP 695 for
+Python < 3.12) are removed from the table the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .grammar import Grammar
+
+# ---- attributes (synthesized)
+TARGET = 1  # a valid (star-)assignment target: name, attribute, subscript, tuple/list of them
+SINGLE = 2  # a single target: name, attribute, subscript, or one of those in parentheses
+NAME_ONLY = 4  # a bare name
+STAR = 8  # `*t` with t a target: valid as an element of a target tuple or list
+HAS_STAR = 16  # a partial list holding one starred element
+HAS_AS = 32  # a parenthesized tuple holding `x as y` (parenthesized with-items)
+STARRED = 64  # a complete tuple or list with a starred element (can't be deleted)
+AS_ITEM = 128  # `x as y` inside parentheses, or a partial list holding one
+
+# how a rule computes its node's attribute from its children
+CONST, PASS, LIST_PARTIAL, LIST_COMPLETE, GROUP, STAR_EXPR = range(6)
+
+# ---- contexts (inherited)
+FUNC = 1  # inside a def body: return, yield, nonlocal
+ASYNC = 2  # inside an async def body: await, async for, async with
+LOOP = 4  # inside a loop body: break, continue
+LAMBDA = 8  # inside a lambda body: yield
+NOT_MODULE = 16  # inside a def or class body: no `import *`
+NESTED = 32  # inside a def, perhaps in a class in it: nonlocal
+
+# guard codes, evaluated on the top node before a shift (or reduce)
+G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX = range(1, 6)
+
+PEP695_RULES = {"type_params", "type_param", "type_alias"}
+BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
+
+
+@dataclass(frozen=True)
+class GuardTables:
+    rule_kind: tuple[int, ...]  # per rule: CONST/PASS/...
+    rule_const: tuple[int, ...]  # per rule: the attribute of CONST rules
+    # per state: None (inherit the parent's context) or (distance, and_mask, or_mask, async_check)
+    ctx_effect: tuple[tuple[int, int, int, bool] | None, ...]
+    # (state, terminal) -> (guard code, argument)
+    guards: dict[tuple[int, int], tuple[int, int]]
+    with_colon_states: frozenset[int]  # states where COLON ends `with <items>`
+    accessing: tuple[str, ...]  # per state, the symbol that leads into it
+    removed: frozenset[tuple[int, int]] = field(default_factory=frozenset)  # version features
+
+
+def accessing_symbols(g: Grammar) -> tuple[str, ...]:
+    out = []
+    for kernel in g.kernels:
+        syms = {g.rules[r].rhs[d - 1] for r, d in kernel if d > 0}
+        assert len(syms) <= 1
+        out.append(syms.pop() if syms else "")
+    return tuple(out)
+
+
+def _rule_kind(rule) -> tuple[int, int]:
+    lhs, rhs, alias = rule.lhs, rule.rhs, rule.alias
+    if alias == "var":
+        return CONST, TARGET | SINGLE | NAME_ONLY
+    if alias in ("getattr", "getitem"):
+        return CONST, TARGET | SINGLE
+    if alias == "group":
+        return GROUP, 0
+    if alias in ("tuple", "list"):
+        if len(rhs) == 2:  # () and []
+            return CONST, TARGET
+        return LIST_COMPLETE, 0
+    if alias == "with_paren":
+        return CONST, HAS_AS
+    if lhs == "with_as_item":
+        return CONST, AS_ITEM
+    if alias in ("tuple_expr", "target_tuple") or (lhs == "star_expressions" and len(rhs) == 2):
+        return LIST_COMPLETE, 0
+    if lhs in ("star_named_expressions", "_paren_elems", "_paren_elem") and len(rhs) > 1:
+        return LIST_PARTIAL, 0
+    if lhs.startswith("__") and lhs != "__ANON":
+        return LIST_PARTIAL, 0
+    if lhs == "star_expr":
+        return STAR_EXPR, 0
+    if len(rhs) == 1 and not rhs[0].isupper() and not rhs[0].startswith("$"):
+        return PASS, 0
+    return CONST, 0
+
+
+def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTables:
+    kinds = [_rule_kind(r) for r in g.rules]
+    acc = accessing_symbols(g)
+    tid = g.term_id
+
+    def items(state):
+        return [(g.rules[r], d) for r, d in g.kernels[state]]
+
+    # ---- contexts
+    effects: list[tuple[int, int, int, bool] | None] = []
+    for s in range(g.n_states):
+        eff = None
+        for rule, d in items(s):
+            before = rule.rhs[:d]
+            after = rule.rhs[d:]
+            if not before:
+                continue
+            at_body = before[-1] == "COLON" and after[:1] == ("suite",)
+            if at_body and rule.lhs == "funcdef":
+                eff = (d, ~(LOOP | LAMBDA | ASYNC), FUNC | NOT_MODULE | NESTED, True)
+            elif at_body and rule.lhs == "classdef":
+                eff = (d, ~(FUNC | ASYNC | LOOP | LAMBDA), NOT_MODULE, False)
+            elif at_body and rule.lhs in BODY_RULES_LOOP and "else_clause" not in before:
+                eff = (d, ~0, LOOP, False)
+            elif rule.lhs in BODY_RULES_LOOP and before[-1] == "suite":
+                eff = (d, ~0, 0, False)  # the loop's else clause runs outside the loop
+            elif rule.lhs == "lambdef" and before[-1] == "COLON":
+                eff = (d, ~(ASYNC | LOOP), LAMBDA, False)
+        effects.append(eff)
+
+    # ---- guards
+    guards: dict[tuple[int, int], tuple[int, int]] = {}
+    ctx_need = {
+        "RETURN": FUNC,
+        "NONLOCAL": NESTED,
+        "YIELD": FUNC | LAMBDA,
+        "AWAIT": ASYNC,
+        "BREAK": LOOP,
+        "CONTINUE": LOOP,
+    }
+    with_colon = set()
+    for s in range(g.n_states):
+        row = g.action[s]
+        for rule, d in items(s):
+            before, after = rule.rhs[:d], rule.rhs[d:]
+            nxt = after[0] if after else None
+            if (rule.lhs == "assign" and before == ("star_expressions",)) or (
+                rule.lhs.startswith("__assign") and nxt == "EQUAL"
+            ):
+                # `x = ...`, and in a chain `x = y = ...` every right side but the last
+                guards[(s, tid["EQUAL"])] = (G_TARGET, 0)
+            if rule.lhs == "annassign" and before == ("star_expressions",):
+                guards[(s, tid["COLON"])] = (G_SINGLE, 0)
+            if rule.lhs == "augassign" and before == ("star_expressions",):
+                for t in row:
+                    if g.terminals[t].endswith("EQUAL") and g.terminals[t] not in ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL"):
+                        guards[(s, t)] = (G_SINGLE, 0)
+            if nxt == "IN" and before and before[-1] == "targets":
+                guards[(s, tid["IN"])] = (G_TARGET, 0)
+            if rule.lhs == "del_stmt" and nxt is None:
+                for t, a in row.items():
+                    if a < 0:
+                        guards[(s, t)] = (G_DEL, 0)
+            if rule.lhs in ("with_item", "with_as_item") and before[-2:-1] == ("AS",) and nxt is None:
+                for t, a in row.items():
+                    if a < 0:
+                        guards[(s, t)] = (G_TARGET, 0)
+            if rule.lhs == "with_as_item" and before == ("test",):
+                guards[(s, tid["AS"])] = (G_AS_IN_WITH, 0)
+            if rule.lhs == "with_stmt" and before == ("WITH", "with_item") and nxt == "COLON":
+                with_colon.add(s)
+            if rule.lhs == "async_stmt" and before == ("ASYNC",):
+                for name in ("FOR", "WITH"):
+                    if tid[name] in row:
+                        guards[(s, tid[name])] = (G_CTX, ASYNC)
+            if rule.lhs == "import_from" and nxt == "import_targets" and tid["STAR"] in row:
+                guards[(s, tid["STAR"])] = (G_CTX, -NOT_MODULE)
+        for name, need in ctx_need.items():
+            t = tid[name]
+            if t in row and row[t] >= 0:
+                guards[(s, t)] = (G_CTX, need)
+
+    # ---- version features: drop shifts into PEP 695 constructs before 3.12
+    removed = set()
+    if python_version < (3, 12):
+        for s in range(g.n_states):
+            for t, a in g.action[s].items():
+                if a >= 0 and g.kernels[a] and all(g.rules[r].lhs in PEP695_RULES for r, _ in g.kernels[a]):
+                    removed.add((s, t))
+    return GuardTables(
+        rule_kind=tuple(k for k, _ in kinds),
+        rule_const=tuple(c for _, c in kinds),
+        ctx_effect=tuple(effects),
+        guards=guards,
+        with_colon_states=frozenset(with_colon),
+        accessing=acc,
+        removed=frozenset(removed),
+    )

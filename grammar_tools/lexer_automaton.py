@@ -1,0 +1,244 @@
+"""The lexer automaton: every terminal DFA joined behind one start state, then determinized.
+
+The seed design joins the terminal DFAs by epsilon edges into a lexer NFA. We determinize that
+NFA (subset construction over the per-terminal states) and minimize it while keeping, for each
+state, which terminals it accepts. A state of the result is the lexer's position inside the
+current lexeme, with the set of terminals the lexeme may still turn into (`possible`) and those
+it would be if it ended here (`accepting`).
+
+Lexing follows CPython's tokenizer: longest match over all terminals, decided one byte ahead.
+A lexeme ends where the next byte can't extend it (`step(state, byte) == DEAD`); it must then be
+in an accepting state, else the text is a lexical error. Keywords win over NAME, except the soft
+keywords (`match`, `case`, `type`), where both stay and the parser decides.
+
+The automaton is cached as `.npz` keyed by the grammar hash and this code's source hash.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import byte_automaton, cache, string_automata, terminal_automata
+from .byte_automaton import DEAD, ByteDFA, minimize
+from .grammar import NEWLINE, SOFT_KEYWORDS, Grammar, load_grammar
+
+START = 0
+
+
+class LexError(ValueError):
+    """The text can't be split into terminals at `pos` (a byte offset)."""
+
+    def __init__(self, pos: int, message: str = "invalid token") -> None:
+        super().__init__(f"{message} at byte {pos}")
+        self.pos = pos
+
+
+@dataclass(eq=False)
+class LexerAutomaton:
+    grammar: Grammar
+    table: np.ndarray  # (n_states, 256) int32, DEAD = -1
+    accepting: list[int]  # per state: bitset of terminal ids it accepts
+    possible: list[int]  # per state: bitset of terminal ids still reachable
+    rows: list[list[int]] = field(repr=False)  # `table` as lists, for fast stepping
+
+    @property
+    def n_states(self) -> int:
+        return int(self.table.shape[0])
+
+    @functools.cached_property
+    def newline_state(self) -> int:
+        """The state after a newline: a document starts here, as if after a virtual newline,
+        so that leading blank lines, comments and indentation lex as in CPython."""
+        return self.rows[START][0x0A]
+
+    @functools.cached_property
+    def accepting_ids(self) -> list[tuple[int, ...]]:
+        return [_bits(m) for m in self.accepting]
+
+    @functools.cached_property
+    def possible_ids(self) -> list[tuple[int, ...]]:
+        return [_bits(m) for m in self.possible]
+
+    @functools.cached_property
+    def newline_id(self) -> int:
+        return self.grammar.term_id[NEWLINE]
+
+    def step(self, state: int, byte: int) -> int:
+        return self.rows[state][byte]
+
+    def run(self, data: bytes, state: int = START) -> int:
+        rows = self.rows
+        for b in data:
+            state = rows[state][b]
+            if state < 0:
+                return DEAD
+        return state
+
+    def lex(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
+        """Split `data[pos:end]` into lexemes, starting inside a lexeme in `state` (default: a
+        fresh document, after the virtual newline).
+
+        Returns `(lexemes, state, start)`: the completed lexemes as `(start, end, lexer_state)`
+        and the last, still open lexeme (it may grow with more text) as its state and start.
+        Raises `LexError` at the first byte that no terminal can take.
+        """
+        rows = self.rows
+        accepting = self.accepting
+        if state is None:
+            state = self.newline_state
+        end = len(data) if end is None else end
+        start = pos
+        out: list[tuple[int, int, int]] = []
+        append = out.append
+        row0 = rows[START]
+        for i in range(pos, end):
+            b = data[i]
+            nxt = rows[state][b]
+            if nxt >= 0:
+                state = nxt
+                continue
+            if not accepting[state]:
+                raise LexError(i)
+            append((start, i, state))
+            start = i
+            state = row0[b]
+            if state < 0:
+                raise LexError(i)
+        return out, state, start
+
+
+def _bits(mask: int) -> tuple[int, ...]:
+    out = []
+    i = 0
+    while mask:
+        if mask & 1:
+            out.append(i)
+        mask >>= 1
+        i += 1
+    return tuple(out)
+
+
+def build_lexer_automaton(grammar: Grammar) -> LexerAutomaton:
+    dfas = terminal_automata.terminal_dfas(grammar)
+    names = sorted(dfas)
+    tid = grammar.term_id
+    ids = [tid[n] for n in names]
+    tables = [dfas[n].table for n in names]
+    finals = [dfas[n].accepting for n in names]
+    name_idx = names.index("NAME")
+    name_re = dfas["NAME"]
+    # literal terminals spelled like a name: keywords; they win over NAME unless soft
+    keyword_ids = {
+        tid[n]
+        for n, v in grammar.literal_terminals().items()
+        if name_re.matches(v.encode()) and n not in SOFT_KEYWORDS
+    }
+
+    start_vec = tuple((k, 0) for k in range(len(names)))
+    index = {start_vec: 0}
+    order = [start_vec]
+    rows = []
+    i = 0
+    while i < len(order):
+        vec = order[i]
+        i += 1
+        row = np.full(256, DEAD, dtype=np.int32)
+        nexts = np.stack([tables[k][s] for k, s in vec])  # (len(vec), 256)
+        for b in range(256):
+            col = nexts[:, b]
+            alive = tuple((vec[j][0], int(col[j])) for j in np.flatnonzero(col >= 0))
+            if not alive:
+                continue
+            if alive not in index:
+                index[alive] = len(order)
+                order.append(alive)
+            row[b] = index[alive]
+        rows.append(row)
+    table = np.stack(rows)
+
+    def accept_mask(vec) -> int:
+        m = 0
+        for k, s in vec:
+            if finals[k][s]:
+                m |= 1 << ids[k]
+        if m & sum(1 << t for t in keyword_ids):
+            m &= ~(1 << tid["NAME"])
+        return m
+
+    acc = [accept_mask(v) for v in order]
+    labels = {m: j for j, m in enumerate(sorted(set(acc)))}
+    dfa = minimize(ByteDFA(table, np.array([a != 0 for a in acc])), [labels[a] for a in acc])
+    # carry the accept sets over to the minimized states
+    inv = {j: m for m, j in labels.items()}
+    new_acc = [0] * dfa.n_states
+    mapping = _state_mapping(ByteDFA(table, np.array([a != 0 for a in acc])), dfa)
+    for old, new in enumerate(mapping):
+        if new >= 0:
+            new_acc[new] = acc[old]
+    del inv, name_idx
+    return _finish(grammar, dfa.table, new_acc)
+
+
+def _state_mapping(big: ByteDFA, small: ByteDFA) -> list[int]:
+    """For each state of `big`, the equivalent state of its minimization `small` (by walking
+    both in lockstep from their starts)."""
+    mapping = [-1] * big.n_states
+    mapping[0] = 0
+    stack = [0]
+    while stack:
+        s = stack.pop()
+        t = mapping[s]
+        for b in range(256):
+            s2 = int(big.table[s, b])
+            if s2 >= 0 and mapping[s2] < 0:
+                mapping[s2] = int(small.table[t, b])
+                stack.append(s2)
+    return mapping
+
+
+def _finish(grammar: Grammar, table: np.ndarray, accepting: list[int]) -> LexerAutomaton:
+    n = table.shape[0]
+    possible = list(accepting)
+    succ = [sorted({int(t) for t in table[s] if t >= 0}) for s in range(n)]
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n):
+            m = possible[s]
+            for t in succ[s]:
+                m |= possible[t]
+            if m != possible[s]:
+                possible[s] = m
+                changed = True
+    return LexerAutomaton(grammar, table, accepting, possible, table.tolist())
+
+
+def _masks_to_bool(masks: list[int], width: int) -> np.ndarray:
+    return np.array([[m >> t & 1 for t in range(width)] for m in masks], dtype=bool)
+
+
+def _bool_to_masks(arr: np.ndarray) -> list[int]:
+    weights = [1 << t for t in range(arr.shape[1])]
+    return [sum(w for w, b in zip(weights, row) if b) for row in arr.tolist()]
+
+
+@functools.lru_cache(maxsize=4)
+def load_lexer_automaton(grammar: Grammar | None = None) -> LexerAutomaton:
+    grammar = grammar or load_grammar()
+    key = cache.content_hash(
+        grammar.hash,
+        cache.source_hash(byte_automaton, string_automata, terminal_automata),
+        __import__("sys").modules[__name__].__file__ and cache.source_hash(__import__("sys").modules[__name__]),
+    )
+    path = cache.cache_dir() / f"lexer-{key}.npz"
+    data = cache.read_npz(path)
+    if data is not None:
+        return _finish(grammar, data["table"], _bool_to_masks(data["accepting"]))
+    lexer = build_lexer_automaton(grammar)
+    cache.write_npz(
+        path, table=lexer.table, accepting=_masks_to_bool(lexer.accepting, grammar.n_terminals)
+    )
+    return lexer

@@ -1,0 +1,342 @@
+"""An LALR(1) recognizer over lark's parse table: int states on a persistent stack, no tree.
+
+A parser configuration is one `Node`: the top of a linked stack of immutable nodes. Feeding a
+terminal never changes a node, it returns a new top (or None), so a snapshot is just a
+reference and branching or rolling back costs nothing. Each node also carries:
+
+- `depth`: bracket nesting after it (newlines inside brackets are no statements);
+- `indent`: the indentation stack, as a linked tuple `(col, altcol, parent)`, () at column 0;
+- `attr` / `ctx`: the synthesized and inherited annotations of `guards`.
+
+Python's layout is fed as terminals: `feed_newline` (a `_NEWLINE`, ignored inside brackets) and
+`feed_indentation(col, altcol)` (the `_INDENT`/`_DEDENT`s that the width of the next line calls
+for, by CPython's rules: tab stops of 8, and the width with tabs counted as 1 (`altcol`) must
+agree, else it is a TabError).
+
+`accepted(node)` (the bitset of terminals that may come next) and `feed_cached` memoize on the
+node itself, so a mask computation that asks the same node twice pays once.
+"""
+
+from __future__ import annotations
+
+from .grammar import (
+    BRACKET_CLOSE,
+    BRACKET_OPEN,
+    DEDENT,
+    END,
+    INDENT,
+    NEWLINE,
+    Grammar,
+    load_grammar,
+)
+from . import guards as G
+
+_MISSING = object()
+
+
+class Node:
+    """One stack entry; the top node stands for the whole configuration."""
+
+    __slots__ = ("state", "parent", "attr", "ctx", "depth", "indent", "memo", "acc")
+
+    def __init__(self, state, parent, attr, ctx, depth, indent):
+        self.state = state
+        self.parent = parent
+        self.attr = attr
+        self.ctx = ctx
+        self.depth = depth
+        self.indent = indent
+        self.memo = None
+        self.acc = None
+
+    def states(self) -> list[int]:
+        """The state stack, bottom first (for debugging and cache keys)."""
+        out = []
+        n = self
+        while n is not None:
+            out.append(n.state)
+            n = n.parent
+        return out[::-1]
+
+    def key(self) -> tuple:
+        """A hashable key for everything a future parse depends on."""
+        out = []
+        n = self
+        while n is not None:
+            out.append((n.state, n.attr, n.ctx))
+            n = n.parent
+        return (tuple(out), self.depth, self.indent)
+
+    def __repr__(self) -> str:
+        return f"Node(states={self.states()}, depth={self.depth}, indent={self.indent})"
+
+
+ACCEPTED = Node(-1, None, 0, 0, 0, ())  # what feeding `$END` returns on a complete input
+
+
+class Recognizer:
+    """The parse table and the operations on nodes. Immutable; one per (grammar, version)."""
+
+    def __init__(self, grammar: Grammar | None = None, python_version=(3, 11), semantic_checks=True):
+        g = self.grammar = grammar or load_grammar()
+        self.python_version = tuple(python_version)
+        self.semantic_checks = semantic_checks
+        gt = self.guards = G.build_guard_tables(g, self.python_version)
+        tid = g.term_id
+        nt_ids = {n: i for i, n in enumerate(g.nonterminals)}
+        self.action = [dict(row) for row in g.action]
+        for s, t in gt.removed:
+            del self.action[s][t]
+        self.goto = [{nt_ids[n]: s for n, s in row.items()} for row in g.goto]
+        self.rule_lhs = [nt_ids[r.lhs] for r in g.rules]
+        self.rule_len = [len(r.rhs) for r in g.rules]
+        self.rule_kind = list(gt.rule_kind)
+        self.rule_const = list(gt.rule_const)
+        self.ctx_effect = list(gt.ctx_effect)
+        self.guard = {s * 1024 + t: v for (s, t), v in gt.guards.items()} if semantic_checks else {}
+        self.with_colon = gt.with_colon_states
+        self.accessing = gt.accessing
+        self.start_state = g.start_state
+        self.end_state = g.end_state
+        self.n_terminals = g.n_terminals
+        self.END = tid[END]
+        self.NEWLINE = tid[NEWLINE]
+        self.INDENT = tid[INDENT]
+        self.DEDENT = tid[DEDENT]
+        self.COLON = tid["COLON"]
+        self.opens = frozenset(tid[n] for n in BRACKET_OPEN)
+        self.closes = frozenset(tid[n] for n in BRACKET_CLOSE)
+        self.bracket_delta = {t: 1 for t in self.opens} | {t: -1 for t in self.closes}
+        # per state: the terminals it shifts, and its reductions grouped by rule
+        self.shift_mask = []
+        self.reduce_groups = []
+        for row in self.action:
+            sm = 0
+            groups: dict[int, int] = {}
+            for t, a in row.items():
+                if a >= 0:
+                    sm |= 1 << t
+                else:
+                    groups[~a] = groups.get(~a, 0) | 1 << t
+            self.shift_mask.append(sm)
+            self.reduce_groups.append(tuple(groups.items()))
+        self.guarded_mask = [0] * len(self.action)
+        for key in self.guard:
+            s, t = divmod(key, 1024)
+            self.guarded_mask[s] |= 1 << t
+        # states entered by a nonterminal (their nodes carry attributes)
+        self.nt_state = [bool(sym) and not sym.isupper() for sym in self.accessing]
+
+    # ------------------------------------------------------------------ nodes
+
+    def initial(self) -> Node:
+        return Node(self.start_state, None, 0, 0, 0, ())
+
+    def _push(self, parent: Node, state: int, attr: int, depth: int, indent) -> Node:
+        eff = self.ctx_effect[state]
+        if eff is None:
+            ctx = parent.ctx
+        else:
+            dist, and_mask, or_mask, async_check = eff
+            base = parent
+            for _ in range(dist - 1):
+                base = base.parent
+            ctx = (base.ctx & and_mask) | or_mask
+            if async_check and self.accessing[base.state] == "ASYNC":
+                ctx |= G.ASYNC
+        return Node(state, parent, attr, ctx, depth, indent)
+
+    def _check(self, code: int, arg: int, node: Node) -> bool:
+        attr = node.attr
+        if code == G.G_TARGET:
+            return bool(attr & G.TARGET)
+        if code == G.G_SINGLE:
+            return bool(attr & G.SINGLE)
+        if code == G.G_DEL:
+            return bool(attr & G.TARGET) and not attr & (G.STAR | G.STARRED)
+        if code == G.G_CTX:
+            return bool(node.ctx & arg) if arg > 0 else not node.ctx & -arg
+        if code == G.G_AS_IN_WITH:
+            # only in a parenthesis that opens the with statement's item list
+            n = node.parent
+            for _ in range(8):
+                if n is None:
+                    return False
+                if self.accessing[n.state] == "LPAR":
+                    return n.parent is not None and self.accessing[n.parent.state] == "WITH"
+                n = n.parent
+            return False
+        raise AssertionError(code)
+
+    def feed(self, node: Node, t: int) -> Node | None:
+        """The configuration after terminal `t`, or None if `t` can't come next."""
+        action = self.action
+        guard = self.guard
+        while True:
+            st = node.state
+            a = action[st].get(t)
+            if a is None:
+                return ACCEPTED if (t == self.END and st == self.end_state) else None
+            if guard:
+                gd = guard.get(st * 1024 + t)
+                if gd is not None and not self._check(gd[0], gd[1], node):
+                    return None
+            if a >= 0:
+                if node.attr & G.HAS_AS and self.semantic_checks:
+                    if not (t == self.COLON and st in self.with_colon):
+                        return None
+                depth = node.depth + self.bracket_delta.get(t, 0)
+                if depth < 0:
+                    return None
+                indent = node.indent
+                if t == self.INDENT:
+                    # a width-less INDENT (feed_indentation passes the real width): one column in
+                    col, alt = (indent[0], indent[1]) if indent else (0, 0)
+                    indent = (col + 1, alt + 1, indent)
+                elif t == self.DEDENT:
+                    if not indent:
+                        return None
+                    indent = indent[2]
+                return self._push(node, a, 0, depth, indent)
+            node = self._reduce(node, ~a)
+
+    def _reduce(self, node: Node, r: int) -> Node:
+        n = self.rule_len[r]
+        kind = self.rule_kind[r]
+        if kind == G.CONST:
+            attr = self.rule_const[r]
+            for _ in range(n):
+                node = node.parent
+        elif kind == G.PASS:
+            attr = node.attr
+            node = node.parent
+        elif kind == G.GROUP:
+            attr = node.parent.attr & (G.TARGET | G.SINGLE)
+            node = node.parent.parent.parent
+        elif kind == G.STAR_EXPR:
+            attr = G.STAR if node.attr & G.TARGET and not node.attr & G.STAR else 0
+            node = node.parent.parent
+        else:  # LIST_PARTIAL / LIST_COMPLETE
+            all_target = True
+            stars = 0
+            as_item = 0
+            nt_state = self.nt_state
+            for _ in range(n):
+                if nt_state[node.state]:
+                    a = node.attr
+                    if not a & (G.TARGET | G.STAR):
+                        all_target = False
+                    if a & G.STAR:
+                        stars += 1
+                    if a & G.HAS_STAR:
+                        stars += 1
+                    as_item |= a & G.AS_ITEM
+                node = node.parent
+            if kind == G.LIST_PARTIAL:
+                attr = as_item
+            else:  # a complete tuple with `x as y` items: parenthesized with-items
+                attr = G.HAS_AS if as_item else 0
+            if all_target and stars <= 1:
+                attr |= G.TARGET
+            if stars:
+                attr |= G.HAS_STAR if kind == G.LIST_PARTIAL else G.STARRED
+        goto = self.goto[node.state][self.rule_lhs[r]]
+        return self._push(node, goto, attr, node.depth, node.indent)
+
+    def feed_cached(self, node: Node, t: int) -> Node | None:
+        memo = node.memo
+        if memo is None:
+            memo = node.memo = {}
+        else:
+            r = memo.get(t, _MISSING)
+            if r is not _MISSING:
+                return r
+        r = memo[t] = self.feed(node, t)
+        return r
+
+    # ------------------------------------------------------------------ layout
+
+    def feed_newline(self, node: Node) -> Node | None:
+        """A `_NEWLINE` lexeme: a statement end at depth 0, nothing inside brackets."""
+        if node.depth > 0:
+            return node
+        return self.feed(node, self.NEWLINE)
+
+    def indentation_terminals(self, node: Node, col: int, alt: int) -> list[int] | None:
+        """The `_INDENT`/`_DEDENT`s that a line of width (col, altcol) calls for after a
+        `_NEWLINE`, or None for an indentation error (CPython's rules, tabs included)."""
+        top = node.indent
+        tcol, talt = (top[0], top[1]) if top else (0, 0)
+        if col == tcol:
+            return [] if alt == talt else None
+        if col > tcol:
+            return [self.INDENT] if alt > talt else None
+        out = []
+        while col < tcol:
+            out.append(self.DEDENT)
+            top = top[2]
+            tcol, talt = (top[0], top[1]) if top else (0, 0)
+        if col != tcol or alt != talt:
+            return None
+        return out
+
+    def feed_indentation(self, node: Node, col: int, alt: int) -> Node | None:
+        if node.depth > 0:
+            return node
+        terms = self.indentation_terminals(node, col, alt)
+        if terms is None:
+            return None
+        for t in terms:
+            node = self.feed(node, t)
+            if node is None:
+                return None
+            if t == self.INDENT:
+                node.indent = (col, alt, node.indent[2])  # the real width, on a fresh node
+        return node
+
+    # ------------------------------------------------------------------ queries
+
+    def accepts(self, node: Node, terminals) -> bool:
+        for t in terminals:
+            node = self.feed(node, t)
+            if node is None:
+                return False
+        return True
+
+    def accepted(self, node: Node) -> int:
+        """Bitset of the terminals that can come next (INDENT/DEDENT as the table says)."""
+        acc = node.acc
+        if acc is None:
+            acc = node.acc = self._accepted(node, -1)
+        return acc
+
+    def _accepted(self, node: Node, cands: int) -> int:
+        st = node.state
+        result = self.shift_mask[st] & cands
+        if self.guard:
+            risky = result & self.guarded_mask[st]
+            if risky or node.attr & G.HAS_AS:
+                for t in _bits(result):
+                    if self.feed(node, t) is None:
+                        result &= ~(1 << t)
+        for r, tmask in self.reduce_groups[st]:
+            sub = tmask & cands
+            if sub:
+                if self.guard and self.guarded_mask[st] & sub:
+                    for t in _bits(sub):
+                        if self.feed(node, t) is not None:
+                            result |= 1 << t
+                    continue
+                result |= self._accepted(self._reduce(node, r), sub)
+        if cands >> self.END & 1 and st == self.end_state:
+            result |= 1 << self.END
+        return result
+
+
+def _bits(mask: int):
+    i = 0
+    while mask:
+        if mask & 1:
+            yield i
+        mask >>= 1
+        i += 1
