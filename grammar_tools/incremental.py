@@ -164,6 +164,38 @@ class PrefixParser:
         self._data = data
         return self._run(data, configs, pos, state, cps)
 
+    def end_configs(self, configs, held: bytes, lexer_state: int) -> list[Node]:
+        """The configurations after the held-back lexeme is closed and the file ends there
+        (CPython's implicit NEWLINE and DEDENTs); empty if the text can't end here."""
+        rec = self.recognizer
+        configs = list(configs)
+        if held:
+            terms = self.lexer.accepting_ids[lexer_state]
+            if not terms:
+                return []
+            if self._nl in terms:
+                out = []
+                for c in configs:  # a trailing blank line's indentation doesn't count
+                    c = rec.feed_newline(c)
+                    c = c and rec.feed_indentation(c, 0, 0)
+                    if c is not None:
+                        out.append(c)
+                return out
+            configs = self.feed_lexeme(configs, held, 0, len(held), lexer_state)
+        out = []
+        for c in configs:
+            c = rec.feed_newline(c)
+            c = c and rec.feed_indentation(c, 0, 0)
+            if c is not None:
+                out.append(c)
+        return out
+
+    def can_end(self, st: PrefixState, data: bytes) -> bool:
+        """Whether the parsed prefix is a complete file (statements closed, brackets balanced)."""
+        held = data[st.lexeme_start : st.end]
+        ends = self.end_configs(st.configs, held, st.lexer_state)
+        return any(self.recognizer.feed(c, self.recognizer.END) is ACCEPTED for c in ends)
+
     def _run(self, data, configs, pos, state, cps) -> PrefixState:
         try:
             lexemes, state, start = self.lexer.lex(data, state, pos)

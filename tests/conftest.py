@@ -1,0 +1,65 @@
+"""Shared fixtures: an isolated cache directory, the stdlib corpus, the grammar objects."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import sysconfig
+import tokenize
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# every derived artefact (parse tables, automata, mask stores, converted weights) goes to one
+# cache for the whole test session; CI starts with it empty
+os.environ.setdefault("SYNTAXLOCK_CACHE", str(ROOT / ".cache" / "tests"))
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def _is_test_file(p: Path) -> bool:
+    parts = p.relative_to(STDLIB).parts
+    return any(x in ("test", "tests", "idle_test") for x in parts[:-1])
+
+
+def read_source(path: Path) -> bytes | None:
+    """The file as UTF-8 bytes, or None if CPython can't compile it."""
+    raw = path.read_bytes()
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        data = raw.decode(enc).encode()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(raw, str(path), "exec")
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+        return None
+    return data
+
+
+def stdlib_files(include_tests: bool = True) -> list[Path]:
+    out = []
+    for p in sorted(STDLIB.rglob("*.py")):
+        rel = p.relative_to(STDLIB).parts
+        if rel[0] == "site-packages" or any(part.startswith(".") for part in rel):
+            continue
+        if not include_tests and _is_test_file(p):
+            continue
+        out.append(p)
+    return out
+
+
+@pytest.fixture(scope="session")
+def recognizer():
+    from grammar_tools.recognizer import Recognizer
+
+    return Recognizer(python_version=(3, 11))
+
+
+@pytest.fixture(scope="session")
+def lexer():
+    from grammar_tools.lexer_automaton import load_lexer_automaton
+
+    return load_lexer_automaton()

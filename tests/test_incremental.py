@@ -1,0 +1,117 @@
+"""Incremental parsing across edits gives what a fresh parse gives; the terminal-level API."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import read_source, stdlib_files
+
+from grammar_tools.incremental import (
+    IncrementalParser,
+    ParseError,
+    PrefixParser,
+    UnexpectedTerminal,
+)
+from grammar_tools.lexer_automaton import LexError
+
+
+def _outcome(parser: PrefixParser, data: bytes):
+    try:
+        st = parser.parse(data)
+    except (ParseError, LexError) as e:
+        return ("error", e.pos)
+    return (
+        tuple(c.key() for c in st.configs),
+        st.lexer_state,
+        st.lexeme_start,
+        st.newline_width,
+    )
+
+
+def test_edits_reuse_checkpoints_and_match_a_fresh_parse(recognizer, lexer):
+    rng = random.Random(5)
+    files = [p for p in stdlib_files(include_tests=False) if 3000 < p.stat().st_size < 40000]
+    rng.shuffle(files)
+    compared = 0
+    for path in files[:20]:
+        data = read_source(path)
+        if data is None:
+            continue
+        text = data.decode()
+        cursor = rng.randrange(len(text) // 2, len(text))
+        inc = PrefixParser(recognizer, lexer)
+        for _ in range(15):
+            kind = rng.random()
+            if kind < 0.5:  # type at the cursor
+                text = text[:cursor] + "x" + text[cursor:]
+                cursor += 1
+            elif kind < 0.7:  # delete before the cursor
+                if cursor > 0:
+                    text = text[: cursor - 1] + text[cursor:]
+                    cursor -= 1
+            elif kind < 0.85:  # an edit somewhere above
+                i = rng.randrange(0, max(cursor, 1))
+                text = text[:i] + "(" + text[i:]
+                cursor += 1
+            else:  # move the cursor
+                cursor = rng.randrange(0, len(text))
+            prefix = text[:cursor].encode()
+            assert _outcome(inc, prefix) == _outcome(PrefixParser(recognizer, lexer), prefix)
+            compared += 1
+    assert compared >= 200
+
+
+def test_feed_accepts_snapshot_restore(recognizer):
+    p = IncrementalParser(recognizer)
+    for t in ["NAME", "EQUAL", "NAME"]:
+        p.feed(t)
+    assert p.accepts(["PLUS", "DEC_NUMBER"])
+    assert not p.accepts(["PLUS", "PLUS", "RPAR"])
+    snap = p.snapshot()
+    before = p.accepted_terminals()
+    p.feed("LPAR")
+    assert "RPAR" in p.accepted_terminals()
+    p.restore(snap)
+    assert p.accepted_terminals() == before
+    with pytest.raises(UnexpectedTerminal):
+        p.feed("DEF")
+    p.feed_newline(0)
+    assert p.is_accepted()
+
+
+def test_prefix_ending_mid_token_and_in_layout(recognizer, lexer):
+    cases = {
+        b"def f():\n    ret": (b"ret", "RETURN"),
+        b"x = 0x": (b"0x", "HEX_NUMBER"),
+        b'x = "abc': (b'"abc', "STRING"),
+        b"x = f": (b"f", "FSTRING"),
+        b"if x:\n   ": (b"\n   ", "_NEWLINE"),
+        b"f(a,\n  ": (b"\n  ", "_NEWLINE"),
+        b"x = 1  # note": (b"# note", "_NEWLINE"),
+    }
+    for text, (held, terminal) in cases.items():
+        parser = PrefixParser(recognizer, lexer)
+        st = parser.parse(text)
+        assert text[st.lexeme_start :] == held
+        possible = set(recognizer.grammar.names(lexer.possible[st.lexer_state]))
+        assert terminal in possible
+    # the indentation typed so far is known, and inside brackets newlines don't count
+    st = PrefixParser(recognizer, lexer).parse(b"if x:\n   ")
+    assert st.newline_width == (3, 3)
+    st = PrefixParser(recognizer, lexer).parse(b"f(a,\n  ")
+    assert st.configs[0].depth == 1
+
+
+def test_can_end(recognizer, lexer):
+    parser = PrefixParser(recognizer, lexer)
+    for text, ok in [
+        (b"x = 1", True),
+        (b"x = (1", False),
+        (b"if x:\n    pass\n    ", True),
+        (b"if x:\n", False),
+        (b"def f():\n    return 1  # done", True),
+        (b"", True),
+        (b"x = 'abc", False),
+    ]:
+        assert parser.can_end(parser.parse(text), text) == ok, text
