@@ -57,7 +57,7 @@ class TerminalDef:
     ignored: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Grammar:
     text: str
     hash: str

@@ -49,6 +49,12 @@ class LexerAutomaton:
         return int(self.table.shape[0])
 
     @functools.cached_property
+    def hash(self) -> str:
+        """Hash of the grammar and of the automaton itself: what a mask store depends on."""
+        acc = np.array(self.accepting, dtype=object).astype(str)
+        return cache.content_hash(self.grammar.hash, self.table.tobytes(), "|".join(acc))
+
+    @functools.cached_property
     def newline_state(self) -> int:
         """The state after a newline: a document starts here, as if after a virtual newline,
         so that leading blank lines, comments and indentation lex as in CPython."""

@@ -19,6 +19,8 @@ node itself, so a mask computation that asks the same node twice pays once.
 
 from __future__ import annotations
 
+import sys
+
 from .grammar import (
     BRACKET_CLOSE,
     BRACKET_OPEN,
@@ -77,9 +79,10 @@ ACCEPTED = Node(-1, None, 0, 0, 0, ())  # what feeding `$END` returns on a compl
 class Recognizer:
     """The parse table and the operations on nodes. Immutable; one per (grammar, version)."""
 
-    def __init__(self, grammar: Grammar | None = None, python_version=(3, 11), semantic_checks=True):
+    def __init__(self, grammar: Grammar | None = None, python_version=None, semantic_checks=True):
         g = self.grammar = grammar or load_grammar()
-        self.python_version = tuple(python_version)
+        # the syntax of the Python that runs syntaxlock, unless told otherwise
+        self.python_version = tuple(python_version or sys.version_info[:2])
         self.semantic_checks = semantic_checks
         gt = self.guards = G.build_guard_tables(g, self.python_version)
         tid = g.term_id
@@ -313,24 +316,54 @@ class Recognizer:
     def _accepted(self, node: Node, cands: int) -> int:
         st = node.state
         result = self.shift_mask[st] & cands
+        guarded = self.guarded_mask[st] if self.guard else 0
         if self.guard:
-            risky = result & self.guarded_mask[st]
-            if risky or node.attr & G.HAS_AS:
-                for t in _bits(result):
-                    if self.feed(node, t) is None:
-                        result &= ~(1 << t)
+            risky = result if node.attr & G.HAS_AS else result & guarded
+            while risky:
+                low = risky & -risky
+                risky ^= low
+                t = low.bit_length() - 1
+                if not self._shift_ok(node, st, t):
+                    result ^= low
         for r, tmask in self.reduce_groups[st]:
             sub = tmask & cands
-            if sub:
-                if self.guard and self.guarded_mask[st] & sub:
-                    for t in _bits(sub):
-                        if self.feed(node, t) is not None:
-                            result |= 1 << t
+            if not sub:
+                continue
+            g = sub & guarded
+            if g:
+                sub ^= g
+                while g:  # a guard on the reduction: feed the terminal to know
+                    low = g & -g
+                    g ^= low
+                    if self.feed(node, low.bit_length() - 1) is not None:
+                        result |= low
+                if not sub:
                     continue
-                result |= self._accepted(self._reduce(node, r), sub)
+            red = self._reduce(node, r)
+            # many configurations reduce onto the same deeper node: memoize there
+            base = red.parent
+            key = (red.state, red.attr, sub)
+            memo = base.memo
+            if memo is None:
+                memo = base.memo = {}
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = self._accepted(red, sub)
+            result |= hit
         if cands >> self.END & 1 and st == self.end_state:
             result |= 1 << self.END
         return result
+
+    def _shift_ok(self, node: Node, st: int, t: int) -> bool:
+        """The guards of shifting `t` from `node` (whose state `st` shifts it)."""
+        if node.attr & G.HAS_AS and not (t == self.COLON and st in self.with_colon):
+            return False
+        gd = self.guard.get(st * 1024 + t)
+        if gd is not None and not self._check(gd[0], gd[1], node):
+            return False
+        if t in self.bracket_delta and node.depth + self.bracket_delta[t] < 0:
+            return False
+        return not (t == self.DEDENT and not node.indent)
 
 
 def _bits(mask: int):

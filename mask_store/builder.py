@@ -1,0 +1,298 @@
+"""Build a `MaskStore`: walk the whole vocabulary over every lexer state, offline.
+
+For each lexer state d, one vectorized pass over all tokens (`token_lexing.first_lexeme`) finds
+where d's lexeme ends inside each token. What the rest of a token announces depends only on the
+token and that offset: the *suffix signature* (the lexemes of `token[i:]` read from the start
+state), computed once per (token, offset) and shared by all states. Rows are then formed per
+signature, not per token, so the Python work grows with the number of distinct signatures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from grammar_tools.lexer_automaton import START, LexerAutomaton
+
+from .store import MaskStore
+from .token_lexing import Indent, TokenMatrix, first_lexeme, indent_of
+from .vocabulary import Vocabulary
+
+log = logging.getLogger(__name__)
+
+DENSE_BYTES_PER_TOKEN = 2  # sparse ids are uint16 when the vocabulary allows
+
+
+class _Interner:
+    def __init__(self):
+        self.index: dict = {}
+        self.items: list = []
+
+    def __call__(self, item) -> int:
+        i = self.index.get(item)
+        if i is None:
+            i = self.index[item] = len(self.items)
+            self.items.append(item)
+        return i
+
+
+class StoreBuilder:
+    def __init__(self, vocab: Vocabulary, lexer: LexerAutomaton, progress: bool = True):
+        self.vocab = vocab
+        self.lexer = lexer
+        self.progress = progress
+        g = lexer.grammar
+        self.T = g.n_terminals
+        self.nl = g.term_id["_NEWLINE"]
+        self.ignored = g.ignored
+        self.tokens = TokenMatrix.from_vocab(vocab.token_bytes, vocab.special)
+        self.ids = np.flatnonzero(self.tokens.usable)
+        n = lexer.n_states
+        self.possible = np.zeros((n, self.T), dtype=bool)
+        self.accepting = np.zeros((n, self.T), dtype=bool)
+        for d in range(n):
+            self.possible[d, list(lexer.possible_ids[d])] = True
+            self.accepting[d, list(lexer.accepting_ids[d])] = True
+        self.indents = _Interner()
+        self.sigs = _Interner()
+        self._expansions: dict[int, list[tuple[int, ...]]] = {}
+
+    # ------------------------------------------------------------------ signatures
+
+    def _suffix_signatures(self) -> np.ndarray:
+        """sig[t, i]: id of what token t announces from offset i on, read from the start
+        state (-1: the lexer dies)."""
+        lexer = self.lexer
+        rows, accepting = lexer.rows, lexer.accepting
+        nl_states = {d for d in range(lexer.n_states) if self.nl in lexer.accepting_ids[d]}
+        L = self.tokens.data.shape[1]
+        sig = np.full((self.vocab.size, L), -1, dtype=np.int32)
+        for t in self.ids.tolist():
+            b = self.vocab.token_bytes[t]
+            n = len(b)
+            for i in range(n):
+                out = []
+                start = i
+                state = rows[START][b[i]]
+                if state < 0:
+                    continue
+                dead = False
+                for j in range(i + 1, n):
+                    nxt = rows[state][b[j]]
+                    if nxt >= 0:
+                        state = nxt
+                        continue
+                    if not accepting[state]:
+                        dead = True
+                        break
+                    ind = self.indents(indent_of(b[start:j], False)) if state in nl_states else -1
+                    out.append((state, ind))
+                    start = j
+                    state = rows[START][b[j]]
+                    if state < 0:
+                        dead = True
+                        break
+                if not dead:
+                    sig[t, i] = self.sigs((tuple(out), state))
+        return sig
+
+    def expansions(self, sig_id: int) -> list[tuple[int, ...]]:
+        """The terminal sequences a signature announces (one per choice of terminals)."""
+        out = self._expansions.get(sig_id)
+        if out is not None:
+            return out
+        complete, final = self.sigs.items[sig_id]
+        lexer = self.lexer
+        choices = []
+        for state, ind in complete:
+            opts = set()
+            for x in lexer.accepting_ids[state]:
+                if x in self.ignored:
+                    opts.add(())
+                elif x == self.nl:
+                    opts.add((x, self.T + ind))
+                else:
+                    opts.add((x,))
+            choices.append(sorted(opts))
+        opts = set()
+        for x in lexer.possible_ids[final]:
+            opts.add(() if x in self.ignored else (x,))
+        choices.append(sorted(opts))
+        out = sorted({tuple(itertools.chain.from_iterable(c)) for c in itertools.product(*choices)})
+        self._expansions[sig_id] = out
+        return out
+
+    # ------------------------------------------------------------------ build
+
+    def build(self, header: dict) -> MaskStore:
+        t0 = time.perf_counter()
+        lexer = self.lexer
+        n = lexer.n_states
+        sig = self._suffix_signatures()
+        t_sig_s = time.perf_counter() - t0
+
+        # NFA states q = (X, d)
+        q_list = [(x, d) for d in range(1, n) for x in lexer.possible_ids[d]]
+        q_index = {k: i for i, k in enumerate(q_list)}
+        rows: dict[int, dict[tuple, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+        # group 0: the boundary group (tokens whose first byte ends the lexeme)
+        ids = self.ids
+        s0 = sig[ids, 0]
+        ok = s0 >= 0
+        for sid, toks in _group(s0[ok], ids[ok]):
+            for seq in self.expansions(sid):
+                rows[0][seq].append(toks)
+
+        dead_sets = _Interner()
+        d_dead = np.zeros(n, dtype=np.int32)
+        table = lexer.table
+        states = range(1, n)
+        if self.progress:
+            from tqdm import tqdm
+
+            states = tqdm(states, desc="lexer states", unit="state", leave=False)
+        for d in states:
+            d_dead[d] = dead_sets(np.packbits(table[d] < 0, bitorder="little").tobytes())
+            end, st = first_lexeme(table, self.tokens, d, ids)
+            # tokens that keep the lexeme growing: S = ()
+            stay = end == -1
+            stay_ids, stay_state = ids[stay], st[stay]
+            for x in lexer.possible_ids[d]:
+                sel = stay_ids[self.possible[stay_state, x]]
+                if sel.size:
+                    rows[1 + q_index[(x, d)]][()].append(sel)
+            # tokens whose lexeme ends inside them, after at least one byte
+            tail = end > 0
+            if not tail.any():
+                continue
+            t_ids, t_end, t_state = ids[tail], end[tail], st[tail]
+            t_sigs = sig[t_ids, t_end]
+            good = t_sigs >= 0
+            t_ids, t_end, t_state, t_sigs = t_ids[good], t_end[good], t_state[good], t_sigs[good]
+            for x in lexer.possible_ids[d]:
+                sel = self.accepting[t_state, x]
+                if not sel.any():
+                    continue
+                g = 1 + q_index[(x, d)]
+                if x == self.nl:
+                    # the newline's indentation depends on the bytes it took in this token
+                    by_key = defaultdict(list)
+                    for t, e, s in zip(t_ids[sel].tolist(), t_end[sel].tolist(), t_sigs[sel].tolist()):
+                        ind = self.indents(indent_of(self.vocab.token_bytes[t][:e], True))
+                        by_key[(ind, s)].append(t)
+                    for (ind, s), toks in by_key.items():
+                        arr = np.array(toks, dtype=np.int64)
+                        for seq in self.expansions(s):
+                            rows[g][(self.T + ind,) + seq].append(arr)
+                    continue
+                for sid, toks in _group(t_sigs[sel], t_ids[sel]):
+                    for seq in self.expansions(sid):
+                        rows[g][seq].append(toks)
+        t_walk = time.perf_counter() - t0 - t_sig_s
+
+        q_term = np.array([x for x, _ in q_list], dtype=np.int32)
+        q_state = np.array([d for _, d in q_list], dtype=np.int32)
+        q_group = np.arange(1, len(q_list) + 1, dtype=np.int32)
+        q_boundary = np.where(self.accepting[q_state, q_term], 0, -1).astype(np.int32)
+        groups = [rows.get(g, {}) for g in range(len(q_list) + 1)]
+        store = assemble(
+            header=header,
+            vocab_size=self.vocab.size,
+            n_terminals=self.T,
+            indents=list(self.indents.items),
+            q_term=q_term,
+            q_state=q_state,
+            q_group=q_group,
+            q_boundary=q_boundary,
+            d_dead=d_dead,
+            dead_sets=np.frombuffer(b"".join(dead_sets.items), dtype=np.uint8).reshape(-1, 32),
+            groups=groups,
+        )
+        store.header.update(
+            build_seconds=round(time.perf_counter() - t0, 2),
+            signature_seconds=round(t_sig_s, 2),
+            walk_seconds=round(t_walk, 2),
+            signatures=len(self.sigs.items),
+        )
+        return store
+
+
+def _group(keys: np.ndarray, values: np.ndarray):
+    """(key, sorted values) for each distinct key."""
+    if not keys.size:
+        return []
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    cuts = np.flatnonzero(np.diff(k)) + 1
+    return [(int(kk[0]), vv) for kk, vv in zip(np.split(k, cuts), np.split(v, cuts))]
+
+
+def assemble(
+    *,
+    header,
+    vocab_size,
+    n_terminals,
+    indents,
+    q_term,
+    q_state,
+    q_group,
+    q_boundary,
+    d_dead,
+    dead_sets,
+    groups: list[dict[tuple, list[np.ndarray]]],
+) -> MaskStore:
+    """Pack grouped rows into the store's arrays, storing each distinct token set once."""
+    W = (vocab_size + 63) // 64
+    use16 = vocab_size <= 1 << 16
+    dense_rows: list[np.ndarray] = []
+    sparse_parts: list[np.ndarray] = []
+    sparse_start = [0]
+    mask_index: dict[bytes, int] = {}
+    group_start = [0]
+    row_seq_start = [0]
+    seq: list[int] = []
+    row_mask: list[int] = []
+    for grp in groups:
+        for s in sorted(grp):
+            parts = grp[s]
+            toks = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.asarray(parts[0])
+            key = toks.astype(np.int64).tobytes()
+            m = mask_index.get(key)
+            if m is None:
+                if toks.size * (2 if use16 else 4) < W * 8:
+                    m = ~(len(sparse_start) - 1)
+                    sparse_parts.append(toks.astype(np.uint16 if use16 else np.uint32))
+                    sparse_start.append(sparse_start[-1] + toks.size)
+                else:
+                    bits = np.zeros(W * 64, dtype=np.uint8)
+                    bits[toks] = 1
+                    dense_rows.append(np.packbits(bits, bitorder="little").view(np.uint64))
+                    m = len(dense_rows) - 1
+                mask_index[key] = m
+            row_mask.append(m)
+            seq.extend(s)
+            row_seq_start.append(len(seq))
+        group_start.append(len(row_mask))
+    header = dict(header)
+    header.update(vocab_size=int(vocab_size), n_terminals=int(n_terminals))
+    return MaskStore(
+        header=header,
+        q_term=q_term,
+        q_state=q_state,
+        q_group=q_group,
+        q_boundary=q_boundary,
+        d_dead=d_dead,
+        dead_sets=dead_sets,
+        group_start=np.array(group_start, dtype=np.int64),
+        row_seq_start=np.array(row_seq_start, dtype=np.int64),
+        seq=np.array(seq, dtype=np.int32),
+        row_mask=np.array(row_mask, dtype=np.int32),
+        dense=np.stack(dense_rows) if dense_rows else np.zeros((0, W), dtype=np.uint64),
+        sparse_start=np.array(sparse_start, dtype=np.int64),
+        sparse_ids=np.concatenate(sparse_parts) if sparse_parts else np.zeros(0, dtype=np.uint16 if use16 else np.uint32),
+        indents=indents,
+    )

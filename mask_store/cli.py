@@ -1,0 +1,122 @@
+"""`mask-store build | info | verify`: the mask store from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _err(msg: str) -> int:
+    print(f"mask-store: {msg}", file=sys.stderr)
+    return 2
+
+
+def cmd_build(args) -> int:
+    from .loading import build_store, store_path_for
+    from .model_files import ModelNotFound
+    from .vocabulary import load_tokenizer
+
+    try:
+        tok = load_tokenizer(args.model)
+    except ModelNotFound as e:
+        return _err(str(e))
+    streamline = not args.no_streamline
+    out = Path(args.out) if args.out else store_path_for(tok, streamline)
+    store = build_store(tok, args.model, streamline=streamline, progress=not args.quiet)
+    store.save(out)
+    info = store.info()
+    info["path"] = str(out)
+    info["bytes"] = os.path.getsize(out)
+    print(json.dumps(info, indent=2) if args.json else f"built {out} ({info['bytes'] / 1e6:.2f} MB, {info['rows']} rows, {info['build_seconds']} s)")
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .store import MaskStoreError, load_store
+
+    try:
+        store = load_store(args.path)
+    except MaskStoreError as e:
+        return _err(str(e))
+    info = store.info()
+    info["path"] = str(args.path)
+    info["bytes"] = os.path.getsize(args.path)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for k, v in info.items():
+            print(f"{k:>20}: {v}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .loading import open_store
+    from .matcher import CompiledGrammar
+    from .model_files import ModelNotFound
+    from .store import MaskStoreError, load_store
+    from .verify import verify_files
+    from .vocabulary import load_tokenizer
+
+    try:
+        raw = load_store(args.store)
+        tok = load_tokenizer(raw.header.get("model"))
+        store = open_store(args.store, tok)
+        full = open_store(args.compare_full, tok) if args.compare_full else None
+    except (MaskStoreError, ModelNotFound) as e:
+        return _err(str(e))
+    compiled = CompiledGrammar(store, tok.vocab)
+    other = CompiledGrammar(full, tok.vocab, compiled.recognizer, compiled.lexer) if full else None
+    report = verify_files(compiled, tok.encode, args.files, compare=other, progress=not args.json and sys.stderr.isatty())
+    s = report.summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(f"files {s['files']}, tokens {s['tokens']}, positions {s['positions']}, rejections {s['rejections']}")
+        for r in s["first_rejections"]:
+            print(f"  {r['file']}:{r['line']}: token {r['token']!r} after {r['context']!r}")
+        if "differing_masks" in s:
+            print(f"differing masks: {s['differing_masks']}")
+            for d in s["first_differences"]:
+                print(f"  {d}")
+        m = s["mask_ms"]
+        print(f"mask ms p50 {m['p50']} p95 {m['p95']} p99 {m['p99']}; parser checks per position {s['parser_checks_per_position']}")
+        for sk in s["skipped"]:
+            print(f"  skipped {sk}")
+    return 0 if report.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mask-store", description="Build, inspect and verify syntaxlock mask stores.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the mask store of a model's tokenizer")
+    b.add_argument("--model", default="default", help="default | a HF model directory | a .gguf file")
+    b.add_argument("--out", help="output file (default: the per-user cache, where the server looks)")
+    b.add_argument("--no-streamline", action="store_true", help="build the full store, without the grammar analyses")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=cmd_build)
+    i = sub.add_parser("info", help="describe a store")
+    i.add_argument("path")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_info)
+    v = sub.add_parser("verify", help="walk files token by token: the true next token must always be allowed")
+    v.add_argument("--store", required=True)
+    v.add_argument("--compare-full", metavar="FULL_STORE", help="also check that this store gives identical masks")
+    v.add_argument("--json", action="store_true")
+    v.add_argument("files", nargs="+")
+    v.set_defaults(func=cmd_verify)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

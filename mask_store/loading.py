@@ -1,0 +1,75 @@
+"""Find, load or build the mask store that serves a model: one call for the CLI and server."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from grammar_tools.lexer_automaton import load_lexer_automaton
+from grammar_tools.recognizer import Recognizer
+
+from .builder import StoreBuilder
+from .matcher import CompiledGrammar
+from .store import MaskStore, MaskStoreError, default_store_path, load_store
+from .vocabulary import LoadedTokenizer, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def model_label(tok: LoadedTokenizer, spec: str | None) -> str:
+    if spec in (None, "", "default"):
+        return "default"
+    return str(Path(spec).expanduser().resolve())
+
+
+def build_store(tok: LoadedTokenizer, spec: str | None = None, streamline: bool = False, progress: bool = True) -> MaskStore:
+    lexer = load_lexer_automaton()
+    header = {
+        "model": model_label(tok, spec),
+        "grammar_hash": lexer.hash,
+        "tokenizer_hash": tok.vocab.hash,
+        "options": {"streamline": bool(streamline)},
+    }
+    store = StoreBuilder(tok.vocab, lexer, progress=progress).build(header)
+    if streamline:
+        from .streamline import streamline_store
+
+        store = streamline_store(store, Recognizer(lexer.grammar), progress=progress)
+    return store
+
+
+def store_path_for(tok: LoadedTokenizer, streamline: bool = False) -> Path:
+    return default_store_path(load_lexer_automaton().hash, tok.vocab.hash, streamline)
+
+
+def open_store(path, tok: LoadedTokenizer) -> MaskStore:
+    return load_store(
+        path,
+        grammar_hash=load_lexer_automaton().hash,
+        tokenizer_hash=tok.vocab.hash,
+        vocab_size=tok.vocab.size,
+    )
+
+
+def load_compiled(
+    model: str | None = None,
+    store_path: str | Path | None = None,
+    build_if_missing: bool = True,
+    streamline: bool = False,
+    python_version=None,
+    progress: bool = False,
+) -> tuple[CompiledGrammar, LoadedTokenizer]:
+    """The compiled grammar for a model: its store from `store_path` or the cache (built and
+    cached on first use unless `build_if_missing` is False)."""
+    tok = load_tokenizer(model)
+    path = Path(store_path) if store_path else store_path_for(tok, streamline)
+    try:
+        store = open_store(path, tok)
+    except MaskStoreError:
+        if store_path or not build_if_missing:
+            raise
+        log.info("building the mask store for %s (once)", tok.source.name)
+        store = build_store(tok, model, streamline=streamline, progress=progress)
+        store.save(path)
+    rec = Recognizer(python_version=python_version) if python_version else Recognizer()
+    return CompiledGrammar(store, tok.vocab, rec), tok

@@ -1,0 +1,458 @@
+"""`GrammarMatcher`: the per-completion runtime that says which tokens may come next.
+
+Stages, as in XGrammar: `Vocabulary` -> `MaskStore` (offline) -> `CompiledGrammar` (the store
+loaded with the recognizer, lexer and lazily built row tries; immutable, shared by all
+requests) -> `GrammarMatcher` (one per completion, cheap to create).
+
+A matcher holds a set of configurations `(q, node, width)`: NFA state q = (X, d), the parser
+node after everything announced so far (X included), and the indentation width typed so far
+when the open lexeme is a newline. `next_token_mask()` ORs, for every configuration, the rows
+of q's group whose terminal sequence the parser accepts, walking the rows as a trie so that a
+shared prefix is checked once, plus the boundary rows when X may end here (restricted to tokens
+whose first byte ends the lexeme). The parser's checks (`accepted`, `feed_cached`) are memoized
+on the nodes, and whole masks are memoized by parser context.
+
+Error policy: `accept_token` returns False for a token the grammar rejects (the state is
+unchanged); misuse (rollback past the start, an id outside the vocabulary) raises ValueError;
+there is never a silent fallback to unconstrained decoding.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from grammar_tools.incremental import PrefixParser, PrefixState
+from grammar_tools.lexer_automaton import LexerAutomaton, load_lexer_automaton
+from grammar_tools.recognizer import ACCEPTED, Node, Recognizer
+from grammar_tools.recovery import parse_prefix
+
+from .store import MaskStore
+from .token_lexing import extend_width, walk
+from .vocabulary import Vocabulary
+
+
+class _Trie:
+    __slots__ = ("masks", "children")
+
+    def __init__(self) -> None:
+        self.masks: list[int] = []
+        self.children: dict[int, _Trie] = {}
+
+
+@dataclass(frozen=True)
+class Config:
+    q: int
+    node: Node
+    width: tuple[int, int] | None  # the open newline's indentation so far
+
+
+class CompiledGrammar:
+    """A mask store made ready to serve: immutable, thread-safe to share."""
+
+    def __init__(
+        self,
+        store: MaskStore,
+        vocab: Vocabulary,
+        recognizer: Recognizer | None = None,
+        lexer: LexerAutomaton | None = None,
+        cache_size: int = 4096,
+    ) -> None:
+        self.store = store
+        self.vocab = vocab
+        self.recognizer = recognizer or Recognizer()
+        self.lexer = lexer or load_lexer_automaton(self.recognizer.grammar)
+        g = self.recognizer.grammar
+        self.T = g.n_terminals
+        self.NL = g.term_id["_NEWLINE"]
+        self.ignored = g.ignored
+        self.V = store.vocab_size
+        self.q_index = {
+            (int(x), int(d)): q for q, (x, d) in enumerate(zip(store.q_term, store.q_state))
+        }
+        self.q_term = store.q_term.tolist()
+        self.q_state = store.q_state.tolist()
+        self.q_group = store.q_group.tolist()
+        self.q_boundary = store.q_boundary.tolist()
+        self.d_dead = store.d_dead.tolist()
+        self._tries: dict[int, _Trie] = {}
+        self._sparse = [
+            store.sparse_ids[store.sparse_start[k] : store.sparse_start[k + 1]]
+            for k in range(store.sparse_start.shape[0] - 1)
+        ]
+        # tokens whose first byte ends a lexeme in each dead set
+        first = np.array([b[0] if b else 0 for b in vocab.token_bytes[: self.V]], dtype=np.int64)
+        bits = np.unpackbits(store.dead_sets, axis=1, bitorder="little").astype(bool)  # (S, 256)
+        self._dead_masks = bits[:, first]  # (S, V)
+        usable = np.array(
+            [bool(b) and i not in vocab.special for i, b in enumerate(vocab.token_bytes[: self.V])]
+        )
+        self._dead_masks &= usable
+        self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
+        self.tokens = vocab.token_bytes
+        self._mask_cache: OrderedDict = OrderedDict()
+        self._cache_size = cache_size
+        self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0}
+
+    # ------------------------------------------------------------------ rows
+
+    def trie(self, group: int) -> _Trie:
+        t = self._tries.get(group)
+        if t is None:
+            t = _Trie()
+            s = self.store
+            lo, hi = int(s.group_start[group]), int(s.group_start[group + 1])
+            starts = s.row_seq_start
+            seq = s.seq
+            masks = s.row_mask
+            for r in range(lo, hi):
+                node = t
+                for e in seq[starts[r] : starts[r + 1]].tolist():
+                    nxt = node.children.get(e)
+                    if nxt is None:
+                        nxt = node.children[e] = _Trie()
+                    node = nxt
+                node.masks.append(int(masks[r]))
+            self._tries[group] = t
+        return t
+
+    def collect(self, group: int, node: Node, width, out: list[int]) -> None:
+        """Append the mask ids of the rows of `group` that the parser accepts from `node`."""
+        rec = self.recognizer
+        T, NL = self.T, self.NL
+        indents = self.store.indents
+        stack = [(self.trie(group), node)]
+        checks = 0
+        while stack:
+            trie, p = stack.pop()
+            out.extend(trie.masks)
+            if not trie.children:
+                continue
+            acc = rec.accepted(p)
+            checks += 1
+            depth0 = p.depth == 0
+            for e, child in trie.children.items():
+                if e < T:
+                    if e == NL and not depth0:
+                        stack.append((child, p))  # newlines inside brackets are nothing
+                        continue
+                    if not acc >> e & 1:
+                        continue
+                    if not child.children:
+                        out.extend(child.masks)
+                        continue
+                    p2 = rec.feed_cached(p, e)
+                    checks += 1
+                    if p2 is not None:
+                        stack.append((child, p2))
+                else:
+                    if not depth0:
+                        stack.append((child, p))
+                        continue
+                    col, alt = indents[e - T].width(width)
+                    p2 = rec.feed_indentation(p, col, alt)
+                    checks += 1
+                    if p2 is not None:
+                        stack.append((child, p2))
+        self.stats["parser_checks"] += checks
+
+    def masks_to_bool(self, ids: list[int]) -> np.ndarray:
+        out = np.zeros(self.V, dtype=bool)
+        dense = [m for m in ids if m >= 0]
+        sparse = [~m for m in ids if m < 0]
+        if dense:
+            d = self.store.dense[dense[0]] if len(dense) == 1 else np.bitwise_or.reduce(self.store.dense[dense], axis=0)
+            out |= np.unpackbits(d.view(np.uint8), bitorder="little")[: self.V].astype(bool)
+        if sparse:
+            parts = [self._sparse[k] for k in sparse]
+            out[np.concatenate(parts) if len(parts) > 1 else parts[0]] = True
+        self.stats["rows"] += len(ids)
+        return out
+
+    def config_mask(self, c: Config) -> np.ndarray:
+        """The tokens allowed from one configuration (memoized by parser context)."""
+        key = (c.q, c.node.key(), c.width)
+        cached = self._mask_cache.get(key)
+        if cached is not None:
+            self._mask_cache.move_to_end(key)
+            self.stats["cache_hits"] += 1
+            return cached
+        ids: list[int] = []
+        self.collect(self.q_group[c.q], c.node, c.width, ids)
+        mask = self.masks_to_bool(ids)
+        b = self.q_boundary[c.q]
+        if b >= 0:
+            node = c.node
+            if self.q_term[c.q] == self.NL and node.depth == 0:
+                # the newline ends right at this token: its indentation is what is typed so far
+                col, alt = c.width or (0, 0)
+                node = self.recognizer.feed_indentation(node, col, alt)
+            if node is not None:
+                bids: list[int] = []
+                self.collect(b, node, None, bids)
+                if bids:
+                    mask |= self.masks_to_bool(bids) & self._dead_masks[self.d_dead[self.q_state[c.q]]]
+        mask.setflags(write=False)
+        self._mask_cache[key] = mask
+        if len(self._mask_cache) > self._cache_size:
+            self._mask_cache.popitem(last=False)
+        self.stats["masks"] += 1
+        return mask
+
+    # ------------------------------------------------------------------ transitions
+
+    def start_configs(self, st: PrefixState) -> list[Config]:
+        """Configurations for the held-back lexeme of a parsed prefix: one per terminal it may
+        still become (announced, i.e. fed, now)."""
+        d = st.lexer_state
+        out = []
+        for x in self.lexer.possible_ids[d]:
+            q = self.q_index.get((x, d))
+            if q is None:
+                continue
+            for node in st.configs:
+                n = self._announce(node, x)
+                if n is not None:
+                    out.append(Config(q, n, st.newline_width if x == self.NL else None))
+        return out
+
+    def _announce(self, node: Node, x: int) -> Node | None:
+        if x in self.ignored:
+            return node
+        if x == self.NL:
+            return self.recognizer.feed_newline(node)
+        return self.recognizer.feed_cached(node, x)
+
+    def _complete(self, node: Node, state: int, data: bytes) -> list[Node]:
+        """Nodes after a complete lexeme (one per terminal it may be)."""
+        rec = self.recognizer
+        out = []
+        for x in self.lexer.accepting_ids[state]:
+            if x in self.ignored:
+                out.append(node)
+            elif x == self.NL:
+                n = rec.feed_newline(node)
+                if n is not None:
+                    col, alt = extend_width(None, data)
+                    n = rec.feed_indentation(n, col, alt)
+                if n is not None:
+                    out.append(n)
+            else:
+                n = rec.feed_cached(node, x)
+                if n is not None:
+                    out.append(n)
+        return out
+
+    def advance(self, c: Config, data: bytes) -> list[Config]:
+        """Configurations after token bytes `data` from `c` (empty: the token is rejected)."""
+        x, d = self.q_term[c.q], self.q_state[c.q]
+        w = walk(self.lexer, d, data)
+        if w is None:
+            return []
+        rec = self.recognizer
+        if w.first_end is None:
+            q = self.q_index.get((x, w.first_state))
+            if q is None:
+                return []
+            width = extend_width(c.width, data) if x == self.NL else None
+            return [Config(q, c.node, width)]
+        if not self.lexer.accepting[w.first_state] >> x & 1:
+            return []
+        node = c.node
+        if x == self.NL and node.depth == 0:
+            col, alt = extend_width(c.width, data[: w.first_end])
+            node = rec.feed_indentation(node, col, alt)
+            if node is None:
+                return []
+        nodes = [node]
+        for a, b, st in w.lexemes:
+            nodes = [n2 for n in nodes for n2 in self._complete(n, st, data[a:b])]
+            if not nodes:
+                return []
+        out = []
+        fs = w.final_state
+        tail = data[w.final_start :]
+        for x2 in self.lexer.possible_ids[fs]:
+            q = self.q_index.get((x2, fs))
+            if q is None:
+                continue
+            for n in nodes:
+                n2 = self._announce(n, x2)
+                if n2 is not None:
+                    out.append(Config(q, n2, extend_width(None, tail) if x2 == self.NL else None))
+        return out
+
+    def can_end(self, c: Config) -> bool:
+        """Whether the text may end in configuration `c` (the open lexeme closed, then CPython's
+        implicit NEWLINE and DEDENTs, then the end)."""
+        rec = self.recognizer
+        x, d = self.q_term[c.q], self.q_state[c.q]
+        if not self.lexer.accepting[d] >> x & 1:
+            return False
+        node = c.node
+        if x != self.NL:
+            node = rec.feed_newline(node)
+        node = node and rec.feed_indentation(node, 0, 0)
+        return node is not None and rec.feed(node, rec.END) is ACCEPTED
+
+
+def _dedupe(configs: list[Config]) -> list[Config]:
+    if len(configs) < 2:
+        return configs
+    seen = {}
+    for c in configs:
+        seen.setdefault((c.q, c.node.key(), c.width), c)
+    return list(seen.values())
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntaxlock-mask")
+    return _pool
+
+
+class GrammarMatcher:
+    """Which tokens may come next in one completion; see the module docstring."""
+
+    def __init__(self, compiled: CompiledGrammar, configs, heal: bytes = b"") -> None:
+        self.compiled = compiled
+        self.configs: tuple[Config, ...] = tuple(configs)
+        self.heal = heal
+        # earlier states, newest first, as a shared linked list: (configs, heal, older, count)
+        self._history: tuple | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_prefix(
+        cls,
+        compiled: CompiledGrammar,
+        text: str | bytes,
+        heal: bytes = b"",
+        parser: PrefixParser | None = None,
+    ) -> "GrammarMatcher":
+        """A matcher for the text before the cursor (minus `heal`: bytes that the first tokens
+        must spell again). Recovers from syntax errors before the cursor; raises
+        `grammar_tools.incremental.ParseError`/`LexError` when it can't."""
+        data = text.encode() if isinstance(text, str) else text
+        parser = parser or PrefixParser(compiled.recognizer, compiled.lexer)
+        st = parse_prefix(parser, data)
+        m = cls(compiled, compiled.start_configs(st), heal)
+        m.prefix_state = st
+        return m
+
+    @classmethod
+    def from_prompt(cls, compiled: CompiledGrammar, text: str, prompt_ids: list[int], back_off: int = 1, parser=None):
+        """Token healing: drop the last `back_off` prompt tokens; the completion must spell
+        their bytes again first (so `os.pa` may go on as ` path`'s sibling `.path`).
+        Returns (matcher, the prompt ids kept)."""
+        data = text.encode()
+        k = max(0, min(back_off, len(prompt_ids)))
+        tail = b"".join(compiled.tokens[i] for i in prompt_ids[len(prompt_ids) - k :])
+        if not data.endswith(tail):  # the prompt isn't exactly the text's tokens: no healing
+            tail, k = b"", 0
+        m = cls.from_prefix(compiled, data[: len(data) - len(tail)], heal=tail, parser=parser)
+        return m, prompt_ids[: len(prompt_ids) - k]
+
+    def fork(self) -> "GrammarMatcher":
+        m = GrammarMatcher(self.compiled, self.configs, self.heal)
+        m._history = self._history
+        return m
+
+    # ------------------------------------------------------------------ queries
+
+    def next_token_mask(self) -> np.ndarray:
+        """Bool array over the vocabulary: True for the tokens that may come next. Does not
+        change the matcher."""
+        comp = self.compiled
+        if not self.configs:
+            return np.zeros(comp.V, dtype=bool)
+        masks = [comp.config_mask(c) for c in self.configs]
+        mask = masks[0].copy()
+        for m in masks[1:]:
+            mask |= m
+        if self.heal:
+            allowed = np.zeros(comp.V, dtype=bool)
+            allowed[comp.vocab.tokens_compatible_with(self.heal)] = True
+            mask &= allowed
+        elif self.is_complete():
+            mask[comp.eos] = True
+        return mask
+
+    def next_token_mask_async(self) -> Future:
+        """`next_token_mask()` on a worker thread, to overlap it with the model's forward pass
+        (torch releases the GIL while it computes)."""
+        return _executor().submit(self.next_token_mask)
+
+    def is_complete(self) -> bool:
+        """The text so far can end here: statements closed, brackets balanced."""
+        return not self.heal and any(self.compiled.can_end(c) for c in self.configs)
+
+    def forced_tokens(self, limit: int = 16) -> list[int]:
+        """The tokens that are the only possible continuation, in order (fast-forward): each
+        is the single token the mask allows (end-of-sequence aside)."""
+        m = self.fork()
+        out = []
+        for _ in range(limit):
+            mask = m.next_token_mask()
+            if self.compiled.eos.size:
+                mask[self.compiled.eos] = False
+            ids = np.flatnonzero(mask)
+            if ids.size != 1 or m.is_complete():
+                break
+            t = int(ids[0])
+            if not m.accept_token(t):
+                break
+            out.append(t)
+        return out
+
+    # ------------------------------------------------------------------ updates
+
+    def accept_token(self, token: int) -> bool:
+        comp = self.compiled
+        if not 0 <= token < comp.V:
+            raise ValueError(f"token id {token} outside the vocabulary ({comp.V})")
+        if token in comp.vocab.special:
+            return False
+        data = comp.tokens[token]
+        heal = self.heal
+        if heal:
+            if data.startswith(heal):
+                heal = b""
+            elif heal.startswith(data):
+                heal = heal[len(data) :]
+            else:
+                return False
+        new = [n for c in self.configs for n in comp.advance(c, data)]
+        if not new:
+            return False
+        h = self._history
+        self._history = (self.configs, self.heal, h, (h[3] + 1) if h else 1)
+        self.configs = tuple(_dedupe(new))
+        self.heal = heal
+        return True
+
+    def accept_tokens(self, tokens) -> int:
+        """Accept tokens in order; returns how many were accepted before one was rejected."""
+        for i, t in enumerate(tokens):
+            if not self.accept_token(t):
+                return i
+        return len(tokens)
+
+    def rollback(self, n: int = 1) -> None:
+        if n < 0 or n > self.n_accepted:
+            raise ValueError(f"can't roll back {n} tokens ({self.n_accepted} accepted)")
+        for _ in range(n):
+            self.configs, self.heal, self._history, _ = self._history
+
+    @property
+    def n_accepted(self) -> int:
+        return self._history[3] if self._history else 0
+

@@ -1,0 +1,170 @@
+"""A tokenizer's vocabulary as raw bytes.
+
+Byte-level BPE tokens (GPT-2, SmolLM2, Qwen, StarCoder...) spell bytes through a printable
+alphabet; SentencePiece tokens use `▁` for a space and `<0xNN>` for raw bytes. `Vocabulary`
+undoes either spelling, so every token is the exact bytes it adds to the text (some are
+partial UTF-8: a token may end in the middle of a character). Special tokens are kept apart:
+the grammar never produces them, except end-of-sequence tokens where the text may end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from grammar_tools.cache import content_hash
+
+from .model_files import EOS_NAMES, ModelSource, declared_eos, resolve_model, tokenizer_json
+
+
+@functools.lru_cache(maxsize=1)
+def byte_level_decoder() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode, inverted: the printable character that spells each byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_SP_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+@dataclass(frozen=True, eq=False)
+class Vocabulary:
+    token_bytes: tuple[bytes, ...]
+    special: frozenset[int]  # control tokens, never allowed by the grammar
+    eos: frozenset[int]  # end tokens: allowed where the text can end
+    name: str = ""
+
+    @property
+    def size(self) -> int:
+        return len(self.token_bytes)
+
+    @functools.cached_property
+    def hash(self) -> str:
+        h = hashlib.sha256()
+        for i, b in enumerate(self.token_bytes):
+            h.update(len(b).to_bytes(2, "little"))
+            h.update(b)
+            h.update(b"S" if i in self.special else b"N")
+        h.update(repr(sorted(self.eos)).encode())
+        return h.hexdigest()[:16]
+
+    @functools.cached_property
+    def _sorted(self) -> tuple[list[bytes], list[int]]:
+        pairs = sorted((b, i) for i, b in enumerate(self.token_bytes) if b and i not in self.special)
+        return [b for b, _ in pairs], [i for _, i in pairs]
+
+    @functools.cached_property
+    def by_bytes(self) -> dict[bytes, int]:
+        out: dict[bytes, int] = {}
+        for i, b in enumerate(self.token_bytes):
+            if b and i not in self.special:
+                out.setdefault(b, i)
+        return out
+
+    def tokens_starting_with(self, prefix: bytes) -> list[int]:
+        """Ids of the (non-special) tokens whose bytes start with `prefix`."""
+        keys, ids = self._sorted
+        lo = bisect.bisect_left(keys, prefix)
+        out = []
+        for k in range(lo, len(keys)):
+            if not keys[k].startswith(prefix):
+                break
+            out.append(ids[k])
+        return out
+
+    def tokens_compatible_with(self, text: bytes) -> list[int]:
+        """Tokens that start with `text` or are a non-empty prefix of it (token healing)."""
+        out = set(self.tokens_starting_with(text))
+        by = self.by_bytes
+        for k in range(1, len(text)):
+            t = by.get(text[:k])
+            if t is not None:
+                out.add(t)
+        return sorted(out)
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_tokenizer(cls, tok, eos_ids=(), name: str = "") -> "Vocabulary":
+        """From a `tokenizers.Tokenizer`."""
+        vocab = tok.get_vocab(with_added_tokens=True)
+        size = max(vocab.values()) + 1
+        added = tok.get_added_tokens_decoder()
+        special = {i for i, t in added.items() if t.special}
+        pieces = [""] * size
+        for s, i in vocab.items():
+            pieces[i] = s
+        byte_level = "ByteLevel" in repr(tok.decoder) or "ByteLevel" in repr(tok.pre_tokenizer)
+        dec = byte_level_decoder()
+        out = []
+        for i, s in enumerate(pieces):
+            if i in added and not byte_level:
+                out.append(s.encode())
+            elif i in added:
+                out.append(s.encode() if i in special else _byte_level(s, dec))
+            elif byte_level:
+                out.append(_byte_level(s, dec))
+            else:
+                out.append(_sentencepiece(s))
+        holes = {i for i, s in enumerate(pieces) if s == ""}
+        eos = set(eos_ids) | {vocab[n] for n in EOS_NAMES if n in vocab}
+        return cls(tuple(out), frozenset(special | holes), frozenset(e for e in eos if e < size), name)
+
+    @classmethod
+    def from_tokenizer_json(cls, path: str | Path, eos_ids=()) -> "Vocabulary":
+        from tokenizers import Tokenizer
+
+        return cls.from_tokenizer(Tokenizer.from_file(str(path)), eos_ids, Path(path).name)
+
+
+def _byte_level(s: str, dec: dict[str, int]) -> bytes:
+    try:
+        return bytes(dec[c] for c in s)
+    except KeyError:  # not spelled in the byte alphabet (an added token): its text
+        return s.encode()
+
+
+def _sentencepiece(s: str) -> bytes:
+    m = _SP_BYTE.fullmatch(s)
+    if m:
+        return bytes([int(m.group(1), 16)])
+    return s.replace("▁", " ").encode()
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedTokenizer:
+    """A model's tokenizer with its vocabulary: encode text the way the model does."""
+
+    source: ModelSource
+    tokenizer: object  # tokenizers.Tokenizer
+    vocab: Vocabulary
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(spec: str | None = None) -> LoadedTokenizer:
+    """The tokenizer of a model spec (`default`, a .gguf file or a HF directory)."""
+    from tokenizers import Tokenizer
+
+    src = resolve_model(spec)
+    path = tokenizer_json(src)
+    tok = Tokenizer.from_file(str(path))
+    vocab = Vocabulary.from_tokenizer(tok, declared_eos(src), src.name)
+    return LoadedTokenizer(src, tok, vocab)
+
+
+def vocabulary_key(vocab: Vocabulary) -> str:
+    return content_hash(vocab.hash, str(vocab.size))

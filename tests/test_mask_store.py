@@ -1,0 +1,107 @@
+"""The mask store: file format, errors, and soundness on real code (real tokenizer)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from conftest import read_source, stdlib_files
+
+from mask_store.matcher import GrammarMatcher
+from mask_store.store import FORMAT_VERSION, MaskStoreError, load_store
+from mask_store.verify import verify_files
+
+
+def test_store_roundtrip_and_info(compiled_full, tmp_path):
+    compiled, tok = compiled_full
+    store = compiled.store
+    path = store.save(tmp_path / "s.safetensors")
+    again = load_store(path, grammar_hash=store.header["grammar_hash"], tokenizer_hash=tok.vocab.hash, vocab_size=tok.vocab.size)
+    assert again.n_rows == store.n_rows and again.n_states == store.n_states
+    for name in ("seq", "row_mask", "dense", "sparse_ids", "group_start"):
+        assert np.array_equal(getattr(again, name), getattr(store, name))
+    info = again.info()
+    for key in ("rows", "logical_rows", "nfa_states", "unique_masks", "build_seconds", "grammar_hash", "tokenizer_hash", "vocab_size"):
+        assert key in info
+    assert info["vocab_size"] == tok.vocab.size == 49152
+    # identical token sets are stored once
+    assert info["unique_masks"] < info["rows"]
+
+
+def test_bad_files_give_a_clear_error_naming_the_fix(compiled_full, tmp_path):
+    compiled, tok = compiled_full
+    store = compiled.store
+    good = store.save(tmp_path / "good.safetensors")
+    with pytest.raises(MaskStoreError, match="mask-store build"):
+        load_store(tmp_path / "missing.safetensors")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a store")
+    with pytest.raises(MaskStoreError, match="corrupt.*mask-store build"):
+        load_store(bad)
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(MaskStoreError, match="mask-store build"):
+        load_store(truncated)
+    with pytest.raises(MaskStoreError, match="another tokenizer.*mask-store build"):
+        load_store(good, tokenizer_hash="0" * 16)
+    with pytest.raises(MaskStoreError, match="another grammar"):
+        load_store(good, grammar_hash="f" * 16)
+    # a damaged array (an index out of range) is caught before any mask is made
+    store.row_mask = store.row_mask.copy()
+    store.row_mask[0] = store.dense.shape[0] + 5
+    damaged = store.save(tmp_path / "damaged.safetensors")
+    store.row_mask = load_store(good).row_mask
+    with pytest.raises(MaskStoreError, match="corrupt"):
+        load_store(damaged)
+    assert FORMAT_VERSION >= 1
+
+
+def _sample_files(n_tokens: int, seed: int):
+    files = [p for p in stdlib_files(include_tests=False) if 2000 < p.stat().st_size < 60000]
+    random.Random(seed).shuffle(files)
+    return files
+
+
+def test_soundness_on_stdlib_sample(compiled_full):
+    """At every position of real files the true next token is allowed (>= 100,000 tokens)."""
+    compiled, tok = compiled_full
+    files, total = [], 0
+    for p in _sample_files(100_000, seed=11):
+        data = read_source(p)
+        if data is None:
+            continue
+        files.append(p)
+        total += len(tok.encode(data.decode()))
+        if total >= 105_000:
+            break
+    report = verify_files(compiled, tok.encode, files)
+    assert report.tokens >= 100_000
+    assert report.n_rejections == 0, report.summary()["first_rejections"]
+
+
+def test_mask_agrees_with_accept_token_on_every_token(compiled_full):
+    """Exactness of the store against the run-time transition: at sampled positions a token
+    is in the mask iff the matcher can accept it."""
+    compiled, tok = compiled_full
+    rng = random.Random(3)
+    files = _sample_files(0, seed=4)[:6]
+    checked = 0
+    for p in files:
+        data = read_source(p)
+        if data is None:
+            continue
+        ids = tok.encode(data.decode())
+        m = GrammarMatcher.from_prefix(compiled, b"")
+        stops = set(rng.sample(range(len(ids)), 5))
+        for i, t in enumerate(ids):
+            if i in stops:
+                mask = m.next_token_mask()
+                for cand in range(tok.vocab.size):
+                    if cand in tok.vocab.eos:
+                        continue
+                    f = m.fork()
+                    assert bool(mask[cand]) == f.accept_token(cand), (p, i, tok.vocab.token_bytes[cand])
+                checked += 1
+            assert m.accept_token(t)
+    assert checked >= 25
