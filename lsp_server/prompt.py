@@ -1,0 +1,67 @@
+"""What the model sees: the text before the cursor within a token budget (plus the suffix for
+models with fill-in-the-middle tokens).
+
+The nearest lines are kept; the file's imports are put back in front when they fall outside the
+window. The window's first line moves in steps of `WINDOW_STEP` lines, so that typing doesn't
+change the start of the prompt and the KV cache of the previous request stays usable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mask_store.vocabulary import LoadedTokenizer
+
+from .model_runtime import FimTokens
+
+WINDOW_STEP = 16
+IMPORT_LINE = re.compile(r"^(import\s|from\s+\S+\s+import\s)")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]  # the whole prompt (FIM tokens included)
+    prefix_ids: int  # how many ids spell the prefix text (they end the prompt, or come before SUF)
+    text: str  # the prefix text the ids spell
+    truncated: bool
+
+
+def _tokens(tok: LoadedTokenizer, text: str) -> int:
+    return len(tok.encode(text)) if text else 0
+
+
+def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool]:
+    """The text before the cursor cut to at most `budget` tokens at a line start."""
+    if _tokens(tok, before) <= budget:
+        return before, False
+    lines = before.splitlines(keepends=True)
+    # the shortest tail that fits, then rounded to a stable start
+    lo, hi = 0, len(lines) - 1
+    while lo < hi:  # smallest start index whose tail fits
+        mid = (lo + hi) // 2
+        if _tokens(tok, "".join(lines[mid:])) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    start = min(-(-lo // WINDOW_STEP) * WINDOW_STEP, len(lines) - 1)
+    kept = "".join(lines[start:])
+    imports = [ln for ln in lines[:start] if IMPORT_LINE.match(ln)]
+    header = "".join(imports)
+    if header and _tokens(tok, header + kept) <= budget:
+        kept = header + kept
+    return kept, True
+
+
+def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None) -> Prompt:
+    text, truncated = window(tok, before, budget)
+    ids = tok.encode(text)
+    if fim is None:
+        return Prompt(ids, len(ids), text, truncated)
+    suffix_text, _ = window(tok, after[: 4 * budget], max(budget // 4, 16)) if after else ("", False)
+    suffix_ids = tok.encode(suffix_text[: 2000])
+    if fim.style == "deepseek" or fim.style == "starcoder" or fim.style == "qwen":
+        full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
+    else:  # codellama: <PRE> prefix <SUF> suffix <MID>
+        full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
+    return Prompt(full, len(ids), text, truncated)
