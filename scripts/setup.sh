@@ -9,6 +9,20 @@ VENV="$root/.venv"
 STAMP="$VENV/.syntaxlock-setup"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 
+# The VS Code extension's npm packages (its build and tests): `npm ci` when package-lock.json
+# changed since the last run (a stamp in node_modules holds the lock file's hash).
+if command -v npm >/dev/null 2>&1; then
+    ext="$root/editors/vscode"
+    lock="$(sha256sum "$ext/package-lock.json" | cut -d' ' -f1)"
+    if [ "$(cat "$ext/node_modules/.syntaxlock-lock" 2>/dev/null)" != "$lock" ]; then
+        echo "setup: npm ci in editors/vscode" >&2
+        (cd "$ext" && npm ci --no-audit --no-fund --loglevel=error) >&2
+        echo "$lock" > "$ext/node_modules/.syntaxlock-lock"
+    fi
+else
+    echo "setup: npm not found: the VS Code extension's tests will be skipped" >&2
+fi
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import syntaxlock_ready" 2>/dev/null; then
     exit 0
 fi

@@ -1,0 +1,69 @@
+"""The VS Code extension (editors/vscode): its own test suite under `npm test` (strict tsc build,
+unit tests with a stubbed `vscode` module, and an integration test against the real
+`syntaxlock serve --stdio` with the tiny model), and its packaging into a .vsix."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXT = ROOT / "editors" / "vscode"
+
+NPM = shutil.which("npm")
+pytestmark = pytest.mark.skipif(
+    shutil.which("node") is None or NPM is None, reason="node/npm are not installed: the VS Code extension is not tested"
+)
+
+
+def _npm(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    if not (EXT / "node_modules" / "vscode-languageclient").is_dir():
+        pytest.fail("editors/vscode/node_modules is missing: run scripts/setup.sh (it runs `npm ci` there)")
+    return subprocess.run(
+        [NPM, *args], cwd=EXT, env=env or os.environ.copy(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _tap_counts(out: str) -> dict[str, int]:
+    """node --test's closing counts (`# tests 59`, `# pass 59`, ...)."""
+    return {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", out, re.M)}
+
+
+def test_npm_test_unit_and_integration(tiny_model_dir: Path):
+    env = os.environ.copy()
+    env["SYNTAXLOCK_TEST_MODEL"] = str(tiny_model_dir)
+    env["SYNTAXLOCK_SERVER"] = str(Path(sys.executable).parent / "syntaxlock")
+    env["SYNTAXLOCK_CACHE"] = os.environ["SYNTAXLOCK_CACHE"]
+    r = _npm("test", env=env)
+    out = r.stdout + r.stderr
+    counts = _tap_counts(r.stdout)
+    failed = [ln.strip() for ln in out.splitlines() if re.match(r"\s*not ok \d+", ln)]
+    assert r.returncode == 0, f"npm test failed ({counts}):\n" + "\n".join(failed) + "\n--- output tail ---\n" + out[-6000:]
+    # both suites ran: the unit tests and the nine integration tests
+    assert counts.get("fail") == 0 and counts.get("cancelled") == 0, counts
+    assert counts.get("pass", 0) >= 60, f"too few tests ran: {counts}\n{out[-3000:]}"
+    assert "syntaxlock serve --stdio" in r.stdout, "the integration suite did not run"
+
+
+def test_package_vsix():
+    r = _npm("run", "package")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    vsix = EXT / "syntaxlock.vsix"
+    with zipfile.ZipFile(vsix) as z:
+        names = set(z.namelist())
+        manifest = json.loads(z.read("extension/package.json"))
+    main = "extension/" + manifest["main"].removeprefix("./")
+    assert main in names, f"{main} is not in the package"
+    # the runtime dependency travels with the extension; dev dependencies and sources do not
+    assert "extension/node_modules/vscode-languageclient/lib/node/main.js" in names
+    assert not any(n.startswith("extension/node_modules/typescript/") for n in names)
+    assert not any(n.startswith("extension/src/") or n.startswith("extension/out/test/") for n in names)
+    assert manifest["activationEvents"] == ["onLanguage:python"]
