@@ -48,6 +48,13 @@ class Recovery:
     error: str
     restart_line: int  # 0-based line where parsing restarted
     synthetic_headers: tuple[str, ...]  # block headers put in place of the broken ones
+    resume: int = 0  # byte offset in the original text where parsing resumed
+    synthetic: bytes = b""  # the neutral header lines parsed in front of it
+
+    def rewrite(self, data: bytes) -> bytes:
+        """The text the parser actually read for the original prefix `data`: the neutral
+        headers, then the original from the restart line on (extend `data` to check more)."""
+        return self.synthetic + data[self.resume :]
 
 
 @dataclass(frozen=True)

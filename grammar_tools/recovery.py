@@ -134,6 +134,8 @@ def _recover(parser: PrefixParser, data: bytes, error: Exception) -> PrefixState
                 synthetic_headers=tuple(
                     _neutral_header(info[h][2]).decode() for h, _ in reversed(headers) if h < r
                 ),
+                resume=starts[r],
+                synthetic=synthetic,
             ),
         )
     return None

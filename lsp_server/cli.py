@@ -1,4 +1,4 @@
-"""The `syntaxlock` command line: check a file against the grammar (more commands follow)."""
+"""The `syntaxlock` command line: `complete`, `serve`, `stats` and `check`."""
 
 from __future__ import annotations
 
@@ -32,12 +32,76 @@ def cmd_check(args) -> int:
     return status
 
 
+def _setup_logging(level: str, log_file: str | None) -> None:
+    """Logs go to stderr or a file, never to stdout (stdout may be the LSP channel)."""
+    import logging
+
+    handler = logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    lvl = getattr(logging, level.upper())
+    root.setLevel(lvl)
+    # pygls logs every message it sends at INFO: only show that when debugging
+    logging.getLogger("pygls").setLevel(lvl if lvl <= logging.DEBUG else max(lvl, logging.WARNING))
+
+
+def cmd_serve(args) -> int:
+    import os
+
+    _setup_logging(args.log_level, args.log_file)
+    from lsp_server.server import create_server
+
+    server = create_server()
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        server.start_tcp(host or "127.0.0.1", int(port))
+        return 0
+    # stdout is the protocol channel: give the protocol its own copy of the descriptor and
+    # send anything else that writes to stdout (print, C libraries) to stderr
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    server.start_io(sys.stdin.buffer, channel)
+    return 0
+
+
+def cmd_stats(args) -> int:
+    import json
+
+    from lsp_server.telemetry import read_totals, telemetry_path
+
+    print(json.dumps({"file": str(telemetry_path()), **read_totals()}, indent=1))
+    return 0
+
+
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, not {value!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .cli_complete import add_complete_parser
+
     ap = argparse.ArgumentParser(prog="syntaxlock", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="check that files parse with syntaxlock's Python grammar")
     p.add_argument("files", nargs="+")
     p.set_defaults(func=cmd_check)
+    add_complete_parser(sub)
+    p = sub.add_parser("serve", help="run the language server (stdio unless --tcp)")
+    transport = p.add_mutually_exclusive_group()
+    transport.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
+    transport.add_argument("--tcp", metavar="HOST:PORT", type=_host_port, help="listen on a TCP port instead")
+    p.add_argument("--log-file", help="write the log here instead of stderr")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("stats", help="print the local acceptance counts of all server sessions")
+    p.set_defaults(func=cmd_stats)
     return ap
 
 

@@ -155,6 +155,13 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
 # ---------------------------------------------------------------- KV cache reuse
 
 
+def crop_cache(past, length: int) -> None:
+    """Keep the first `length` positions of a transformers cache."""
+    extra = past.get_seq_length() - length
+    if extra > 0:
+        past.crop(-extra)
+
+
 @dataclass
 class _Entry:
     ids: list[int]
@@ -185,7 +192,7 @@ class PromptCache:
             past = entry.past
             if common == len(ids):  # the new prompt is a prefix of the old one: recompute the last
                 common -= 1
-            past.crop(common)
+            crop_cache(past, common)
             logits, past = self.runtime.forward(ids[common:], past)
             logits = logits[-1]
         else:
@@ -203,7 +210,7 @@ class PromptCache:
         """After decoding with `past`, keep only the prompt's part for the next request."""
         entry = self._entries.get(key)
         if entry is not None and entry.past is past:
-            past.crop(length)
+            crop_cache(past, length)
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)

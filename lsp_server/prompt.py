@@ -23,8 +23,10 @@ IMPORT_LINE = re.compile(r"^(import\s|from\s+\S+\s+import\s)")
 class Prompt:
     ids: list[int]  # the whole prompt (FIM tokens included)
     prefix_ids: int  # how many ids spell the prefix text (they end the prompt, or come before SUF)
-    text: str  # the prefix text the ids spell
+    text: str  # the prefix text the ids spell (healed bytes included)
     truncated: bool
+    healed_ids: tuple[int, ...] = ()  # prompt tokens backed off (token healing)
+    healed: bytes = b""  # their bytes: the completion's first tokens must spell them again
 
 
 def _tokens(tok: LoadedTokenizer, text: str) -> int:
@@ -53,15 +55,27 @@ def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool]:
     return kept, True
 
 
-def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None) -> Prompt:
+def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
+                 heal: bool = False) -> Prompt:
+    """The prompt for a cursor; with `heal`, the last prefix token is backed off (unless it is
+    all the prefix has) so that the model may spell the typed text its own way."""
     text, truncated = window(tok, before, budget)
     ids = tok.encode(text)
+    healed_ids: tuple[int, ...] = ()
+    healed = b""
+    if heal and len(ids) > 1:
+        last = tok.vocab.token_bytes[ids[-1]]
+        if text.encode().endswith(last) and last:
+            healed_ids, healed = (ids[-1],), last
+            ids = ids[:-1]
+    if not ids:  # an empty document: a newline is the most neutral start a model knows
+        ids = tok.encode("\n")
     if fim is None:
-        return Prompt(ids, len(ids), text, truncated)
+        return Prompt(ids, len(ids), text, truncated, healed_ids, healed)
     suffix_text, _ = window(tok, after[: 4 * budget], max(budget // 4, 16)) if after else ("", False)
     suffix_ids = tok.encode(suffix_text[: 2000])
     if fim.style == "deepseek" or fim.style == "starcoder" or fim.style == "qwen":
         full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
     else:  # codellama: <PRE> prefix <SUF> suffix <MID>
         full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
-    return Prompt(full, len(ids), text, truncated)
+    return Prompt(full, len(ids), text, truncated, healed_ids, healed)

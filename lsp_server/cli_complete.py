@@ -1,0 +1,152 @@
+"""`syntaxlock complete`: complete a file at a cursor (or a batch of cursors) from the shell."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .options import EngineOptions, OptionError
+
+log = logging.getLogger(__name__)
+
+
+def add_complete_parser(sub) -> None:
+    p = sub.add_parser(
+        "complete",
+        help="complete FILE at a cursor (0-based line and UTF-16 character, as LSP counts them)",
+    )
+    p.add_argument("file", nargs="?", help="the Python file (omit with --batch)")
+    p.add_argument("--line", type=int, help="0-based line of the cursor")
+    p.add_argument("--character", type=int, help="0-based character (UTF-16 units) of the cursor")
+    p.add_argument("--batch", metavar="CUTS.jsonl",
+                   help='one {"path", "line", "character"} object per line; one JSON result per line out')
+    p.add_argument("--model", default="default", help="default | a Hugging Face model directory | FILE.gguf")
+    p.add_argument("--store", help="mask store path (default: the per-user cache, built on first use)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--unconstrained", action="store_true", help="no grammar mask (for comparison)")
+    p.add_argument("--max-tokens", type=int, default=EngineOptions.max_tokens)
+    p.add_argument("--mode", default="auto", choices=("auto", "single", "multi"))
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--context-tokens", type=int, default=EngineOptions.context_tokens)
+    p.add_argument("--no-speculative", action="store_true", help="plain decoding, one model call per token")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.set_defaults(func=cmd_complete)
+
+
+def _options(args) -> EngineOptions:
+    try:
+        return EngineOptions(
+            model=args.model, device=args.device, store=args.store, max_tokens=args.max_tokens,
+            temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+            constrained=not args.unconstrained, mode=args.mode,
+            speculative=not args.no_speculative, context_tokens=args.context_tokens,
+        ).validated()
+    except OptionError as e:
+        raise SystemExit(f"syntaxlock complete: {e}") from None
+
+
+def _read_text(path: str) -> str:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    if b"\0" in raw:
+        raise ValueError(f"{path} is a binary file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 (byte {e.start})") from None
+
+
+def _load_engine(opts: EngineOptions):
+    from mask_store.store import MaskStoreError
+
+    from .completion import CompletionEngine
+    from .model_runtime import ModelLoadError
+
+    try:
+        return CompletionEngine.load(opts, progress=lambda msg, frac: log.info("%s", msg))
+    except (ModelLoadError, MaskStoreError) as e:
+        raise SystemExit(f"syntaxlock complete: {e}") from None
+
+
+def _complete_one(engine, path: str, line: int, character: int, max_tokens: int | None = None):
+    from .completion import CompletionRequest
+
+    text = _read_text(path)
+    return engine.complete(CompletionRequest(text, line, character, document=str(Path(path).resolve()),
+                                             max_tokens=max_tokens))
+
+
+def _show(path: str, text: str, result) -> str:
+    """The cursor's line with the completion after it, for a person."""
+    line_no, ch = result.start
+    lines = text.split("\n")
+    line = lines[line_no] if line_no < len(lines) else ""
+    from .positions import offset_at
+
+    off = offset_at(text, line_no, ch) - sum(len(x) + 1 for x in lines[:line_no])
+    head = line[:off]
+    tail = line[off:]
+    covered = result.end[1] - result.start[1]
+    rest = tail[covered:] if covered else tail
+    green, plain = ("\033[32m", "\033[0m") if sys.stdout.isatty() else ("", "")
+    shown = head + green + result.text + plain + rest
+    total = result.prompt_ms + result.decode_ms
+    summary = (
+        f"{path}:{line_no + 1}:{ch + 1}: {result.mode}-line, stopped: {result.stop_reason}; "
+        f"{result.tokens_generated} sampled + {result.tokens_forced} forced tokens "
+        f"({result.tokens_healed} healed) in {total:.0f} ms "
+        f"(prompt {result.prompt_ms:.0f} ms, {result.prompt_reused}/{result.prompt_tokens} reused)"
+    )
+    return f"{summary}\n{shown}"
+
+
+def cmd_complete(args) -> int:
+    from .positions import PositionError
+
+    opts = _options(args)
+    if args.batch:
+        return _batch(args, opts)
+    if args.file is None or args.line is None or args.character is None:
+        raise SystemExit("syntaxlock complete: give FILE --line L --character C, or --batch CUTS.jsonl")
+    try:
+        text = _read_text(args.file)
+    except ValueError as e:
+        raise SystemExit(f"syntaxlock complete: {e}") from None
+    engine = _load_engine(opts)
+    try:
+        result = _complete_one(engine, args.file, args.line, args.character)
+    except (ValueError, PositionError) as e:
+        raise SystemExit(f"syntaxlock complete: {e}") from None
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(_show(args.file, text, result))
+    return 0
+
+
+def _batch(args, opts: EngineOptions) -> int:
+    try:
+        lines = Path(args.batch).read_text().splitlines()
+    except OSError as e:
+        raise SystemExit(f"syntaxlock complete: cannot read {args.batch}: {e.strerror}") from None
+    engine = _load_engine(opts)
+    status = 0
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            cut = json.loads(raw)
+            path, line, ch = cut["path"], int(cut["line"]), int(cut["character"])
+            result = _complete_one(engine, path, line, ch, cut.get("max_tokens"))
+            out = {"path": path, "line": line, "character": ch, **result.to_json()}
+        except (ValueError, KeyError, TypeError) as e:
+            out = {"error": f"{args.batch}:{n}: {e}", "input": raw}
+            status = 1
+        print(json.dumps(out), flush=True)
+    return status

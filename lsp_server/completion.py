@@ -1,0 +1,256 @@
+"""The completion engine: a document and a cursor in, the completion that keeps the file valid out.
+
+    engine = CompletionEngine.load(EngineOptions(model="default"))
+    result = engine.complete(CompletionRequest(text, line=10, character=8, document="file:///a.py"))
+    result.text, result.start, result.end   # insert `text` in place of start..end (LSP positions)
+
+`complete` is synchronous and thread-safe (one completion at a time per engine); `cancel` is
+polled between decoding steps, so a cancelled request stops within one step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from grammar_tools.incremental import ParseError, PrefixParser, newline_width
+from grammar_tools.lexer_automaton import START, LexError
+from mask_store.matcher import GrammarMatcher
+from mask_store.store import MaskStoreError
+
+from .options import EngineOptions
+from .positions import line_starts, offset_at, utf16_len
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    text: str  # the whole document
+    line: int  # cursor, LSP coordinates: 0-based line, UTF-16 code units
+    character: int
+    document: str = "untitled"  # key of the per-document caches (KV cache, prefix parser)
+    max_tokens: int | None = None  # overrides the engine's option for this request
+    mode: str | None = None  # overrides the engine's option (auto | single | multi)
+
+
+@dataclass
+class CompletionResult:
+    text: str  # what to insert
+    start: tuple[int, int]  # replace range, LSP coordinates; start is the cursor
+    end: tuple[int, int]  # past the auto-closed brackets/quotes the text supplies again
+    stop_reason: str  # see STOP_REASONS
+    mode: str  # single | multi
+    constrained: bool
+    tokens_generated: int = 0  # sampled from the model
+    tokens_forced: int = 0  # appended by fast-forward without sampling
+    tokens_healed: int = 0  # prompt tokens backed off and re-created
+    prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens served from the KV cache
+    prompt_ms: float = 0.0
+    decode_ms: float = 0.0
+    mask_ms: list[float] = field(default_factory=list)  # per decoding step
+    recovery: str | None = None  # how a syntax error before the cursor was skipped
+    speculation: dict | None = None  # draft statistics when speculative decoding ran
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+STOP_REASONS = {
+    "line-end": "the logical line is complete",
+    "block-end": "the code dedented below the block it started in, or a blank line followed a complete statement",
+    "suffix": "the completion joins the text after the cursor",
+    "eos": "the model ended the sequence where the code can end",
+    "max-tokens": "the token limit",
+    "cancelled": "the request was cancelled",
+    "no-continuation": "the grammar allows nothing the model would say",
+}
+
+Cancel = Callable[[], bool]
+Progress = Callable[[str, "float | None"], None]
+
+
+class CompletionEngine:
+    """A loaded model and mask store, serving completions one at a time."""
+
+    def __init__(self, options: EngineOptions, runtime, compiled) -> None:
+        from .model_runtime import PromptCache
+        from .stopping import LineScanner
+
+        self.options = options
+        self.runtime = runtime
+        self.compiled = compiled
+        self.tokenizer = runtime.tokenizer
+        self.prompt_cache = PromptCache(runtime, max_documents=4)
+        self.scanner = LineScanner(compiled.lexer)
+        self._parsers: OrderedDict[str, PrefixParser] = OrderedDict()
+        self._lock = threading.Lock()
+        vocab = self.tokenizer.vocab
+        self._stop_tokens = set(int(i) for i in vocab.eos) | set(vocab.special)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, options: EngineOptions | None = None, progress: Progress | None = None) -> "CompletionEngine":
+        """Load the model and its mask store (built and cached the first time). Raises
+        `ModelLoadError` or `MaskStoreError` with the fix in the message."""
+        from mask_store.loading import load_compiled
+
+        from .model_runtime import load_model
+
+        options = (options or EngineOptions()).validated()
+        report = progress or (lambda message, fraction: None)
+        report("loading the model", 0.0)
+        runtime = load_model(options.model, options.device)
+        report("loading the mask store", 0.5)
+        compiled, tok = load_compiled(options.model, options.store, progress=False)
+        if tok.vocab.hash != runtime.tokenizer.vocab.hash:
+            raise MaskStoreError("the mask store was built for another tokenizer; run `mask-store build --model ...`")
+        report("ready", 1.0)
+        return cls(options, runtime, compiled)
+
+    def describe(self) -> dict:
+        return {
+            "model": self.runtime.name,
+            "device": str(self.runtime.device),
+            "store": self.compiled.store.header.get("path") or self.options.store or "cache",
+            "fim": self.runtime.fim.style if self.runtime.fim else None,
+            "load_seconds": round(self.runtime.load_seconds, 2),
+        }
+
+    def forget(self, document: str) -> None:
+        with self._lock:
+            self.prompt_cache.forget(document)
+            self._parsers.pop(document, None)
+
+    def _parser(self, document: str) -> PrefixParser:
+        p = self._parsers.pop(document, None)
+        if p is None:
+            p = PrefixParser(self.compiled.recognizer, self.compiled.lexer)
+        self._parsers[document] = p
+        while len(self._parsers) > 8:
+            self._parsers.popitem(last=False)
+        return p
+
+    # ------------------------------------------------------------------ completing
+
+    def complete(self, request: CompletionRequest, cancel: Cancel | None = None,
+                 options: EngineOptions | None = None) -> CompletionResult:
+        """The completion at the request's cursor. Raises PositionError for a cursor outside
+        the document; never returns text that would break the file (constrained mode)."""
+        cancel = cancel or (lambda: False)
+        while not self._lock.acquire(timeout=0.05):
+            if cancel():
+                return self._empty(request, "cancelled", options or self.options)
+        try:
+            return self._complete(request, cancel, options or self.options)
+        finally:
+            self._lock.release()
+
+    def _empty(self, req: CompletionRequest, reason: str, opts: EngineOptions) -> CompletionResult:
+        pos = (req.line, req.character)
+        return CompletionResult("", pos, pos, reason, req.mode or opts.mode, opts.constrained)
+
+    def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions) -> CompletionResult:
+        from .decoding import ModelStepper, Sampler, decode
+        from .prompt import build_prompt
+        from .stopping import Compatibility, StopPolicy, cursor_context
+
+        text = req.text
+        starts = line_starts(text)
+        off = offset_at(text, req.line, req.character, starts)
+        before, after = text[:off], text[off:]
+        ctx = cursor_context(before, after, req.mode or opts.mode, self.compiled.lexer)
+        constrained = opts.constrained
+        t0 = time.perf_counter()
+
+        # the prompt, with the last token backed off when the grammar can re-create it
+        prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
+                              heal=constrained)
+        heal = prompt.healed
+        before_b = before.encode()
+        parser = self._parser(req.document)
+        matcher = None
+        recovery = None
+        if constrained:
+            try:
+                matcher = GrammarMatcher.from_prefix(self.compiled, before_b[: len(before_b) - len(heal)],
+                                                     heal=heal, parser=parser)
+            except (ParseError, LexError) as e:
+                log.info("no completion: the text before the cursor does not parse (%s)", e)
+                return self._empty(req, "no-continuation", opts)
+            st = matcher.prefix_state
+            recovery = st.recovered
+            parsed_before = recovery.rewrite(before_b) if recovery else before_b
+            prefix_len = len(before_b) - len(heal)
+            held = before_b[st.lexeme_start : prefix_len]
+            depth = st.configs[0].depth if st.configs else 0
+            compat = Compatibility(parser, parsed_before, ctx)
+        else:
+            held, depth, compat = self._lexeme_before(before_b)
+        cursor_depth = self.scanner.depth_after(held + heal, depth)
+        if ctx.mode == "multi" and (cursor_depth > 0 or self.scanner.inside_string(held + heal)):
+            # inside brackets or a string, lines end where the physical line does
+            ctx = replace(ctx, mode="single")
+        line_before = before[before.rfind("\n") + 1 :]
+        line_col = newline_width(b"\n" + line_before[: len(line_before) - len(line_before.lstrip(" \t"))].encode())[0]
+        policy = StopPolicy(ctx, self.scanner, compat, held, heal, depth, line_col, not line_before.strip(),
+                            cursor_depth)
+        if cursor_depth > 0 and compat is not None:
+            policy.bracket_continues = compat.continues(after[len(ctx.covered) :])
+
+        logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids)
+        prompt_ms = (time.perf_counter() - t0) * 1000
+        stepper = ModelStepper(self.runtime.forward, logits, past)
+        sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
+        max_tokens = req.max_tokens or opts.max_tokens
+        t1 = time.perf_counter()
+        try:
+            outcome = decode(stepper, matcher, self.compiled.tokens, self._stop_tokens, sampler, policy,
+                             max_tokens, cancel)
+        finally:
+            self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
+        decode_ms = (time.perf_counter() - t1) * 1000
+        log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
+
+        start = (req.line, req.character)
+        if outcome.stop.reason == "cancelled":
+            body = ""
+        else:
+            cut = outcome.stop.cut
+            body = outcome.generated[len(heal) : len(heal) + cut].decode("utf-8", errors="replace")
+            if not ctx.infix:
+                body = body.rstrip(" \t")
+        end = (req.line, req.character + utf16_len(ctx.covered))
+        return CompletionResult(
+            text=body,
+            start=start,
+            end=end if body or not ctx.covered else start,
+            stop_reason=outcome.stop.reason,
+            mode=ctx.mode,
+            constrained=constrained,
+            tokens_generated=outcome.sampled,
+            tokens_forced=outcome.forced,
+            tokens_healed=len(prompt.healed_ids),
+            prompt_tokens=len(prompt.ids),
+            prompt_reused=reused,
+            prompt_ms=round(prompt_ms, 2),
+            decode_ms=round(decode_ms, 2),
+            mask_ms=[round(m, 4) for m in outcome.mask_ms],
+            recovery=str(recovery.restart_line) if recovery else None,
+        )
+
+    def _lexeme_before(self, before: bytes):
+        """Unconstrained mode: the open lexeme at the cursor for the line scanner (no parse)."""
+        lexer = self.compiled.lexer
+        start = max(before.rfind(b"\n"), 0)
+        try:
+            _, _, s = lexer.lex(before, START, start)
+            return before[s:], 0, None
+        except LexError:
+            return b"", 0, None

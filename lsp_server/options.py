@@ -1,0 +1,64 @@
+"""The engine's options: one typed object with defaults, shared by the CLI and the server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+MODES = ("auto", "single", "multi")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class OptionError(ValueError):
+    """An option value that can't be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str = "default"  # "default", a Hugging Face model directory, or a .gguf file
+    device: str = "auto"  # auto (cuda when present), cpu, cuda
+    store: str | None = None  # mask store path; None: the per-user cache (built on first use)
+    max_tokens: int = 64  # guard on generated tokens per completion
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int | None = None  # sampling seed (None: fresh randomness)
+    constrained: bool = True  # False: no grammar mask (same code path, for comparison)
+    mode: str = "auto"  # auto: single-line unless the cursor opens a block; single; multi
+    speculative: bool = True
+    context_tokens: int = 1024  # prompt budget
+
+    def validated(self) -> "EngineOptions":
+        """Self, or OptionError naming the first bad value."""
+        if not isinstance(self.model, str) or not self.model:
+            raise OptionError("model must be 'default', a model directory or a .gguf file")
+        if self.device not in DEVICES:
+            raise OptionError(f"device must be one of {', '.join(DEVICES)}, not {self.device!r}")
+        if self.mode not in MODES:
+            raise OptionError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        for name, lo, hi in (("max_tokens", 1, 4096), ("context_tokens", 16, 131072)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise OptionError(f"{name} must be an integer in [{lo}, {hi}], not {v!r}")
+        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) or not 0 <= self.temperature <= 5:
+            raise OptionError(f"temperature must be a number in [0, 5], not {self.temperature!r}")
+        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
+            raise OptionError(f"top_p must be a number in (0, 1], not {self.top_p!r}")
+        for name in ("constrained", "speculative"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise OptionError(f"seed must be an integer or null, not {self.seed!r}")
+        if self.store is not None and not isinstance(self.store, str):
+            raise OptionError(f"store must be a path or null, not {self.store!r}")
+        return self
+
+    def updated(self, **changes) -> "EngineOptions":
+        """A copy with `changes` applied and validated (unknown names raise OptionError)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise OptionError(f"unknown option(s): {', '.join(unknown)}")
+        return replace(self, **changes).validated()
+
+    def needs_reload(self, other: "EngineOptions") -> bool:
+        """Whether switching to `other` needs the model or the store loaded again."""
+        return (self.model, self.device, self.store) != (other.model, other.device, other.store)

@@ -1,0 +1,91 @@
+"""A stand-in for a language model that wants to write a given text: deterministic tests of
+the decoding loop, stopping rules and token healing with the real tokenizer and mask store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+class CountingCache:
+    """Just enough of a transformers cache: how many positions it holds."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def get_seq_length(self) -> int:
+        return self.n
+
+    def crop(self, k: int) -> None:
+        assert k < 0
+        self.n += k
+
+
+@dataclass(eq=False)
+class ScriptedRuntime:
+    """Logits that favour, at every step, the longest token spelling the next bytes of
+    `intended` (the whole document as the "model" would write it); other tokens get a low,
+    finite score so the mask always leaves a choice."""
+
+    tokenizer: object
+    intended: bytes
+    fim: object = None
+    name: str = "scripted"
+    device: torch.device = torch.device("cpu")
+    load_seconds: float = 0.0
+    calls: list = field(default_factory=list)
+    noise: float = 0.0  # probability that a step ignores the script (random scores, seeded)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.vocab = self.tokenizer.vocab
+        self._bytes = self.vocab.token_bytes
+        self._by_bytes = self.vocab.by_bytes
+        self._fed: list[int] = []
+        self._rng = torch.Generator().manual_seed(self.seed)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.size
+
+    def forward(self, ids, past=None):
+        if past is None:
+            past = CountingCache()
+            self._fed = []
+        del self._fed[past.n :]
+        self._fed.extend(ids)
+        past.n += len(ids)
+        self.calls.append(len(ids))
+        if len(self.calls) == 1 or past.n == len(ids):  # a new prompt: find where it ends
+            prompt = b"".join(self._bytes[i] for i in self._fed)
+            tail = prompt[-400:]
+            at = self.intended.find(tail)
+            self._base = at + len(tail) if at >= 0 else None
+            self._prompt_len = len(self._fed)
+        logits = torch.full((len(ids), self.vocab.size), -10.0)
+        if self.noise and float(torch.rand(1, generator=self._rng)) < self.noise:
+            logits[-1] = torch.rand(self.vocab.size, generator=self._rng)
+            return logits, past
+        if self._base is None:
+            return logits, past
+        script = self.intended[self._base :]
+        so_far = b"".join(self._bytes[i] for i in self._fed[self._prompt_len :])
+        # the script from where the text so far last agreed with it (a model that strayed
+        # picks the script up again at the same place)
+        common = _common(script, so_far)
+        if common == len(so_far) or self.noise:
+            rest = script[common:]
+            for k in range(1, min(len(rest), 48) + 1):
+                t = self._by_bytes.get(rest[:k])
+                if t is not None:
+                    logits[-1, t] = float(k)
+        return logits, past
+
+
+def _common(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
