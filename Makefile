@@ -1,14 +1,17 @@
 # The two commands of the README. Both set up .venv/ first (idempotent, seconds when ready).
 PY := .venv/bin/python
-DEMO_FILE ?= $(shell python3 -c 'import json.decoder as m; print(m.__file__)')
+DEMO_FILE ?= examples/hottest_day.py
+DEMO_LINE ?= 21
+DEMO_CHAR ?= 38
 
 .PHONY: setup demo test
 setup:
 	bash scripts/setup.sh
 
-# the main job: until the completion engine lands, check a real file against the grammar
+# the main job: complete a real file at a real position with the default model (the first run
+# converts the model and builds the mask store, once)
 demo: setup
-	$(PY) -m lsp_server.cli check $(DEMO_FILE)
+	$(PY) -m lsp_server.cli complete $(DEMO_FILE) --line $(DEMO_LINE) --character $(DEMO_CHAR)
 
 test: setup
 	$(PY) -m pytest -q

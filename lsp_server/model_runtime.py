@@ -123,6 +123,9 @@ class ModelRuntime:
 def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None) -> ModelRuntime:
     """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory."""
     t0 = time.perf_counter()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress goes to our own log, never to the terminal's stdout
     try:
         src = resolve_model(spec)
         tok = load_tokenizer(spec)

@@ -1,0 +1,208 @@
+"""Completion quality and speed, constrained vs unconstrained, on the same stdlib cut points.
+
+For each cut point (fixed seed; line starts and mid-line points, inside and outside blocks) the
+file is cut at the cursor, the rest of that line is dropped, the following lines are kept
+(DESIGN.md §7). Both modes complete it with the same model and a warm KV cache (a one-token
+request on the same document first, as when the user is typing). Reported per mode:
+- parses_after_accept: the completion spliced in place of the rest of the line, the following
+  lines kept, CPython's `ast.parse` accepts the file;
+- exact_match / edit_similarity of the completion's first line against the original rest of line;
+- empty: the share of empty answers;
+- tokens_per_s (decoding only), mask_ms p50/p99 per step, latency_ms p50/p90 (request end to end);
+and by cut class (line-start/mid-line x top-level/in-block).
+
+    .venv/bin/python bench/completion_quality.py --cuts 300 [--model default] [--out cuts.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import random
+import sys
+import sysconfig
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+
+def percentile(values, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def edit_similarity(a: str, b: str) -> float:
+    """1 - Levenshtein distance / longer length (1.0 for two empty strings)."""
+    if not a and not b:
+        return 1.0
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return 1.0 - prev[-1] / max(len(a), len(b))
+
+
+def parses(text: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def candidate_files() -> list[Path]:
+    out = []
+    for p in sorted(STDLIB.rglob("*.py")):
+        rel = p.relative_to(STDLIB).parts
+        if rel[0] in ("site-packages", "test", "idlelib", "lib2to3", "tkinter") or "tests" in rel:
+            continue
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if 2_000 < len(text) < 200_000 and parses(text):
+            out.append(p)
+    return out
+
+
+def cut_points(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    files = candidate_files()
+    cuts: list[dict] = []
+    seen = set()
+    while len(cuts) < n:
+        p = rng.choice(files)
+        lines = p.read_text(encoding="utf-8").split("\n")
+        i = rng.randrange(len(lines))
+        line = lines[i]
+        s = line.strip()
+        if not s or s.startswith("#") or len(s) < 4:
+            continue
+        indent = len(line) - len(line.lstrip())
+        if rng.random() < 0.5:
+            ch, kind = indent, "line-start"
+        else:
+            ch, kind = rng.randrange(indent + 1, len(line)), "mid-line"
+        if (p, i, ch) in seen:
+            continue
+        seen.add((p, i, ch))
+        cuts.append({"path": str(p), "line": i, "character": ch, "kind": kind,
+                     "block": "in-block" if indent else "top-level"})
+    return cuts
+
+
+def run(engine, cut: dict, constrained: bool, max_tokens: int) -> dict:
+    from lsp_server.completion import CompletionRequest
+
+    lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
+    i, ch = cut["line"], cut["character"]
+    reference = lines[i][ch:]
+    doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+    opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens)
+    req = CompletionRequest(doc, i, ch, document=cut["path"])
+    t0 = time.perf_counter()
+    r = engine.complete(req, options=opts)
+    latency = (time.perf_counter() - t0) * 1000
+    # the cut document has nothing after the cursor on its line: the replace range is empty
+    spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
+    first = r.text.split("\n")[0].rstrip()
+    ref_first = reference.rstrip()
+    n_tokens = r.tokens_generated + r.tokens_forced
+    return {
+        "parses": parses(spliced),
+        "exact": first == ref_first,
+        "similarity": edit_similarity(first, ref_first),
+        "empty": not r.text.strip(),
+        "tokens": n_tokens,
+        "decode_ms": r.decode_ms,
+        "mask_ms": r.mask_ms,
+        "latency_ms": latency,
+        "stop": r.stop_reason,
+        "text": r.text,
+    }
+
+
+def summarize(rows: list[dict]) -> dict:
+    n = len(rows)
+    masks = [m for r in rows for m in r["mask_ms"]]
+    tokens = sum(r["tokens"] for r in rows)
+    decode_s = sum(r["decode_ms"] for r in rows) / 1000
+    lat = [r["latency_ms"] for r in rows]
+    stops: dict[str, int] = {}
+    for r in rows:
+        stops[r["stop"]] = stops.get(r["stop"], 0) + 1
+    return {
+        "cuts": n,
+        "parses_after_accept": round(sum(r["parses"] for r in rows) / n, 4),
+        "exact_match": round(sum(r["exact"] for r in rows) / n, 4),
+        "edit_similarity": round(sum(r["similarity"] for r in rows) / n, 4),
+        "empty": round(sum(r["empty"] for r in rows) / n, 4),
+        "tokens_per_s": round(tokens / decode_s, 2) if decode_s else None,
+        "mask_ms_p50": round(percentile(masks, 50), 4) if masks else None,
+        "mask_ms_p99": round(percentile(masks, 99), 4) if masks else None,
+        "latency_ms_p50": round(percentile(lat, 50), 1),
+        "latency_ms_p90": round(percentile(lat, 90), 1),
+        "stops": stops,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cuts", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--out", help="write one JSON line per cut point and mode here")
+    args = ap.parse_args(argv)
+
+    from lsp_server.completion import CompletionEngine, CompletionRequest
+    from lsp_server.options import EngineOptions
+
+    engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens))
+    cuts = cut_points(args.cuts, args.seed)
+    results: dict[str, list[dict]] = {"constrained": [], "unconstrained": []}
+    by_class: dict[str, dict[str, list[dict]]] = {}
+    out = open(args.out, "w") if args.out else None
+    for k, cut in enumerate(cuts):
+        # warm the document's KV cache as typing would
+        lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
+        i, ch = cut["line"], cut["character"]
+        doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+        engine.complete(CompletionRequest(doc, i, ch, document=cut["path"], max_tokens=1))
+        for mode in ("constrained", "unconstrained"):
+            row = run(engine, cut, mode == "constrained", args.max_tokens)
+            results[mode].append(row)
+            cls = f'{cut["kind"]}/{cut["block"]}'
+            by_class.setdefault(cls, {"constrained": [], "unconstrained": []})[mode].append(row)
+            if out:
+                out.write(json.dumps({**cut, "mode": mode, **{k2: v for k2, v in row.items() if k2 != "mask_ms"}}) + "\n")
+        engine.forget(cut["path"])
+        if (k + 1) % 25 == 0:
+            print(f"{k + 1}/{len(cuts)} cut points", file=sys.stderr, flush=True)
+    report = {
+        "model": engine.describe()["model"],
+        "max_tokens": args.max_tokens,
+        "seed": args.seed,
+        "constrained": summarize(results["constrained"]),
+        "unconstrained": summarize(results["unconstrained"]),
+        "by_class": {c: {m: summarize(v) for m, v in d.items()} for c, d in sorted(by_class.items())},
+    }
+    c, u = report["constrained"], report["unconstrained"]
+    report["tokens_per_s_ratio"] = round(c["tokens_per_s"] / u["tokens_per_s"], 3) if u["tokens_per_s"] else None
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
