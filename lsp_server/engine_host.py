@@ -1,0 +1,260 @@
+"""The engine's home in the server: background loading, one completion at a time on a worker
+thread, cancellation and superseding.
+
+    host = EngineHost(on_status)              # on_status(Status) may be called from any thread
+    host.configure(options, enabled=True)     # loads (or reloads) in the background
+    ticket = host.ticket(uri, version)        # stops the previous ticket of the same document
+    result = await host.complete(request, ticket)   # None: not ready, or stopped before it ran
+
+A ticket is stopped by the client (`$/cancelRequest` cancels the awaiting task, which stops its
+ticket) or by a newer request for the same document (`superseded`). The engine polls the ticket
+between decoding steps, so a stopped request ends within one step. While a new model loads, the
+previous engine keeps answering; if the new one fails to load, the previous one stays and the
+status says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from .completion import CompletionRequest, CompletionResult
+from .options import EngineOptions
+
+log = logging.getLogger(__name__)
+
+STATES = ("loading", "ready", "error", "disabled")
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str  # one of STATES
+    message: str
+    percentage: int | None = None
+
+    def to_json(self) -> dict:
+        return {"state": self.state, "message": self.message, "percentage": self.percentage}
+
+
+class Ticket:
+    """One completion request's right to run; `stopped()` is the engine's cancel callback."""
+
+    __slots__ = ("uri", "version", "superseded", "_stop")
+
+    def __init__(self, uri: str, version: int | None) -> None:
+        self.uri = uri
+        self.version = version
+        self.superseded = False
+        self._stop = threading.Event()
+
+    def stop(self, superseded: bool = False) -> None:
+        if not self._stop.is_set():
+            self.superseded = superseded
+            self._stop.set()
+
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+
+Loader = Callable[[EngineOptions, Callable[[str, float | None], None]], object]
+
+
+def load_engine(options: EngineOptions, progress: Callable[[str, float | None], None]):
+    from .completion import CompletionEngine
+
+    return CompletionEngine.load(options, progress=progress)
+
+
+def load_error_message(e: BaseException) -> str:
+    """The message of a failed load: the known errors carry a clear one already."""
+    from mask_store.store import MaskStoreError
+
+    from .model_runtime import ModelLoadError
+
+    if isinstance(e, (ModelLoadError, MaskStoreError)):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
+
+
+class EngineHost:
+    def __init__(self, on_status: Callable[[Status], None], loader: Loader = load_engine) -> None:
+        self._on_status = on_status
+        self._loader = loader
+        self._lock = threading.Lock()
+        self._engine = None
+        self._active: EngineOptions | None = None  # the options the engine was loaded with
+        self._desired: EngineOptions | None = None  # the options asked for
+        self._enabled = True
+        self._gen = 0  # bumped by every configure(): a load of an older generation is stale
+        self._loading = False
+        self._status = Status("loading", "starting", None)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntaxlock-complete")
+        self._tickets: dict[str, Ticket] = {}
+
+    # --- state -------------------------------------------------------------------------------
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
+    def ready(self) -> bool:
+        return self._engine is not None
+
+    def _set_status(self, status: Status) -> None:
+        self._status = status
+        try:
+            self._on_status(status)
+        except Exception:  # a reporting problem must not break loading
+            log.exception("status callback failed")
+
+    def describe(self) -> dict:
+        opts = self._active or self._desired or EngineOptions()
+        out = {"model": opts.model, "device": opts.device, "store": opts.store}
+        engine = self._engine
+        if engine is not None:
+            try:
+                out.update({k: v for k, v in engine.describe().items() if k in ("model", "device", "store")})
+            except Exception:
+                log.exception("engine.describe() failed")
+        return {"state": self._status.state, "message": self._status.message} | out
+
+    # --- loading -----------------------------------------------------------------------------
+    def configure(self, options: EngineOptions, enabled: bool = True) -> None:
+        """Use these options: load the engine in the background when the model, device or store
+        changed (or none is loaded), unload it when disabled."""
+        same = False
+        with self._lock:
+            self._gen += 1
+            self._desired = options
+            self._enabled = enabled
+            if not enabled:
+                engine, self._engine, self._active = self._engine, None, None
+                start = False
+            else:
+                engine = None
+                same = self._engine is not None and self._active is not None and not self._active.needs_reload(options)
+                if same:
+                    self._active = options  # takes effect with the next completion
+                start = not same and not self._loading
+                if start:
+                    self._loading = True
+        if not enabled:
+            del engine
+            gc.collect()
+            self._set_status(Status("disabled", "syntaxlock is disabled (setting enabled: false)"))
+            return
+        if same and self._status.state != "ready":
+            self._set_status(Status("ready", f"ready: {self._describe_short()}", 100))
+        if not same:
+            self._set_status(Status("loading", f"loading model {options.model!r} on {options.device}", None))
+        if start:
+            threading.Thread(target=self._load_loop, name="syntaxlock-load", daemon=True).start()
+
+    def _load_loop(self) -> None:
+        while True:
+            with self._lock:
+                gen, options = self._gen, self._desired
+                if not self._enabled or options is None:
+                    self._loading = False
+                    return
+                if self._engine is not None and self._active is not None and not self._active.needs_reload(options):
+                    self._active = options
+                    self._loading = False
+                    return
+
+            def progress(message: str, fraction: float | None = None, gen=gen) -> None:
+                if gen == self._gen:
+                    pct = None if fraction is None else max(0, min(100, int(round(fraction * 100))))
+                    self._set_status(Status("loading", str(message), pct))
+
+            try:
+                engine = self._loader(options, progress)
+                error = None
+            except Exception as e:  # load errors become a status, never a crash
+                engine, error = None, load_error_message(e)
+                if not isinstance(e, (RuntimeError, OSError, ValueError)):
+                    log.exception("unexpected error while loading the engine")
+            with self._lock:
+                if gen != self._gen:
+                    del engine
+                    continue  # the options changed while loading: load again (or stop)
+                self._loading = False
+                if error is None:
+                    old, self._engine, self._active = self._engine, engine, options
+                else:
+                    old = None
+                    kept = self._active
+            if old is not None:
+                del old
+                gc.collect()
+            if error is None:
+                self._set_status(Status("ready", f"ready: {self._describe_short()}", 100))
+            elif kept is not None:
+                self._set_status(
+                    Status("ready", f"cannot load model {options.model!r} ({error}); still using {kept.model!r}", None)
+                )
+            else:
+                self._set_status(Status("error", f"cannot load model {options.model!r}: {error}", None))
+            return
+
+    def _describe_short(self) -> str:
+        d = self.describe()
+        return f"model {d['model']} on {d['device']}"
+
+    # --- completions -------------------------------------------------------------------------
+    def ticket(self, uri: str, version: int | None) -> Ticket:
+        """A ticket for a new request on `uri`; the previous one of that document is superseded."""
+        new = Ticket(uri, version)
+        old = self._tickets.get(uri)
+        self._tickets[uri] = new
+        if old is not None:
+            old.stop(superseded=True)
+        return new
+
+    def release(self, ticket: Ticket) -> None:
+        if self._tickets.get(ticket.uri) is ticket:
+            del self._tickets[ticket.uri]
+
+    async def complete(self, request: CompletionRequest, ticket: Ticket) -> CompletionResult | None:
+        """Run the request on the worker thread. None when no engine is ready or the ticket was
+        stopped before the engine started; asyncio cancellation stops the ticket."""
+        engine, options = self._engine, self._active
+        if engine is None or ticket.stopped():
+            return None
+
+        def work() -> CompletionResult | None:
+            if ticket.stopped():
+                return None
+            return engine.complete(request, cancel=ticket.stopped, options=options)
+
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, work)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            ticket.stop()
+            raise
+
+    def forget(self, uri: str) -> None:
+        ticket = self._tickets.pop(uri, None)
+        if ticket is not None:
+            ticket.stop()
+        engine = self._engine
+        if engine is not None:
+            try:
+                engine.forget(uri)
+            except Exception:
+                log.exception("engine.forget(%s) failed", uri)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._gen += 1
+            self._enabled = False
+        for t in list(self._tickets.values()):
+            t.stop()
+        self._tickets.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)

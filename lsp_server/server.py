@@ -1,0 +1,346 @@
+"""The syntaxlock language server: a typed pygls LanguageServer and thin feature handlers.
+
+    server = create_server()
+    server.start_io()                    # or server.start_tcp(host, port)
+
+Features: inline completion (LSP 3.18) and one-item completion with the same suggestion,
+incremental document sync (UTF-16 positions), settings from initializationOptions and
+workspace/didChangeConfiguration, commands for acceptance telemetry and status, and a
+`syntaxlock/status` notification (loading | ready | error | disabled) with `$/progress` reports
+while the engine loads. The model loads in the background: `initialize` is answered at once and
+requests made before the engine is ready get an empty result. No request can bring the server
+down: bad input is answered with an LSP error or an empty result and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from .documents import DocumentError, DocumentStore
+from .engine_host import EngineHost, Status
+from .server_completion import Received, Suggester, completion_items, inline_items
+from .server_options import SECTION, ServerOptions
+from .telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+NAME = "syntaxlock"
+VERSION = "0.1.0"
+STATUS_NOTIFICATION = "syntaxlock/status"
+COMMANDS = ("syntaxlock.accepted", "syntaxlock.dismissed", "syntaxlock.stats", "syntaxlock.status")
+COMPLETION_METHODS = (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION)
+
+RECEIVED: contextvars.ContextVar[Received | None] = contextvars.ContextVar("syntaxlock_received", default=None)
+_ANSWERED = object()  # a message already answered while it was read (malformed params)
+
+
+class SyntaxlockProtocol(LanguageServerProtocol):
+    """pygls' protocol with four changes: positions are always UTF-16; documents live in the
+    server's own store (pygls' workspace is not fed); a request whose params don't match the
+    LSP types is answered with InvalidParams (pygls would leave it unanswered); and completion
+    requests note the document version they were made on before any later message is read."""
+
+    _server: "SyntaxlockServer"
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            general.position_encodings = [types.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
+    def _user(self, method: str, params):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params):
+        yield from self._user(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params):
+        yield from self._user(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params):
+        yield from self._user(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as e:
+            if isinstance(data, dict) and "id" in data and "method" in data:
+                cause = e.__cause__ or e
+                msg = f"invalid params for {data['method']}: {str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
+                log.warning("request %s: %s", data["id"], msg)
+                self._send_response(data["id"], error=types.ResponseError(code=JsonRpcInvalidParams.CODE, message=msg))
+                return _ANSWERED
+            raise
+
+    def handle_message(self, message):
+        if message is _ANSWERED:
+            return
+        return super().handle_message(message)
+
+    def _handle_request(self, msg_id, method_name: str, params: Any):
+        if method_name in COMPLETION_METHODS:
+            uri = getattr(getattr(params, "text_document", None), "uri", None)
+            version = self._server.documents.version(uri) if isinstance(uri, str) else None
+            RECEIVED.set(Received(uri, version, time.perf_counter()))
+        return super()._handle_request(msg_id, method_name, params)
+
+
+class SyntaxlockServer(LanguageServer):
+    """The server's state: settings, documents, the engine host, telemetry, status reporting."""
+
+    def __init__(self) -> None:
+        super().__init__(NAME, VERSION, protocol_cls=SyntaxlockProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.options = ServerOptions()
+        self.documents = DocumentStore()
+        self.telemetry = Telemetry()
+        self.suggester = Suggester(self)
+        self.host = EngineHost(self._status_from_any_thread)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._pending_problems: list[str] = []
+        self._last_status: Status | None = None
+        self._progress_token: str | None = None
+        self._progress_created = False
+        self._progress_seq = 0
+
+    # --- messages to the client --------------------------------------------------------------
+    def report(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        """Log locally and in the client's log (window/logMessage). Event-loop thread only."""
+        level = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(kind, logging.INFO)
+        log.log(level, "%s", message)
+        try:
+            self.window_log_message(types.LogMessageParams(type=kind, message=message))
+        except Exception:
+            log.exception("cannot send window/logMessage")
+
+    def show(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
+        log.warning("%s", message)
+        try:
+            self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        except Exception:
+            log.exception("cannot send window/showMessage")
+
+    def report_server_error(self, error: Exception, source) -> None:
+        """pygls' hook for errors outside a request's answer: logged, never a pop-up."""
+        log.error("%s: %s", getattr(source, "__name__", source), error)
+        try:
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=f"syntaxlock: {error}"))
+        except Exception:
+            pass
+
+    # --- options -----------------------------------------------------------------------------
+    def apply_settings(self, raw: Any, *, start: bool = True) -> None:
+        new, problems = self.options.merged(raw)
+        if problems:
+            self._pending_problems.extend(problems)
+        self.options = new
+        if start:
+            self.flush_problems()
+            self.host.configure(new.engine, new.enabled)
+
+    def flush_problems(self) -> None:
+        if self._pending_problems:
+            self.show("syntaxlock settings: " + "; ".join(self._pending_problems), types.MessageType.Warning)
+            self._pending_problems = []
+
+    # --- status ------------------------------------------------------------------------------
+    def _status_from_any_thread(self, status: Status) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._emit_status, status)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def _emit_status(self, status: Status) -> None:
+        last, self._last_status = self._last_status, status
+        try:
+            self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
+        except Exception:
+            log.exception("cannot send %s", STATUS_NOTIFICATION)
+        if last is None or (last.state, last.message) != (status.state, status.message):
+            kind = types.MessageType.Error if status.state == "error" else types.MessageType.Info
+            pct = f" ({status.percentage}%)" if status.percentage is not None and status.state == "loading" else ""
+            self.report(f"syntaxlock {status.state}: {status.message}{pct}", kind)
+        if status.state == "error" and (last is None or last.message != status.message):
+            self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
+        elif status.state == "ready" and status.message.startswith("cannot load"):
+            self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
+        self._progress(status)
+
+    def _supports_progress(self) -> bool:
+        caps = self.protocol.client_capabilities if hasattr(self.protocol, "client_capabilities") else None
+        window = getattr(caps, "window", None)
+        return bool(getattr(window, "work_done_progress", False))
+
+    def _progress(self, status: Status) -> None:
+        """Mirror loading in `$/progress` work-done reports (when the client supports them)."""
+        if not self._supports_progress():
+            return
+        if status.state == "loading":
+            if self._progress_token is None:
+                self._progress_seq += 1
+                token = self._progress_token = f"syntaxlock-load-{self._progress_seq}"
+                self._progress_created = False
+                asyncio.ensure_future(self._create_progress(token))
+            elif self._progress_created:
+                self.work_done_progress.report(
+                    self._progress_token,
+                    types.WorkDoneProgressReport(message=status.message, percentage=status.percentage),
+                )
+        elif self._progress_token is not None:
+            token, created = self._progress_token, self._progress_created
+            self._progress_token = None
+            if created:
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=status.message))
+
+    async def _create_progress(self, token: str) -> None:
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception as e:
+            log.info("the client refused a progress token: %s", e)
+            if self._progress_token == token:
+                self._progress_token = None
+            return
+        status = self._last_status or Status("loading", "loading")
+        self.work_done_progress.begin(
+            token,
+            types.WorkDoneProgressBegin(title="syntaxlock", message=status.message, percentage=status.percentage or 0,
+                                        cancellable=False),
+        )
+        if self._progress_token == token:
+            self._progress_created = True
+        else:  # loading finished before the client answered
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=status.message))
+
+
+# --- feature handlers ------------------------------------------------------------------------
+
+def on_initialize(ls: SyntaxlockServer, params: types.InitializeParams) -> None:
+    ls.loop = asyncio.get_running_loop()
+    ls.apply_settings(params.initialization_options, start=False)
+
+
+def on_initialized(ls: SyntaxlockServer, params: types.InitializedParams) -> None:
+    ls.flush_problems()
+    ls.host.configure(ls.options.engine, ls.options.enabled)
+
+
+async def on_did_change_configuration(ls: SyntaxlockServer, params: types.DidChangeConfigurationParams) -> None:
+    settings = params.settings
+    if not settings and getattr(getattr(ls.client_capabilities, "workspace", None), "configuration", False):
+        try:
+            pulled = await ls.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+            )
+            settings = pulled[0] if pulled else None
+        except Exception as e:
+            ls.report(f"cannot read the settings (workspace/configuration): {e}", types.MessageType.Warning)
+            return
+    if settings is None:
+        return
+    ls.apply_settings(settings)
+
+
+def on_did_open(ls: SyntaxlockServer, params: types.DidOpenTextDocumentParams) -> None:
+    d = params.text_document
+    doc = ls.documents.open(d.uri, d.language_id, d.version, d.text)
+    if doc.refused:
+        ls.report(f"{d.uri}: no completions here: {doc.refused}", types.MessageType.Info)
+
+
+def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParams) -> None:
+    changes = []
+    for c in params.content_changes:
+        if isinstance(c, types.TextDocumentContentChangePartial):
+            r = c.range
+            changes.append((((r.start.line, r.start.character), (r.end.line, r.end.character)), c.text))
+        else:
+            changes.append((None, c.text))
+    uri = params.text_document.uri
+    try:
+        doc = ls.documents.change(uri, params.text_document.version, changes)
+    except DocumentError as e:
+        ls.report(f"document change not applied: {e}", types.MessageType.Error)
+        return
+    if doc.refused:
+        log.debug("%s: %s", uri, doc.refused)
+
+
+def on_did_close(ls: SyntaxlockServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    ls.documents.close(uri)
+    ls.suggester.forget(uri)
+    ls.host.forget(uri)
+
+
+async def on_inline_completion(ls: SyntaxlockServer, params: types.InlineCompletionParams):
+    selected = params.context.selected_completion_info if params.context else None
+    s = await ls.suggester.suggest(params.text_document.uri, params.position, selected, RECEIVED.get())
+    return inline_items(s)
+
+
+async def on_completion(ls: SyntaxlockServer, params: types.CompletionParams):
+    if not ls.options.completion_items:
+        return types.CompletionList(is_incomplete=False, items=[])
+    s = await ls.suggester.suggest(params.text_document.uri, params.position, None, RECEIVED.get())
+    return completion_items(s)
+
+
+def on_shutdown(ls: SyntaxlockServer, params: None) -> None:
+    ls.telemetry.flush()
+    ls.host.shutdown()
+
+
+def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
+    ok = bool(args) and ls.telemetry.accepted(args[0])
+    if not ok:
+        ls.report(f"syntaxlock.accepted: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
+    return ok
+
+
+def cmd_dismissed(ls: SyntaxlockServer, *args) -> bool:
+    ok = bool(args) and ls.telemetry.dismissed(args[0])
+    if not ok:
+        ls.report(f"syntaxlock.dismissed: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
+    return ok
+
+
+def cmd_stats(ls: SyntaxlockServer, *args) -> dict:
+    return ls.telemetry.stats()
+
+
+def cmd_status(ls: SyntaxlockServer, *args) -> dict:
+    return ls.host.describe()
+
+
+def create_server() -> SyntaxlockServer:
+    ls = SyntaxlockServer()
+    ls.feature(types.INITIALIZE)(on_initialize)
+    ls.feature(types.INITIALIZED)(on_initialized)
+    ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(on_did_change_configuration)
+    ls.feature(types.TEXT_DOCUMENT_DID_OPEN)(on_did_open)
+    ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)(on_did_change)
+    ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)(on_did_close)
+    ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(on_inline_completion)
+    ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(on_completion)
+    ls.feature(types.SHUTDOWN)(on_shutdown)
+    for name, fn in zip(COMMANDS, (cmd_accepted, cmd_dismissed, cmd_stats, cmd_status)):
+        ls.command(name)(fn)
+    return ls

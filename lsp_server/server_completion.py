@@ -1,0 +1,232 @@
+"""From an LSP completion request to a suggestion, and from a suggestion to LSP items.
+
+One suggestion serves both `textDocument/inlineCompletion` and `textDocument/completion`:
+requests for the same document, version, position and selected item share one engine run (an
+editor that asks for both while typing gets one computation), and a request that differs
+supersedes the run still going for that document. A suggestion is only returned for the
+document version the request was made on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from .completion import CompletionRequest, CompletionResult
+from .positions import PositionError, offset_at, position_of
+
+if TYPE_CHECKING:
+    from .engine_host import Ticket
+    from .server import SyntaxlockServer
+
+log = logging.getLogger(__name__)
+
+ACCEPT_COMMAND = "syntaxlock.accepted"
+LABEL_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Received:
+    """What the server knew when a request arrived (set before any later message is handled)."""
+
+    uri: str | None
+    version: int | None
+    t0: float
+
+
+@dataclass
+class Suggestion:
+    id: str
+    text: str  # insertText
+    range: types.Range
+    result: CompletionResult
+    latency_ms: float
+
+
+@dataclass
+class Job:
+    """One engine run, shared by the requests that ask for exactly the same thing."""
+
+    key: tuple
+    ticket: "Ticket"
+    task: asyncio.Task | None = None
+    waiters: int = 0
+    counted: bool = False  # its superseding was counted
+    suggestion: Suggestion | None = None
+
+
+def _pos(p: tuple[int, int]) -> types.Position:
+    return types.Position(line=p[0], character=p[1])
+
+
+class Suggester:
+    def __init__(self, server: "SyntaxlockServer") -> None:
+        self.server = server
+        self._jobs: dict[str, Job] = {}
+
+    def forget(self, uri: str) -> None:
+        job = self._jobs.pop(uri, None)
+        if job is not None:
+            job.ticket.stop()
+
+    async def suggest(
+        self,
+        uri: str,
+        position: types.Position,
+        selected: types.SelectedCompletionInfo | None,
+        received: Received | None,
+    ) -> Suggestion | None:
+        ls = self.server
+        ls.telemetry.count("requests")
+        t0 = received.t0 if received else time.perf_counter()
+        if not ls.options.enabled or not ls.host.ready:
+            return None
+        doc = ls.documents.get(uri)
+        if doc is None:
+            ls.report(f"completion asked for a document that is not open: {uri}", types.MessageType.Warning)
+            return None
+        if doc.refused:
+            log.debug("no completion in %s: %s", uri, doc.refused)
+            return None
+        version = doc.version
+        if received is not None and received.uri == uri and received.version != version:
+            log.debug("request for %s version %s, now %s: stale", uri, received.version, version)
+            return None
+        text = doc.text
+        try:
+            cursor = offset_at(text, position.line, position.character, doc.starts)
+        except PositionError as e:
+            ls.report(f"completion in {uri}: {e}", types.MessageType.Warning)
+            return None
+        shift = 0
+        sel_range = None
+        if selected is not None:
+            try:
+                a = offset_at(text, selected.range.start.line, selected.range.start.character, doc.starts)
+                b = offset_at(text, selected.range.end.line, selected.range.end.character, doc.starts)
+            except PositionError as e:
+                ls.report(f"completion in {uri}: selected item range: {e}", types.MessageType.Warning)
+                return None
+            if b < a or not a <= cursor <= b:
+                ls.report(f"completion in {uri}: the selected item's range does not hold the cursor", types.MessageType.Warning)
+                return None
+            text = text[:a] + selected.text + text[b:]
+            cursor = a + len(selected.text)
+            shift = len(selected.text) - (b - a)
+            sel_range = (a, b)
+        line, character = position_of(text, cursor) if selected is not None else (position.line, position.character)
+        key = (version, line, character, selected.text if selected else None, sel_range)
+
+        job = self._jobs.get(uri)
+        if job is None or job.key != key or job.ticket.stopped():
+            job = Job(key, ls.host.ticket(uri, version))  # stops the previous ticket of uri
+            self._jobs[uri] = job
+            request = CompletionRequest(text, line, character, document=uri)
+            job.task = asyncio.ensure_future(self._run(request, job))
+        job.waiters += 1
+        try:
+            result = await asyncio.shield(job.task)
+        except asyncio.CancelledError:
+            job.waiters -= 1
+            if job.waiters == 0 and not job.task.done():
+                job.ticket.stop()
+            ls.telemetry.count("cancelled")
+            raise
+        job.waiters -= 1
+        if result is None:
+            if job.ticket.superseded and not job.counted:
+                job.counted = True
+                ls.telemetry.count("superseded")
+            return None
+        if ls.documents.version(uri) != version or ls.documents.get(uri) is not doc:
+            log.debug("document %s changed while completing: dropping the stale suggestion", uri)
+            return None
+        if not result.text:
+            return None
+        try:
+            return self._suggestion(job, result, doc.text, text, shift, sel_range, selected, t0)
+        except PositionError as e:
+            ls.report(f"completion in {uri}: the engine's range is outside the text: {e}", types.MessageType.Error)
+            return None
+
+    async def _run(self, request: CompletionRequest, job: Job) -> CompletionResult | None:
+        try:
+            result = await self.server.host.complete(request, job.ticket)
+        except asyncio.CancelledError:
+            return None
+        except Exception:
+            log.exception("completion failed in %s at %s:%s", request.document, request.line, request.character)
+            self.server.report(
+                f"completion failed in {request.document} at {request.line}:{request.character} (see the server log)",
+                types.MessageType.Error,
+            )
+            return None
+        finally:
+            self.server.host.release(job.ticket)
+        if result is None or result.stop_reason == "cancelled" or job.ticket.stopped():
+            return None
+        return result
+
+    def _suggestion(self, job: Job, result: CompletionResult, original: str, text: str, shift: int,
+                    sel_range, selected, t0: float) -> Suggestion:
+        if job.suggestion is not None:
+            return job.suggestion  # the same run, asked for by another request
+        if selected is None:
+            insert = result.text
+            rng = types.Range(_pos(result.start), _pos(result.end))
+        else:
+            a, b = sel_range
+            end = offset_at(text, *result.end) - shift  # back in the original document
+            end = max(end, b)
+            insert = selected.text + result.text
+            rng = types.Range(selected.range.start, _pos(position_of(original, end)))
+        latency_ms = (time.perf_counter() - t0) * 1000
+        sid = self.server.telemetry.shown(latency_ms)
+        job.suggestion = Suggestion(sid, insert, rng, result, latency_ms)
+        log.info(
+            "suggestion %s in %.0f ms (%s, %d tokens): %r",
+            sid, latency_ms, result.stop_reason, result.tokens_generated + result.tokens_forced, insert[:80],
+        )
+        return job.suggestion
+
+
+def inline_items(s: Suggestion | None) -> types.InlineCompletionList:
+    if s is None:
+        return types.InlineCompletionList(items=[])
+    return types.InlineCompletionList(
+        items=[
+            types.InlineCompletionItem(
+                insert_text=s.text,
+                range=s.range,
+                command=types.Command(title="syntaxlock accepted", command=ACCEPT_COMMAND, arguments=[s.id]),
+            )
+        ]
+    )
+
+
+def completion_items(s: Suggestion | None) -> types.CompletionList:
+    if s is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    first = s.text.strip().splitlines()[0] if s.text.strip() else s.text
+    label = first if len(first) <= LABEL_CHARS else first[: LABEL_CHARS - 1] + "…"
+    return types.CompletionList(
+        is_incomplete=True,  # the suggestion depends on every character typed
+        items=[
+            types.CompletionItem(
+                label=label,
+                kind=types.CompletionItemKind.Text,
+                detail="syntaxlock",
+                documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```python\n{s.text}\n```"),
+                sort_text="0",
+                filter_text=s.text,
+                preselect=True,
+                text_edit=types.TextEdit(range=s.range, new_text=s.text),
+                command=types.Command(title="syntaxlock accepted", command=ACCEPT_COMMAND, arguments=[s.id]),
+            )
+        ],
+    )

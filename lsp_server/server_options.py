@@ -1,0 +1,85 @@
+"""The server's settings: the engine's options (lsp_server.options) under the camelCase names that
+editors use, plus the options only the server has.
+
+    opts, problems = ServerOptions().merged({"maxTokens": 32, "temperature": "hot"})
+    # opts.engine.max_tokens == 32; temperature kept; problems == ["syntaxlock.temperature: ..."]
+
+Settings come from `initializationOptions` and from `workspace/didChangeConfiguration`, either
+flat or under a "syntaxlock" key. Each value is checked on its own: a bad one keeps the previous
+setting and adds a line to `problems` (the server shows them with window/showMessage). Unknown
+keys are ignored (editors send their own settings in the same section); `null` resets a key to
+its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .options import EngineOptions, OptionError
+
+SECTION = "syntaxlock"
+
+ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
+    "model": "model",
+    "device": "device",
+    "store": "store",
+    "maxTokens": "max_tokens",
+    "temperature": "temperature",
+    "topP": "top_p",
+    "seed": "seed",
+    "constrained": "constrained",
+    "mode": "mode",
+    "speculative": "speculative",
+    "contextTokens": "context_tokens",
+}
+SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items"}
+_INT_FIELDS = {"max_tokens", "context_tokens", "seed"}
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    enabled: bool = True  # False: no engine loaded, no completions (state "disabled")
+    completion_items: bool = True  # also answer textDocument/completion with the suggestion
+    engine: EngineOptions = field(default_factory=EngineOptions)
+
+    def merged(self, raw: Any) -> tuple["ServerOptions", list[str]]:
+        """These options with the settings in `raw` applied, and the problems found."""
+        if raw is None:
+            return self, []
+        if not isinstance(raw, dict):
+            return self, [f"{SECTION} settings must be an object, not {type(raw).__name__}"]
+        if isinstance(raw.get(SECTION), dict):
+            raw = raw[SECTION]
+        problems: list[str] = []
+        opts = self
+        defaults_engine = EngineOptions()
+        for key, value in raw.items():
+            if key in SERVER_KEYS:
+                name = SERVER_KEYS[key]
+                if value is None:
+                    value = getattr(ServerOptions, name)
+                if not isinstance(value, bool):
+                    problems.append(f"{SECTION}.{key} must be true or false, not {value!r}; keeping {getattr(opts, name)!r}")
+                    continue
+                opts = replace(opts, **{name: value})
+            elif key in ENGINE_KEYS:
+                name = ENGINE_KEYS[key]
+                if value is None:
+                    value = getattr(defaults_engine, name)
+                if name in _INT_FIELDS and isinstance(value, float) and value.is_integer():
+                    value = int(value)
+                try:
+                    engine = opts.engine.updated(**{name: value})
+                except OptionError as e:
+                    problems.append(f"{SECTION}.{key}: {e}; keeping {getattr(opts.engine, name)!r}")
+                    continue
+                opts = replace(opts, engine=engine)
+        return opts, problems
+
+    def to_json(self) -> dict:
+        """The settings under their camelCase names."""
+        out = {key: getattr(self, name) for key, name in SERVER_KEYS.items()}
+        out.update({key: getattr(self.engine, name) for key, name in ENGINE_KEYS.items()})
+        return out
+

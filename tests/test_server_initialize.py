@@ -1,0 +1,64 @@
+"""The server starts over stdio, advertises its capabilities at once, loads the engine in the
+background with status and progress reports, and answers requests made before it is ready with
+an empty result."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from server_support import command, config, initialize, inline, items_of, open_doc, wait_status
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_lsp.fixture(config=config(), scope="module")
+async def client(lsp_client: LanguageClient, tiny_model_dir):
+    lsp_client.init_result = await initialize(
+        lsp_client, {"model": str(tiny_model_dir), "maxTokens": 8, "unknownEditorSetting": 1}, wait=None
+    )
+    # asked before the engine can possibly be ready (loading takes seconds)
+    open_doc(lsp_client, "file:///early.py", "import os\nos.pa")
+    lsp_client.early = await inline(lsp_client, "file:///early.py", 1, 5)
+    lsp_client.statuses_at_early = list(lsp_client.statuses)
+    await wait_status(lsp_client, "ready")
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_capabilities(client: LanguageClient):
+    caps = client.init_result.capabilities
+    assert isinstance(caps.inline_completion_provider, types.InlineCompletionOptions)
+    assert caps.completion_provider is not None
+    sync = caps.text_document_sync
+    assert sync.change == types.TextDocumentSyncKind.Incremental and sync.open_close
+    assert set(caps.execute_command_provider.commands) >= {
+        "syntaxlock.accepted", "syntaxlock.dismissed", "syntaxlock.stats", "syntaxlock.status"
+    }
+    # the client offered UTF-8 first; the server keeps LSP's default UTF-16
+    assert caps.position_encoding == types.PositionEncodingKind.Utf16
+    assert client.init_result.server_info.name == "syntaxlock"
+
+
+async def test_early_request_is_empty_not_an_error(client: LanguageClient):
+    assert not any(s["state"] == "ready" for s in client.statuses_at_early)
+    assert items_of(client.early) == []
+
+
+async def test_status_progress_and_log(client: LanguageClient, tiny_model_dir):
+    states = [s["state"] for s in client.statuses]
+    assert states[0] == "loading" and "ready" in states
+    assert all(set(s) == {"state", "message", "percentage"} for s in client.statuses)
+    # work-done progress: created, begun, ended
+    reports = [r for rs in client.progress_reports.values() for r in rs]
+    kinds = [r.kind for r in reports]
+    assert kinds[0] == "begin" and kinds[-1] == "end"
+    assert any("ready" in m.message for m in client.log_messages)
+    status = await command(client, "syntaxlock.status")
+    assert status["state"] == "ready"
+    assert set(status) >= {"state", "message", "model", "device", "store"}
+    assert status["device"] == "cpu"
+    # an unknown key is ignored without a complaint
+    assert not any("unknownEditorSetting" in m.message for m in client.messages)
