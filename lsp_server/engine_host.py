@@ -20,7 +20,7 @@ import gc
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .completion import CompletionRequest, CompletionResult
@@ -36,6 +36,7 @@ class Status:
     state: str  # one of STATES
     message: str
     percentage: int | None = None
+    reverted: EngineOptions | None = None  # a load failed: the options in use again (the previous model)
 
     def to_json(self) -> dict:
         return {"state": self.state, "message": self.message, "percentage": self.percentage}
@@ -100,6 +101,11 @@ class EngineHost:
     @property
     def status(self) -> Status:
         return self._status
+
+    @property
+    def desired(self) -> EngineOptions | None:
+        """The options asked for last (after a failed load: the ones in use again)."""
+        return self._desired
 
     @property
     def ready(self) -> bool:
@@ -189,6 +195,10 @@ class EngineHost:
                 else:
                     old = None
                     kept = self._active
+                    if kept is not None:  # keep the model in use, with the other new options
+                        kept = self._active = self._desired = replace(
+                            options, model=kept.model, device=kept.device, store=kept.store
+                        )
             if old is not None:
                 del old
                 gc.collect()
@@ -196,7 +206,8 @@ class EngineHost:
                 self._set_status(Status("ready", f"ready: {self._describe_short()}", 100))
             elif kept is not None:
                 self._set_status(
-                    Status("ready", f"cannot load model {options.model!r} ({error}); still using {kept.model!r}", None)
+                    Status("ready", f"cannot load model {options.model!r} ({error}); still using {kept.model!r}", None,
+                           reverted=kept)
                 )
             else:
                 self._set_status(Status("error", f"cannot load model {options.model!r}: {error}", None))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -170,6 +171,9 @@ class SyntaxlockServer(LanguageServer):
 
     def _emit_status(self, status: Status) -> None:
         last, self._last_status = self._last_status, status
+        if status.reverted is not None and self.host.desired == status.reverted:
+            # the new model failed to load and no newer settings came since: the settings say so too
+            self.options = dataclasses.replace(self.options, engine=status.reverted)
         try:
             self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
         except Exception:
@@ -180,9 +184,14 @@ class SyntaxlockServer(LanguageServer):
             self.report(f"syntaxlock {status.state}: {status.message}{pct}", kind)
         if status.state == "error" and (last is None or last.message != status.message):
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
-        elif status.state == "ready" and status.message.startswith("cannot load"):
+        elif status.reverted is not None:
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
         self._progress(status)
+
+    def supports_markdown_documentation(self) -> bool:
+        item = getattr(getattr(getattr(self.client_capabilities, "text_document", None), "completion", None),
+                       "completion_item", None)
+        return types.MarkupKind.Markdown in (getattr(item, "documentation_format", None) or ())
 
     def _supports_progress(self) -> bool:
         caps = self.protocol.client_capabilities if hasattr(self.protocol, "client_capabilities") else None
@@ -274,6 +283,7 @@ def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParam
         else:
             changes.append((None, c.text))
     uri = params.text_document.uri
+    ls.suggester.changed(uri)
     try:
         doc = ls.documents.change(uri, params.text_document.version, changes)
     except DocumentError as e:
@@ -300,7 +310,7 @@ async def on_completion(ls: SyntaxlockServer, params: types.CompletionParams):
     if not ls.options.completion_items:
         return types.CompletionList(is_incomplete=False, items=[])
     s = await ls.suggester.suggest(params.text_document.uri, params.position, None, RECEIVED.get())
-    return completion_items(s)
+    return completion_items(s, markdown=ls.supports_markdown_documentation())
 
 
 def on_shutdown(ls: SyntaxlockServer, params: None) -> None:
@@ -327,7 +337,7 @@ def cmd_stats(ls: SyntaxlockServer, *args) -> dict:
 
 
 def cmd_status(ls: SyntaxlockServer, *args) -> dict:
-    return ls.host.describe()
+    return ls.host.describe() | {"settings": ls.options.to_json()}
 
 
 def create_server() -> SyntaxlockServer:

@@ -74,6 +74,13 @@ class Suggester:
         if job is not None:
             job.ticket.stop()
 
+    def changed(self, uri: str) -> None:
+        """The document changed: a run for the older version is superseded (its result could
+        only be stale)."""
+        job = self._jobs.get(uri)
+        if job is not None and not job.ticket.stopped() and job.task is not None and not job.task.done():
+            job.ticket.stop(superseded=True)
+
     async def suggest(
         self,
         uri: str,
@@ -169,6 +176,9 @@ class Suggester:
         finally:
             self.server.host.release(job.ticket)
         if result is None or result.stop_reason == "cancelled" or job.ticket.stopped():
+            why = "superseded" if job.ticket.superseded else "cancelled"
+            steps = "before it started" if result is None else f"after {result.tokens_generated} decoding steps"
+            self.server.report(f"completion in {request.document} stopped ({why}) {steps}", types.MessageType.Log)
             return None
         return result
 
@@ -209,7 +219,7 @@ def inline_items(s: Suggestion | None) -> types.InlineCompletionList:
     )
 
 
-def completion_items(s: Suggestion | None) -> types.CompletionList:
+def completion_items(s: Suggestion | None, markdown: bool = False) -> types.CompletionList:
     if s is None:
         return types.CompletionList(is_incomplete=True, items=[])
     first = s.text.strip().splitlines()[0] if s.text.strip() else s.text
@@ -221,7 +231,10 @@ def completion_items(s: Suggestion | None) -> types.CompletionList:
                 label=label,
                 kind=types.CompletionItemKind.Text,
                 detail="syntaxlock",
-                documentation=types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```python\n{s.text}\n```"),
+                documentation=(
+                    types.MarkupContent(kind=types.MarkupKind.Markdown, value=f"```python\n{s.text}\n```")
+                    if markdown else types.MarkupContent(kind=types.MarkupKind.PlainText, value=s.text)
+                ),
                 sort_text="0",
                 filter_text=s.text,
                 preselect=True,

@@ -103,17 +103,29 @@ def edit(client: LanguageClient, uri: str, version: int, start: tuple[int, int],
     )
 
 
-def inline(client: LanguageClient, uri: str, line: int, character: int, selected: types.SelectedCompletionInfo | None = None):
-    """The inlineCompletion request's future (await it for the result)."""
-    return client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line, character),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Automatic, selected_completion_info=selected
-            ),
-        )
+async def send_inline(client: LanguageClient, uri: str, line: int, character: int,
+                      selected: types.SelectedCompletionInfo | None = None, msg_id: str | None = None) -> asyncio.Task:
+    """Send an inlineCompletion request now (before any message sent after this returns);
+    await the returned task for its result."""
+    params = types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        position=types.Position(line, character),
+        context=types.InlineCompletionContext(
+            trigger_kind=types.InlineCompletionTriggerKind.Automatic, selected_completion_info=selected
+        ),
     )
+    # pytest-lsp sends a request when its coroutine first runs: run it up to there
+    task = asyncio.ensure_future(
+        client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id)
+    )
+    await asyncio.sleep(0)
+    return task
+
+
+async def inline(client: LanguageClient, uri: str, line: int, character: int,
+                 selected: types.SelectedCompletionInfo | None = None):
+    """The inlineCompletion result."""
+    return await (await send_inline(client, uri, line, character, selected))
 
 
 def items_of(result) -> list[types.InlineCompletionItem]:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_lsp.fixture(config=config(), scope="module")
 async def client(lsp_client: LanguageClient, tiny_model_dir):
     lsp_client.init_result = await initialize(
-        lsp_client, {"model": str(tiny_model_dir), "maxTokens": 8, "unknownEditorSetting": 1}, wait=None
+        lsp_client, {"model": str(tiny_model_dir), "maxTokens": 8, "temperature": "hot", "unknownEditorSetting": 1}, wait=None
     )
     # asked before the engine can possibly be ready (loading takes seconds)
     open_doc(lsp_client, "file:///early.py", "import os\nos.pa")
@@ -60,5 +60,8 @@ async def test_status_progress_and_log(client: LanguageClient, tiny_model_dir):
     assert status["state"] == "ready"
     assert set(status) >= {"state", "message", "model", "device", "store"}
     assert status["device"] == "cpu"
-    # an unknown key is ignored without a complaint
+    # a bad value is shown and the default kept; an unknown key is ignored without a complaint
+    (shown,) = [m.message for m in client.messages if "temperature" in m.message]
+    assert "hot" in shown
+    assert status["settings"]["temperature"] == 0 and status["settings"]["maxTokens"] == 8
     assert not any("unknownEditorSetting" in m.message for m in client.messages)
