@@ -31,8 +31,28 @@ def cmd_build(args) -> int:
     info = store.info()
     info["path"] = str(out)
     info["bytes"] = os.path.getsize(out)
-    print(json.dumps(info, indent=2) if args.json else f"built {out} ({info['bytes'] / 1e6:.2f} MB, {info['rows']} rows, {info['build_seconds']} s)")
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"built {out} ({info['bytes'] / 1e6:.2f} MB, {info['logical_rows']} rows, {info['build_seconds']} s)")
+        _print_steps(info)
     return 0
+
+
+def _print_steps(info: dict) -> None:
+    """The row counts after each streamlining step, as a table."""
+    sl = info.get("streamline")
+    if not sl:
+        return
+    full = sl["steps"][0]["rows"]
+    print(f"{'step':>20}  {'rows':>8}  {'vs full':>7}  {'stored rows':>11}  {'seconds':>7}")
+    for st in sl["steps"]:
+        print(f"{st['step']:>20}  {st['rows']:>8}  {full / max(st['rows'], 1):>6.2f}x  {st['stored_rows']:>11}  {st['seconds']:>7}")
+    a = sl.get("analysis", {})
+    print(
+        "analyses: "
+        + ", ".join(f"{k}={v}" for k, v in a.items())
+    )
 
 
 def cmd_info(args) -> int:
@@ -49,7 +69,9 @@ def cmd_info(args) -> int:
         print(json.dumps(info, indent=2))
     else:
         for k, v in info.items():
-            print(f"{k:>20}: {v}")
+            if k not in ("streamline", "rows_per_step"):
+                print(f"{k:>20}: {v}")
+        _print_steps(info)
     return 0
 
 
@@ -95,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build the mask store of a model's tokenizer")
     b.add_argument("--model", default="default", help="default | a HF model directory | a .gguf file")
     b.add_argument("--out", help="output file (default: the per-user cache, where the server looks)")
-    b.add_argument("--no-streamline", action="store_true", help="build the full store, without the grammar analyses")
+    b.add_argument("--no-streamline", action="store_true", help="build the full store, without the grammar analyses (default: streamlined, same masks)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=cmd_build)

@@ -22,23 +22,32 @@ def model_label(tok: LoadedTokenizer, spec: str | None) -> str:
     return str(Path(spec).expanduser().resolve())
 
 
-def build_store(tok: LoadedTokenizer, spec: str | None = None, streamline: bool = False, progress: bool = True) -> MaskStore:
+def build_store(
+    tok: LoadedTokenizer,
+    spec: str | None = None,
+    streamline: bool = True,
+    progress: bool = True,
+    full: MaskStore | None = None,
+) -> MaskStore:
+    """The mask store of a tokenizer: streamlined (the default: same masks, fewer rows and
+    parser checks) or full. `full`: the full store when it is at hand (it is streamlined)."""
     lexer = load_lexer_automaton()
-    header = {
-        "model": model_label(tok, spec),
-        "grammar_hash": lexer.hash,
-        "tokenizer_hash": tok.vocab.hash,
-        "options": {"streamline": bool(streamline)},
-    }
-    store = StoreBuilder(tok.vocab, lexer, progress=progress).build(header)
-    if streamline:
-        from .streamline import streamline_store
+    if full is None:
+        header = {
+            "model": model_label(tok, spec),
+            "grammar_hash": lexer.hash,
+            "tokenizer_hash": tok.vocab.hash,
+            "options": {"streamline": False},
+        }
+        full = StoreBuilder(tok.vocab, lexer, progress=progress).build(header)
+    if not streamline:
+        return full
+    from .streamline import streamline_store
 
-        store = streamline_store(store, Recognizer(lexer.grammar), progress=progress)
-    return store
+    return streamline_store(full, Recognizer(lexer.grammar), progress=progress, vocab=tok.vocab)
 
 
-def store_path_for(tok: LoadedTokenizer, streamline: bool = False) -> Path:
+def store_path_for(tok: LoadedTokenizer, streamline: bool = True) -> Path:
     return default_store_path(load_lexer_automaton().hash, tok.vocab.hash, streamline)
 
 
@@ -55,12 +64,14 @@ def load_compiled(
     model: str | None = None,
     store_path: str | Path | None = None,
     build_if_missing: bool = True,
-    streamline: bool = False,
+    streamline: bool = True,
     python_version=None,
     progress: bool = False,
 ) -> tuple[CompiledGrammar, LoadedTokenizer]:
     """The compiled grammar for a model: its store from `store_path` or the cache (built and
-    cached on first use unless `build_if_missing` is False)."""
+    cached on first use unless `build_if_missing` is False). `streamline`: the streamlined
+    store (the default; it gives the same masks as the full one, checked by
+    tests/test_streamline.py), else the full one."""
     tok = load_tokenizer(model)
     path = Path(store_path) if store_path else store_path_for(tok, streamline)
     try:
@@ -69,7 +80,13 @@ def load_compiled(
         if store_path or not build_if_missing:
             raise
         log.info("building the mask store for %s (once)", tok.source.name)
-        store = build_store(tok, model, streamline=streamline, progress=progress)
+        full = None
+        if streamline:  # streamline the cached full store if there is one
+            try:
+                full = open_store(store_path_for(tok, False), tok)
+            except MaskStoreError:
+                full = None
+        store = build_store(tok, model, streamline=streamline, progress=progress, full=full)
         store.save(path)
     rec = Recognizer(python_version=python_version) if python_version else Recognizer()
     return CompiledGrammar(store, tok.vocab, rec), tok

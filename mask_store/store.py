@@ -9,7 +9,8 @@ A row says: "from lexer configuration q, these tokens announce the terminal sequ
 - *boundary* groups: tokens whose very first byte ends the current lexeme. What they announce
   depends on the token alone, not on q, so all states share them; a state applies them when X
   may end at d, restricted to the tokens whose first byte can't extend its lexeme (`dead_sets`).
-  The full store has one boundary group; streamlining gives each terminal X its own, pruned.
+  The full store has one boundary group; streamlining gives each terminal X its own, pruned
+  (and merges it into the state's own rows where both are checked from the same parser node).
 
 Identical token sets are stored once, each as a sorted id array or a packed bitset, whichever is
 smaller. The file is safetensors (a JSON header and raw arrays, memory-mapped on load, never
@@ -76,7 +77,8 @@ class MaskStore:
 
     def logical_rows(self) -> int:
         """Rows as a store without shared groups would have them (the seed's count): each
-        state's own rows plus the boundary rows it applies."""
+        state's own rows plus the boundary rows it applies. A streamlined store records this
+        count after each streamlining step in `header["streamline"]["steps"]`."""
         own = self.group_start[self.q_group + 1] - self.group_start[self.q_group]
         b = self.q_boundary
         shared = np.where(b >= 0, self.group_start[b + 1] - self.group_start[np.maximum(b, 0)], 0)
@@ -93,6 +95,9 @@ class MaskStore:
             dense_masks=int(self.dense.shape[0]),
             sparse_masks=int(self.sparse_start.shape[0] - 1),
         )
+        steps = (h.get("streamline") or {}).get("steps")
+        if steps:
+            h["rows_per_step"] = {x["step"]: x["rows"] for x in steps}
         return h
 
     def row_seq(self, r: int) -> tuple[int, ...]:
