@@ -33,6 +33,7 @@ def add_complete_parser(sub) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--context-tokens", type=int, default=EngineOptions.context_tokens)
     p.add_argument("--no-speculative", action="store_true", help="plain decoding, one model call per token")
+    p.add_argument("--draft-model", help="a small model directory with the same tokenizer, as a draft source")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_complete)
 
@@ -44,6 +45,7 @@ def _options(args) -> EngineOptions:
             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
             constrained=not args.unconstrained, mode=args.mode,
             speculative=not args.no_speculative, context_tokens=args.context_tokens,
+            draft_model=args.draft_model,
         ).validated()
     except OptionError as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None

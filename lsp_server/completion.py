@@ -78,7 +78,7 @@ Progress = Callable[[str, "float | None"], None]
 class CompletionEngine:
     """A loaded model and mask store, serving completions one at a time."""
 
-    def __init__(self, options: EngineOptions, runtime, compiled) -> None:
+    def __init__(self, options: EngineOptions, runtime, compiled, draft_runtime=None) -> None:
         from .model_runtime import PromptCache
         from .stopping import LineScanner
 
@@ -92,6 +92,10 @@ class CompletionEngine:
         self._lock = threading.Lock()
         vocab = self.tokenizer.vocab
         self._stop_tokens = set(int(i) for i in vocab.eos) | set(vocab.special)
+        from .speculation import DraftModel, SpeculationStats
+
+        self.spec_stats = SpeculationStats()  # α and forward costs, learnt across requests
+        self.draft_model = DraftModel(draft_runtime) if draft_runtime is not None else None
 
     # ------------------------------------------------------------------ loading
 
@@ -101,18 +105,24 @@ class CompletionEngine:
         `ModelLoadError` or `MaskStoreError` with the fix in the message."""
         from mask_store.loading import load_compiled
 
-        from .model_runtime import load_model
+        from .model_runtime import ModelLoadError, load_model
 
         options = (options or EngineOptions()).validated()
         report = progress or (lambda message, fraction: None)
         report("loading the model", 0.0)
         runtime = load_model(options.model, options.device)
+        draft = None
+        if options.draft_model:
+            report("loading the draft model", 0.4)
+            draft = load_model(options.draft_model, options.device)
+            if draft.tokenizer.vocab.hash != runtime.tokenizer.vocab.hash:
+                raise ModelLoadError(f"the draft model {options.draft_model} has another tokenizer than the model")
         report("loading the mask store", 0.5)
         compiled, tok = load_compiled(options.model, options.store, progress=False)
         if tok.vocab.hash != runtime.tokenizer.vocab.hash:
             raise MaskStoreError("the mask store was built for another tokenizer; run `mask-store build --model ...`")
         report("ready", 1.0)
-        return cls(options, runtime, compiled)
+        return cls(options, runtime, compiled, draft)
 
     def describe(self) -> dict:
         return {
@@ -206,13 +216,19 @@ class CompletionEngine:
 
         logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids)
         prompt_ms = (time.perf_counter() - t0) * 1000
-        stepper = ModelStepper(self.runtime.forward, logits, past)
+        stepper = ModelStepper(self.runtime.forward, logits, past, on_forward=self.spec_stats.record_forward)
+        speculator = None
+        if opts.speculative:
+            from .speculation import Speculator
+
+            speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,
+                                    draft_model=self.draft_model)
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
         max_tokens = req.max_tokens or opts.max_tokens
         t1 = time.perf_counter()
         try:
             outcome = decode(stepper, matcher, self.compiled.tokens, self._stop_tokens, sampler, policy,
-                             max_tokens, cancel)
+                             max_tokens, cancel, speculator)
         finally:
             self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
         decode_ms = (time.perf_counter() - t1) * 1000
@@ -243,6 +259,7 @@ class CompletionEngine:
             decode_ms=round(decode_ms, 2),
             mask_ms=[round(m, 4) for m in outcome.mask_ms],
             recovery=str(recovery.restart_line) if recovery else None,
+            speculation=speculator.to_json() if speculator else None,
         )
 
     def _lexeme_before(self, before: bytes):

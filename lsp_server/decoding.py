@@ -96,12 +96,13 @@ class ModelStepper:
     """The model side of the loop: logits after everything fed so far, tokens waiting to be fed
     with the next forward pass, and the KV cache they grow."""
 
-    def __init__(self, forward: Callable, logits: torch.Tensor, past) -> None:
+    def __init__(self, forward: Callable, logits: torch.Tensor, past, on_forward=None) -> None:
         self._forward = forward
         self.logits = logits
         self.past = past
         self.pending: list[int] = []
         self.forward_ms: list[float] = []
+        self.on_forward = on_forward  # (tokens fed, ms) for the speculation cost estimates
 
     def feed(self, token: int) -> None:
         self.pending.append(token)
@@ -109,14 +110,50 @@ class ModelStepper:
     def unfeed(self) -> None:
         self.pending.pop()
 
+    def _run(self, ids: list[int], keep: int = 1) -> torch.Tensor:
+        t0 = time.perf_counter()
+        logits, self.past = self._forward(ids, self.past, keep)
+        ms = (time.perf_counter() - t0) * 1000
+        self.forward_ms.append(ms)
+        if self.on_forward:
+            self.on_forward(len(ids), ms)
+        return logits
+
     def current_logits(self) -> torch.Tensor:
         if self.pending:
-            t0 = time.perf_counter()
-            logits, self.past = self._forward(self.pending, self.past)
-            self.forward_ms.append((time.perf_counter() - t0) * 1000)
-            self.logits = logits[-1]
+            self.logits = self._run(self.pending)[-1]
             self.pending = []
         return self.logits
+
+    def verify(self, draft: list[int]) -> list[torch.Tensor]:
+        """One forward pass over the pending tokens and `draft`: the logits before each drafted
+        position and after the last (len(draft) + 1 rows)."""
+        self._base = self.past.get_seq_length() + len(self.pending)
+        logits = self._run(self.pending + draft, len(draft) + 1)
+        rows = list(logits[-len(draft) - 1 :]) if self.pending else [self.logits] + list(logits)
+        self.pending = []
+        return rows
+
+    def keep(self, kept: int, next_token: int | None) -> None:
+        """After a verification: keep the first `kept` drafted positions in the cache; the
+        token chosen after them is fed with the next pass."""
+        from .model_runtime import crop_cache
+
+        crop_cache(self.past, self._base + kept)
+        self.pending = [] if next_token is None else [next_token]
+
+
+def choose(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None, q=None) -> int | None:
+    """The token for one position (None: nothing allowed); with a drafted token, speculative
+    sampling keeps the target's distribution (greedy: plain argmax)."""
+    logits = masked_logits(row, mask, banned)
+    if not torch.isfinite(logits).any():
+        return None
+    if sampler.temperature <= 0 or draft is None:
+        return sampler.choose(logits)
+    from .speculation import speculative_choice
+
+    return speculative_choice(sampler.probabilities(logits), draft, q, sampler.generator)
 
 
 def decode(
@@ -128,12 +165,64 @@ def decode(
     policy: StopPolicy,
     max_tokens: int,
     cancel: Callable[[], bool] = lambda: False,
+    speculator=None,
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation."""
     out = DecodeOutcome([], b"", Stop(0, "max-tokens"))
-    eos = sorted(stop_tokens)
     generated = bytearray()
-    banned: set[int] = set()
+
+    def commit(token: int, forced: bool):
+        """Accept `token`: matcher, bytes, stop policy (REJECT undoes it)."""
+        if matcher is not None and not matcher.accept_token(token):
+            raise RuntimeError(f"token {token} passed the mask but the matcher rejected it")
+        generated.extend(token_bytes[token])
+        decision = policy.after_token(bytes(generated))
+        if decision == REJECT:
+            if matcher is not None:
+                matcher.rollback(1)
+            del generated[len(generated) - len(token_bytes[token]) :]
+            out.rejected += 1
+            return REJECT
+        out.tokens.append(token)
+        if forced:
+            out.forced += 1
+        else:
+            out.sampled += 1
+        return decision
+
+    def at_eos() -> Stop | None:
+        """The model ended: the stop if the text may end here (None: try another token)."""
+        stop = policy.fallback(bytes(generated), "eos", at_end=True)
+        if matcher is None or stop.cut + policy.cursor - len(policy.held) >= len(generated):
+            return stop
+        out.rejected += 1
+        return None
+
+    def position(row, mask, draft_token=None, q=None, forced=False):
+        """Decide one position from its logits row: (token, decision) where decision is a
+        Stop, CONTINUE, or a Stop from giving up."""
+        banned: set[int] = set()
+        while True:
+            if forced:
+                token = draft_token
+            else:
+                token = choose(sampler, row, mask, banned, draft_token if not banned else None, q)
+            if token is None:
+                return None, policy.fallback(bytes(generated), "no-continuation", at_end=False)
+            if token in stop_tokens:
+                stop = at_eos()
+                if stop is not None:
+                    return token, stop
+                banned.add(token)
+            else:
+                decision = commit(token, forced)
+                if decision != REJECT:
+                    return token, decision
+                banned.add(token)
+                forced = False
+            if len(banned) > MAX_REJECTS:
+                return None, policy.fallback(bytes(generated), "line-end", at_end=False)
+
     while True:
         if cancel():
             out.stop = Stop(0, "cancelled")
@@ -142,63 +231,69 @@ def decode(
             out.stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
             break
         mask = None
-        forced = None
         if matcher is not None:
             t0 = time.perf_counter()
             mask = matcher.next_token_mask()
             out.mask_ms.append((time.perf_counter() - t0) * 1000)
-            if banned:
-                mask[list(banned)] = False
             allowed = np.flatnonzero(mask)
             if allowed.size == 0:
                 out.stop = policy.fallback(bytes(generated), "no-continuation", at_end=False)
                 break
             if allowed.size == 1 and int(allowed[0]) not in stop_tokens:
-                forced = int(allowed[0])
-        if forced is not None:
-            token = forced
-        else:
-            logits = masked_logits(stepper.current_logits(), mask, banned)
-            if not torch.isfinite(logits).any():
-                out.stop = policy.fallback(bytes(generated), "no-continuation", at_end=False)
-                break
-            token = sampler.choose(logits)
-        if token in stop_tokens:
-            stop = policy.fallback(bytes(generated), "eos", at_end=True)
-            if stop.cut + policy.cursor - len(policy.held) >= len(generated) or matcher is None:
-                out.stop = stop
-                break
-            # the model wants to end where the file can't: not this token
-            banned.add(token)
-            out.rejected += 1
-            if len(banned) > MAX_REJECTS:
-                out.stop = stop
-                break
-            continue
-        if matcher is not None and not matcher.accept_token(token):
-            raise RuntimeError(f"token {token} passed the mask but the matcher rejected it")
-        stepper.feed(token)
-        generated += token_bytes[token]
-        decision = policy.after_token(bytes(generated))
-        if decision == REJECT:
-            if matcher is not None:
-                matcher.rollback(1)
-            stepper.unfeed()
-            del generated[len(generated) - len(token_bytes[token]) :]
-            banned.add(token)
-            out.rejected += 1
-            if len(banned) > MAX_REJECTS:
-                out.stop = policy.fallback(bytes(generated), "line-end", at_end=False)
+                # fast-forward: the grammar leaves one token; the model isn't asked
+                token = int(allowed[0])
+                stepper.feed(token)
+                decision = commit(token, True)
+                if decision == REJECT:
+                    stepper.unfeed()
+                    out.stop = policy.fallback(bytes(generated), "line-end", at_end=False)
+                    break
+                if isinstance(decision, Stop):
+                    out.stop = decision
+                    break
+                continue
+        draft = None
+        if speculator is not None:
+            draft = speculator.draft(matcher, mask, out.tokens, max_tokens - len(out.tokens), sampler)
+        if draft is not None:
+            out.mask_ms.extend(draft.mask_ms)  # the drafted positions' masks, computed while drafting
+        if draft is None:
+            token, decision = position(stepper.current_logits(), mask)
+            if token is not None and token not in stop_tokens:
+                stepper.feed(token)
+            if isinstance(decision, Stop):
+                out.stop = decision
                 break
             continue
-        banned.clear()
-        out.tokens.append(token)
-        if forced is not None:
-            out.forced += 1
-        else:
-            out.sampled += 1
-        if isinstance(decision, Stop):
-            out.stop = decision
+        # speculative step: verify the whole draft with one forward pass
+        rows = stepper.verify(draft.tokens)
+        kept, agreed, stop = 0, 0, None
+        n = len(draft.tokens)
+        for j in range(n + 1):
+            if len(out.tokens) >= max_tokens:
+                stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
+                break
+            d = draft.tokens[j] if j < n else None
+            is_forced = j < n and draft.forced[j]
+            m = draft.masks[j] if matcher is not None else None
+            token, decision = position(rows[j], m, d, draft.qs[j] if j < n else None, is_forced)
+            if isinstance(decision, Stop):
+                stop = decision
+                if j < n and not is_forced:
+                    speculator.record(draft, agreed, token != d)
+                break
+            if j < n and token == d:
+                kept += 1
+                agreed += 0 if is_forced else 1
+                continue
+            if j < n:
+                speculator.record(draft, agreed, True)
+            else:
+                speculator.record(draft, agreed, False)
+            stepper.keep(kept, token)
+            break
+        if stop is not None:
+            out.stop = stop
             break
     out.generated = bytes(generated)
     out.forward_ms = stepper.forward_ms

@@ -113,10 +113,12 @@ class ModelRuntime:
         return int(self.model.config.vocab_size)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], past=None):
-        """Logits for the last position of `ids` (fed after `past`), and the new cache."""
+    def forward(self, ids: list[int], past=None, keep: int = 1):
+        """Logits for the last `keep` positions of `ids` (fed after `past`), and the new cache
+        (the vocabulary projection of the other positions is never computed: for a prompt of
+        1,000 tokens it would cost more than the model)."""
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(inp, past_key_values=past, use_cache=True)
+        out = self.model(inp, past_key_values=past, use_cache=True, logits_to_keep=keep)
         return out.logits[0].float(), out.past_key_values
 
 

@@ -24,6 +24,7 @@ class EngineOptions:
     constrained: bool = True  # False: no grammar mask (same code path, for comparison)
     mode: str = "auto"  # auto: single-line unless the cursor opens a block; single; multi
     speculative: bool = True
+    draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
 
     def validated(self) -> "EngineOptions":
@@ -47,6 +48,8 @@ class EngineOptions:
                 raise OptionError(f"{name} must be true or false, not {getattr(self, name)!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             raise OptionError(f"seed must be an integer or null, not {self.seed!r}")
+        if self.draft_model is not None and not isinstance(self.draft_model, str):
+            raise OptionError(f"draft_model must be a model directory or null, not {self.draft_model!r}")
         if self.store is not None and not isinstance(self.store, str):
             raise OptionError(f"store must be a path or null, not {self.store!r}")
         return self
@@ -61,4 +64,5 @@ class EngineOptions:
 
     def needs_reload(self, other: "EngineOptions") -> bool:
         """Whether switching to `other` needs the model or the store loaded again."""
-        return (self.model, self.device, self.store) != (other.model, other.device, other.store)
+        return (self.model, self.device, self.store, self.draft_model) != (
+            other.model, other.device, other.store, other.draft_model)

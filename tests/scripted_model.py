@@ -49,7 +49,7 @@ class ScriptedRuntime:
     def vocab_size(self) -> int:
         return self.vocab.size
 
-    def forward(self, ids, past=None):
+    def forward(self, ids, past=None, keep: int | None = None):
         if past is None:
             past = CountingCache()
             self._fed = []
@@ -63,14 +63,23 @@ class ScriptedRuntime:
             at = self.intended.find(tail)
             self._base = at + len(tail) if at >= 0 else None
             self._prompt_len = len(self._fed)
-        logits = torch.full((len(ids), self.vocab.size), -10.0)
+        keep = min(keep or len(ids), len(ids))  # the last `keep` positions, as a real model
+        logits = torch.full((keep, self.vocab.size), -10.0)
+        first = len(self._fed) - keep
+        for r in range(keep):  # row r: the scores after fed[: first + r + 1]
+            self._score(logits[r], self._fed[: first + r + 1])
+        return logits, past
+
+    def _score(self, row: torch.Tensor, fed: list[int]) -> None:
+        if len(fed) < self._prompt_len:
+            return
         if self.noise and float(torch.rand(1, generator=self._rng)) < self.noise:
-            logits[-1] = torch.rand(self.vocab.size, generator=self._rng)
-            return logits, past
+            row[:] = torch.rand(self.vocab.size, generator=self._rng)
+            return
         if self._base is None:
-            return logits, past
+            return
         script = self.intended[self._base :]
-        so_far = b"".join(self._bytes[i] for i in self._fed[self._prompt_len :])
+        so_far = b"".join(self._bytes[i] for i in fed[self._prompt_len :])
         # the script from where the text so far last agreed with it (a model that strayed
         # picks the script up again at the same place)
         common = _common(script, so_far)
@@ -79,8 +88,7 @@ class ScriptedRuntime:
             for k in range(1, min(len(rest), 48) + 1):
                 t = self._by_bytes.get(rest[:k])
                 if t is not None:
-                    logits[-1, t] = float(k)
-        return logits, past
+                    row[t] = float(k)
 
 
 def _common(a: bytes, b: bytes) -> int:

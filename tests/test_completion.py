@@ -206,11 +206,13 @@ def test_cursor_outside_the_document_is_an_error(compiled):
 # ---------------------------------------------------------------- a real (tiny) model
 
 
-def stdlib_cuts(n: int, seed: int = 7):
+def stdlib_cuts(n: int, seed: int = 7, small: bool = False):
     import random
 
     rng = random.Random(seed)
     files = sorted(p for p in (STDLIB / "json").glob("*.py")) + sorted((STDLIB / "email").glob("*.py"))[:6]
+    if small:  # files of a few hundred lines: quick to parse from scratch
+        files = [p for p in files if p.stat().st_size < 15_000]
     cuts = []
     while len(cuts) < n:
         p = rng.choice(files)

@@ -1,0 +1,306 @@
+"""Speculative decoding under the grammar: draft sources, the acceptance maths, the γ chooser.
+
+With per-token acceptance rate α, draft/target cost ratio c and draft length γ, one verification
+step yields (1 − α^(γ+1)) / (1 − α) tokens on average for a cost of cγ + 1 target steps, so the
+expected speed-up is
+
+    S(α, c, γ) = (1 − α^(γ+1)) / ((cγ + 1)(1 − α))
+
+(seed 001). On a CPU a forward pass over γ + 1 tokens costs more than over one; with the measured
+ratio r(γ) = T(γ + 1) / T(1) the denominator becomes (cγ + r(γ)). `choose_gamma` maximises S
+over γ (γ = 0: no speculation, S = 1), so speculation is skipped when it can't pay (α ≤ c).
+
+Draft sources (each draft is checked against the grammar at every position: a token the mask
+forbids ends the draft):
+- grammar-forced tokens: the mask allows a single token (α = 1, c = 0); the decoder takes them
+  without the model, in or out of a draft;
+- prompt lookup (`PromptLookup`): continue the longest recent n-gram of the text so far from
+  where it occurs earlier in the prompt or the output (code repeats names and patterns; c ≈ 0);
+- a draft model sharing the tokenizer (`DraftModel`, `--draft-model DIR`).
+
+Verification is lossless: greedy keeps the longest run where the target's (masked) choice agrees;
+sampling accepts a drafted token d with probability min(1, p(d)/q(d)) and otherwise resamples
+from norm(max(0, p − q)), on the *masked* distributions (`speculative_choice`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+MAX_GAMMA = 8
+
+
+def expected_speedup(alpha: float, c: float, gamma: int, verify_ratio: float = 1.0) -> float:
+    """S(α, c, γ); `verify_ratio` is T(γ+1)/T(1) (1 in the seed's model)."""
+    if gamma <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        tokens = gamma + 1.0
+    else:
+        tokens = (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+    return tokens / (c * gamma + verify_ratio)
+
+
+def choose_gamma(alpha: float, c: float, max_gamma: int = MAX_GAMMA, verify_ratio=None) -> int:
+    """The γ in 0..max_gamma that maximises the expected speed-up (the smallest one when gains
+    differ by less than 1e-9); `verify_ratio(γ)` gives T(γ+1)/T(1) (default: 1, the formula as
+    stated)."""
+    speedups = [1.0] + [
+        expected_speedup(alpha, c, g, verify_ratio(g) if verify_ratio else 1.0) for g in range(1, max_gamma + 1)
+    ]
+    best = max(speedups)
+    return next(g for g, s in enumerate(speedups) if s >= best - 1e-9)
+
+
+def speculative_choice(p: torch.Tensor, draft: int, q: torch.Tensor | None, generator: torch.Generator) -> int:
+    """One position of speculative sampling: keep `draft` with probability min(1, p/q), else
+    draw from norm(max(0, p − q)). `q` None: the draft was deterministic (q = one-hot)."""
+    pd = float(p[draft])
+    qd = 1.0 if q is None else float(q[draft])
+    if qd > 0 and float(torch.rand(1, generator=generator)) < min(1.0, pd / qd):
+        return draft
+    if q is None:
+        residual = p.clone()
+        residual[draft] = 0.0
+    else:
+        residual = torch.clamp(p - q, min=0.0)
+    total = float(residual.sum())
+    if total <= 0:  # p == q: the draft is always kept above; fall back to p itself
+        residual, total = p, float(p.sum())
+    return int(torch.multinomial(residual / total, 1, generator=generator))
+
+
+class PromptLookup:
+    """Drafts by n-gram lookup in the prompt and the output so far."""
+
+    name = "lookup"
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        if k <= 0 or len(context) < self.min_ngram + 1:
+            return []
+        seq = np.asarray(context, dtype=np.int64)
+        n_all = len(seq)
+        for n in range(min(self.max_ngram, n_all - 1), self.min_ngram - 1, -1):
+            tail = seq[n_all - n :]
+            # windows ending before the tail itself; most recent first
+            win = np.lib.stride_tricks.sliding_window_view(seq[: n_all - 1], n)
+            hits = np.flatnonzero((win == tail).all(axis=1))
+            hits = hits[hits + n < n_all]
+            if hits.size:
+                start = int(hits[-1]) + n
+                return [int(t) for t in seq[start : start + k]]
+        return []
+
+
+@dataclass
+class SourceStats:
+    drafted: int = 0  # positions verified
+    accepted: int = 0
+    rejections: int = 0  # verification steps that ended on a disagreement
+    seconds: float = 0.0  # time spent drafting
+
+    def alpha(self, prior: float = 0.5, weight: float = 2.0) -> float:
+        """Per-token acceptance rate (geometric MLE with a weak prior)."""
+        return (self.accepted + prior * weight) / (self.accepted + self.rejections + weight)
+
+
+@dataclass
+class SpeculationStats:
+    """Running estimates of α (per source) and of the forward costs T(n), across requests."""
+
+    sources: dict[str, SourceStats] = field(default_factory=dict)
+    forward_ms: dict[int, float] = field(default_factory=dict)  # tokens fed -> EMA of ms
+    steps: int = 0
+    gammas: list[int] = field(default_factory=list)
+
+    def source(self, name: str) -> SourceStats:
+        return self.sources.setdefault(name, SourceStats())
+
+    def record_forward(self, n: int, ms: float) -> None:
+        n = min(n, MAX_GAMMA + 2)
+        old = self.forward_ms.get(n)
+        self.forward_ms[n] = ms if old is None else 0.8 * old + 0.2 * ms
+
+    def t(self, n: int) -> float | None:
+        n = min(n, MAX_GAMMA + 2)
+        if n in self.forward_ms:
+            return self.forward_ms[n]
+        known = sorted(self.forward_ms)
+        if not known:
+            return None
+        lo = max((k for k in known if k <= n), default=known[0])
+        return self.forward_ms[lo]
+
+    def verify_ratio(self, gamma: int) -> float:
+        t1, tg = self.t(1), self.t(gamma + 1)
+        if not t1 or not tg:
+            return 1.0 + 0.05 * gamma  # until measured: a little dearer per extra token
+        return max(tg / t1, 1.0)
+
+    def cost_ratio(self, name: str) -> float:
+        s = self.sources.get(name)
+        t1 = self.t(1)
+        if s is None or not s.drafted or not t1:
+            return 0.0
+        return (s.seconds * 1000 / s.drafted) / t1
+
+    def choose(self, name: str) -> int:
+        g = choose_gamma(self.source(name).alpha(), self.cost_ratio(name), MAX_GAMMA, self.verify_ratio)
+        self.gammas.append(g)
+        return g
+
+    def to_json(self) -> dict:
+        return {
+            "sources": {
+                n: {"alpha": round(s.alpha(), 3), "c": round(self.cost_ratio(n), 4), "drafted": s.drafted,
+                    "accepted": s.accepted}
+                for n, s in self.sources.items()
+            },
+            "forward_ms": {str(k): round(v, 2) for k, v in sorted(self.forward_ms.items())},
+            "gamma_mean": round(sum(self.gammas) / len(self.gammas), 2) if self.gammas else 0,
+        }
+
+
+class DraftModel:
+    """A small model with the target's tokenizer as a draft source (its own KV cache)."""
+
+    name = "draft-model"
+
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+        self._ids: list[int] = []
+        self._past = None
+
+    def _logits_after(self, context: list[int]) -> torch.Tensor:
+        from .model_runtime import crop_cache
+
+        common = 0
+        n = min(len(self._ids), len(context))
+        while common < n and self._ids[common] == context[common]:
+            common += 1
+        common = min(common, len(context) - 1)
+        if self._past is not None and common > 0:
+            crop_cache(self._past, common)
+            logits, self._past = self.runtime.forward(context[common:], self._past)
+        else:
+            logits, self._past = self.runtime.forward(context)
+        self._ids = list(context)
+        return logits[-1]
+
+    def next(self, context: list[int], mask, sampler) -> tuple[int | None, torch.Tensor | None]:
+        """The draft model's token after `context` under `mask`, and its distribution q."""
+        from .decoding import masked_logits
+
+        row = masked_logits(self._logits_after(context), mask, set())
+        if not torch.isfinite(row).any():
+            return None, None
+        q = sampler.probabilities(row)
+        if sampler.temperature <= 0:
+            return int(torch.argmax(q)), q
+        return int(torch.multinomial(q, 1, generator=sampler.generator)), q
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    masks: list  # masks[j]: the mask before position j (masks[0] is the step's own)
+    forced: list[bool]  # position j is grammar-forced (no verification needed)
+    qs: list  # the draft's distribution per position (None: deterministic)
+    source: str
+    mask_ms: list = field(default_factory=list)
+
+
+class Speculator:
+    """Builds grammar-checked drafts from the best source for the current estimates."""
+
+    def __init__(self, stats: SpeculationStats, context: list[int], stop_tokens: set[int],
+                 lookup: PromptLookup | None = None, draft_model: DraftModel | None = None) -> None:
+        self.stats = stats
+        self.context = context  # prompt ids; accepted tokens are appended by the decoder
+        self.stop_tokens = stop_tokens
+        self.lookup = lookup or PromptLookup()
+        self.draft_model = draft_model
+        self.request = {"drafts": 0, "drafted": 0, "accepted": 0}
+
+    def _pick(self) -> tuple[str, int]:
+        best, best_s, best_g = "lookup", 1.0, 0
+        for name in ["lookup"] + (["draft-model"] if self.draft_model else []):
+            g = self.stats.choose(name)
+            s = self.stats.source(name)
+            sp = expected_speedup(s.alpha(), self.stats.cost_ratio(name), g, self.stats.verify_ratio(g))
+            if g > 0 and sp > best_s:
+                best, best_s, best_g = name, sp, g
+        return best, best_g
+
+    def draft(self, matcher, mask0, accepted: list[int], budget: int, sampler) -> Draft | None:
+        name, gamma = self._pick()
+        gamma = min(gamma, budget)
+        if gamma <= 0:
+            return None
+        t0 = time.perf_counter()
+        ctx = self.context + accepted
+        proposal = self.lookup.propose(ctx, gamma) if name == "lookup" else None
+        fork = matcher.fork() if matcher is not None else None
+        tokens, masks, forced, qs, mask_ms = [], [mask0], [], [], []
+        for j in range(gamma):
+            m = masks[-1]
+            q = None
+            allowed = np.flatnonzero(m) if m is not None else None
+            if allowed is not None and allowed.size == 1 and int(allowed[0]) not in self.stop_tokens:
+                t, is_forced = int(allowed[0]), True
+            else:
+                is_forced = False
+                if proposal is not None:
+                    if j >= len(proposal):
+                        break
+                    t = proposal[j]
+                else:
+                    t, q = self.draft_model.next(ctx + tokens, m, sampler)
+                    if t is None:
+                        break
+                if t in self.stop_tokens or (m is not None and not m[t]):
+                    break  # the grammar forbids it: the draft ends here
+            if fork is not None:
+                if not fork.accept_token(t):
+                    break
+                tm = time.perf_counter()
+                masks.append(fork.next_token_mask())
+                mask_ms.append((time.perf_counter() - tm) * 1000)
+            else:
+                masks.append(None)
+            tokens.append(t)
+            forced.append(is_forced)
+            qs.append(q)
+        src = self.stats.source(name)
+        src.seconds += time.perf_counter() - t0
+        if not any(not f for f in forced):  # nothing to verify: plain fast-forward handles it
+            return None
+        self.request["drafts"] += 1
+        return Draft(tokens, masks, forced, qs, name, mask_ms)
+
+    def record(self, draft: Draft, agreed: int, disagreed: bool) -> None:
+        """`agreed` verified (non-forced) positions were kept; `disagreed`: the run ended on a
+        position where the target chose otherwise."""
+        src = self.stats.source(draft.source)
+        src.drafted += agreed + int(disagreed)
+        src.accepted += agreed
+        src.rejections += int(disagreed)
+        self.request["drafted"] += agreed + int(disagreed)
+        self.request["accepted"] += agreed
+
+    def to_json(self) -> dict:
+        return {**self.stats.to_json(), "request": dict(self.request)}
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    r = fn(*args)
+    return r, time.perf_counter() - t0

@@ -1,0 +1,124 @@
+"""Speculative decoding: the γ chooser, the lossless sampler, greedy equivalence."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from lsp_server.completion import CompletionEngine, CompletionRequest
+from lsp_server.options import EngineOptions
+from lsp_server.speculation import PromptLookup, choose_gamma, expected_speedup, speculative_choice
+
+from scripted_model import ScriptedRuntime
+from test_completion import stdlib_cuts
+
+
+# ---------------------------------------------------------------- the maths
+
+
+def formula(alpha, c, gamma):
+    return (1 - alpha ** (gamma + 1)) / ((c * gamma + 1) * (1 - alpha))
+
+
+@pytest.mark.parametrize("alpha, c", list(itertools.product([0.05, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95], [0.0, 0.01, 0.05, 0.1, 0.3, 0.6, 1.0])))
+def test_gamma_chooser_reproduces_the_formula_optimum(alpha, c):
+    values = [1.0] + [formula(alpha, c, g) for g in range(1, 9)]
+    best = min(g for g in range(9) if values[g] >= max(values) - 1e-9)
+    assert choose_gamma(alpha, c, max_gamma=8) == best
+    if alpha <= c:  # no γ gains: speculation is skipped
+        assert choose_gamma(alpha, c, max_gamma=8) == 0
+    g = choose_gamma(alpha, c, max_gamma=8)
+    assert expected_speedup(alpha, c, g) == pytest.approx(1.0 if g == 0 else formula(alpha, c, g))
+
+
+def test_gamma_chooser_gains_whenever_alpha_exceeds_c():
+    for alpha, c in [(0.2, 0.1), (0.6, 0.5), (0.9, 0.85)]:
+        assert choose_gamma(alpha, c, max_gamma=64) > 0
+
+
+CHI2_CRITICAL_7DF_0001 = 24.322  # the chi-square distribution's 99.9% quantile, 7 degrees of freedom
+
+
+def chi_square(counts: np.ndarray, probs: np.ndarray) -> float:
+    expected = probs * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def sample_counts(p, q, n, seed, draft_from_q=True):
+    g = torch.Generator().manual_seed(seed)
+    counts = np.zeros(len(p), dtype=np.int64)
+    for _ in range(n):
+        if q is None:
+            d = 3  # a deterministic draft (prompt lookup)
+        else:
+            d = int(torch.multinomial(q, 1, generator=g))
+        counts[speculative_choice(p, d, q, g)] += 1
+    return counts
+
+
+P = torch.tensor([0.30, 0.05, 0.15, 0.20, 0.02, 0.08, 0.12, 0.08])
+Q = torch.tensor([0.10, 0.20, 0.05, 0.30, 0.10, 0.05, 0.05, 0.15])
+N = 60_000
+
+
+@pytest.mark.parametrize("q", [None, Q], ids=["lookup-draft", "model-draft"])
+def test_speculative_sampling_keeps_the_target_distribution(q):
+    counts = sample_counts(P, q, N, seed=11)
+    assert chi_square(counts, P.numpy()) < CHI2_CRITICAL_7DF_0001
+    # the same test does see a 1% shift of probability mass at this sample size
+    shifted = P.clone()
+    shifted[0] -= 0.01
+    shifted[3] += 0.01
+    assert chi_square(counts, shifted.numpy()) > CHI2_CRITICAL_7DF_0001
+
+
+def test_prompt_lookup_continues_the_latest_ngram():
+    ctx = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7, 3, 4, 5, 6, 7]
+    assert PromptLookup().propose(ctx, 3) == [3, 4, 5]  # the later 5 6 7 wins
+    assert PromptLookup().propose([1, 2, 3], 2) == []
+
+
+# ---------------------------------------------------------------- greedy equivalence
+
+
+def run_cuts(engine, cuts, speculative):
+    out = []
+    for path, i, ch in cuts:
+        lines = path.read_text().split("\n")
+        doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+        opts = engine.options.updated(speculative=speculative)
+        r = engine.complete(CompletionRequest(doc, i, ch, document=f"{path}:{speculative}"), options=opts)
+        out.append(r)
+    return out
+
+
+def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(compiled_full):
+    comp, tok = compiled_full
+    cuts = stdlib_cuts(30, seed=3)
+    texts = {}
+    for spec in (False, True):
+        results = []
+        for n, (path, i, ch) in enumerate(cuts):
+            lines = path.read_text().split("\n")
+            doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+            engine = CompletionEngine(EngineOptions(max_tokens=24, speculative=spec),
+                                      ScriptedRuntime(tok, "\n".join(lines).encode()), comp)
+            results.append(engine.complete(CompletionRequest(doc, i, ch)))
+        texts[spec] = [(r.text, r.stop_reason) for r in results]
+        if spec:
+            accepted = sum(r.speculation["request"]["accepted"] for r in results)
+            assert accepted > 0  # drafts were made and kept
+    assert texts[True] == texts[False]
+
+
+def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_model_dir):
+    engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), max_tokens=12, context_tokens=256))
+    cuts = stdlib_cuts(100, seed=5, small=True)
+    plain = run_cuts(engine, cuts, False)
+    spec = run_cuts(engine, cuts, True)
+    assert [r.text for r in spec] == [r.text for r in plain]
+    assert [r.tokens_generated + r.tokens_forced for r in spec] == [r.tokens_generated + r.tokens_forced for r in plain]
+    assert sum(r.speculation["request"]["drafted"] for r in spec) > 0
