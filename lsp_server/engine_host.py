@@ -20,7 +20,7 @@ import gc
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 from .completion import CompletionRequest, CompletionResult
@@ -80,6 +80,16 @@ def load_error_message(e: BaseException) -> str:
     if isinstance(e, (ModelLoadError, MaskStoreError)):
         return str(e)
     return f"{type(e).__name__}: {e}"
+
+
+def _without_reload(current: EngineOptions, wanted: EngineOptions) -> EngineOptions:
+    """`wanted` except the values that would need another load (model, device, store, ...)."""
+    out = current
+    for f in fields(EngineOptions):
+        candidate = replace(out, **{f.name: getattr(wanted, f.name)})
+        if not current.needs_reload(candidate):
+            out = candidate
+    return out
 
 
 class EngineHost:
@@ -196,9 +206,7 @@ class EngineHost:
                     old = None
                     kept = self._active
                     if kept is not None:  # keep the model in use, with the other new options
-                        kept = self._active = self._desired = replace(
-                            options, model=kept.model, device=kept.device, store=kept.store
-                        )
+                        kept = self._active = self._desired = _without_reload(kept, options)
             if old is not None:
                 del old
                 gc.collect()

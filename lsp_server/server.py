@@ -21,6 +21,8 @@ import logging
 import time
 from typing import Any
 
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
@@ -43,6 +45,14 @@ COMPLETION_METHODS = (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT
 
 RECEIVED: contextvars.ContextVar[Received | None] = contextvars.ContextVar("syntaxlock_received", default=None)
 _ANSWERED = object()  # a message already answered while it was read (malformed params)
+
+
+def _describe_structure_error(e: BaseException) -> str:
+    """cattrs' nested validation errors as one line: what is wrong, and where."""
+    if isinstance(e, ClassValidationError):
+        lines = transform_error(e, path="$")
+        return "; ".join(lines[:4]) + (f" (and {len(lines) - 4} more)" if len(lines) > 4 else "")
+    return str(e) or type(e).__name__
 
 
 class SyntaxlockProtocol(LanguageServerProtocol):
@@ -81,8 +91,7 @@ class SyntaxlockProtocol(LanguageServerProtocol):
             return super().structure_message(data)
         except JsonRpcException as e:
             if isinstance(data, dict) and "id" in data and "method" in data:
-                cause = e.__cause__ or e
-                msg = f"invalid params for {data['method']}: {str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
+                msg = f"invalid params for {data['method']}: {_describe_structure_error(e.__cause__ or e)}"
                 log.warning("request %s: %s", data["id"], msg)
                 self._send_response(data["id"], error=types.ResponseError(code=JsonRpcInvalidParams.CODE, message=msg))
                 return _ANSWERED

@@ -31,6 +31,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "constrained": "constrained",
     "mode": "mode",
     "speculative": "speculative",
+    "draftModel": "draft_model",
     "contextTokens": "context_tokens",
 }
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items"}
@@ -49,8 +50,12 @@ class ServerOptions:
             return self, []
         if not isinstance(raw, dict):
             return self, [f"{SECTION} settings must be an object, not {type(raw).__name__}"]
-        if isinstance(raw.get(SECTION), dict):
+        if SECTION in raw:
             raw = raw[SECTION]
+            if raw is None:
+                return self, []
+            if not isinstance(raw, dict):
+                return self, [f"{SECTION} settings must be an object, not {type(raw).__name__}"]
         problems: list[str] = []
         opts = self
         defaults_engine = EngineOptions()
