@@ -57,14 +57,32 @@ export function resultIds(result: unknown): ItemId[] {
   return out;
 }
 
+/** How many settled ids the tracker remembers. */
+const SETTLED_LIMIT = 4096;
+
 export class CompletionTracker {
   /** Items shown to the user and not yet accepted or dismissed, in the order they came. */
   private readonly pending: ItemId[] = [];
+  /**
+   * Ids already reported. The server answers a request identical to an earlier one (same
+   * document version and position) with the same suggestion and id: it is reported only once.
+   */
+  private readonly settled = new Set<ItemId>();
+
+  private settle(id: ItemId): void {
+    this.settled.add(id);
+    if (this.settled.size > SETTLED_LIMIT) {
+      const oldest = this.settled.values().next().value;
+      if (oldest !== undefined) {
+        this.settled.delete(oldest);
+      }
+    }
+  }
 
   /** The items of a new result are on screen. */
   shown(ids: readonly ItemId[]): void {
     for (const id of ids) {
-      if (!this.pending.includes(id)) {
+      if (!this.pending.includes(id) && !this.settled.has(id)) {
         this.pending.push(id);
       }
     }
@@ -83,6 +101,7 @@ export class CompletionTracker {
       return false;
     }
     this.pending.splice(i, 1);
+    this.settle(id);
     return true;
   }
 
@@ -91,7 +110,11 @@ export class CompletionTracker {
    * ids to report as dismissed. Settles them.
    */
   dismissAll(): ItemId[] {
-    return this.pending.splice(0, this.pending.length);
+    const gone = this.pending.splice(0, this.pending.length);
+    for (const id of gone) {
+      this.settle(id);
+    }
+    return gone;
   }
 
   get pendingCount(): number {

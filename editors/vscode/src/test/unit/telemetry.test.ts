@@ -40,6 +40,17 @@ describe("CompletionTracker", () => {
     assert.equal(t.accepted("a"), false);
     assert.deepEqual(t.dismissAll(), []);
   });
+  test("an id served again after it was settled is not reported again", () => {
+    const t = new CompletionTracker();
+    t.shown(["s-1"]);
+    assert.deepEqual(t.dismissAll(), ["s-1"]);
+    t.shown(["s-1"]); // the server's answer to the same request, same id
+    assert.deepEqual(t.dismissAll(), []);
+    t.shown(["s-2"]);
+    assert.equal(t.accepted("s-2"), true);
+    t.shown(["s-2"]);
+    assert.equal(t.accepted("s-2"), false);
+  });
   test("unknown or malformed ids are ignored", () => {
     const t = new CompletionTracker();
     assert.equal(t.accepted("nope"), false);

