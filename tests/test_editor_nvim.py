@@ -102,3 +102,25 @@ def test_nvim_suite_ran_exactly_these(suite):
     ran = set(suite) - {"__run__"}
     assert ran == set(TESTS), f"unexpected: {sorted(ran - set(TESTS))}, missing: {sorted(set(TESTS) - ran)}"
     assert suite["__run__"].startswith("exit 0"), suite["__run__"]
+
+
+@pytest.mark.skipif(NVIM is None, reason="no Neovim >= 0.10")
+def test_nvim_settings_mirror_the_server_options(tmp_path: Path):
+    """The plugin's `settings` table names every server option (`enabled` is its top-level option)."""
+    import json
+
+    from lsp_server.server_options import ENGINE_KEYS, SERVER_KEYS
+
+    script = tmp_path / "names.lua"
+    script.write_text(
+        "vim.opt.runtimepath:prepend(_G.arg[1])\n"
+        "local config = require('syntaxlock.config')\n"
+        "local cfg = config.build({ enabled = false, settings = { max_tokens = 8, draft_model = 'd' } })\n"
+        "io.stdout:write(vim.json.encode({ names = config.SETTING_NAMES, sent = config.server_settings(cfg) }))\n"
+    )
+    r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-l", str(script), str(ROOT / "editors" / "nvim")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["names"].values()) | {"enabled"} == set(ENGINE_KEYS) | set(SERVER_KEYS)
+    assert out["sent"] == {"enabled": False, "maxTokens": 8, "draftModel": "d"}

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "editors" / "vscode"
 
 NPM = shutil.which("npm")
-pytestmark = pytest.mark.skipif(
+needs_node = pytest.mark.skipif(
     shutil.which("node") is None or NPM is None, reason="node/npm are not installed: the VS Code extension is not tested"
 )
 
@@ -37,6 +37,7 @@ def _tap_counts(out: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", out, re.M)}
 
 
+@needs_node
 def test_npm_test_unit_and_integration(tiny_model_dir: Path):
     env = os.environ.copy()
     env["SYNTAXLOCK_TEST_MODEL"] = str(tiny_model_dir)
@@ -53,6 +54,7 @@ def test_npm_test_unit_and_integration(tiny_model_dir: Path):
     assert "syntaxlock serve --stdio" in r.stdout, "the integration suite did not run"
 
 
+@needs_node
 def test_package_vsix():
     r = _npm("run", "package")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -67,3 +69,23 @@ def test_package_vsix():
     assert not any(n.startswith("extension/node_modules/typescript/") for n in names)
     assert not any(n.startswith("extension/src/") or n.startswith("extension/out/test/") for n in names)
     assert manifest["activationEvents"] == ["onLanguage:python"]
+
+
+def test_settings_mirror_the_server_options():
+    """package.json has one setting per server option, with the server's default and choices."""
+    from lsp_server.options import DEVICES, MODES
+    from lsp_server.server_options import ENGINE_KEYS, SERVER_KEYS, ServerOptions
+
+    props = json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]
+    client_only = ("syntaxlock.server.", "syntaxlock.trace.")
+    mirrored = {k.removeprefix("syntaxlock."): v for k, v in props.items() if not k.startswith(client_only)}
+    assert set(mirrored) == set(ENGINE_KEYS) | set(SERVER_KEYS)
+    defaults = ServerOptions().to_json()
+    for key, spec in mirrored.items():
+        assert spec["default"] == defaults[key], key
+    assert tuple(mirrored["mode"]["enum"]) == MODES
+    assert tuple(mirrored["device"]["enum"]) == DEVICES
+    # and the extension sends exactly those keys
+    src = (EXT / "src" / "settings.ts").read_text()
+    keys = re.search(r"SERVER_OPTION_KEYS = \[(.*?)\] as const", src, re.S).group(1)
+    assert set(re.findall(r'"(\w+)"', keys)) == set(mirrored)

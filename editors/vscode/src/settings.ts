@@ -22,6 +22,7 @@ export const SERVER_OPTION_KEYS = [
   "constrained",
   "mode",
   "speculative",
+  "draftModel",
   "contextTokens",
   "completionItems",
 ] as const;
@@ -40,6 +41,7 @@ export interface ServerOptions {
   constrained: boolean;
   mode: "auto" | "single" | "multi";
   speculative: boolean;
+  draftModel: string | null;
   contextTokens: number;
   completionItems: boolean;
 }
@@ -57,6 +59,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   constrained: true,
   mode: "auto",
   speculative: true,
+  draftModel: null,
   contextTokens: 1024,
   completionItems: true,
 });
@@ -66,7 +69,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
  * workspace/didChangeConfiguration). Values are passed through as the user wrote them: the
  * server validates them and says what is wrong with window/showMessage. Settings left unset
  * (undefined) take the server's defaults; an empty string for `store` means null (VS Code's
- * settings editor can't clear a string back to null).
+ * settings editor can't clear a string back to null); so does an empty `draftModel`.
  */
 export function serverOptions(read: SettingsReader): ServerOptions {
   const out: Record<string, unknown> = {};
@@ -75,7 +78,7 @@ export function serverOptions(read: SettingsReader): ServerOptions {
     if (value === undefined) {
       value = SERVER_DEFAULTS[key];
     }
-    if ((key === "store" || key === "seed") && value === "") {
+    if ((key === "store" || key === "seed" || key === "draftModel") && value === "") {
       value = null;
     }
     if (key === "model" && value === "") {

@@ -15,6 +15,7 @@ M.SETTING_NAMES = {
   constrained = "constrained",
   mode = "mode",
   speculative = "speculative",
+  draft_model = "draftModel",
   context_tokens = "contextTokens",
   completion_items = "completionItems",
 }
@@ -47,6 +48,7 @@ M.defaults = {
     constrained = nil, -- true
     mode = nil, -- auto | single | multi
     speculative = nil, -- true
+    draft_model = nil, -- a small model with the same tokenizer, as a draft source for speculation
     context_tokens = nil, -- 1024
     completion_items = nil, -- true: also one item in the completion menu
   },
