@@ -102,14 +102,21 @@ def cut_points(n: int, seed: int) -> list[dict]:
     return cuts
 
 
-def run(engine, cut: dict, constrained: bool, max_tokens: int) -> dict:
+MODES = {  # name: (constrained, speculative)
+    "constrained": (True, False),
+    "unconstrained": (False, False),
+    "constrained+speculative": (True, True),
+}
+
+
+def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool = False) -> dict:
     from lsp_server.completion import CompletionRequest
 
     lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
     i, ch = cut["line"], cut["character"]
     reference = lines[i][ch:]
     doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
-    opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens)
+    opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens, speculative=speculative)
     req = CompletionRequest(doc, i, ch, document=cut["path"])
     t0 = time.perf_counter()
     r = engine.complete(req, options=opts)
@@ -130,6 +137,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int) -> dict:
         "latency_ms": latency,
         "stop": r.stop_reason,
         "text": r.text,
+        "speculation": (r.speculation or {}).get("request"),
     }
 
 
@@ -157,6 +165,33 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
+def speedup(plain: list[dict], spec: list[dict]) -> float | None:
+    """Tokens per second of decoding with speculation over without (same cut points)."""
+    t_plain = sum(r["decode_ms"] for r in plain)
+    t_spec = sum(r["decode_ms"] for r in spec)
+    n_plain = sum(r["tokens"] for r in plain)
+    n_spec = sum(r["tokens"] for r in spec)
+    if not t_plain or not t_spec or not n_plain:
+        return None
+    return round((n_spec / t_spec) / (n_plain / t_plain), 3)
+
+
+def speculation_report(results, by_class, engine) -> dict:
+    spec = results["constrained+speculative"]
+    same = sum(a["text"] == b["text"] for a, b in zip(spec, results["constrained"]))
+    drafted = sum((r["speculation"] or {}).get("drafted", 0) for r in spec)
+    accepted = sum((r["speculation"] or {}).get("accepted", 0) for r in spec)
+    return {
+        "speedup_over_constrained": speedup(results["constrained"], spec),
+        "speedup_over_unconstrained": speedup(results["unconstrained"], spec),
+        "speedup_by_class": {c: speedup(d["constrained"], d["constrained+speculative"]) for c, d in sorted(by_class.items())},
+        "identical_outputs": f"{same}/{len(spec)}",
+        "drafted_positions": drafted,
+        "accepted_positions": accepted,
+        "estimates": engine.spec_stats.to_json(),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cuts", type=int, default=300)
@@ -164,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="default")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--out", help="write one JSON line per cut point and mode here")
+    ap.add_argument("--speculation", action="store_true",
+                    help="also run constrained decoding with speculation and report its speed-up")
     args = ap.parse_args(argv)
 
     from lsp_server.completion import CompletionEngine, CompletionRequest
@@ -171,7 +208,8 @@ def main(argv=None) -> int:
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens))
     cuts = cut_points(args.cuts, args.seed)
-    results: dict[str, list[dict]] = {"constrained": [], "unconstrained": []}
+    modes = [m for m in MODES if args.speculation or "speculative" not in m]
+    results: dict[str, list[dict]] = {m: [] for m in modes}
     by_class: dict[str, dict[str, list[dict]]] = {}
     out = open(args.out, "w") if args.out else None
     for k, cut in enumerate(cuts):
@@ -180,11 +218,11 @@ def main(argv=None) -> int:
         i, ch = cut["line"], cut["character"]
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
         engine.complete(CompletionRequest(doc, i, ch, document=cut["path"], max_tokens=1))
-        for mode in ("constrained", "unconstrained"):
-            row = run(engine, cut, mode == "constrained", args.max_tokens)
+        for mode in modes:
+            row = run(engine, cut, *MODES[mode][:1], args.max_tokens, MODES[mode][1])
             results[mode].append(row)
             cls = f'{cut["kind"]}/{cut["block"]}'
-            by_class.setdefault(cls, {"constrained": [], "unconstrained": []})[mode].append(row)
+            by_class.setdefault(cls, {m: [] for m in modes})[mode].append(row)
             if out:
                 out.write(json.dumps({**cut, "mode": mode, **{k2: v for k2, v in row.items() if k2 != "mask_ms"}}) + "\n")
         engine.forget(cut["path"])
@@ -194,10 +232,11 @@ def main(argv=None) -> int:
         "model": engine.describe()["model"],
         "max_tokens": args.max_tokens,
         "seed": args.seed,
-        "constrained": summarize(results["constrained"]),
-        "unconstrained": summarize(results["unconstrained"]),
+        **{m: summarize(results[m]) for m in modes},
         "by_class": {c: {m: summarize(v) for m, v in d.items()} for c, d in sorted(by_class.items())},
     }
+    if args.speculation:
+        report["speculation"] = speculation_report(results, by_class, engine)
     c, u = report["constrained"], report["unconstrained"]
     report["tokens_per_s_ratio"] = round(c["tokens_per_s"] / u["tokens_per_s"], 3) if u["tokens_per_s"] else None
     print(json.dumps(report, indent=2))
