@@ -58,16 +58,17 @@ function M.check()
   end
   health.ok(("running: client %d, root %s"):format(client.id, tostring(client.config.root_dir)))
   local st = sl.status()
+  local described = require("syntaxlock.status").describe()
   if st.state == "ready" then
-    health.ok("ready: " .. st.message)
+    health.ok(described)
   elseif st.state == "loading" or st.state == "starting" then
-    health.warn(("still loading: %s%s"):format(st.message, st.percentage and (" (%d%%)"):format(st.percentage) or ""), {
+    health.warn("still " .. described, {
       "the first start builds the mask store (10-20 s); run :checkhealth syntaxlock again in a moment",
     })
   elseif st.state == "disabled" then
     health.info("suggestions are off (:SyntaxlockToggle turns them on)")
   else
-    health.error(("%s: %s"):format(st.state, st.message), { "see :LspLog for the server's messages" })
+    health.error(described, { "see :LspLog for the server's messages" })
   end
   local s = sl.server_command("syntaxlock.status")
   if type(s) ~= "table" then

@@ -60,6 +60,10 @@ function M.describe()
   local s = M.current
   local pct = (s.state == "loading" and s.percentage) and (" (%d%%)"):format(s.percentage) or ""
   if s.message ~= "" then
+    -- the server's messages often name the state already ("ready: model ... on cpu")
+    if vim.startswith(s.message, s.state) then
+      return s.message .. pct
+    end
     return ("%s: %s%s"):format(s.state, s.message, pct)
   end
   return s.state .. pct
