@@ -1,0 +1,267 @@
+"""The grammar analyses behind streamlining: follow graph, interchangeable terminals,
+is_always_legal (unlimited-credit exploration), is_never_legal (Bar-Hillel), are_jointly_legal.
+
+Small grammars are checked against brute-force enumeration of their sentences; the Python
+grammar against facts that are easy to see in its rules."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from grammar_tools.always_legal import ACC, REJ, Explorer, explorer, is_always_legal
+from grammar_tools.contexts import ANY, after, parse_names
+from grammar_tools.follow_graph import follow_graph
+from grammar_tools.grammar import load_grammar
+from grammar_tools.interchangeable import (
+    are_interchangeable,
+    interchangeable_classes,
+    recognizer_classes,
+)
+from grammar_tools.jointly_legal import are_jointly_legal
+from grammar_tools import never_legal
+from grammar_tools.never_legal import is_never_legal
+
+# the seed's toy grammar: S ::= aSb | ε, i.e. a^n b^n
+TOY = 'start: A start B\n     |\nA: "a"\nB: "b"\n'
+
+# two more small grammars: sums of parenthesized terms, and two kinds of nested brackets
+SUMS = """
+start: expr
+expr: expr PLUS term | term
+term: LPAR expr RPAR | X
+PLUS: "+"
+LPAR: "("
+RPAR: ")"
+X: "x"
+"""
+BRACKETS = """
+start: item*
+item: LP start RP | LB start RB | X
+LP: "("
+RP: ")"
+LB: "["
+RB: "]"
+X: "x"
+"""
+
+
+def _sentences(g, max_len: int) -> set[tuple[str, ...]]:
+    """Every sentence of at most `max_len` terminals (leftmost expansion, pruned by length)."""
+    rules: dict[str, list[tuple[str, ...]]] = {}
+    for r in g.rules:
+        rules.setdefault(r.lhs, []).append(r.rhs)
+    terms = set(g.terminals)
+    min_len: dict[str, int] = {t: 1 for t in terms}
+    for _ in range(len(rules) + 2):
+        for lhs, alts in rules.items():
+            best = min((sum(min_len.get(s, 99) for s in alt) for alt in alts), default=99)
+            min_len[lhs] = min(min_len.get(lhs, 99), best)
+    out = set()
+    todo = [(g.start,)]
+    seen = set()
+    while todo:
+        form = todo.pop()
+        if form in seen:
+            continue
+        seen.add(form)
+        if sum(min_len.get(s, 99) for s in form) > max_len:
+            continue
+        i = next((k for k, s in enumerate(form) if s not in terms), None)
+        if i is None:
+            out.add(form)
+            continue
+        for alt in rules[form[i]]:
+            todo.append(form[:i] + alt + form[i + 1 :])
+    return out
+
+
+def _is_prefix(g, seq) -> bool:
+    """Whether `seq` starts some sentence: feed it to a plain LALR parser over the table (an
+    LR parser stops at the first terminal that no sentence can have there)."""
+    nts = {n: i for i, n in enumerate(g.nonterminals)}
+    goto = [{nts[n]: s for n, s in row.items()} for row in g.goto]
+    stack = [g.start_state]
+    for name in seq:
+        t = g.term_id[name]
+        while True:
+            a = g.action[stack[-1]].get(t)
+            if a is None:
+                return False
+            if a >= 0:
+                stack.append(a)
+                break
+            rule = g.rules[~a]
+            del stack[len(stack) - len(rule.rhs) :]
+            stack.append(goto[stack[-1]][nts[rule.lhs]])
+    return True
+
+
+def _substrings(sentences, n: int) -> set[tuple[str, ...]]:
+    return {s[i : i + k] for s in sentences for k in range(1, n + 1) for i in range(len(s) - k + 1)}
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return load_grammar(TOY, "start")
+
+
+@pytest.fixture(scope="module")
+def python_grammar():
+    return load_grammar()
+
+
+# ---------------------------------------------------------------- the seed's toy grammar
+
+
+def test_toy_always_legal_as_in_the_seed(toy):
+    a, b = toy.term_id["A"], toy.term_id["B"]
+    ex = Explorer(toy)
+    assert ex.is_always_legal(after(a), (a,))
+    assert ex.is_always_legal(after(a), (b,))
+    assert not ex.is_always_legal(after(b), (a,))
+    assert not ex.is_always_legal(after(b), (b,))
+    # and what the exploration says about the other two: b a never occurs, b b sometimes
+    assert ex.outcome(after(b), (a,)) == REJ
+    assert ex.outcome(after(b), (b,)) == ACC | REJ
+    assert is_always_legal(toy, "A", ["B"], python=False)
+
+
+def test_toy_follow_graph(toy):
+    fg = follow_graph(toy)
+    a, b = toy.term_id["A"], toy.term_id["B"]
+    assert fg.can_follow(a, a) and fg.can_follow(a, b) and fg.can_follow(b, b)
+    assert not fg.can_follow(b, a)
+    assert not fg.possible(after(a), (b, a))
+    assert fg.possible(after(a), (a, b, b))
+
+
+@pytest.mark.parametrize(
+    "text,max_len", [(TOY, 12), (SUMS, 11), (BRACKETS, 8)], ids=["anbn", "sums", "brackets"]
+)
+def test_is_never_legal_agrees_with_brute_force(text, max_len):
+    """Bar-Hillel + emptiness against the sentences up to `max_len` terminals, for every
+    terminal X and every S of one or two terminals (these grammars have short witnesses); and
+    the exploration's always/never answers are never contradicted by a sentence."""
+    g = load_grammar(text, "start")
+    sentences = _sentences(g, max_len)
+    assert sentences
+    alphabet = sorted({s for r in g.rules for s in r.rhs if s in g.term_id})
+    queries = [(x, s) for x in alphabet for n in (1, 2) for s in itertools.product(alphabet, repeat=n)]
+    ex = Explorer(g)
+    fg = follow_graph(g)
+    answers = never_legal.decide(
+        g, [(after(g.term_id[x]), parse_names(g, s)) for x, s in queries], processes=1
+    )
+    prefixes = {s[:i] for s in sentences for i in range(len(s) + 1)}
+    substrings = _substrings(sentences, 3)
+    assert all(_is_prefix(g, p) for p in prefixes)
+    for x, s in queries:
+        seq = parse_names(g, s)
+        ctx = after(g.term_id[x])
+        brute_never = (x,) + s not in substrings
+        assert answers[(ctx, seq)] == brute_never, (x, s)
+        if len(s) == 1:
+            assert fg.possible(ctx, seq) == (not brute_never), (x, s)
+        o = ex.outcome(ctx, seq)
+        if o & ~REJ == 0:
+            assert brute_never, (x, s)
+        if o == ACC:  # every prefix that ends in x goes on with s
+            for p in prefixes:
+                if p and p[-1] == x:
+                    assert _is_prefix(g, p + s), (p, s)
+
+
+def test_never_legal_cache_and_worker_processes(tmp_path, monkeypatch):
+    """Answers go to a JSON file per grammar; two worker processes give the same answers."""
+    monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))
+    g = load_grammar(SUMS, "start")
+    tid = g.term_id
+    queries = [
+        (after(tid["PLUS"]), (tid["PLUS"],)),
+        (after(tid["LPAR"]), (tid["RPAR"],)),
+        (after(tid["X"]), (tid["RPAR"], tid["PLUS"])),
+        (ANY, (tid["RPAR"], tid["X"])),
+    ]
+    two = never_legal.decide(g, queries, processes=2)
+    assert two == {
+        queries[0]: True, queries[1]: True, queries[2]: False, queries[3]: True,
+    }
+    data = json.loads(never_legal.cache_path(g).read_text())
+    assert data["after:PLUS|PLUS"] is True and data["after:X|RPAR,PLUS"] is False
+    # from the cache: the same answers without a query (a corrupted answer would show)
+    data["after:PLUS|PLUS"] = False
+    never_legal.cache_path(g).write_text(json.dumps(data))
+    assert never_legal.decide(g, queries[:1], processes=1)[queries[0]] is False
+
+
+# ---------------------------------------------------------------- Python
+
+
+def test_python_facts(python_grammar):
+    g = python_grammar
+    assert not is_never_legal(g, "DEF", ["NAME"])
+    assert is_never_legal(g, "NAME", ["NAME"])
+    assert is_always_legal(g, "DEF", ["NAME"])
+    assert not is_always_legal(g, "NAME", ["NAME"])
+    assert not is_always_legal(g, "NAME", ["DOT"])  # `def f.` is an error
+    # the layout: a newline inside brackets is nothing, so `x` `\n` `)` can be legal
+    ex = explorer(g)
+    tid = g.term_id
+    assert ex.outcome(after(tid["NAME"]), (tid["_NEWLINE"], tid["RPAR"])) & ACC
+    assert ex.is_always_legal(after(tid["LPAR"]), (tid["_NEWLINE"], tid["NAME"]))
+
+
+def test_python_follow_graph(python_grammar):
+    g = python_grammar
+    fg = follow_graph(g)
+    tid = g.term_id
+    assert [g.terminals[t] for t in fg.successors(tid["DEF"])] == ["NAME"]
+    assert not fg.can_follow(tid["NAME"], tid["NAME"])
+    assert fg.can_follow(tid["NAME"], tid["LPAR"])
+    assert not fg.possible(after(tid["RPAR"]), (tid["NAME"], tid["DOT"]))
+
+
+SEED_GROUPS = [
+    # the seed's 7 groups, as our grammar names them ("<>" is not Python 3)
+    {"SLASHEQUAL", "PERCENTEQUAL", "CIRCUMFLEXEQUAL", "DOUBLESTAREQUAL", "STAREQUAL", "RIGHTSHIFTEQUAL",
+     "VBAREQUAL", "MINEQUAL", "PLUSEQUAL", "DOUBLESLASHEQUAL", "LEFTSHIFTEQUAL", "ATEQUAL", "AMPEREQUAL"},
+    {"FALSE", "NONE", "TRUE"},
+    {"LEFTSHIFT", "RIGHTSHIFT"},
+    {"DOUBLESLASH", "PERCENT"},
+    {"NOTEQUAL", "LESSTHAN", "GREATEREQUAL", "EQEQUAL", "LESSEQUAL", "MORETHAN"},
+    {"HEX_NUMBER", "FLOAT_NUMBER", "BIN_NUMBER", "OCT_NUMBER", "DEC_NUMBER", "IMAG_NUMBER"},
+]
+
+
+def test_interchangeable_groups_include_the_seeds(python_grammar):
+    g = python_grammar
+    classes = [set(c) for c in interchangeable_classes(g)]
+    for group in SEED_GROUPS:
+        assert any(group <= c for c in classes), group
+    # the seed's PLUS/MINUS group is not one here: `case -1:` is a pattern, `case +1:` isn't
+    assert not are_interchangeable(g, "PLUS", "MINUS")
+    assert not are_interchangeable(g, "NAME", "STRING")
+    # found from the rules, not from a list: a grammar with one more rule splits a group
+    text = g.text.replace("pass_stmt: PASS\n", "pass_stmt: PASS | PASS LEFTSHIFT\n")
+    assert text != g.text
+    other = load_grammar(text, "file_input")
+    assert not any({"LEFTSHIFT", "RIGHTSHIFT"} <= set(c) for c in interchangeable_classes(other))
+    # the recognizer's guards treat every member of a class alike
+    assert [set(c) for c in recognizer_classes(g)] == classes
+
+
+def test_are_jointly_legal(python_grammar):
+    g = python_grammar
+    # images under interchangeable terminals
+    assert are_jointly_legal(g, "NAME", ["EQEQUAL", "DEC_NUMBER"], ["LESSTHAN", "HEX_NUMBER"])
+    # one extends the other and the rest always follows: `def f` always goes on with `(`
+    assert are_jointly_legal(g, "DEF", ["NAME"], ["NAME", "LPAR"])
+    # `x.` and `x(` are not legal in the same places (`import a.b`, `import a(`)
+    assert not are_jointly_legal(g, "NAME", ["DOT"], ["LPAR"])
+    # `f(a, )` is a call, `a, )` a syntax error; `a,` alone is a tuple
+    assert not are_jointly_legal(g, "NAME", ["COMMA"], ["COMMA", "RPAR"])
+    # and wherever `x(` is legal, so is `x()`: a call, `def f()`, `class A()`, `case P()`
+    assert are_jointly_legal(g, "NAME", ["LPAR"], ["LPAR", "RPAR"])
