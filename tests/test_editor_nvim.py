@@ -60,14 +60,24 @@ pytestmark = pytest.mark.skipif(NVIM is None, reason="no Neovim >= 0.10 (binwhee
 
 
 @pytest.fixture(scope="module")
-def suite(tiny_model_dir: Path, tmp_path_factory) -> dict[str, str | None]:
+def store_ready(tiny_model_dir: Path) -> Path:
+    """The tiny model's mask store, built here if the cache lacks it (the first build takes
+    minutes on a small machine): the server started by the editor suite then only loads it."""
+    from mask_store.loading import load_compiled
+
+    load_compiled(str(tiny_model_dir))
+    return tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def suite(store_ready: Path, tmp_path_factory) -> dict[str, str | None]:
     """Runs the suite once: test name -> None if it passed, else its failure text."""
     home = tmp_path_factory.mktemp("nvim-home")  # Neovim's state (LSP log) stays out of the user's
     env = os.environ.copy()
     env.update(
         SYNTAXLOCK_SERVER=str(Path(sys.executable).parent / "syntaxlock"),
         SYNTAXLOCK_PYTHON=sys.executable,
-        SYNTAXLOCK_TEST_MODEL=str(tiny_model_dir),
+        SYNTAXLOCK_TEST_MODEL=str(store_ready),
         SYNTAXLOCK_CACHE=os.environ["SYNTAXLOCK_CACHE"],
         XDG_STATE_HOME=str(home / "state"),
         XDG_DATA_HOME=str(home / "data"),

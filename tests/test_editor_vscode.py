@@ -37,10 +37,20 @@ def _tap_counts(out: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", out, re.M)}
 
 
+@pytest.fixture(scope="module")
+def store_ready(tiny_model_dir: Path) -> Path:
+    """The tiny model's mask store, built here if the cache lacks it (the first build takes
+    minutes on a small machine): the server started by the editor suite then only loads it."""
+    from mask_store.loading import load_compiled
+
+    load_compiled(str(tiny_model_dir))
+    return tiny_model_dir
+
+
 @needs_node
-def test_npm_test_unit_and_integration(tiny_model_dir: Path):
+def test_npm_test_unit_and_integration(store_ready: Path):
     env = os.environ.copy()
-    env["SYNTAXLOCK_TEST_MODEL"] = str(tiny_model_dir)
+    env["SYNTAXLOCK_TEST_MODEL"] = str(store_ready)
     env["SYNTAXLOCK_SERVER"] = str(Path(sys.executable).parent / "syntaxlock")
     env["SYNTAXLOCK_CACHE"] = os.environ["SYNTAXLOCK_CACHE"]
     r = _npm("test", env=env)
