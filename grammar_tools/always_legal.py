@@ -41,6 +41,7 @@ frame deciding them, are legal after exactly the same prefixes.
 from __future__ import annotations
 
 import functools
+import heapq
 from dataclasses import dataclass
 
 from .contexts import AFTER, Context, Layout
@@ -469,10 +470,18 @@ class Explorer:
         has_as = sem.bits.get("HAS_AS", 0)
         out = []
         bad = 0
-        work = [(frame, self.budget)]
-        seen = {frame}
+        # frames by remaining budget, highest first: each frame is expanded once, with the
+        # most budget any path leaves it, so the result doesn't depend on the search order
+        # (nor on how the LALR states happen to be numbered)
+        work = [(-self.budget, 0, frame)]
+        done: set = set()
+        tick = 0
         while work:
-            fr, b = work.pop()
+            nb, _, fr = heapq.heappop(work)
+            if fr in done:
+                continue
+            done.add(fr)
+            b = -nb
             st, df, at = fr[-1]
             a = action[st].get(t)
             if a is None:
@@ -535,9 +544,9 @@ class Explorer:
                 bases = {x for c in cands for x in self.preds[c]}
                 nxt = [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
             for f2 in nxt:
-                if f2 not in seen:
-                    seen.add(f2)
-                    work.append((f2, b))
+                if f2 not in done:
+                    tick += 1
+                    heapq.heappush(work, (-b, tick, f2))
         return out, bad
 
     def _reduce_attr(self, r: int, children) -> int:

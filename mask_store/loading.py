@@ -48,7 +48,12 @@ def build_store(
 
 
 def store_path_for(tok: LoadedTokenizer, streamline: bool = True) -> Path:
-    return default_store_path(load_lexer_automaton().hash, tok.vocab.hash, streamline)
+    variant = ""
+    if streamline:
+        from .streamline import code_hash
+
+        variant = code_hash()
+    return default_store_path(load_lexer_automaton().hash, tok.vocab.hash, streamline, variant)
 
 
 def open_store(path, tok: LoadedTokenizer) -> MaskStore:

@@ -207,8 +207,10 @@ def _validate(s: MaskStore) -> None:
         raise ValueError("sequence element out of range")
 
 
-def default_store_path(grammar_hash: str, tokenizer_hash: str, streamlined: bool) -> Path:
-    kind = "streamlined" if streamlined else "full"
+def default_store_path(grammar_hash: str, tokenizer_hash: str, streamlined: bool, variant: str = "") -> Path:
+    """Where the server looks for a store; `variant` tells apart stores that the same grammar
+    and tokenizer give with different code (the streamlining analyses)."""
+    kind = ("streamlined" if streamlined else "full") + (f"-{variant}" if variant else "")
     return cache.cache_dir() / "stores" / f"mask-{grammar_hash}-{tokenizer_hash}-{kind}.safetensors"
 
 

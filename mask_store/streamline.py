@@ -220,10 +220,7 @@ class _Streamliner:
     def _cached_decisions(self, pairs) -> dict:
         key = cache.content_hash(
             self.g.hash,
-            cache.source_hash(
-                always_legal, contexts, follow_graph_mod, guards, interchangeable_mod, jointly_legal, never_legal,
-                sys.modules[__name__],
-            ),
+            code_hash(),
             str(SIGNATURE_DEPTH),
             repr([(c.key(self.g), s) for c, s in pairs]),
         )
@@ -447,6 +444,15 @@ class _Streamliner:
         )
 
 
+def code_hash() -> str:
+    """Hash of the code that decides the rows: a cached streamlined store is rebuilt when it
+    changes (see `loading.store_path_for`)."""
+    return cache.source_hash(
+        always_legal, contexts, follow_graph_mod, guards, interchangeable_mod, jointly_legal, never_legal,
+        sys.modules[__name__],
+    )[:8]
+
+
 def streamline_store(
     store: MaskStore,
     recognizer: Recognizer | None = None,
@@ -495,6 +501,7 @@ def streamline_store(
         "seconds": round(seconds, 2),
         "reduction": round(full / max(last, 1), 2),
         "valid_for": "Recognizer with semantic checks (the default), any Python version",
+        "code": code_hash(),
     }
     out.header["full_build_seconds"] = store.header.get("build_seconds")
     out.header["build_seconds"] = round(float(store.header.get("build_seconds", 0.0)) + seconds, 2)

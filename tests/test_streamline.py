@@ -1,0 +1,130 @@
+"""Streamlining: the streamlined store gives exactly the full store's masks, with fewer rows and
+fewer parser checks (real tokenizer, real stdlib code)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import read_source, stdlib_files
+
+from grammar_tools.recognizer import Recognizer
+from mask_store.cli import main as mask_store_main
+from mask_store.matcher import CompiledGrammar
+from mask_store.store import load_store
+from mask_store.streamline import STEPS, streamline_store
+from mask_store.verify import verify_files
+
+PEP695 = """\
+type Pair[T] = tuple[T, T]
+
+
+def first[T](xs: list[T]) -> T:
+    return xs[0]
+
+
+class Box[T: (int, str)]:
+    def get[U](self, default: U) -> T | U:
+        return default
+"""
+
+
+@pytest.fixture(scope="module")
+def streamlined(compiled_full):
+    """The default store of `load_compiled` (streamlined from the cached full store)."""
+    from mask_store.loading import load_compiled
+
+    compiled, tok = load_compiled("default")
+    return compiled, tok
+
+
+def _fresh(store, tok, rec=None) -> CompiledGrammar:
+    """A compiled grammar with empty caches and counters."""
+    return CompiledGrammar(store, tok.vocab, rec or Recognizer())
+
+
+def _sample(tok, min_tokens: int, seed: int) -> list:
+    files = [p for p in stdlib_files(include_tests=False) if 2000 < p.stat().st_size < 40000]
+    random.Random(seed).shuffle(files)
+    chosen, total = [], 0
+    for p in files:
+        data = read_source(p)
+        if data is None:
+            continue
+        chosen.append(p)
+        total += len(tok.encode(data.decode()))
+        if total >= min_tokens:
+            break
+    return chosen
+
+
+def test_header_records_rows_after_each_step(streamlined, compiled_full, tmp_path, capsys):
+    compiled, tok = streamlined
+    store = compiled.store
+    full = compiled_full[0].store
+    assert store.header["options"]["streamline"] is True
+    steps = store.header["streamline"]["steps"]
+    assert [s["step"] for s in steps] == list(STEPS) + ["boundary_merged"]
+    rows = [s["rows"] for s in steps]
+    assert rows[0] == full.logical_rows() and rows[-1] == store.logical_rows()
+    assert all(a >= b for a, b in zip(rows, rows[1:]))
+    assert rows[-1] * 5 < rows[0]
+    assert store.n_rows < full.n_rows
+    # the file keeps it, and `mask-store info` shows it
+    path = store.save(tmp_path / "s.safetensors")
+    again = load_store(path, tokenizer_hash=tok.vocab.hash, vocab_size=tok.vocab.size)
+    assert again.info()["rows_per_step"] == {s["step"]: s["rows"] for s in steps}
+    assert mask_store_main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    for s in steps:
+        assert f"{s['step']:>20}  {s['rows']:>8}" in out
+
+
+def test_streamlined_masks_are_identical_on_stdlib_sample(streamlined, compiled_full):
+    """Exactness: identical masks at every position of a fixed sample (>= 20,000 positions),
+    every true next token allowed (soundness unchanged), and fewer parser checks."""
+    s_compiled, tok = streamlined
+    f_compiled, _ = compiled_full
+    stream = _fresh(s_compiled.store, tok)
+    full = _fresh(f_compiled.store, tok, stream.recognizer)
+    files = _sample(tok, 20_000, seed=7)
+    report = verify_files(stream, tok.encode, files, compare=full)
+    assert report.positions >= 20_000
+    assert report.differing_masks == 0, report.first_differences
+    assert report.n_rejections == 0, report.summary()["first_rejections"]
+    # the same masks were computed (the caches key them alike): checks compare per mask
+    assert stream.stats["masks"] == full.stats["masks"] > 1000
+    assert 3 * stream.stats["parser_checks"] <= full.stats["parser_checks"]
+
+
+def test_exact_for_other_python_versions(streamlined, compiled_full, tmp_path):
+    """The analyses hold for every Python version the recognizer knows (PEP 695 on or off)."""
+    s_compiled, tok = streamlined
+    f_compiled, _ = compiled_full
+    src = tmp_path / "pep695.py"
+    src.write_text(PEP695)
+    files = [src] + _sample(tok, 1500, seed=3)
+    for version in ((3, 11), (3, 12)):
+        rec = Recognizer(python_version=version)
+        stream = _fresh(s_compiled.store, tok, rec)
+        full = _fresh(f_compiled.store, tok, rec)
+        report = verify_files(stream, tok.encode, files, compare=full)
+        assert report.differing_masks == 0, (version, report.first_differences)
+        assert report.positions > 1500
+        if version >= (3, 12):
+            assert report.n_rejections == 0
+
+
+def test_misuse_is_refused(streamlined):
+    compiled, tok = streamlined
+    with pytest.raises(ValueError, match="streamlined already"):
+        streamline_store(compiled.store, progress=False)
+    with pytest.raises(ValueError, match="semantic checks"):
+        CompiledGrammar(compiled.store, tok.vocab, Recognizer(semantic_checks=False))
+
+
+def test_build_streamlines_by_default():
+    from mask_store.cli import build_parser
+
+    assert build_parser().parse_args(["build"]).no_streamline is False
+    assert build_parser().parse_args(["build", "--no-streamline"]).no_streamline is True
