@@ -16,6 +16,10 @@ and rows that always get the same answer can share one check. The seed's order:
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
    and rows whose outcomes agree on every refined frame merge into one.
 
+5. (with the vocabulary) each state's boundary rows merge into its own rows: both are checked
+   from the same parser node (newlines aside), the boundary ones only for the tokens whose first
+   byte ends the state's lexeme, so a boundary row keeps just those tokens (and goes if none).
+
 Every rule is sound for the run-time parser (its guards and every Python version included;
 semantic checks on, as `Recognizer()` has them), so the streamlined store gives bit-identical
 masks. `mask-store verify --compare-full` and tests/test_streamline.py check it on real code.
@@ -61,6 +65,7 @@ from .store import MaskStore
 log = logging.getLogger(__name__)
 
 STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaining_rows")
+BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
 SIGNATURE_DEPTH = 1  # stack entries made known below each start state for jointly-legal merges
 
@@ -489,7 +494,7 @@ def streamline_store(
     if vocab is not None:
         t0 = time.perf_counter()
         sl.merge_boundary(vocab)
-        sl.record("boundary_merged", time.perf_counter() - t0)
+        sl.record(BOUNDARY_STEP, time.perf_counter() - t0)
     out = sl.result()
     seconds = time.perf_counter() - t_all
     full = sl.steps[0]["rows"]

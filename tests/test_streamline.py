@@ -12,7 +12,7 @@ from grammar_tools.recognizer import Recognizer
 from mask_store.cli import main as mask_store_main
 from mask_store.matcher import CompiledGrammar
 from mask_store.store import load_store
-from mask_store.streamline import STEPS, streamline_store
+from mask_store.streamline import BOUNDARY_STEP, STEPS, streamline_store
 from mask_store.verify import verify_files
 
 PEP695 = """\
@@ -64,7 +64,7 @@ def test_header_records_rows_after_each_step(streamlined, compiled_full, tmp_pat
     full = compiled_full[0].store
     assert store.header["options"]["streamline"] is True
     steps = store.header["streamline"]["steps"]
-    assert [s["step"] for s in steps] == list(STEPS) + ["boundary_merged"]
+    assert [s["step"] for s in steps] == list(STEPS) + [BOUNDARY_STEP]
     rows = [s["rows"] for s in steps]
     assert rows[0] == full.logical_rows() and rows[-1] == store.logical_rows()
     assert all(a >= b for a, b in zip(rows, rows[1:]))
