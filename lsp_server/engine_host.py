@@ -19,6 +19,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from typing import Callable
@@ -45,17 +46,19 @@ class Status:
 class Ticket:
     """One completion request's right to run; `stopped()` is the engine's cancel callback."""
 
-    __slots__ = ("uri", "version", "superseded", "_stop")
+    __slots__ = ("uri", "version", "superseded", "stopped_at", "_stop")
 
     def __init__(self, uri: str, version: int | None) -> None:
         self.uri = uri
         self.version = version
         self.superseded = False
+        self.stopped_at: float | None = None  # time.perf_counter() of the stop
         self._stop = threading.Event()
 
     def stop(self, superseded: bool = False) -> None:
         if not self._stop.is_set():
             self.superseded = superseded
+            self.stopped_at = time.perf_counter()
             self._stop.set()
 
     def stopped(self) -> bool:
@@ -97,6 +100,7 @@ class EngineHost:
         self._on_status = on_status
         self._loader = loader
         self._lock = threading.Lock()
+        self._status_lock = threading.RLock()
         self._engine = None
         self._active: EngineOptions | None = None  # the options the engine was loaded with
         self._desired: EngineOptions | None = None  # the options asked for
@@ -121,12 +125,17 @@ class EngineHost:
     def ready(self) -> bool:
         return self._engine is not None
 
-    def _set_status(self, status: Status) -> None:
-        self._status = status
-        try:
-            self._on_status(status)
-        except Exception:  # a reporting problem must not break loading
-            log.exception("status callback failed")
+    def _set_status(self, status: Status, gen: int | None = None) -> None:
+        """Report a status; one from a load of an older generation (`gen`) is dropped, so that
+        a late "ready" can't hide the load the newer settings started."""
+        with self._status_lock:
+            if gen is not None and gen != self._gen:
+                return
+            self._status = status
+            try:
+                self._on_status(status)
+            except Exception:  # a reporting problem must not break loading
+                log.exception("status callback failed")
 
     def describe(self) -> dict:
         opts = self._active or self._desired or EngineOptions()
@@ -165,7 +174,7 @@ class EngineHost:
             self._set_status(Status("disabled", "syntaxlock is disabled (setting enabled: false)"))
             return
         if same and self._status.state != "ready":
-            self._set_status(Status("ready", f"ready: {self._describe_short()}", 100))
+            self._set_status(Status("ready", self._describe_short(), 100))
         if not same:
             self._set_status(Status("loading", f"loading model {options.model!r} on {options.device}", None))
         if start:
@@ -184,9 +193,10 @@ class EngineHost:
                     return
 
             def progress(message: str, fraction: float | None = None, gen=gen) -> None:
-                if gen == self._gen:
+                # the engine's last report ("ready", 100%) is left to the ready status itself
+                if not (fraction is not None and fraction >= 1.0):
                     pct = None if fraction is None else max(0, min(100, int(round(fraction * 100))))
-                    self._set_status(Status("loading", str(message), pct))
+                    self._set_status(Status("loading", str(message), pct), gen)
 
             try:
                 engine = self._loader(options, progress)
@@ -196,14 +206,21 @@ class EngineHost:
                 if not isinstance(e, (RuntimeError, OSError, ValueError)):
                     log.exception("unexpected error while loading the engine")
             with self._lock:
-                if gen != self._gen:
+                desired = self._desired
+                if not self._enabled or desired is None:
+                    self._loading = False
+                    return
+                if error is None and (gen == self._gen or not options.needs_reload(desired)):
+                    # loaded; settings that came meanwhile and need no reload just apply
+                    old, self._engine, self._active = self._engine, engine, desired
+                    self._loading = False
+                    gen = self._gen
+                elif gen != self._gen:
                     del engine
-                    continue  # the options changed while loading: load again (or stop)
-                self._loading = False
-                if error is None:
-                    old, self._engine, self._active = self._engine, engine, options
+                    continue  # the model, device or store changed while loading: load again
                 else:
                     old = None
+                    self._loading = False
                     kept = self._active
                     if kept is not None:  # keep the model in use, with the other new options
                         kept = self._active = self._desired = _without_reload(kept, options)
@@ -211,14 +228,15 @@ class EngineHost:
                 del old
                 gc.collect()
             if error is None:
-                self._set_status(Status("ready", f"ready: {self._describe_short()}", 100))
+                self._set_status(Status("ready", self._describe_short(), 100), gen)
             elif kept is not None:
                 self._set_status(
                     Status("ready", f"cannot load model {options.model!r} ({error}); still using {kept.model!r}", None,
-                           reverted=kept)
+                           reverted=kept),
+                    gen,
                 )
             else:
-                self._set_status(Status("error", f"cannot load model {options.model!r}: {error}", None))
+                self._set_status(Status("error", f"cannot load model {options.model!r}: {error}", None), gen)
             return
 
     def _describe_short(self) -> str:

@@ -41,6 +41,7 @@ NAME = "syntaxlock"
 VERSION = "0.1.0"
 STATUS_NOTIFICATION = "syntaxlock/status"
 COMMANDS = ("syntaxlock.accepted", "syntaxlock.dismissed", "syntaxlock.stats", "syntaxlock.status")
+FLUSH_INTERVAL_S = 60.0  # telemetry reaches its file at most this often (and at exit)
 COMPLETION_METHODS = (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION)
 
 RECEIVED: contextvars.ContextVar[Received | None] = contextvars.ContextVar("syntaxlock_received", default=None)
@@ -183,10 +184,7 @@ class SyntaxlockServer(LanguageServer):
         if status.reverted is not None and self.host.desired == status.reverted:
             # the new model failed to load and no newer settings came since: the settings say so too
             self.options = dataclasses.replace(self.options, engine=status.reverted)
-        try:
-            self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
-        except Exception:
-            log.exception("cannot send %s", STATUS_NOTIFICATION)
+        # messages first: a client that sees the status has its explanation already
         if last is None or (last.state, last.message) != (status.state, status.message):
             kind = types.MessageType.Error if status.state == "error" else types.MessageType.Info
             pct = f" ({status.percentage}%)" if status.percentage is not None and status.state == "loading" else ""
@@ -195,6 +193,10 @@ class SyntaxlockServer(LanguageServer):
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
         elif status.reverted is not None:
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
+        try:
+            self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
+        except Exception:
+            log.exception("cannot send %s", STATUS_NOTIFICATION)
         self._progress(status)
 
     def supports_markdown_documentation(self) -> bool:
@@ -327,8 +329,15 @@ def on_shutdown(ls: SyntaxlockServer, params: None) -> None:
     ls.host.shutdown()
 
 
+def on_exit(ls: SyntaxlockServer, params: None) -> None:
+    """Also reached without a shutdown request (an editor that just quits)."""
+    ls.telemetry.flush()
+    ls.host.shutdown()
+
+
 def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
     ok = bool(args) and ls.telemetry.accepted(args[0])
+    ls.telemetry.flush_every(FLUSH_INTERVAL_S)
     if not ok:
         ls.report(f"syntaxlock.accepted: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
     return ok
@@ -336,6 +345,7 @@ def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
 
 def cmd_dismissed(ls: SyntaxlockServer, *args) -> bool:
     ok = bool(args) and ls.telemetry.dismissed(args[0])
+    ls.telemetry.flush_every(FLUSH_INTERVAL_S)
     if not ok:
         ls.report(f"syntaxlock.dismissed: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
     return ok
@@ -360,6 +370,7 @@ def create_server() -> SyntaxlockServer:
     ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(on_inline_completion)
     ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(on_completion)
     ls.feature(types.SHUTDOWN)(on_shutdown)
+    ls.feature(types.EXIT)(on_exit)
     for name, fn in zip(COMMANDS, (cmd_accepted, cmd_dismissed, cmd_stats, cmd_status)):
         ls.command(name)(fn)
     return ls

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
@@ -55,6 +55,7 @@ class Job:
     key: tuple
     ticket: "Ticket"
     task: asyncio.Task | None = None
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set when superseded or forgotten
     waiters: int = 0
     counted: bool = False  # its superseding was counted
     suggestion: Suggestion | None = None
@@ -73,6 +74,7 @@ class Suggester:
         job = self._jobs.pop(uri, None)
         if job is not None:
             job.ticket.stop()
+            job.stopped.set()
 
     def changed(self, uri: str) -> None:
         """The document changed: a run for the older version is superseded (its result could
@@ -80,6 +82,7 @@ class Suggester:
         job = self._jobs.get(uri)
         if job is not None and not job.ticket.stopped() and job.task is not None and not job.task.done():
             job.ticket.stop(superseded=True)
+            job.stopped.set()
 
     async def suggest(
         self,
@@ -130,21 +133,31 @@ class Suggester:
         key = (version, line, character, selected.text if selected else None, sel_range)
 
         job = self._jobs.get(uri)
-        if job is None or job.key != key or job.ticket.stopped():
+        if (job is None or job.key != key or job.ticket.stopped()
+                or job.task.done() and (job.task.cancelled() or job.task.result() is None)):
+            # a new run, unless the same request is running or has a result to give again
+            old = self._jobs.get(uri)
             job = Job(key, ls.host.ticket(uri, version))  # stops the previous ticket of uri
             self._jobs[uri] = job
+            if old is not None:
+                old.stopped.set()
             request = CompletionRequest(text, line, character, document=uri)
             job.task = asyncio.ensure_future(self._run(request, job))
         job.waiters += 1
+        stop = asyncio.ensure_future(job.stopped.wait())
         try:
-            result = await asyncio.shield(job.task)
+            # the run's result, or None at once when a newer request supersedes this one
+            await asyncio.wait((job.task, stop), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             job.waiters -= 1
             if job.waiters == 0 and not job.task.done():
                 job.ticket.stop()
             ls.telemetry.count("cancelled")
             raise
+        finally:
+            stop.cancel()
         job.waiters -= 1
+        result = job.task.result() if job.task.done() and not job.stopped.is_set() else None
         if result is None:
             if job.ticket.superseded and not job.counted:
                 job.counted = True
@@ -176,16 +189,26 @@ class Suggester:
         finally:
             self.server.host.release(job.ticket)
         if result is None or result.stop_reason == "cancelled" or job.ticket.stopped():
-            why = "superseded" if job.ticket.superseded else "cancelled"
+            ticket = job.ticket
+            why = "superseded" if ticket.superseded else "cancelled"
             steps = "before it started" if result is None else f"after {result.tokens_generated} decoding steps"
-            self.server.report(f"completion in {request.document} stopped ({why}) {steps}", types.MessageType.Log)
+            lag = (time.perf_counter() - ticket.stopped_at) * 1000 if ticket.stopped_at else 0.0
+            self.server.report(
+                f"completion in {request.document} stopped ({why}) {steps}, {lag:.0f} ms after the stop",
+                types.MessageType.Log,
+            )
             return None
+        log.info(
+            "completed %s at %s:%s: %s, prompt %d tokens (%d reused) %.0f ms, decode %.0f ms, %d sampled + %d forced",
+            request.document, request.line, request.character, result.stop_reason, result.prompt_tokens,
+            result.prompt_reused, result.prompt_ms, result.decode_ms, result.tokens_generated, result.tokens_forced,
+        )
         return result
 
     def _suggestion(self, job: Job, result: CompletionResult, original: str, text: str, shift: int,
                     sel_range, selected, t0: float) -> Suggestion:
-        if job.suggestion is not None:
-            return job.suggestion  # the same run, asked for by another request
+        if job.suggestion is not None and self.server.telemetry.pending(job.suggestion.id):
+            return job.suggestion  # the same run, asked for by another request, not yet settled
         if selected is None:
             insert = result.text
             rng = types.Range(_pos(result.start), _pos(result.end))

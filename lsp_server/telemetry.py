@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class Telemetry:
         self._pending: OrderedDict[str, None] = OrderedDict()  # shown, not yet reported
         self._counts = dict.fromkeys(COUNTS, 0) | {"latency_ms_sum": 0.0}
         self._flushed = dict(self._counts)
+        self._last_flush = time.monotonic()
 
     def count(self, name: str) -> None:
         """One more request / cancelled / superseded request."""
@@ -71,6 +73,11 @@ class Telemetry:
             self._counts["shown"] += 1
             self._counts["latency_ms_sum"] += float(latency_ms)
             return sid
+
+    def pending(self, sid: str) -> bool:
+        """Whether a shown suggestion is still waiting for its accept/dismiss report."""
+        with self._lock:
+            return sid in self._pending
 
     def _report(self, sid: object, what: str) -> bool:
         with self._lock:
@@ -90,11 +97,17 @@ class Telemetry:
         with self._lock:
             return summary(self._counts)
 
+    def flush_every(self, seconds: float) -> None:
+        """Flush if the last flush is older than `seconds`."""
+        if time.monotonic() - self._last_flush >= seconds:
+            self.flush()
+
     def flush(self) -> None:
         """Add the counts since the last flush to the telemetry file (file-locked, so that
         several servers can share it). Errors are logged, never raised."""
         path = self._path or telemetry_path()
         with self._lock:
+            self._last_flush = time.monotonic()
             delta = {k: self._counts[k] - self._flushed[k] for k in self._counts}
             if not any(delta.values()):
                 return

@@ -131,12 +131,17 @@ async def test_non_ascii_line_uses_utf16_positions(client: LanguageClient):
 
 async def test_dismissal_and_unknown_ids(client: LanguageClient):
     before = await command(client, "syntaxlock.stats")
-    *_, item = await first_suggestion(client, "dismiss")
+    uri, _, line, character, item = await first_suggestion(client, "dismiss")
     sid = item.command.arguments[0]
     assert await command(client, "syntaxlock.dismissed", sid) is True
     assert await command(client, "syntaxlock.dismissed", sid) is False  # counted once
     assert await command(client, "syntaxlock.accepted", sid) is False
     assert await command(client, "syntaxlock.accepted", "no-such-id") is False
+    # asked again for the same place: the same text, shown again under a fresh id
+    (again,) = items_of(await inline(client, uri, line, character))
+    assert again.insert_text == item.insert_text and again.command.arguments[0] != sid
+    assert await command(client, "syntaxlock.accepted", again.command.arguments[0]) is True
     after = await command(client, "syntaxlock.stats")
     assert after["dismissed"] == before["dismissed"] + 1
-    assert after["accepted"] == before["accepted"]
+    assert after["accepted"] == before["accepted"] + 1
+    assert after["shown"] >= before["shown"] + 2

@@ -65,3 +65,45 @@ async def test_status_progress_and_log(client: LanguageClient, tiny_model_dir):
     assert "hot" in shown
     assert status["settings"]["temperature"] == 0 and status["settings"]["maxTokens"] == 8
     assert not any("unknownEditorSetting" in m.message for m in client.messages)
+
+
+async def test_tcp_transport_and_disabled_start(tmp_path):
+    """`serve --tcp HOST:PORT` with enabled: false: capabilities at once, status "disabled",
+    an empty answer, the log in --log-file and nothing on stdout."""
+    import asyncio
+    import socket
+    import subprocess
+    import sys
+
+    from server_support import ROOT, make_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_file = tmp_path / "server.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lsp_server.cli", "serve", "--tcp", f"127.0.0.1:{port}", "--log-file", str(log_file)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = make_client()
+        for _ in range(600):  # until the server listens (a guard, not a timing check)
+            try:
+                await client.start_tcp("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        result = await initialize(client, {"enabled": False}, wait="disabled")
+        assert isinstance(result.capabilities.inline_completion_provider, types.InlineCompletionOptions)
+        open_doc(client, "file:///t.py", "import os\nos.pa")
+        assert items_of(await inline(client, "file:///t.py", 1, 5)) == []
+        assert (await command(client, "syntaxlock.status"))["state"] == "disabled"
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
+        assert proc.wait(timeout=60) in (0, 1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stdout.read() == b""
+    assert "disabled" in log_file.read_text()

@@ -246,3 +246,16 @@ async def test_host_superseding_and_cancellation():
     host.forget("u")
     assert loaded[0].forgotten == ["u"]
     host.shutdown()
+
+
+def test_cli_serve_arguments():
+    from lsp_server.cli import build_parser
+
+    ap = build_parser()
+    args = ap.parse_args(["serve"])
+    assert (args.tcp, args.log_level, args.log_file) == (None, "INFO", None)
+    assert ap.parse_args(["serve", "--tcp", "127.0.0.1:2087", "--log-level", "debug"]).tcp == "127.0.0.1:2087"
+    for bad in (["serve", "--tcp", "nohost"], ["serve", "--tcp", "h:99999"], ["serve", "--stdio", "--tcp", "h:1"],
+                ["serve", "--log-level", "LOUD"]):
+        with pytest.raises(SystemExit):
+            ap.parse_args(bad)
