@@ -6,7 +6,8 @@ with a reusable KV cache.
   so the next start loads in well under 5 s.
 - a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
   pickled checkpoints, `trust_remote_code=False`).
-- device `auto`: CUDA when present (bf16), else CPU (float32).
+- device `auto`: CUDA when present (bf16), else CPU (float32, with float16 copies of the
+  weights for decoding steps: `decode_weights`).
 
 `PromptCache` keeps the KV cache of the last prompt of each document: a new request whose
 prompt shares a prefix with it runs only the tokens after the shared part.
@@ -122,8 +123,10 @@ class ModelRuntime:
         return out.logits[0].float(), out.past_key_values
 
 
-def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None) -> ModelRuntime:
-    """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory."""
+def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None,
+               half_decode: bool = True) -> ModelRuntime:
+    """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory. On the CPU,
+    `half_decode` gives decoding steps float16 copies of the weights (`decode_weights`)."""
     t0 = time.perf_counter()
     from transformers.utils import logging as hf_logging
 
@@ -150,6 +153,10 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
     except Exception as e:
         raise ModelLoadError(f"cannot load the model in {wdir}: {e}") from e
     model.to(dev).eval()
+    if half_decode and dev.type == "cpu":
+        from .decode_weights import use_half_weights_for_decoding
+
+        use_half_weights_for_decoding(model)
     if model.config.vocab_size < tok.vocab.size:
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"
