@@ -45,7 +45,7 @@ import heapq
 from dataclasses import dataclass
 
 from .contexts import AFTER, Context, Layout
-from .grammar import BRACKET_CLOSE, BRACKET_OPEN, Grammar
+from .grammar import BRACKET_CLOSE, BRACKET_OPEN, END, Grammar
 
 ACC, REJ, CUT = 1, 2, 4
 D0, DP = 1, 2  # bracket depth zero / positive
@@ -72,13 +72,16 @@ class Semantics:
     opens: frozenset[int]
     closes: frozenset[int]
     bits: dict  # the attribute bits of guards.py that the checks use
+    # state * 1024 + terminal -> (guard, removed by some version): every check that the
+    # recognizer makes before acting on a terminal, whichever version (see `same_acceptance`)
+    step_checks: dict = None
 
     @classmethod
     def plain(cls, grammar: Grammar) -> "Semantics":
         """A plain LALR parser (toy grammars): no guards, no attributes."""
         return cls(
             frozenset(), {}, tuple((A_NONE, 0) for _ in grammar.rules), frozenset(), frozenset(),
-            frozenset(), -1, frozenset(), frozenset(), {},
+            frozenset(), -1, frozenset(), frozenset(), {}, {},
         )
 
     @classmethod
@@ -147,6 +150,10 @@ class Semantics:
             opens=frozenset(tid[n] for n in BRACKET_OPEN if n in tid),
             closes=frozenset(tid[n] for n in BRACKET_CLOSE if n in tid),
             bits=bits,
+            step_checks={
+                s * 1024 + t: (gt.guards.get((s, t)), (s, t) in gt.removed)
+                for s, t in set(gt.guards) | set(gt.removed)
+            },
         )
 
 
@@ -279,6 +286,84 @@ class Explorer:
                     nxt[f2] = None
             frames = tuple(nxt)
         return frames
+
+    def covering_frames(self, context: Context, prefix) -> tuple | None:
+        """The frames after reading `prefix` after `context`, when together they stand for
+        every stack on which the parser has read it (no branch was cut: None otherwise)."""
+        frames = tuple(self.start_frames(context))
+        for e in prefix:
+            nxt: dict = {}
+            for f in frames:
+                got, bad = self.advance(f, e)
+                if bad & CUT:
+                    return None
+                for f2 in got:
+                    nxt[f2] = None
+            frames = tuple(nxt)
+        return frames
+
+    def same_acceptance(self, frame, a: int, b: int, rest=()) -> bool:
+        """Sound: True means that on every stack `frame` stands for, the recognizer accepts
+        (a,) + rest exactly when it accepts (b,) + rest (any Python version, guards on).
+
+        a and b are fed *in lockstep* on the same stack: as long as the recognizer does the
+        same thing for both (the same checks, then both errors, both the same reduction, or
+        both a shift alike), their runs agree whatever lies below the frame. Where they part,
+        the exploration must decide both ways on that frame: both always or both never
+        accepted. Unlike `signature`, the stack below the point where they part needn't be
+        known: a reduction chain that pops deep into the stack is followed for both at once."""
+        if a == b:
+            return True
+        lay = self.layout
+        layout = self._layout_terms | {self.grammar.term_id.get(END, -1)}
+        if frame[0] == _ANY or a in layout or b in layout or lay.is_indentation(a) or lay.is_indentation(b):
+            return self._decided_alike(frame, (a,) + tuple(rest), (b,) + tuple(rest))
+        sem = self.sem
+        checks = sem.step_checks or {}
+        closes, opens = sem.closes, sem.opens
+        brackets_alike = (a in closes) == (b in closes) and (not rest or (a in opens) == (b in opens))
+        work = [(-self.budget, 0, frame)]
+        done: set = set()
+        tick = 0
+        while work:
+            nb, _, fr = heapq.heappop(work)
+            if fr in done:
+                continue
+            done.add(fr)
+            budget = -nb
+            st = fr[-1][0]
+            ka, kb = st * 1024 + a, st * 1024 + b
+            act_a, act_b = self.action[st].get(a), self.action[st].get(b)
+            if checks.get(ka) == checks.get(kb):
+                if act_a is None and act_b is None:
+                    continue  # both errors
+                if act_a is not None and act_b is not None:
+                    if act_a >= 0 and act_b >= 0:
+                        colon_alike = sem.colon not in (a, b) or st not in sem.with_colon
+                        if brackets_alike and colon_alike and (not rest or act_a == act_b):
+                            continue  # shifted alike (into the same state if more follows)
+                    elif act_a == act_b:  # the same reduction
+                        r = ~act_a
+                        if self.rule_len[r] >= len(fr):
+                            if budget <= 0:
+                                return False
+                            budget -= 1
+                        for f2 in self._reduced(fr, r):
+                            if f2 not in done:
+                                tick += 1
+                                heapq.heappush(work, (-budget, tick, f2))
+                        continue
+            if not self._decided_alike(fr, (a,) + tuple(rest), (b,) + tuple(rest)):
+                return False
+        return True
+
+    def _decided_alike(self, frame, s1, s2) -> bool:
+        """Both sequences always accepted on `frame`, or both never."""
+        o1 = self._run(frame, tuple(s1))
+        if o1 != ACC and o1 & ~REJ:
+            return False
+        o2 = self._run(frame, tuple(s2))
+        return o1 == o2 == ACC or (o1 & ~REJ == 0 and o2 & ~REJ == 0)
 
     def start_frames(self, context: Context) -> list:
         lay = self.layout
@@ -464,7 +549,7 @@ class Explorer:
 
     def _feed_uncached(self, frame, t: int):
         sem = self.sem
-        action, goto, poss = self.action, self.goto, self.poss
+        action = self.action
         uncertain = sem.uncertain
         target_guards = sem.target_guards
         has_as = sem.bits.get("HAS_AS", 0)
@@ -516,38 +601,43 @@ class Explorer:
                 out.append(fr + ((a, f, 0),))
                 continue
             r = ~a
-            n = self.rule_len[r]
-            lhs = self.rule_lhs[r]
-            if n < len(fr):
-                base = fr[: len(fr) - n]
-                attr = self._reduce_attr(r, fr[len(fr) - n :])
-                bs, bdf, _ = base[-1]
-                if isinstance(bs, int):
-                    g = goto[bs].get(lhs)
-                    nxt = [base + ((g, bdf, attr),)] if g is not None else []
-                else:  # the borrowed bottom: one branch per goto target
-                    nxt = [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bs, lhs)]
-            else:
-                # borrow what lies below the known part of the stack
+            if self.rule_len[r] >= len(fr):  # it borrows what lies below the known part
                 if b <= 0:
                     bad |= CUT
                     continue
                 b -= 1
                 self.stats["borrows"] += 1
-                rhs = self.rules[r].rhs
-                attr = self._reduce_attr(r, ((None, 0, UNKNOWN),) * (n - len(fr)) + fr)
-                bottom = fr[0][0]
-                cands = {bottom} if isinstance(bottom, int) else set(bottom)
-                for i in range(n - len(fr) - 1, -1, -1):
-                    sym = rhs[i]
-                    cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
-                bases = {x for c in cands for x in self.preds[c]}
-                nxt = [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
-            for f2 in nxt:
+            for f2 in self._reduced(fr, r):
                 if f2 not in done:
                     tick += 1
                     heapq.heappush(work, (-b, tick, f2))
         return out, bad
+
+    def _reduced(self, fr, r: int) -> list:
+        """The frames after reducing rule r on frame `fr`: one, or, where the rule pops more
+        than the frame knows (or reaches its borrowed bottom), one per goto target of the
+        states that can lie below (found by walking the rule's right side backwards)."""
+        goto = self.goto
+        n = self.rule_len[r]
+        lhs = self.rule_lhs[r]
+        if n < len(fr):
+            base = fr[: len(fr) - n]
+            attr = self._reduce_attr(r, fr[len(fr) - n :])
+            bs, bdf, _ = base[-1]
+            if isinstance(bs, int):
+                g = goto[bs].get(lhs)
+                return [base + ((g, bdf, attr),)] if g is not None else []
+            # the borrowed bottom: one branch per goto target
+            return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bs, lhs)]
+        rhs = self.rules[r].rhs
+        attr = self._reduce_attr(r, ((None, 0, UNKNOWN),) * (n - len(fr)) + fr)
+        bottom = fr[0][0]
+        cands = {bottom} if isinstance(bottom, int) else set(bottom)
+        for i in range(n - len(fr) - 1, -1, -1):
+            sym = rhs[i]
+            cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
+        bases = {x for c in cands for x in self.preds[c]}
+        return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
 
     def _reduce_attr(self, r: int, children) -> int:
         """The attribute of the node that reducing rule r makes from `children` (entries,

@@ -297,6 +297,7 @@ class _Streamliner:
             by_ctx[ctx].add(short)
         rep: dict = {}
         merged = 0
+        lockstep = 0
         for ctx, seqs in self._bar(list(by_ctx.items()), "jointly legal (signatures)"):
             uf = _UnionFind(seqs)
             fate: dict = {}  # seq -> "always" | "drop"
@@ -309,6 +310,8 @@ class _Streamliner:
                 for prefix, members in by_prefix.items():
                     if len(members) < 2 and n:
                         continue
+                    if len(members) > 1:
+                        lockstep += self._merge_in_lockstep(ctx, prefix, members, uf)
                     frames = ex.refine(ex.frames_after(ctx, prefix), SIGNATURE_DEPTH)
                     if not frames:
                         continue
@@ -338,10 +341,39 @@ class _Streamliner:
                     rep[(ctx, seq)] = best
                 merged += len(comp) - 1
         self.stats["jointly_legal_merged"] = merged
+        self.stats["jointly_legal_lockstep"] = lockstep
         for p, short in shortened.items():
             final = rep[(p[0], short)]
             out[p] = final if isinstance(final, str) else "keep" if final == p[1] else list(final)
         return out
+
+    def _merge_in_lockstep(self, ctx: Context, prefix: tuple, members: list, uf: _UnionFind) -> int:
+        """Joins the members (sequences that start with `prefix`) that differ in one terminal
+        right after it and are accepted alike there, fed in lockstep on every frame that read
+        the prefix (`Explorer.same_acceptance`); returns how many unions it made."""
+        ex = self.ex
+        n = len(prefix)
+        frames = ex.covering_frames(ctx, prefix)
+        if not frames:
+            return 0  # a cut branch (or a prefix never read): nothing is shown
+        by_rest: dict[tuple, list] = defaultdict(list)
+        for seq in members:
+            by_rest[seq[n + 1 :]].append(seq)
+        unions = 0
+        for rest, seqs in by_rest.items():
+            classes: list[tuple] = []  # one member of each class found so far
+            for seq in sorted(seqs):
+                for other in classes:
+                    if uf.find(other) == uf.find(seq) or all(
+                        ex.same_acceptance(f, other[n], seq[n], rest) for f in frames
+                    ):
+                        if uf.find(other) != uf.find(seq):
+                            uf.union(other, seq)
+                            unions += 1
+                        break
+                else:
+                    classes.append(seq)
+        return unions
 
     def single_and_remaining(self, decisions: dict, single: bool) -> None:
         def decide(ctx, seq):
