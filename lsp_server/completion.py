@@ -56,6 +56,8 @@ class CompletionResult:
     mask_ms: list[float] = field(default_factory=list)  # per decoding step
     recovery: str | None = None  # how a syntax error before the cursor was skipped
     speculation: dict | None = None  # draft statistics when speculative decoding ran
+    typed_through: int = 0  # > 0: the rest of the previous suggestion, of which this many characters were typed
+
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -70,6 +72,31 @@ STOP_REASONS = {
     "cancelled": "the request was cancelled",
     "no-continuation": "the grammar allows nothing the model would say",
 }
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """The last completion of a document, for typing through it."""
+
+    before: str  # the document before the cursor
+    after: str  # and after it
+    result: CompletionResult
+    options: EngineOptions
+    mode: str | None
+    max_tokens: int | None
+
+
+def typed_through(shown: _Shown, before: str, after: str) -> str | None:
+    """The rest of the shown completion when the document differs from the one it was made for
+    only by text typed at the cursor that the completion starts with (None otherwise). Splicing
+    the rest at the new cursor gives the very file the whole completion gave, so it is as valid."""
+    text = shown.result.text
+    if after != shown.after or not before.startswith(shown.before):
+        return None
+    typed = before[len(shown.before) :]
+    if not typed or len(typed) >= len(text) or not text.startswith(typed):
+        return None
+    return text[len(typed) :]
 
 Cancel = Callable[[], bool]
 Progress = Callable[[str, "float | None"], None]
@@ -89,6 +116,7 @@ class CompletionEngine:
         self.prompt_cache = PromptCache(runtime, max_documents=4)
         self.scanner = LineScanner(compiled.lexer)
         self._parsers: OrderedDict[str, PrefixParser] = OrderedDict()
+        self._shown: OrderedDict[str, _Shown] = OrderedDict()  # last completion per document
         self._lock = threading.Lock()
         vocab = self.tokenizer.vocab
         self._stop_tokens = set(int(i) for i in vocab.eos) | set(vocab.special)
@@ -137,6 +165,7 @@ class CompletionEngine:
         with self._lock:
             self.prompt_cache.forget(document)
             self._parsers.pop(document, None)
+            self._shown.pop(document, None)
 
     def _parser(self, document: str) -> PrefixParser:
         p = self._parsers.pop(document, None)
@@ -158,9 +187,38 @@ class CompletionEngine:
             if cancel():
                 return self._empty(request, "cancelled", options or self.options)
         try:
-            return self._complete(request, cancel, options or self.options)
+            opts = options or self.options
+            text = request.text
+            off = offset_at(text, request.line, request.character)
+            before, after = text[:off], text[off:]
+            shown = self._shown.get(request.document)
+            if shown is not None and (shown.options, shown.mode, shown.max_tokens) == (
+                    opts, request.mode, request.max_tokens):
+                rest = typed_through(shown, before, after)
+                if rest is not None:
+                    return self._rest_of(shown.result, rest, request)
+            result = self._complete(request, cancel, opts)
+            if result.text and result.stop_reason != "cancelled":
+                self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
+                self._shown.move_to_end(request.document)
+                while len(self._shown) > 8:
+                    self._shown.popitem(last=False)
+            return result
         finally:
             self._lock.release()
+
+    @staticmethod
+    def _rest_of(result: CompletionResult, rest: str, req: CompletionRequest) -> CompletionResult:
+        """The previous result, cut to what is left after the typed characters (its replace
+        range moved to the new cursor; same auto-closed brackets covered)."""
+        start = (req.line, req.character)
+        end = (req.line, req.character + result.end[1] - result.start[1])  # the same closers after the cursor
+        return replace(
+            result, text=rest, start=start, end=end,
+            tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
+            prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
+            typed_through=len(result.text) - len(rest),
+        )
 
     def _empty(self, req: CompletionRequest, reason: str, opts: EngineOptions) -> CompletionResult:
         pos = (req.line, req.character)
@@ -213,6 +271,11 @@ class CompletionEngine:
                             cursor_depth)
         if cursor_depth > 0 and compat is not None:
             policy.bracket_continues = compat.continues(after[len(ctx.covered) :])
+        if compat is not None and cursor_depth == 0:
+            compat.top_level = True
+            # the head's last byte starts a lexeme the parser does not read yet
+            head = ctx.follow.rsplit("\n", 1)[-1].lstrip(" \t\f").encode()[:-1]
+            compat.head_depth = self.scanner.depth_after(head) if "\n" in ctx.follow else 0
 
         logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids)
         prompt_ms = (time.perf_counter() - t0) * 1000

@@ -42,22 +42,51 @@ class CursorContext:
     covered: str  # auto-closed brackets/quotes after the cursor that the completion supplies
     follow: str  # the text the parser must be able to read after the completion
     at_eof: bool  # nothing but blank lines/comments follow: the completion may end the file
+    continued: bool = False  # `follow` holds lines indented deeper than the cursor's statement
 
 
-def first_words(text: str, lexer: LexerAutomaton | None = None, lexemes: int = 2) -> tuple[str, bool]:
-    """`text` (what follows the completion) cut after the rest of its first line and the next
-    non-blank line's indentation and first `lexemes` lexemes (closed, so that the parser reads
-    them: the start of the one after is kept); and whether no such line exists."""
+FOLLOW_LINES = 60  # at most this many lines of a statement's continuation are checked
+
+
+def first_words(text: str, lexer: LexerAutomaton | None = None, lexemes: int = 2,
+                indent: int | None = None) -> tuple[str, bool, bool]:
+    """`text` (what follows the completion) cut after the rest of its first line, then every
+    line indented deeper than `indent` (the cursor's statement: its continuation lines, or the
+    body of a block the completion must open; up to FOLLOW_LINES), then the next line's
+    indentation and first `lexemes` lexemes (closed, so that the parser reads them: the start
+    of the one after is kept); whether no such line exists; and whether deeper lines were kept."""
     lines = text.split("\n")
     out = [lines[0]]
+    deeper = 0
     for ln in lines[1:]:
         s = ln.strip()
         if not s or s.startswith("#"):
             out.append("")
             continue
+        if indent is not None and _indent_width(ln) > indent and deeper < FOLLOW_LINES:
+            out.append(ln)
+            deeper += 1
+            continue
         out.append(_line_head(ln, lexer, lexemes))
-        return "\n".join(out), False
-    return lines[0], True
+        return "\n".join(out), False, deeper > 0
+    if deeper:
+        return "\n".join(out).rstrip(" \t\n") + "\n", True, True
+    return lines[0], True, False
+
+
+def _indent_width(line: str) -> int:
+    """Width of a line's indentation, tabs to the next multiple of 8 (as CPython)."""
+    w = 0
+    for ch in line:
+        if ch == " ":
+            w += 1
+        elif ch == "\t":
+            w = (w // 8 + 1) * 8
+        elif ch == "\f":
+            w = 0
+        else:
+            break
+    return w
 
 
 def _line_head(line: str, lexer: LexerAutomaton | None, lexemes: int) -> str:
@@ -87,8 +116,9 @@ def cursor_context(before: str, after: str, mode: str = "auto", lexer: LexerAuto
         covered = rest[: len(rest.rstrip())]
     elif stripped:
         infix = not stripped.startswith("#")
-    follow, at_eof = first_words(after[len(covered) :], lexer)
     line_before = before[before.rfind("\n") + 1 :]
+    # the statement at the cursor is indented as its line (or up to the cursor on a blank line)
+    follow, at_eof, continued = first_words(after[len(covered) :], lexer, indent=_indent_width(line_before))
     if mode == "auto":
         mode = "single"
         if not infix and not rest.strip():
@@ -100,7 +130,7 @@ def cursor_context(before: str, after: str, mode: str = "auto", lexer: LexerAuto
                 mode = "multi" if inside_block else "single"
     if infix:
         mode = "single"
-    return CursorContext(mode, infix, covered, follow, at_eof)
+    return CursorContext(mode, infix, covered, follow, at_eof, continued)
 
 
 # ---------------------------------------------------------------- line ends in generated text
@@ -206,6 +236,11 @@ class Compatibility:
         self.before = before
         self.follow = ctx.follow.encode()
         self.at_eof = ctx.at_eof
+        # the cursor is outside brackets: the next statement's first words (which end the
+        # follow) must be read outside brackets too, or the completion left one open that the
+        # next lines would wrongly continue (`f(1,` + `y = 1` reads as a keyword argument)
+        self.top_level = False
+        self.head_depth = 0  # brackets the next statement's first words open themselves
         self.checks = 0
 
     def continues(self, after: str, lines: int = 30) -> bool:
@@ -224,6 +259,8 @@ class Compatibility:
         try:
             st = self.parser.parse(data)
         except (ParseError, LexError):
+            return False
+        if self.top_level and not self.at_eof and not any(c.depth == self.head_depth for c in st.configs):
             return False
         return not self.at_eof or self.parser.can_end(st, data)
 
@@ -304,6 +341,9 @@ class StopPolicy:
                         break
                     return REJECT
                 if 0 < e.depth <= self.cursor_depth and self.bracket_continues and self._ok(data, e.cut):
+                    return Stop(e.cut - k, "line-end")
+                if e.depth > self.cursor_depth and ctx.continued and self._ok(data, e.cut):
+                    # brackets the completion opened, which the file's next lines go on with
                     return Stop(e.cut - k, "line-end")
             else:
                 return CONTINUE

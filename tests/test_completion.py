@@ -136,6 +136,65 @@ def test_a_line_end_the_next_line_cannot_follow_is_refused(compiled):
     assert parses(accept(text, off, r))
 
 
+def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
+    # the cut line opened brackets that the next lines close: a completion that ends the
+    # statement here, or opens the wrong bracket, would leave `b)` / `]` dangling
+    doc = "def f(a, b):\n    return a\n\n\nx = |\n    b)\ny = 1\n"
+    text, off, r = complete_at_marker(compiled, doc, "[1,\n    b]\ny = 1\n")
+    assert r.text != "[1,"  # `[` would be closed by `)`
+    assert not r.text or parses(accept(text, off, r))  # the file was broken by the cut: no text is fine
+    text, off, r = complete_at_marker(compiled, doc, "f(1,\n    b)\ny = 1\n")
+    assert r.text == "f(1,"  # the next lines close what it opened
+    assert parses(accept(text, off, r))
+    # with a sibling statement next, a newline inside the completion's brackets ends nothing
+    doc = "def f(a, b):\n    return a\n\n\nx = |\ny = 1\n"
+    text, off, r = complete_at_marker(compiled, doc, "f(1,\n    2)\ny = 1\n")
+    assert r.text == "f(1,\n    2)"
+    assert parses(accept(text, off, r))
+
+
+def test_first_words_keeps_the_deeper_lines_whole():
+    from lsp_server.stopping import first_words
+
+    follow, at_eof, continued = first_words("\n        b,\n\n        c)\n    z = 1\n", indent=4)
+    assert follow == "\n        b,\n\n        c)\n    z " and not at_eof and continued
+    follow, at_eof, continued = first_words("\n        b)\n", indent=4)
+    assert follow == "\n        b)\n" and at_eof and continued
+    assert first_words("\n    z = 1\n", indent=4) == ("\n    z ", False, False)
+
+
+def test_typing_through_a_suggestion_serves_its_rest(compiled):
+    doc = "def f(x):\n    return x\n\ny = f(|)\nz = 2\n"
+    text, off, r = complete_at_marker(compiled, doc, "g(1, 2))\nz = 2\n")
+    assert r.text == "g(1, 2))" and r.typed_through == 0
+    engine = scripted_engine(compiled, text[:off] + "g(1, 2))\nz = 2\n")
+    line, ch = r.start
+    first = engine.complete(CompletionRequest(text, line, ch, document="d"))
+    assert first.text == r.text
+    calls = len(engine.runtime.calls)
+    typed = text[:off] + "g(1" + text[off:]  # the user types the first three characters
+    rest = engine.complete(CompletionRequest(typed, line, ch + 3, document="d"))
+    assert rest.text == ", 2))" and rest.typed_through == 3
+    assert rest.start == (line, ch + 3) and rest.end == (line, ch + 4)  # still covers the ")"
+    assert len(engine.runtime.calls) == calls  # no model call
+    assert accept(typed, off + 3, rest) == accept(text, off, r)  # the same file as accepting it whole
+    other = text[:off] + "h(" + text[off:]  # typed something else: a new completion
+    again = engine.complete(CompletionRequest(other, line, ch + 2, document="d"))
+    assert again.typed_through == 0 and len(engine.runtime.calls) > calls
+
+
+def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
+    from lsp_server.completion import CompletionResult, _Shown, typed_through
+
+    shown = _Shown("x = ", "\n", CompletionResult("foo(1)", (0, 4), (0, 4), "line-end", "single", True),
+                   EngineOptions(), None, None)
+    assert typed_through(shown, "x = fo", "\n") == "o(1)"
+    assert typed_through(shown, "x = fo", "\ny = 2\n") is None  # the rest of the file changed
+    assert typed_through(shown, "x = foo(1)", "\n") is None  # typed all of it
+    assert typed_through(shown, "x = ba", "\n") is None
+    assert typed_through(shown, "x = ", "\n") is None  # nothing typed: a new request
+
+
 def test_infix_completion_joins_the_rest_of_the_line(compiled):
     doc = "def foo(a, b):\n    pass\n\nx = foo(|, 2)\n"
     text, off, r = complete_at_marker(compiled, doc, "abs(1)\n")

@@ -95,5 +95,8 @@ def test_random_model_completions_compile(compiled_full, tiny_model_dir):
         else:
             failures.append(f"{err}: ...{prefix[-60:]!r} + {completion!r}")
     total = ok + len(failures)
+    print(f"random-model generation: {ok}/{total} compile, {unfinished} unfinished, {attempts} prefixes drawn")
+    for f in failures:
+        print("  failure:", f)
     assert total >= N_WANTED, f"only {total} completions ended ({unfinished} did not)"
     assert ok / total >= 0.99, "\n".join(failures)
