@@ -75,6 +75,9 @@ class Semantics:
     # state * 1024 + terminal -> (guard, removed by some version): every check that the
     # recognizer makes before acting on a terminal, whichever version (see `same_acceptance`)
     step_checks: dict = None
+    # the states that the parent of a node carrying HAS_AS can be in (None: not known), see
+    # `has_as_parent_states`
+    has_as_parents: frozenset | None = None
 
     @classmethod
     def plain(cls, grammar: Grammar) -> "Semantics":
@@ -150,11 +153,54 @@ class Semantics:
             opens=frozenset(tid[n] for n in BRACKET_OPEN if n in tid),
             closes=frozenset(tid[n] for n in BRACKET_CLOSE if n in tid),
             bits=bits,
+            has_as_parents=has_as_parent_states(grammar, gt, frozenset(may_as_item)),
             step_checks={
                 s * 1024 + t: (gt.guards.get((s, t)), (s, t) in gt.removed)
                 for s, t in set(gt.guards) | set(gt.removed)
             },
         )
+
+
+def has_as_parent_states(grammar: Grammar, gt, may_as_item: frozenset) -> frozenset | None:
+    """The states that the parent of a node carrying HAS_AS (a parenthesized `x as y` tuple)
+    can be in, shown from the rules and the guard tables: the states entered by `WITH`.
+    None if the rules don't show it.
+
+    Why: HAS_AS is made only by a rule that starts with `(` (the tuple's node replaces the
+    `(` and what follows, so its parent is the `(`'s parent), from children that carry
+    AS_ITEM, made only by `x as y` rules; a PASS rule keeps its child's parent. The `as` of
+    such an item is shifted only where the guard G_AS_IN_WITH finds, among the nodes below,
+    a first `(` whose parent is a `WITH`. If no rule on the way from the tuple's `(` down to
+    the item has a `(` of its own, that first `(` is the tuple's: its parent, the tuple's
+    parent, is a `WITH` state."""
+    from . import guards as G
+
+    lpar = "LPAR"
+    for r, rule in enumerate(grammar.rules):
+        kind, const = gt.rule_kind[r], gt.rule_const[r]
+        carries = any(sym in may_as_item for sym in rule.rhs)
+        makes_has_as = (kind == G.CONST and const & G.HAS_AS) or (kind == G.LIST_COMPLETE and carries)
+        if makes_has_as and (rule.rhs[:1] != (lpar,) or lpar in rule.rhs[1:]):
+            return None
+        makes_item = (kind == G.CONST and const & G.AS_ITEM) or (
+            kind in (G.PASS, G.LIST_PARTIAL) and rule.lhs in may_as_item
+        )
+        if makes_item and lpar in rule.rhs:
+            return None
+        if kind == G.CONST and const & G.AS_ITEM:
+            if "AS" not in rule.rhs:
+                return None
+            d = rule.rhs.index("AS")
+            # every state that shifts this `as` checks the guard
+            for s_, kernel in enumerate(grammar.kernels):
+                if any(grammar.rules[k] is rule and dd == d for k, dd in kernel):
+                    if gt.guards.get((s_, grammar.term_id["AS"])) != (G.G_AS_IN_WITH, 0):
+                        return None
+        if kind not in (G.CONST, G.PASS, G.LIST_PARTIAL, G.LIST_COMPLETE, G.GROUP, G.STAR_EXPR):
+            return None
+        if kind == G.PASS and len(rule.rhs) != 1:
+            return None
+    return frozenset(s for s, sym in enumerate(accessing_symbols(grammar)) if sym == "WITH")
 
 
 def accessing_symbols(grammar: Grammar) -> list[str]:
@@ -231,6 +277,7 @@ class Explorer:
         self._memo: dict = {}
         self._feed_memo: dict = {}
         self._adv_memo: dict = {}
+        self._has_as = sem.bits.get("HAS_AS", 0)
         self.stats = {"runs": 0, "memo_hits": 0, "borrows": 0}
 
     def _shift_depth(self, df: int, t: int, target: int | None) -> int:
@@ -302,7 +349,7 @@ class Explorer:
             frames = tuple(nxt)
         return frames
 
-    def same_acceptance(self, frame, a: int, b: int, rest=()) -> bool:
+    def same_acceptance(self, frame, a: int, b: int, rest=(), refine: int = 0) -> bool:
         """Sound: True means that on every stack `frame` stands for, the recognizer accepts
         (a,) + rest exactly when it accepts (b,) + rest (any Python version, guards on).
 
@@ -310,8 +357,10 @@ class Explorer:
         same thing for both (the same checks, then both errors, both the same reduction, or
         both a shift alike), their runs agree whatever lies below the frame. Where they part,
         the exploration must decide both ways on that frame: both always or both never
-        accepted. Unlike `signature`, the stack below the point where they part needn't be
-        known: a reduction chain that pops deep into the stack is followed for both at once."""
+        accepted; if it can't, the frame there is refined (`refine` times at most: one more
+        stack entry made known, see `refine`) and each refined frame is compared the same way.
+        Unlike `signature`, the stack below the point where they part needn't be known: a
+        reduction chain that pops deep into the stack is followed for both at once."""
         if a == b:
             return True
         lay = self.layout
@@ -354,8 +403,46 @@ class Explorer:
                                 heapq.heappush(work, (-budget, tick, f2))
                         continue
             if not self._decided_alike(fr, (a,) + tuple(rest), (b,) + tuple(rest)):
-                return False
+                if not all(self._decided_alike(f2, (a,) + tuple(rest), (b,) + tuple(rest)) for f2 in self.with_known_attribute(fr)) and (
+                    not refine or not all(
+                    self.same_acceptance(f2, a, b, rest, refine - 1) for f2 in self.refine([fr], 1)
+                )):
+                    return False
         return True
+
+    def with_known_attribute(self, frame) -> list:
+        """The frame split by the attribute of its top entry, where the frame doesn't know it:
+        one frame per value of the attribute bits that the checks read (together they stand
+        for the same stacks; each decides the guards on the top node)."""
+        top, df, at = frame[-1]
+        if at >= 0:
+            return [frame]
+        names = ("TARGET", "SINGLE", "STAR", "STARRED", "HAS_STAR", "AS_ITEM")
+        if at == UNKNOWN:
+            names += ("HAS_AS",)
+        bits = [self.sem.bits[n] for n in names if n in self.sem.bits]
+        if not bits:
+            return [frame]
+        has_as = self.sem.bits.get("HAS_AS", 0)
+        parents = self.sem.has_as_parents
+        below_as = frame[:-1]
+        if parents is not None and len(frame) > 1:
+            # a node with HAS_AS sits on a WITH state: keep only those below it
+            bs, bdf, ba = frame[-2]
+            keep = ({bs} if isinstance(bs, int) else set(bs)) & parents
+            if not keep:
+                below_as = None
+            else:
+                below_as = frame[:-2] + ((min(keep) if len(keep) == 1 else frozenset(keep), bdf, ba),)
+        out = []
+        for k in range(1 << len(bits)):
+            v = sum(bit for i, bit in enumerate(bits) if k >> i & 1)
+            if v & has_as:
+                if below_as is not None:
+                    out.append(below_as + ((top, df, v),))
+            else:
+                out.append(frame[:-1] + ((top, df, v),))
+        return out
 
     def _decided_alike(self, frame, s1, s2) -> bool:
         """Both sequences always accepted on `frame`, or both never."""
@@ -625,9 +712,12 @@ class Explorer:
             attr = self._reduce_attr(r, fr[len(fr) - n :])
             bs, bdf, _ = base[-1]
             if isinstance(bs, int):
+                if not self._may_hold(bs, attr):
+                    return []
                 g = goto[bs].get(lhs)
                 return [base + ((g, bdf, attr),)] if g is not None else []
             # the borrowed bottom: one branch per goto target
+            bs = {x for x in bs if self._may_hold(x, attr)}
             return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bs, lhs)]
         rhs = self.rules[r].rhs
         attr = self._reduce_attr(r, ((None, 0, UNKNOWN),) * (n - len(fr)) + fr)
@@ -636,8 +726,14 @@ class Explorer:
         for i in range(n - len(fr) - 1, -1, -1):
             sym = rhs[i]
             cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
-        bases = {x for c in cands for x in self.preds[c]}
+        bases = {x for c in cands for x in self.preds[c] if self._may_hold(x, attr)}
         return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
+
+    def _may_hold(self, base: int, attr: int) -> bool:
+        """Whether a node with attribute `attr` can be pushed on a node in state `base`: one
+        carrying HAS_AS only on a WITH state (`has_as_parent_states`)."""
+        parents = self.sem.has_as_parents
+        return parents is None or attr < 0 or not attr & self._has_as or base in parents
 
     def _reduce_attr(self, r: int, children) -> int:
         """The attribute of the node that reducing rule r makes from `children` (entries,

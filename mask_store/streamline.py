@@ -68,6 +68,7 @@ STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaini
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
 SIGNATURE_DEPTH = 1  # stack entries made known below each start state for jointly-legal merges
+LOCKSTEP_REFINE = 1  # stack entries made known where two terminals fed in lockstep part
 
 
 @dataclass
@@ -227,6 +228,7 @@ class _Streamliner:
             self.g.hash,
             code_hash(),
             str(SIGNATURE_DEPTH),
+            str(LOCKSTEP_REFINE),
             repr([(c.key(self.g), s) for c, s in pairs]),
         )
         path = cache.cache_dir() / f"streamline-{key}.json"
@@ -365,7 +367,7 @@ class _Streamliner:
             for seq in sorted(seqs):
                 for other in classes:
                     if uf.find(other) == uf.find(seq) or all(
-                        ex.same_acceptance(f, other[n], seq[n], rest) for f in frames
+                        ex.same_acceptance(f, other[n], seq[n], rest, LOCKSTEP_REFINE) for f in frames
                     ):
                         if uf.find(other) != uf.find(seq):
                             uf.union(other, seq)
