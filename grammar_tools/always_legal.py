@@ -277,6 +277,7 @@ class Explorer:
         self._memo: dict = {}
         self._feed_memo: dict = {}
         self._adv_memo: dict = {}
+        self._alike_memo: dict = {}
         self._has_as = sem.bits.get("HAS_AS", 0)
         self.stats = {"runs": 0, "memo_hits": 0, "borrows": 0}
 
@@ -365,8 +366,12 @@ class Explorer:
             return True
         lay = self.layout
         layout = self._layout_terms | {self.grammar.term_id.get(END, -1)}
-        if frame[0] == _ANY or a in layout or b in layout or lay.is_indentation(a) or lay.is_indentation(b):
+        if a in layout or b in layout or lay.is_indentation(a) or lay.is_indentation(b):
             return self._decided_alike(frame, (a,) + tuple(rest), (b,) + tuple(rest))
+        if frame[0] == _ANY:
+            return self._decided_alike(frame, (a,) + tuple(rest), (b,) + tuple(rest)) or all(
+                self.same_acceptance(f, a, b, rest, refine) for f in self.any_top(frame[1])
+            )
         sem = self.sem
         checks = sem.step_checks or {}
         closes, opens = sem.closes, sem.opens
@@ -442,6 +447,103 @@ class Explorer:
                     out.append(below_as + ((top, df, v),))
             else:
                 out.append(frame[:-1] + ((top, df, v),))
+        return out
+
+    def accepted_alike(self, frame, u, v) -> bool:
+        """Sound: True means that on every stack `frame` stands for, the recognizer accepts
+        the sequence u exactly when it accepts v (any Python version, guards on).
+
+        Both are fed *in lockstep* on the same stack. A common first element is read once
+        (every branch then compares the rests). Different first terminals a, b: as long as
+        the recognizer does the same for both (the same checks, then both errors, or the same
+        reduction), their runs are one run, whatever lies below the frame; when both shift
+        alike (into the same state, the same bracket depth), the rests are compared from
+        there. Where they part otherwise, the exploration must decide both ways on that
+        frame: both always or both never accepted. Unlike `signature`, the stack below the
+        point where they part needn't be known: a reduction chain that pops deep into the
+        stack is followed for both at once. Memoized."""
+        key = (frame, tuple(u), tuple(v))
+        hit = self._alike_memo.get(key)
+        if hit is None:
+            hit = self._alike_memo[key] = self._accepted_alike(frame, key[1], key[2])
+        return hit
+
+    def _accepted_alike(self, frame, u: tuple, v: tuple) -> bool:
+        if u == v:
+            return True
+        if not u or not v:
+            return self._decided_alike(frame, u, v)
+        if frame[0] == _ANY:
+            return self._decided_alike(frame, u, v) or (
+                u[0] != v[0] and all(self.accepted_alike(f, u, v) for f in self.any_top(frame[1]))
+            )
+        if u[0] == v[0]:
+            got, bad = self.advance(frame, u[0])
+            if bad & CUT:  # some stacks are not covered by `got`
+                return self._decided_alike(frame, u, v)
+            return all(self.accepted_alike(f, u[1:], v[1:]) for f in got)
+        a, b = u[0], v[0]
+        lay = self.layout
+        special = self._layout_terms | {self.grammar.term_id.get(END, -1)}
+        if a in special or b in special or lay.is_indentation(a) or lay.is_indentation(b):
+            return self._decided_alike(frame, u, v)
+        sem = self.sem
+        checks = sem.step_checks or {}
+        closes, opens = sem.closes, sem.opens
+        more = len(u) > 1 or len(v) > 1
+        brackets_alike = (a in closes) == (b in closes) and (not more or (a in opens) == (b in opens))
+        work = [(-self.budget, 0, frame)]
+        done: set = set()
+        tick = 0
+        while work:
+            nb, _, fr = heapq.heappop(work)
+            if fr in done:
+                continue
+            done.add(fr)
+            budget = -nb
+            st, df, _ = fr[-1]
+            act_a, act_b = self.action[st].get(a), self.action[st].get(b)
+            if checks.get(st * 1024 + a) == checks.get(st * 1024 + b):
+                if act_a is None and act_b is None:
+                    continue  # both errors
+                if act_a is not None and act_b is not None:
+                    if act_a >= 0 and act_b >= 0:
+                        colon_alike = sem.colon not in (a, b) or st not in sem.with_colon
+                        if brackets_alike and colon_alike and (not more or act_a == act_b):
+                            if not more:
+                                continue  # both shifted
+                            depth = self._shift_depth(df, a, act_a)
+                            if depth and not self.accepted_alike(fr + ((act_a, depth, 0),), u[1:], v[1:]):
+                                return False
+                            continue
+                    elif act_a == act_b:  # the same reduction
+                        r = ~act_a
+                        if self.rule_len[r] >= len(fr):
+                            if budget <= 0:
+                                return self._decided_alike(frame, u, v)
+                            budget -= 1
+                        for f2 in self._reduced(fr, r):
+                            if f2 not in done:
+                                tick += 1
+                                heapq.heappush(work, (-budget, tick, f2))
+                        continue
+            if not self._decided_alike(fr, u, v) and not all(
+                self._decided_alike(f2, u, v) for f2 in self.with_known_attribute(fr)
+            ):
+                return False
+        return True
+
+    def any_top(self, depths: int) -> list:
+        """The frames of one known entry that together stand for every stack at `depths`
+        (the `_ANY` frame) that rows are checked on: between two lexemes the parser has just
+        shifted a terminal (its node carries no attribute) or read nothing yet, so one frame
+        per state that a terminal leads into, and the start state."""
+        tid = self.grammar.term_id
+        out = []
+        for s in range(len(self.poss)):
+            d = self.poss[s] & depths
+            if d and (self.accessing[s] in tid or s == self.grammar.start_state):
+                out.append(((s, d, 0),))
         return out
 
     def _decided_alike(self, frame, s1, s2) -> bool:

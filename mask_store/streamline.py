@@ -68,7 +68,7 @@ STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaini
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
 SIGNATURE_DEPTH = 1  # stack entries made known below each start state for jointly-legal merges
-LOCKSTEP_REFINE = 1  # stack entries made known where two terminals fed in lockstep part
+LOCKSTEP_REFINE = 2  # stack entries made known where two terminals fed in lockstep part
 
 
 @dataclass
@@ -331,6 +331,7 @@ class _Streamliner:
                     for group in buckets.values():
                         for other in group[1:]:
                             uf.union(group[0], other)
+            lockstep += self._merge_alike(ctx, seqs, uf)
             for comp in uf.components():
                 fates = {fate[x] for x in comp if x in fate}
                 if "drop" in fates:
@@ -375,6 +376,37 @@ class _Streamliner:
                         break
                 else:
                     classes.append(seq)
+        return unions
+
+    def _merge_alike(self, ctx: Context, seqs, uf: _UnionFind) -> int:
+        """Joins the classes of `uf` whose sequences are accepted alike, fed in lockstep on
+        every start frame of `ctx` (`Explorer.accepted_alike`: they may differ in more than
+        one place); returns how many unions it made. Pairs that some start frame tells apart
+        (always legal on it for one, never for the other) are not tried."""
+        ex = self.ex
+        frames = ex.start_frames(ctx)
+
+        def kind(o: int) -> int:
+            return 1 if o == ACC else 2 if o & ~REJ == 0 else 0
+
+        profile = {seq: [kind(ex._run(f, seq)) for f in frames] for seq in seqs}
+
+        def may_agree(s1, s2) -> bool:
+            return all(x == y or not x or not y for x, y in zip(profile[s1], profile[s2]))
+
+        unions = 0
+        roots: dict = {}  # root -> its shortest member
+        for seq in sorted(seqs, key=lambda x: (len(x), x)):
+            roots.setdefault(uf.find(seq), seq)
+        members = list(roots.values())
+        for i, seq in enumerate(members):
+            for other in members[:i]:
+                if uf.find(other) == uf.find(seq):
+                    break
+                if may_agree(other, seq) and all(ex.accepted_alike(f, other, seq) for f in frames):
+                    uf.union(other, seq)
+                    unions += 1
+                    break
         return unions
 
     def single_and_remaining(self, decisions: dict, single: bool) -> None:
