@@ -449,6 +449,11 @@ class Explorer:
                 out.append(frame[:-1] + ((top, df, v),))
         return out
 
+    def accepted_alike_after(self, context: Context, s1, s2) -> bool:
+        """Sound: True means that after every prefix of `context`, s1 is legal exactly when
+        s2 is (`accepted_alike` on every start frame)."""
+        return all(self.accepted_alike(f, s1, s2) for f in self.start_frames(context))
+
     def accepted_alike(self, frame, u, v) -> bool:
         """Sound: True means that on every stack `frame` stands for, the recognizer accepts
         the sequence u exactly when it accepts v (any Python version, guards on).

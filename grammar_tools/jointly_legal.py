@@ -9,7 +9,10 @@ these are the cases where it can be shown (sound; False means "not shown"):
   the unlimited-credit exploration (`always_legal`) reads S1 from X's states and then T from
   every branch that read S1. This refines the seed's rule (is_always_legal(Y, T) for the last
   terminal Y of S1), since it knows what came before Y;
-- both are always legal, or both never legal.
+- both are always legal, or both never legal;
+- fed in lockstep on the same stacks, the recognizer treats them alike: the same checks and
+  reductions until both shift into the same state, and where they part, both always or
+  both never accepted (`Explorer.accepted_alike`): `x and` / `x or`, `f(x).` / `f(x) **`.
 """
 
 from __future__ import annotations
@@ -49,4 +52,4 @@ def are_jointly_legal(grammar: Grammar, x, s1, s2, python: bool = True) -> bool:
         return True
     if oa & ~REJ == 0 and ob & ~REJ == 0:
         return True
-    return False
+    return ex.accepted_alike_after(ctx, a, b)

@@ -265,3 +265,85 @@ def test_are_jointly_legal(python_grammar):
     assert not are_jointly_legal(g, "NAME", ["COMMA"], ["COMMA", "RPAR"])
     # and wherever `x(` is legal, so is `x()`: a call, `def f()`, `class A()`, `case P()`
     assert are_jointly_legal(g, "NAME", ["LPAR"], ["LPAR", "RPAR"])
+
+
+@pytest.mark.parametrize(
+    "text,max_len", [(TOY, 12), (SUMS, 11), (BRACKETS, 8)], ids=["anbn", "sums", "brackets"]
+)
+def test_accepted_alike_agrees_with_brute_force(text, max_len):
+    """Sequences that the lockstep test finds accepted alike after X are legal after exactly
+    the same prefixes ending in X (every prefix of the sentences up to `max_len`), for every
+    X and every pair of sequences of one or two terminals; and it finds some."""
+    g = load_grammar(text, "start")
+    sentences = _sentences(g, max_len)
+    prefixes = {s[:i] for s in sentences for i in range(len(s) + 1)}
+    alphabet = sorted({s for r in g.rules for s in r.rhs if s in g.term_id})
+    seqs = [s for n in (1, 2) for s in itertools.product(alphabet, repeat=n)]
+    ex = Explorer(g)
+    claimed = 0
+    for x in alphabet:
+        ctx = after(g.term_id[x])
+        ends = [p for p in prefixes if p and p[-1] == x]
+        for u, v in itertools.combinations(seqs, 2):
+            if ex.accepted_alike_after(ctx, parse_names(g, u), parse_names(g, v)):
+                claimed += 1
+                for p in ends:
+                    assert _is_prefix(g, p + u) == _is_prefix(g, p + v), (x, u, v, p)
+    assert claimed > 0
+
+
+def test_lockstep_python_facts(python_grammar):
+    g = python_grammar
+    ex = explorer(g)
+    name = after(g.term_id["NAME"])
+    ids = lambda *names: parse_names(g, names)  # noqa: E731
+    # `x and` / `x or`: the same reductions up to a comparison, then both go on
+    assert ex.accepted_alike_after(name, ids("AND"), ids("OR"))
+    assert are_jointly_legal(g, "NAME", ["AND"], ["OR"])
+    # `(x).` / `(x) **`: wherever the `)` closes, both are legal or neither; this needs the
+    # fact that a parenthesized `x as y` tuple (HAS_AS) sits on a `with`
+    assert ex.accepted_alike_after(name, ids("RPAR", "DOT"), ids("RPAR", "POW"))
+    # but not `f(x).` / `f(x) =` (a call is no target), nor `{k: x, 0b1` / `{k: x, (` (a
+    # mapping pattern's key is a literal)
+    assert not ex.accepted_alike_after(name, ids("RPAR", "DOT"), ids("RPAR", "EQUAL"))
+    assert not ex.accepted_alike_after(name, ids("COMMA", "BIN_NUMBER"), ids("COMMA", "LPAR"))
+    # after an unknown prefix (a comment): `and` and `or` still go together
+    assert ex.accepted_alike_after(ANY, ids("AND"), ids("OR"))
+    assert not ex.accepted_alike_after(ANY, ids("DOT"), ids("LPAR"))
+
+
+def test_has_as_nodes_sit_on_with(python_grammar):
+    """The rules show that a node carrying HAS_AS (a parenthesized tuple of `x as y` items)
+    has a `with` below it; the recognizer agrees on the parenthesized with-statements of a
+    text, at every lexeme."""
+    from grammar_tools import guards as G
+    from grammar_tools.always_legal import accessing_symbols, has_as_parent_states
+    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.recognizer import Recognizer
+
+    g = python_grammar
+    acc = accessing_symbols(g)
+    sem = explorer(g).sem
+    assert sem.has_as_parents == frozenset(s for s, sym in enumerate(acc) if sym == "WITH")
+    gt = G.build_guard_tables(g, (3, 12))
+    assert has_as_parent_states(g, gt, sem.may_as_item) == sem.has_as_parents
+    # a grammar without the guard on `as` shows nothing
+    unguarded = G.GuardTables(**{**gt.__dict__, "guards": {k: v for k, v in gt.guards.items() if v[0] != G.G_AS_IN_WITH}})
+    assert has_as_parent_states(g, unguarded, sem.may_as_item) is None
+    text = (
+        "with (open(a) as f, open(b) as g):\n    pass\n"
+        "with (x as y):\n    pass\n"
+        "with (a, b as c,):\n    pass\n"
+    )
+    rec = Recognizer(g)
+    parser = PrefixParser(rec)
+    seen = 0
+    for end in range(1, len(text) + 1):
+        for node in parser.parse(text[:end].encode()).configs:
+            n = node
+            while n is not None and n.parent is not None:
+                if n.attr & G.HAS_AS:
+                    seen += 1
+                    assert acc[n.parent.state] == "WITH", text[:end]
+                n = n.parent
+    assert seen > 0
