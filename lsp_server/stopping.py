@@ -242,6 +242,7 @@ class Compatibility:
         self.top_level = False
         self.head_depth = 0  # brackets the next statement's first words open themselves
         self.checks = 0
+        self._known: dict[bytes, bool] = {}
 
     def continues(self, after: str, lines: int = 30) -> bool:
         """Whether the text after the cursor (its next `lines` lines) parses after the prefix
@@ -254,6 +255,14 @@ class Compatibility:
         return True
 
     def ok(self, completion: bytes) -> bool:
+        """Whether the file stays valid with `completion` at the cursor (memoized: the stop
+        policy asks again about the same cuts as tokens arrive)."""
+        known = self._known.get(completion)
+        if known is None:
+            known = self._known[completion] = self._check(completion)
+        return known
+
+    def _check(self, completion: bytes) -> bool:
         self.checks += 1
         data = self.before + completion + self.follow
         try:
