@@ -51,6 +51,9 @@ ACC, REJ, CUT = 1, 2, 4
 D0, DP = 1, 2  # bracket depth zero / positive
 UNKNOWN = -1  # an attribute that the frame doesn't know
 UNKNOWN_NO_AS = -2  # ... but known not to carry HAS_AS
+NOT_SINGLE = -3  # unknown, but not a single target (a tuple, a list, a starred target)
+NOT_SINGLE_NO_AS = -4  # ... and not carrying HAS_AS
+MAY_HAVE_AS = (UNKNOWN, NOT_SINGLE)
 DEFAULT_BUDGET = 20  # borrowings per terminal fed
 MAX_DEDENTS = 4  # dedents an indentation may stand for before the search gives up
 
@@ -423,7 +426,9 @@ class Explorer:
         if at >= 0:
             return [frame]
         names = ("TARGET", "SINGLE", "STAR", "STARRED", "HAS_STAR", "AS_ITEM")
-        if at == UNKNOWN:
+        if at in (NOT_SINGLE, NOT_SINGLE_NO_AS):
+            names = tuple(n for n in names if n != "SINGLE")
+        if at in MAY_HAVE_AS:
             names += ("HAS_AS",)
         bits = [self.sem.bits[n] for n in names if n in self.sem.bits]
         if not bits:
@@ -773,6 +778,8 @@ class Explorer:
             if code is not None:
                 if at < 0:
                     bad |= REJ
+                    if code == self.sem.bits.get("G_SINGLE") and at in (NOT_SINGLE, NOT_SINGLE_NO_AS):
+                        continue  # known to fail
                 elif not self._attr_ok(code, at):
                     bad |= REJ
                     continue
@@ -780,7 +787,7 @@ class Explorer:
                 if at >= 0:
                     as_flag = at & has_as
                 else:
-                    as_flag = at == UNKNOWN and self.maybe_as[st]
+                    as_flag = at in MAY_HAVE_AS and self.maybe_as[st]
                 if as_flag and not (t == sem.colon and st in sem.with_colon):
                     bad |= REJ
                     if at >= 0:
@@ -855,16 +862,18 @@ class Explorer:
         rhs = self.rules[r].rhs
         if kind == A_PASS:
             a = children[-1][2]
-            if a == UNKNOWN and rhs[-1] not in self.sem.may_has_as:
-                return UNKNOWN_NO_AS
+            if a in MAY_HAVE_AS and rhs[-1] not in self.sem.may_has_as:
+                return UNKNOWN_NO_AS if a == UNKNOWN else NOT_SINGLE_NO_AS
             return a
         if kind == A_GROUP:
             a = children[-2][2]
+            if a in (NOT_SINGLE, NOT_SINGLE_NO_AS):
+                return NOT_SINGLE_NO_AS
             return UNKNOWN_NO_AS if a < 0 else a & (b["TARGET"] | b["SINGLE"])
         if kind == A_STAR_EXPR:
             a = children[-1][2]
             if a < 0:
-                return UNKNOWN_NO_AS
+                return NOT_SINGLE_NO_AS  # STAR or nothing
             return b["STAR"] if a & b["TARGET"] and not a & b["STAR"] else 0
         # lists: the nonterminal children's attributes
         all_target = True
@@ -889,8 +898,8 @@ class Explorer:
             as_item |= a & b["AS_ITEM"]
         if unknown:
             if kind == A_COMPLETE and (item_possible or as_item):
-                return UNKNOWN
-            return UNKNOWN_NO_AS
+                return NOT_SINGLE
+            return NOT_SINGLE_NO_AS  # a list's attribute has no SINGLE
         if kind == A_PARTIAL:
             attr = as_item
         else:

@@ -347,3 +347,17 @@ def test_has_as_nodes_sit_on_with(python_grammar):
                     assert acc[n.parent.state] == "WITH", text[:end]
                 n = n.parent
     assert seen > 0
+
+
+def test_tuples_are_no_single_targets(python_grammar):
+    """An augmented assignment needs a single target; a tuple or a list never is one, even
+    when the exploration doesn't know its elements: `a, b +=` is never legal."""
+    g = python_grammar
+    ex = explorer(g)
+    name = after(g.term_id["NAME"])
+    assert ex.is_never_legal(name, parse_names(g, ["COMMA", "AMPEREQUAL"]))
+    assert ex.is_never_legal(name, parse_names(g, ["COMMA", "NAME", "AMPEREQUAL"]))
+    # but a name, an attribute or a subscript, parenthesized or not, is
+    assert not ex.is_never_legal(name, parse_names(g, ["AMPEREQUAL"]))
+    assert not ex.is_never_legal(name, parse_names(g, ["RPAR", "AMPEREQUAL"]))
+    assert not ex.is_never_legal(name, parse_names(g, ["RSQB", "AMPEREQUAL"]))
