@@ -179,12 +179,22 @@ def has_as_parent_states(grammar: Grammar, gt, may_as_item: frozenset) -> frozen
     from . import guards as G
 
     lpar = "LPAR"
+    # the symbols all of whose rules make an `x as y` item
+    by_lhs: dict[str, list[int]] = {}
+    for r, rule in enumerate(grammar.rules):
+        by_lhs.setdefault(rule.lhs, []).append(r)
+    items = {
+        lhs for lhs, rs in by_lhs.items()
+        if all(gt.rule_kind[r] == G.CONST and gt.rule_const[r] & G.AS_ITEM for r in rs)
+    }
     for r, rule in enumerate(grammar.rules):
         kind, const = gt.rule_kind[r], gt.rule_const[r]
         carries = any(sym in may_as_item for sym in rule.rhs)
         makes_has_as = (kind == G.CONST and const & G.HAS_AS) or (kind == G.LIST_COMPLETE and carries)
         if makes_has_as and (rule.rhs[:1] != (lpar,) or lpar in rule.rhs[1:]):
             return None
+        if kind == G.CONST and const & G.HAS_AS and not any(sym in items for sym in rule.rhs):
+            return None  # a constant HAS_AS needs an `x as y` item inside
         makes_item = (kind == G.CONST and const & G.AS_ITEM) or (
             kind in (G.PASS, G.LIST_PARTIAL) and rule.lhs in may_as_item
         )
