@@ -5,7 +5,9 @@ file is cut at the cursor, the rest of that line is dropped, the following lines
 (DESIGN.md §7). Both modes complete it with the same model and a warm KV cache (a one-token
 request on the same document first, as when the user is typing). Reported per mode:
 - parses_after_accept: the completion spliced in place of the rest of the line, the following
-  lines kept, CPython's `ast.parse` accepts the file;
+  lines kept, CPython's `ast.parse` accepts the file -- over the non-empty answers (what a user
+  can accept); parses_all_cuts: the same over every cut point (an empty answer leaves the cut
+  file, which rarely parses, as it is);
 - exact_match / edit_similarity of the completion's first line against the original rest of line;
 - empty: the share of empty answers;
 - tokens_per_s (decoding only), mask_ms p50/p99 per step, latency_ms p50/p90 (request end to end);
@@ -143,6 +145,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
 
 def summarize(rows: list[dict]) -> dict:
     n = len(rows)
+    offered = [r for r in rows if not r["empty"]]
     masks = [m for r in rows for m in r["mask_ms"]]
     tokens = sum(r["tokens"] for r in rows)
     decode_s = sum(r["decode_ms"] for r in rows) / 1000
@@ -152,7 +155,10 @@ def summarize(rows: list[dict]) -> dict:
         stops[r["stop"]] = stops.get(r["stop"], 0) + 1
     return {
         "cuts": n,
-        "parses_after_accept": round(sum(r["parses"] for r in rows) / n, 4),
+        # accepting a suggestion (an empty answer offers nothing to accept)...
+        "parses_after_accept": round(sum(r["parses"] for r in offered) / len(offered), 4) if offered else None,
+        # ...and over every cut point, an empty answer leaving the cut file as it is
+        "parses_all_cuts": round(sum(r["parses"] for r in rows) / n, 4),
         "exact_match": round(sum(r["exact"] for r in rows) / n, 4),
         "edit_similarity": round(sum(r["similarity"] for r in rows) / n, 4),
         "empty": round(sum(r["empty"] for r in rows) / n, 4),
