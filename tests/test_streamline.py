@@ -68,7 +68,7 @@ def test_header_records_rows_after_each_step(streamlined, compiled_full, tmp_pat
     rows = [s["rows"] for s in steps]
     assert rows[0] == full.logical_rows() and rows[-1] == store.logical_rows()
     assert all(a >= b for a, b in zip(rows, rows[1:]))
-    assert rows[-1] * 5 < rows[0]
+    assert rows[-1] * 10 <= rows[0]  # the target: 10x fewer rows than the full store
     assert store.n_rows < full.n_rows
     # the file keeps it, and `mask-store info` shows it
     path = store.save(tmp_path / "s.safetensors")
