@@ -12,8 +12,10 @@ spliced in and the file is checked with `ast.parse`.
 Then a simulated typing session types the rest of real lines at `--cps` characters per second,
 one didChange + inlineCompletion per key, without waiting for answers: the share of requests
 superseded, how long a superseded request takes to answer after the newer one was sent, and
-(from the server's log) how long the engine took to stop after the supersede and how many
-decoding steps it still ran.
+(from the server's log) how long the engine took to stop after the supersede (a prompt's
+forward passes run in chunks of 128 tokens, decoding one token at a time, with the stop flag
+read between them) and how many tokens it had decoded by then. Warm answers that were the rest
+of the previous suggestion (the user typed its first characters: no model call) are counted.
 """
 
 from __future__ import annotations
@@ -119,8 +121,11 @@ def engine_figures(log: str) -> dict:
     """What the server's log says about the engine: prompt and decoding time of the completed
     runs (benchmark part), and how soon superseded runs stopped (typing part)."""
     prompt_ms, step_ms, reused = [], [], []
+    typed_through = 0
     for m in COMPLETED.finditer(log):
-        if m.group(1).startswith("file:///bench/"):
+        if m.group(1).startswith("file:///bench/") and int(m.group(3)) == 0:
+            typed_through += 1  # the rest of the previous suggestion, no model call
+        elif m.group(1).startswith("file:///bench/"):
             prompt_ms.append(int(m.group(5)) / 1000)
             reused.append(int(m.group(4)) / max(1, int(m.group(3))))
             if int(m.group(7)):
@@ -133,6 +138,7 @@ def engine_figures(log: str) -> dict:
         "prompt_ms": stats_ms(prompt_ms) if prompt_ms else None,
         "prompt_reused_share_mean": round(sum(reused) / len(reused), 3) if reused else None,
         "decode_ms_per_sampled_token": stats_ms(step_ms) if step_ms else None,
+        "typed_through_answers": typed_through,
         "stop_lag": stats_ms(lag) if lag else None,
         "stop_steps": {"mean": round(sum(steps) / len(steps), 2), "max": max(steps)} if steps else None,
     }
@@ -282,7 +288,7 @@ async def run(args) -> dict:
             "with_item": answered,
             "superseded_answer_ms": stats_ms(stop_ms) if stop_ms else None,
             "engine_stop_after_supersede_ms": engine["stop_lag"],
-            "engine_steps_after_supersede": engine["stop_steps"],
+            "engine_steps_before_the_stop": engine["stop_steps"],  # tokens decoded when it stopped
         },
         "engine": {k: v for k, v in engine.items() if not k.startswith("stop_")},
         "server_log": str(log_file),

@@ -277,7 +277,12 @@ class CompletionEngine:
             head = ctx.follow.rsplit("\n", 1)[-1].lstrip(" \t\f").encode()[:-1]
             compat.head_depth = self.scanner.depth_after(head) if "\n" in ctx.follow else 0
 
-        logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids)
+        from .model_runtime import PrefillCancelled
+
+        try:
+            logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel)
+        except PrefillCancelled:
+            return self._empty(req, "cancelled", opts)
         prompt_ms = (time.perf_counter() - t0) * 1000
         stepper = ModelStepper(self.runtime.forward, logits, past, on_forward=self.spec_stats.record_forward)
         speculator = None

@@ -174,6 +174,17 @@ def crop_cache(past, length: int) -> None:
         past.crop(-extra)
 
 
+PREFILL_CHUNK = 128  # prompt tokens per forward pass; a cancellation waits for one chunk at most
+
+
+class PrefillCancelled(Exception):
+    """The prompt's forward passes were stopped by a cancellation (`computed` tokens kept)."""
+
+    def __init__(self, computed: int) -> None:
+        super().__init__(f"prefill cancelled after {computed} tokens")
+        self.computed = computed
+
+
 @dataclass
 class _Entry:
     ids: list[int]
@@ -189,9 +200,13 @@ class PromptCache:
         self.max_documents = max_documents
         self._entries: dict[str, _Entry] = {}
         self.stats = {"reused_tokens": 0, "computed_tokens": 0}
+        self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
 
-    def prefill(self, key: str, ids: list[int]):
-        """(logits after `ids`, a cache holding them): reuses the document's cached prefix."""
+    def prefill(self, key: str, ids: list[int], cancel=None):
+        """(logits after `ids`, a cache holding them): reuses the document's cached prefix.
+        The new tokens run in chunks of PREFILL_CHUNK with `cancel()` asked between them: a
+        cancelled prefill raises `PrefillCancelled` and keeps what it computed for the next
+        request on the document (typing on usually shares that prefix)."""
         entry = self._entries.pop(key, None)
         common = 0
         if entry is not None:
@@ -200,23 +215,34 @@ class PromptCache:
                 common += 1
         if entry is not None and common == len(ids) == len(entry.ids):
             past, logits = entry.past, entry.logits
-        elif entry is not None and common > 0:
-            past = entry.past
-            if common == len(ids):  # the new prompt is a prefix of the old one: recompute the last
-                common -= 1
-            crop_cache(past, common)
-            logits, past = self.runtime.forward(ids[common:], past)
-            logits = logits[-1]
         else:
-            common = 0
-            logits, past = self.runtime.forward(ids)
-            logits = logits[-1]
+            past = None
+            if entry is not None and common > 0:
+                past = entry.past
+                if common == len(ids):  # the new prompt is a prefix of the old one: recompute the last
+                    common -= 1
+                crop_cache(past, common)
+            else:
+                common = 0
+            done = common
+            logits = None
+            while done < len(ids):
+                if cancel is not None and logits is not None and cancel():
+                    self._keep(key, _Entry(list(ids[:done]), past, logits))
+                    raise PrefillCancelled(done)
+                chunk = ids[done : done + self.chunk]
+                out, past = self.runtime.forward(chunk, past)
+                logits = out[-1]
+                done += len(chunk)
         self.stats["reused_tokens"] += common
         self.stats["computed_tokens"] += len(ids) - common
-        self._entries[key] = _Entry(list(ids), past, logits)
+        self._keep(key, _Entry(list(ids), past, logits))
+        return logits, past, common
+
+    def _keep(self, key: str, entry: _Entry) -> None:
+        self._entries[key] = entry
         while len(self._entries) > self.max_documents:
             self._entries.pop(next(iter(self._entries)))
-        return logits, past, common
 
     def release(self, key: str, past, length: int) -> None:
         """After decoding with `past`, keep only the prompt's part for the next request."""

@@ -37,6 +37,7 @@ class ScriptedRuntime:
     calls: list = field(default_factory=list)
     noise: float = 0.0  # probability that a step ignores the script (random scores, seeded)
     seed: int = 0
+    prefill_chunk: int = 1 << 30  # a prompt comes in one call: that is how it knows where the prompt ends
 
     def __post_init__(self) -> None:
         self.vocab = self.tokenizer.vocab

@@ -329,6 +329,26 @@ def test_typing_reuses_the_prompt_cache(tiny_engine):
     assert r2.prompt_reused >= r1.prompt_tokens - 2
 
 
+def test_a_cancelled_prompt_stops_between_chunks_and_keeps_its_work(tiny_engine):
+    from lsp_server.model_runtime import PREFILL_CHUNK
+
+    path = STDLIB / "json" / "decoder.py"
+    lines = path.read_text().split("\n")
+    i = 300
+    doc = "\n".join(lines[:i] + ["    "] + lines[i + 1 :])
+    asked = []
+
+    def cancel() -> bool:  # asked between chunks (the first chunk always runs)
+        asked.append(1)
+        return True
+
+    r = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"), cancel=cancel)
+    assert r.stop_reason == "cancelled" and r.text == "" and len(asked) == 1
+    again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
+    assert again.prompt_tokens > 2 * PREFILL_CHUNK
+    assert again.prompt_reused == PREFILL_CHUNK  # the chunk computed before the cancellation
+
+
 def test_batch_cli(tmp_path, tiny_model_dir):
     target = STDLIB / "json" / "decoder.py"
     cuts = tmp_path / "cuts.jsonl"
