@@ -23,7 +23,7 @@ from mask_store.matcher import GrammarMatcher
 from mask_store.store import MaskStoreError
 
 from .options import EngineOptions
-from .positions import line_starts, offset_at, utf16_len
+from .positions import offset_at, utf16_len
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ class CompletionResult:
     recovery: str | None = None  # how a syntax error before the cursor was skipped
     speculation: dict | None = None  # draft statistics when speculative decoding ran
     typed_through: int = 0  # > 0: the rest of the previous suggestion, of which this many characters were typed
-
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -97,6 +96,7 @@ def typed_through(shown: _Shown, before: str, after: str) -> str | None:
     if not typed or len(typed) >= len(text) or not text.startswith(typed):
         return None
     return text[len(typed) :]
+
 
 Cancel = Callable[[], bool]
 Progress = Callable[[str, "float | None"], None]
@@ -197,7 +197,7 @@ class CompletionEngine:
                 rest = typed_through(shown, before, after)
                 if rest is not None:
                     return self._rest_of(shown.result, rest, request)
-            result = self._complete(request, cancel, opts)
+            result = self._complete(request, cancel, opts, before, after)
             if result.text and result.stop_reason != "cancelled":
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
                 self._shown.move_to_end(request.document)
@@ -224,15 +224,13 @@ class CompletionEngine:
         pos = (req.line, req.character)
         return CompletionResult("", pos, pos, reason, req.mode or opts.mode, opts.constrained)
 
-    def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions) -> CompletionResult:
+    def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
+                  after: str) -> CompletionResult:
+        """The completion between `before` and `after` (the document split at the cursor)."""
         from .decoding import ModelStepper, Sampler, decode
         from .prompt import build_prompt
         from .stopping import Compatibility, StopPolicy, cursor_context
 
-        text = req.text
-        starts = line_starts(text)
-        off = offset_at(text, req.line, req.character, starts)
-        before, after = text[:off], text[off:]
         ctx = cursor_context(before, after, req.mode or opts.mode, self.compiled.lexer)
         constrained = opts.constrained
         t0 = time.perf_counter()
