@@ -28,6 +28,8 @@ from grammar_tools import cache
 from mask_store.model_files import ModelNotFound, ModelSource, resolve_model
 from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
+from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers, rewind
+
 log = logging.getLogger(__name__)
 
 
@@ -108,18 +110,30 @@ class ModelRuntime:
     load_seconds: float
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stopper: StopBetweenLayers | None = None  # cancellation between decoder layers
 
     @property
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], past=None, keep: int = 1):
-        """Logits for the last `keep` positions of `ids` (fed after `past`), and the new cache
-        (the vocabulary projection of the other positions is never computed: for a prompt of
-        1,000 tokens it would cost more than the model)."""
+    def forward(self, ids: list[int], past=None, keep: int = 1, cancel=None):
+        """Logits for the last `keep` positions of `ids` (fed after `past`, a new `GrowingCache`
+        when None), and the cache (the vocabulary projection of the other positions is never
+        computed: for a prompt of 1,000 tokens it would cost more than the model). `cancel()`
+        is asked before each decoder layer: when it says so the pass stops, `past` is as it
+        was, and `ForwardCancelled` is raised."""
+        if past is None:
+            past = GrowingCache()
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(inp, past_key_values=past, use_cache=True, logits_to_keep=keep)
+
+        def run():
+            return self.model(inp, past_key_values=past, use_cache=True, logits_to_keep=keep)
+
+        if cancel is not None and self.stopper is not None:
+            out = self.stopper.run(cancel, run, past)
+        else:
+            out = run()
         return out.logits[0].float(), out.past_key_values
 
 
@@ -154,14 +168,17 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
         raise ModelLoadError(f"cannot load the model in {wdir}: {e}") from e
     model.to(dev).eval()
     if half_decode and dev.type == "cpu":
+        from .decode_kernels import use_row_attention
         from .decode_weights import use_half_weights_for_decoding
 
         use_half_weights_for_decoding(model)
+        use_row_attention(model)
     if model.config.vocab_size < tok.vocab.size:
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"
         )
-    return ModelRuntime(model, tok, dev, find_fim(tok), time.perf_counter() - t0, src.name)
+    return ModelRuntime(model, tok, dev, find_fim(tok), time.perf_counter() - t0, src.name,
+                        stopper=StopBetweenLayers(model))
 
 
 # ---------------------------------------------------------------- KV cache reuse
@@ -174,7 +191,7 @@ def crop_cache(past, length: int) -> None:
         past.crop(-extra)
 
 
-PREFILL_CHUNK = 128  # prompt tokens per forward pass; a cancellation waits for one chunk at most
+PREFILL_CHUNK = 128  # prompt tokens per forward pass (a cancellation stops a pass between layers)
 
 
 class PrefillCancelled(Exception):
@@ -189,7 +206,7 @@ class PrefillCancelled(Exception):
 class _Entry:
     ids: list[int]
     past: object  # transformers Cache holding len(ids) positions
-    logits: torch.Tensor  # logits after the last id
+    logits: torch.Tensor | None  # logits after the last id (None: not computed, a cancelled prefill)
 
 
 class PromptCache:
@@ -204,16 +221,17 @@ class PromptCache:
 
     def prefill(self, key: str, ids: list[int], cancel=None):
         """(logits after `ids`, a cache holding them): reuses the document's cached prefix.
-        The new tokens run in chunks of PREFILL_CHUNK with `cancel()` asked between them: a
-        cancelled prefill raises `PrefillCancelled` and keeps what it computed for the next
-        request on the document (typing on usually shares that prefix)."""
+        The new tokens run in chunks of PREFILL_CHUNK, and `cancel()` is asked before each
+        decoder layer of each chunk: a cancelled prefill raises `PrefillCancelled` and keeps
+        the chunks it finished for the next request on the document (typing on usually shares
+        that prefix)."""
         entry = self._entries.pop(key, None)
         common = 0
         if entry is not None:
             n = min(len(entry.ids), len(ids))
             while common < n and entry.ids[common] == ids[common]:
                 common += 1
-        if entry is not None and common == len(ids) == len(entry.ids):
+        if entry is not None and common == len(ids) == len(entry.ids) and entry.logits is not None:
             past, logits = entry.past, entry.logits
         else:
             past = None
@@ -226,14 +244,18 @@ class PromptCache:
                 common = 0
             done = common
             logits = None
-            while done < len(ids):
-                if cancel is not None and logits is not None and cancel():
+            try:
+                while done < len(ids):
+                    if cancel is not None and cancel():
+                        raise ForwardCancelled()
+                    chunk = ids[done : done + self.chunk]
+                    out, past = self.runtime.forward(chunk, past, cancel=cancel)
+                    logits = out[-1]
+                    done += len(chunk)
+            except ForwardCancelled:
+                if done > 0 and past is not None:  # logits None: the next request recomputes the last
                     self._keep(key, _Entry(list(ids[:done]), past, logits))
-                    raise PrefillCancelled(done)
-                chunk = ids[done : done + self.chunk]
-                out, past = self.runtime.forward(chunk, past)
-                logits = out[-1]
-                done += len(chunk)
+                raise PrefillCancelled(done) from None
         self.stats["reused_tokens"] += common
         self.stats["computed_tokens"] += len(ids) - common
         self._keep(key, _Entry(list(ids), past, logits))

@@ -50,7 +50,7 @@ class ScriptedRuntime:
     def vocab_size(self) -> int:
         return self.vocab.size
 
-    def forward(self, ids, past=None, keep: int | None = None):
+    def forward(self, ids, past=None, keep: int | None = None, cancel=None):
         if past is None:
             past = CountingCache()
             self._fed = []

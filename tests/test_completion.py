@@ -329,24 +329,38 @@ def test_typing_reuses_the_prompt_cache(tiny_engine):
     assert r2.prompt_reused >= r1.prompt_tokens - 2
 
 
-def test_a_cancelled_prompt_stops_between_chunks_and_keeps_its_work(tiny_engine):
+def test_a_cancelled_prompt_stops_between_layers_and_keeps_its_finished_chunks(tiny_engine, monkeypatch):
     from lsp_server.model_runtime import PREFILL_CHUNK
 
+    runtime = tiny_engine.runtime
+    layers = runtime.stopper.layers
+    assert layers > 1
     path = STDLIB / "json" / "decoder.py"
     lines = path.read_text().split("\n")
     i = 300
     doc = "\n".join(lines[:i] + ["    "] + lines[i + 1 :])
-    asked = []
+    reference = tiny_engine.complete(CompletionRequest(doc, i, 4, document="reference"))
+    asked_in_chunk: list[int] = []  # per forward pass: how often cancel() was asked during it
+    forward = runtime.forward
 
-    def cancel() -> bool:  # asked between chunks (the first chunk always runs)
-        asked.append(1)
-        return True
+    def counting_forward(ids, past=None, keep=1, cancel=None):
+        asked_in_chunk.append(0)
+        return forward(ids, past, keep, cancel=cancel)
 
+    def cancel() -> bool:  # stop the second chunk before its last layer (the others ran)
+        if len(asked_in_chunk) != 2:
+            return False
+        asked_in_chunk[-1] += 1
+        return asked_in_chunk[-1] >= layers
+
+    monkeypatch.setattr(runtime, "forward", counting_forward)
     r = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"), cancel=cancel)
-    assert r.stop_reason == "cancelled" and r.text == "" and len(asked) == 1
+    assert r.stop_reason == "cancelled" and r.text == ""
+    assert asked_in_chunk == [0, layers]  # asked before each layer, stopped at once
     again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
     assert again.prompt_tokens > 2 * PREFILL_CHUNK
-    assert again.prompt_reused == PREFILL_CHUNK  # the chunk computed before the cancellation
+    assert again.prompt_reused == PREFILL_CHUNK  # the chunk finished before the cancellation
+    assert again.text == reference.text  # the half-run chunk left nothing behind
 
 
 def test_batch_cli(tmp_path, tiny_model_dir):

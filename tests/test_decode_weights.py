@@ -52,3 +52,72 @@ def test_other_dtypes_are_left_alone():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8).to(torch.bfloat16), torch.nn.Linear(8, 8))
     assert use_half_weights_for_decoding(model) == 1
     assert type(model[0]) is torch.nn.Linear and isinstance(model[1], SmallBatchLinear)
+
+
+def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows():
+    from lsp_server import decode_kernels
+
+    kernel = decode_kernels.load()
+    if kernel is None:  # no AVX2/F16C or no compiler: the model keeps PyTorch's product
+        assert not decode_kernels.cpu_supported() or decode_kernels._compiler() is None
+        return
+    torch.manual_seed(0)
+    for n, k in [(96, 64), (37, 24), (5, 8)]:  # outputs not a multiple of the tiles too
+        w = (torch.randn(n, k) * 0.1).half()
+        x = torch.randn(11, k)
+        y = kernel.half_matmul(x, w)
+        ref = x.double() @ w.double().t()
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+        for m in range(1, 11):  # every row group size and remainder of the tiling
+            assert torch.equal(kernel.half_matmul(x[:m], w), y[:m])
+            assert torch.equal(kernel.half_matmul(x[m : m + 1], w)[0], y[m])
+
+
+def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir):
+    """Feeding n tokens at once (a speculative verification) gives the logits that n single
+    steps give: with the kernel the products do not depend on the number of rows."""
+    from transformers import AutoModelForCausalLM
+
+    from lsp_server import decode_kernels
+    from lsp_server.kv_cache import GrowingCache
+
+    if decode_kernels.load() is None:
+        return
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    use_half_weights_for_decoding(model)
+    assert decode_kernels.use_row_attention(model)
+    ids = torch.randint(0, model.config.vocab_size, (1, 60), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        past = model(ids[:, :50], past_key_values=GrowingCache(), use_cache=True).past_key_values
+        together = model(ids[:, 50:58], past_key_values=past, use_cache=True).logits[0]
+        past.crop(-8)
+        for j in range(50, 58):
+            step = model(ids[:, j : j + 1], past_key_values=past, use_cache=True).logits[0, -1]
+            assert torch.equal(step, together[j - 50]), j
+        # and the float32 model with PyTorch's attention agrees within float16 weight rounding
+        ref = reference(ids[:, :58]).logits[0, 50:58]
+        assert torch.allclose(together, ref, rtol=1e-2, atol=2e-2)
+        assert torch.equal(together.argmax(-1), ref.argmax(-1))
+
+
+def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows():
+    from lsp_server import decode_kernels
+
+    kernels = decode_kernels.load()
+    if kernels is None:
+        return
+    torch.manual_seed(3)
+    h, h_kv, length, d = 6, 2, 70, 16
+    cap = torch.randn(1, h_kv, 128, d)  # a GrowingCache-like buffer: rows contiguous, heads spaced
+    key, value = cap[:, :, :length], torch.randn(1, h_kv, 128, d)[:, :, :length]
+    query = torch.randn(1, h, 9, d) * 3
+    out = kernels.row_attention(query, key, value, d ** -0.5)  # [1, 9, h, d]
+    rk = key.repeat_interleave(h // h_kv, 1)
+    rv = value.repeat_interleave(h // h_kv, 1)
+    for i in range(9):  # query row i is position length - 9 + i and sees keys up to it
+        seen = length - 9 + i + 1
+        ref = torch.nn.functional.scaled_dot_product_attention(query[:, :, i : i + 1], rk[:, :, :seen], rv[:, :, :seen])
+        assert torch.allclose(out[0, i], ref[0, :, 0], rtol=1e-4, atol=1e-5)
+        alone = kernels.row_attention(query[:, :, i : i + 1], key[:, :, :seen], value[:, :, :seen], d ** -0.5)
+        assert torch.equal(alone[0, 0], out[0, i])

@@ -1,0 +1,180 @@
+/* The two products of a decoding step whose PyTorch versions depend on the number of rows:
+ * `half_matmul` (rows times float16 weights) and `row_attention` (causal attention of a few
+ * query rows over the KV cache).
+ *
+ * half_matmul: y[m, n] = sum_k x[m, k] * w[n, k], float32 rows times float16 weights.
+ *
+ * Why by hand: PyTorch's CPU product with float16 weights runs one row at a time (n rows cost
+ * n single-row products, so a speculative verification of 8 positions costs 8 steps), MKL has
+ * no float16 product on AVX2 machines, and no library promises a result that does not depend on
+ * the number of rows. Here every output element is the same sequence of operations whatever
+ * the number of rows or threads: 8-wide FMAs over k in order, then one fixed horizontal sum.
+ * A verification pass of n rows therefore gives bit for bit the logits that n single steps
+ * give, which keeps speculative decoding lossless, and reads the weights once for all rows.
+ *
+ * row_attention: PyTorch's fused attention splits the keys into blocks whose size depends on the
+ * number of query rows, so a row's softmax sums in another order in a verification pass than
+ * in a single step. Here each (head, row) pair is computed on its own: scores, max, exponentials
+ * (a fixed polynomial), sum and weighted values, all in key order; the cost is also lower than
+ * PyTorch's for one row (reading the cache once per head).
+ *
+ * Build: gcc -O3 -mavx2 -mfma -mf16c -fopenmp -shared -fPIC (lsp_server/decode_kernels.py). The
+ * OpenMP runtime is the one PyTorch already loaded (same soname, libgomp.so.1).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#define NB 16 /* outputs per parallel block: 16 weight rows stay in L2 for every row group */
+
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+
+/* mt rows of x (from row m0) times nt weight rows (from n0); both counts are constants at
+ * every call site, so the loops unroll and the accumulators live in registers. */
+static inline __attribute__((always_inline)) void tile(const float *x, const uint16_t *w, float *y,
+                                                        int N, int K, int m0, int n0,
+                                                        const int mt, const int nt) {
+    __m256 acc[4][4];
+    for (int i = 0; i < mt; i++)
+        for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int k = 0; k < K; k += 8) {
+        __m256 wv[4];
+        for (int j = 0; j < nt; j++)
+            wv[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (int64_t)(n0 + j) * K + k)));
+        for (int i = 0; i < mt; i++) {
+            __m256 xv = _mm256_loadu_ps(x + (int64_t)(m0 + i) * K + k);
+            for (int j = 0; j < nt; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mt; i++)
+        for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = hsum(acc[i][j]);
+}
+
+/* one row group (1-4 rows) over outputs [n0, n1) */
+static void rows_block(const float *x, const uint16_t *w, float *y, int N, int K, int m0, int mt,
+                       int n0, int n1) {
+    int n = n0;
+    switch (mt) {
+    case 1:
+        for (; n + 4 <= n1; n += 4) tile(x, w, y, N, K, m0, n, 1, 4);
+        for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 1, 1);
+        break;
+    case 2:
+        for (; n + 4 <= n1; n += 4) tile(x, w, y, N, K, m0, n, 2, 4);
+        for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 2, 1);
+        break;
+    case 3:
+        for (; n + 3 <= n1; n += 3) tile(x, w, y, N, K, m0, n, 3, 3);
+        for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 3, 1);
+        break;
+    default:
+        for (; n + 2 <= n1; n += 2) tile(x, w, y, N, K, m0, n, 4, 2);
+        for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 4, 1);
+        break;
+    }
+}
+
+/* x: [M, K] float32, w: [N, K] float16 bits, y: [M, N] float32; K a multiple of 8. */
+void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int K, int threads) {
+    int blocks = (N + NB - 1) / NB;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int b = 0; b < blocks; b++) {
+        int n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
+        for (int m0 = 0; m0 < M; m0 += 4) {
+            int mt = M - m0 < 4 ? M - m0 : 4;
+            rows_block(x, w, y, N, K, m0, mt, n0, n1);
+        }
+    }
+}
+
+/* e^x for x <= 0, 8 at a time: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial
+ * (relative error ~2e-7), 2^n by the exponent bits; below -87 the result is 0. */
+static inline __m256 exp_neg(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, out);
+}
+
+/* q: [H, Q, D] contiguous; k, v: key/value rows of D floats, head h's row j at
+ * base + (h / (H / Hkv)) * head_stride + j * D; out: [Q, H, D]; scratch: H * Q * (L + 8) floats.
+ * Query row i sits at position L - Q + i and sees keys 0 .. L - Q + i. D a multiple of 8. */
+void row_attention(const float *q, const float *k, const float *v, float *out, float *scratch,
+                   int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
+                   int64_t v_head_stride, float scale, int threads) {
+    int group = H / Hkv;
+    int64_t stride = L + 8;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < H * Q; t++) {
+        int h = t / Q, i = t % Q;
+        int limit = L - Q + i + 1; /* keys seen */
+        const float *qv = q + ((int64_t)h * Q + i) * D;
+        const float *kh = k + (int64_t)(h / group) * k_head_stride;
+        const float *vh = v + (int64_t)(h / group) * v_head_stride;
+        float *s = scratch + (int64_t)t * stride;
+        float m = -INFINITY;
+        int j = 0;
+        for (; j + 4 <= limit; j += 4) { /* four keys at a time, each summed as alone */
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            const float *k0 = kh + (int64_t)j * D;
+            for (int d = 0; d < D; d += 8) {
+                __m256 x = _mm256_loadu_ps(qv + d);
+                a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + d), a0);
+                a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + D + d), a1);
+                a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 2 * D + d), a2);
+                a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 3 * D + d), a3);
+            }
+            s[j] = hsum(a0) * scale;
+            s[j + 1] = hsum(a1) * scale;
+            s[j + 2] = hsum(a2) * scale;
+            s[j + 3] = hsum(a3) * scale;
+        }
+        for (; j < limit; j++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int d = 0; d < D; d += 8)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), _mm256_loadu_ps(kh + (int64_t)j * D + d), acc);
+            s[j] = hsum(acc) * scale;
+        }
+        for (j = 0; j < limit; j++)
+            if (s[j] > m) m = s[j];
+        int padded = (limit + 7) & ~7;
+        for (int j = limit; j < padded; j++) s[j] = -INFINITY;
+        __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
+        for (int j = 0; j < padded; j += 8) {
+            __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+            _mm256_storeu_ps(s + j, e);
+            total = _mm256_add_ps(total, e);
+        }
+        float inv = 1.0f / hsum(total);
+        float *o = out + ((int64_t)i * H + h) * D;
+        for (int d0 = 0; d0 < D; d0 += 32) { /* 4 accumulators of 8 dims at a time */
+            int width = D - d0 < 32 ? D - d0 : 32;
+            __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int j = 0; j < limit; j++) {
+                __m256 p = _mm256_set1_ps(s[j]);
+                const float *vr = vh + (int64_t)j * D + d0;
+                for (int c = 0; c < width / 8; c++) a[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), a[c]);
+            }
+            for (int c = 0; c < width / 8; c++)
+                _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(a[c], _mm256_set1_ps(inv)));
+        }
+    }
+}

@@ -1,0 +1,195 @@
+"""`decode_kernels.c`, built once per machine with the system's C compiler and loaded with ctypes.
+
+`load()` gives the `DecodeKernels` or None: the machine has no AVX2/FMA/F16C, no `gcc`/`cc`, or
+the build failed (logged once). Callers then keep PyTorch's own products. The shared library
+lives in the per-user cache, named by the source's hash and the compiler flags, so a changed
+source is rebuilt and concurrent builds never see a half-written file.
+
+- `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`decode_weights`);
+- `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
+  over the KV cache; `use_row_attention(model)` routes a model's attention through it for
+  passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts).
+
+Both give a row the same bits whatever the number of rows in the pass, so a speculative
+verification pass reproduces exactly what single decoding steps would have computed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+
+from grammar_tools import cache
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("decode_kernels.c")
+MAX_ATTENTION_ROWS = 32  # passes with more query rows (prompts) keep PyTorch's attention
+ATTENTION_NAME = "syntaxlock_rows"  # the attention implementation registered with transformers
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC"]
+NEEDED_CPU_FLAGS = {"avx2", "fma", "f16c"}
+
+
+def cpu_supported() -> bool:
+    """The CPU has the instructions the kernel uses (read from /proc/cpuinfo; Linux x86 only)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return NEEDED_CPU_FLAGS <= set(line.split(":", 1)[1].split())
+    return False
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "gcc", "cc"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+class DecodeKernels:
+    """The compiled kernels (see the module's doc)."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._matmul = lib.half_matmul
+        self._matmul.restype = None
+        self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+        self._attention = lib.row_attention
+        self._attention.restype = None
+        self._attention.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 5
+                                    + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int])
+
+    @staticmethod
+    def fits(weight: torch.Tensor) -> bool:
+        """`half_matmul` can multiply by this (CPU, 2-D) weight: rows a multiple of 8 long."""
+        return weight.device.type == "cpu" and weight.dim() == 2 and weight.shape[1] % 8 == 0
+
+    def half_matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x @ w.T for float32 `x` [..., K] and a contiguous float16 `w` [N, K] that `fits`."""
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        m, k = x2.shape
+        n = w.shape[0]
+        y = torch.empty((m, n), dtype=torch.float32)
+        self._matmul(x2.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
+        return y.reshape(*lead, n)
+
+    @staticmethod
+    def attention_fits(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+        """`row_attention` handles these: batch 1, float32 on the CPU, few query rows, head
+        dimension a multiple of 8, whole groups of query heads per key head, rows of the cache
+        contiguous (a `GrowingCache` view or a plain tensor)."""
+        return (query.shape[0] == 1 and query.shape[2] <= MAX_ATTENTION_ROWS
+                and query.dtype == key.dtype == value.dtype == torch.float32
+                and query.device.type == "cpu" and query.shape[-1] % 8 == 0
+                and key.shape[-1] == value.shape[-1] == query.shape[-1]
+                and query.shape[1] % key.shape[1] == 0 and key.shape[2] >= query.shape[2]
+                and all(t.stride(-1) == 1 and t.stride(-2) == t.shape[-1] for t in (key, value)))
+
+    def row_attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      scale: float) -> torch.Tensor:
+        """Causal attention of the last Q positions: query [1, H, Q, D] over key/value
+        [1, Hkv, L, D] (the Q queries are positions L-Q .. L-1); the output [1, Q, H, D]."""
+        _, h, q_len, d = query.shape
+        h_kv, length = key.shape[1], key.shape[2]
+        q = query[0].contiguous()
+        out = torch.empty((1, q_len, h, d), dtype=torch.float32)
+        scratch = torch.empty(h * q_len * (length + 8), dtype=torch.float32)
+        self._attention(q.data_ptr(), key.data_ptr(), value.data_ptr(), out.data_ptr(), scratch.data_ptr(),
+                        h, h_kv, q_len, length, d, key.stride(1), value.stride(1), float(scale),
+                        torch.get_num_threads())
+        return out
+
+
+_lock = threading.Lock()
+_loaded: dict[str, DecodeKernels | None] = {}
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """Compile the kernel into `out_dir` (the cache by default) unless it is there; its path.
+    Raises RuntimeError with the compiler's message when it can't be built."""
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc or cc) on PATH")
+    src = SOURCE.read_bytes()
+    digest = hashlib.sha256(src + " ".join(FLAGS).encode()).hexdigest()[:16]
+    out_dir = out_dir or cache.cache_dir() / "kernels"
+    target = out_dir / f"decode_kernels-{digest}.so"
+    if target.is_file():
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    proc = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:2000]}")
+    os.replace(tmp, target)
+    return target
+
+
+def load() -> DecodeKernels | None:
+    """The kernels, built and loaded once per process; None where they can't run here."""
+    key = str(cache.cache_dir())
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        kernel = None
+        if not cpu_supported():
+            log.info("decoding kernels: this CPU lacks AVX2/FMA/F16C; using PyTorch's products")
+        else:
+            try:
+                kernel = DecodeKernels(ctypes.CDLL(str(build())))
+            except (OSError, RuntimeError) as e:
+                log.warning("decoding kernels unavailable (%s); using PyTorch's products", e)
+        _loaded[key] = kernel
+        return kernel
+
+
+def _attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
+                       scaling: float | None = None, **kwargs):
+    """transformers' attention interface: `row_attention` for short causal passes, SDPA else."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kernels = _registered_kernels
+    if (kernels is not None and dropout == 0.0 and kwargs.get("sliding_window") is None
+            and kwargs.get("softcap") is None and getattr(module, "is_causal", True)
+            and kernels.attention_fits(query, key, value)):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return kernels.row_attention(query, key, value, scale), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                  scaling=scaling, **kwargs)
+
+
+_registered_kernels: DecodeKernels | None = None
+
+
+def use_row_attention(model: torch.nn.Module) -> bool:
+    """Route `model`'s attention through `row_attention` for short passes (a CPU float32 model
+    using SDPA); True when it now does."""
+    global _registered_kernels
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    if getattr(config, "sliding_window", None) or getattr(config, "use_sliding_window", False):
+        return False
+    kernels = load()
+    if kernels is None:
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    _registered_kernels = kernels
+    AttentionInterface.register(ATTENTION_NAME, _attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
+    model.set_attn_implementation(ATTENTION_NAME)
+    return True
