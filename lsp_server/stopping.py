@@ -96,7 +96,9 @@ def _line_head(line: str, lexer: LexerAutomaton | None, lexemes: int) -> str:
         try:
             found, _, _ = lexer.lex(data + b"\n", START, 0)
         except LexError:
-            found = None
+            # the line can't be read on its own (`it's` in a docstring's text): only a completion
+            # that opens what the line goes on with (the string) is compatible, so keep it all
+            return line + "\n"
         if found is not None:
             words = [(a, b) for a, b, d in found if data[a:b].strip()]
             if len(words) > lexemes:

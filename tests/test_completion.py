@@ -163,6 +163,15 @@ def test_first_words_keeps_the_deeper_lines_whole():
     assert first_words("\n    z = 1\n", indent=4) == ("\n    z ", False, False)
 
 
+def test_a_next_line_that_only_a_string_can_hold_rejects_code(compiled):
+    """A cut in a docstring's first line: the lines after it are the docstring's text, which
+    no completion but a string can be followed by."""
+    doc = 'def f(value):\n    |\n    If it\'s not a member, return the value.\n    """\n    return value\n'
+    text, off, r = complete_at_marker(compiled, doc, "return int(value)\n")
+    assert r.text != "return int(value)"
+    assert not r.text or parses(accept(text, off, r))
+
+
 def test_typing_through_a_suggestion_serves_its_rest(compiled):
     doc = "def f(x):\n    return x\n\ny = f(|)\nz = 2\n"
     text, off, r = complete_at_marker(compiled, doc, "g(1, 2))\nz = 2\n")
