@@ -84,8 +84,14 @@ class PromptLookup:
         self.min_ngram = min_ngram
 
     def propose(self, context: list[int], k: int) -> list[int]:
+        return self.propose_with_length(context, k)[0]
+
+    def propose_with_length(self, context: list[int], k: int) -> tuple[list[int], int]:
+        """Up to `k` tokens that followed the most recent earlier occurrence of the longest
+        matching n-gram at the end of `context`, and that n (0: no match). A longer match
+        predicts better: the speculator keeps α per match length."""
         if k <= 0 or len(context) < self.min_ngram + 1:
-            return []
+            return [], 0
         seq = np.asarray(context, dtype=np.int64)
         n_all = len(seq)
         for n in range(min(self.max_ngram, n_all - 1), self.min_ngram - 1, -1):
@@ -96,8 +102,8 @@ class PromptLookup:
             hits = hits[hits + n < n_all]
             if hits.size:
                 start = int(hits[-1]) + n
-                return [int(t) for t in seq[start : start + k]]
-        return []
+                return [int(t) for t in seq[start : start + k]], n
+        return [], 0
 
 
 @dataclass
@@ -108,7 +114,8 @@ class SourceStats:
     seconds: float = 0.0  # time spent drafting
 
     def alpha(self, prior: float = 0.5, weight: float = 2.0) -> float:
-        """Per-token acceptance rate (geometric MLE with a weak prior)."""
+        """Per-token acceptance rate (geometric MLE with a weak prior: a source's own α for
+        its classes, such as the lookup's match lengths)."""
         return (self.accepted + prior * weight) / (self.accepted + self.rejections + weight)
 
 
@@ -152,17 +159,25 @@ class SpeculationStats:
             return 0.0
         return (s.seconds * 1000 / s.drafted) / t1
 
-    def choose(self, name: str) -> int:
-        g = choose_gamma(self.source(name).alpha(), self.cost_ratio(name), MAX_GAMMA, self.verify_ratio)
+    def alpha(self, name: str, kind: str | None = None) -> float:
+        """α of a source, or of one kind of its drafts (`lookup` by match length) with the
+        source's α as the prior until that kind has a record of its own."""
+        a = self.source(name).alpha()
+        if kind is None:
+            return a
+        return self.source(f"{name}/{kind}").alpha(prior=a)
+
+    def choose(self, name: str, kind: str | None = None) -> int:
+        g = choose_gamma(self.alpha(name, kind), self.cost_ratio(name), MAX_GAMMA, self.verify_ratio)
         self.gammas.append(g)
         return g
 
     def to_json(self) -> dict:
         return {
             "sources": {
-                n: {"alpha": round(s.alpha(), 3), "c": round(self.cost_ratio(n), 4), "drafted": s.drafted,
-                    "accepted": s.accepted}
-                for n, s in self.sources.items()
+                n: {"alpha": round(self.alpha(*n.split("/", 1)), 3), "c": round(self.cost_ratio(n.split("/")[0]), 4),
+                    "drafted": s.drafted, "accepted": s.accepted}
+                for n, s in sorted(self.sources.items())
             },
             "forward_ms": {str(k): round(v, 2) for k, v in sorted(self.forward_ms.items())},
             "gamma_mean": round(sum(self.gammas) / len(self.gammas), 2) if self.gammas else 0,
@@ -216,6 +231,7 @@ class Draft:
     qs: list  # the draft's distribution per position (None: deterministic)
     source: str
     mask_ms: list = field(default_factory=list)
+    kind: str | None = None  # the lookup's match length ("n3"): α is kept per kind too
 
 
 class Speculator:
@@ -230,24 +246,31 @@ class Speculator:
         self.draft_model = draft_model
         self.request = {"drafts": 0, "drafted": 0, "accepted": 0}
 
-    def _pick(self) -> tuple[str, int]:
-        best, best_s, best_g = "lookup", 1.0, 0
-        for name in ["lookup"] + (["draft-model"] if self.draft_model else []):
-            g = self.stats.choose(name)
-            s = self.stats.source(name)
-            sp = expected_speedup(s.alpha(), self.stats.cost_ratio(name), g, self.stats.verify_ratio(g))
+    def _pick(self, ctx: list[int]) -> tuple[str, str | None, int, list[int] | None]:
+        """The source (and kind) with the best expected speed-up for this position, its γ and
+        the lookup's proposal; γ 0 when no source is expected to pay."""
+        best = ("lookup", None, 0, None)
+        best_s = 1.0
+        proposal, n = self.lookup.propose_with_length(ctx, MAX_GAMMA)
+        candidates = [("lookup", f"n{n}", proposal)] if proposal else []
+        if self.draft_model:
+            candidates.append(("draft-model", None, None))
+        for name, kind, prop in candidates:
+            g = self.stats.choose(name, kind)
+            sp = expected_speedup(self.stats.alpha(name, kind), self.stats.cost_ratio(name), g,
+                                  self.stats.verify_ratio(g))
             if g > 0 and sp > best_s:
-                best, best_s, best_g = name, sp, g
-        return best, best_g
+                best, best_s = (name, kind, g, prop), sp
+        return best
 
     def draft(self, matcher, mask0, accepted: list[int], budget: int, sampler) -> Draft | None:
-        name, gamma = self._pick()
-        gamma = min(gamma, budget)
-        if gamma <= 0:
-            return None
         t0 = time.perf_counter()
         ctx = self.context + accepted
-        proposal = self.lookup.propose(ctx, gamma) if name == "lookup" else None
+        name, kind, gamma, proposal = self._pick(ctx)
+        gamma = min(gamma, budget)
+        if gamma <= 0:
+            self.stats.source("lookup").seconds += time.perf_counter() - t0
+            return None
         fork = matcher.fork() if matcher is not None else None
         tokens, masks, forced, qs, mask_ms = [], [mask0], [], [], []
         for j in range(gamma):
@@ -284,15 +307,17 @@ class Speculator:
         if not any(not f for f in forced):  # nothing to verify: plain fast-forward handles it
             return None
         self.request["drafts"] += 1
-        return Draft(tokens, masks, forced, qs, name, mask_ms)
+        return Draft(tokens, masks, forced, qs, name, mask_ms, kind)
 
     def record(self, draft: Draft, agreed: int, disagreed: bool) -> None:
         """`agreed` verified (non-forced) positions were kept; `disagreed`: the run ended on a
         position where the target chose otherwise."""
-        src = self.stats.source(draft.source)
-        src.drafted += agreed + int(disagreed)
-        src.accepted += agreed
-        src.rejections += int(disagreed)
+        keys = [draft.source] + ([f"{draft.source}/{draft.kind}"] if draft.kind else [])
+        for key in keys:
+            src = self.stats.source(key)
+            src.drafted += agreed + int(disagreed)
+            src.accepted += agreed
+            src.rejections += int(disagreed)
         self.request["drafted"] += agreed + int(disagreed)
         self.request["accepted"] += agreed
 

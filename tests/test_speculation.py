@@ -122,3 +122,20 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_mo
     assert [r.text for r in spec] == [r.text for r in plain]
     assert [r.tokens_generated + r.tokens_forced for r in spec] == [r.tokens_generated + r.tokens_forced for r in plain]
     assert sum(r.speculation["request"]["drafted"] for r in spec) > 0
+
+
+def test_lookup_acceptance_is_kept_per_match_length():
+    from lsp_server.speculation import Draft, SpeculationStats, Speculator
+
+    assert PromptLookup().propose_with_length([5, 6, 7, 1, 5, 6, 7], 2) == ([1, 5], 3)
+    assert PromptLookup().propose_with_length([1, 2, 3], 2) == ([], 0)
+    stats = SpeculationStats()
+    spec = Speculator(stats, [], set())
+    for _ in range(20):  # long matches are right, short ones wrong
+        spec.record(Draft([1, 2, 3], [], [False] * 3, [None] * 3, "lookup", kind="n4"), 3, False)
+        spec.record(Draft([1, 2, 3], [], [False] * 3, [None] * 3, "lookup", kind="n2"), 0, True)
+    overall = stats.alpha("lookup")
+    assert stats.alpha("lookup", "n4") > 0.9 > overall > stats.alpha("lookup", "n2") < 0.1
+    assert stats.alpha("lookup", "n3") == overall  # no record of its own: the source's α
+    stats.forward_ms.update({1: 40.0, 2: 50.0, 5: 60.0})
+    assert stats.choose("lookup", "n4") > 0 and stats.choose("lookup", "n2") == 0
