@@ -5,7 +5,8 @@
     result.text, result.start, result.end   # insert `text` in place of start..end (LSP positions)
 
 `complete` is synchronous and thread-safe (one completion at a time per engine); `cancel` is
-polled between decoding steps, so a cancelled request stops within one step.
+polled between decoding steps and between the decoder layers of every forward pass (prompt
+chunks included), so a cancelled request stops within one layer's work.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 from grammar_tools.incremental import ParseError, PrefixParser, newline_width
@@ -282,7 +284,8 @@ class CompletionEngine:
         except PrefillCancelled:
             return self._empty(req, "cancelled", opts)
         prompt_ms = (time.perf_counter() - t0) * 1000
-        stepper = ModelStepper(self.runtime.forward, logits, past, on_forward=self.spec_stats.record_forward)
+        stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
+                               on_forward=self.spec_stats.record_forward)
         speculator = None
         if opts.speculative:
             from .speculation import Speculator

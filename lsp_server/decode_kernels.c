@@ -24,6 +24,8 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define NB 16 /* outputs per parallel block: 16 weight rows stay in L2 for every row group */
 
@@ -114,67 +116,145 @@ static inline __m256 exp_neg(__m256 x) {
     return _mm256_andnot_ps(under, out);
 }
 
-/* q: [H, Q, D] contiguous; k, v: key/value rows of D floats, head h's row j at
- * base + (h / (H / Hkv)) * head_stride + j * D; out: [Q, H, D]; scratch: H * Q * (L + 8) floats.
- * Query row i sits at position L - Q + i and sees keys 0 .. L - Q + i. D a multiple of 8. */
-void row_attention(const float *q, const float *k, const float *v, float *out, float *scratch,
-                   int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
-                   int64_t v_head_stride, float scale, int threads) {
+/* One (head, query row) pair: softmax(q . k_j * scale) over keys j < limit, times the values;
+ * `s` holds limit + 8 floats of scratch. Everything in key order, the same whatever else runs. */
+static void attend_one(const float *qv, const float *kh, const float *vh, int limit, int D,
+                       float scale, float *s, float *o) {
+    float m = -INFINITY;
+    int j = 0;
+    for (; j + 4 <= limit; j += 4) { /* four keys at a time, each summed as alone */
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const float *k0 = kh + (int64_t)j * D;
+        for (int d = 0; d < D; d += 8) {
+            __m256 x = _mm256_loadu_ps(qv + d);
+            a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + d), a0);
+            a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + D + d), a1);
+            a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 2 * D + d), a2);
+            a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 3 * D + d), a3);
+        }
+        s[j] = hsum(a0) * scale;
+        s[j + 1] = hsum(a1) * scale;
+        s[j + 2] = hsum(a2) * scale;
+        s[j + 3] = hsum(a3) * scale;
+    }
+    for (; j < limit; j++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), _mm256_loadu_ps(kh + (int64_t)j * D + d), acc);
+        s[j] = hsum(acc) * scale;
+    }
+    for (j = 0; j < limit; j++)
+        if (s[j] > m) m = s[j];
+    int padded = (limit + 7) & ~7;
+    for (j = limit; j < padded; j++) s[j] = -INFINITY;
+    __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
+    for (j = 0; j < padded; j += 8) {
+        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        _mm256_storeu_ps(s + j, e);
+        total = _mm256_add_ps(total, e);
+    }
+    float inv = 1.0f / hsum(total);
+    for (int d0 = 0; d0 < D; d0 += 32) { /* 4 accumulators of 8 dims at a time */
+        int width = D - d0 < 32 ? D - d0 : 32;
+        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (j = 0; j < limit; j++) {
+            __m256 p = _mm256_set1_ps(s[j]);
+            const float *vr = vh + (int64_t)j * D + d0;
+            for (int c = 0; c < width / 8; c++) a[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), a[c]);
+        }
+        for (int c = 0; c < width / 8; c++)
+            _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(a[c], _mm256_set1_ps(inv)));
+    }
+}
+
+/* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and
+ * sees keys 0 .. L - Q + i). Query (h, i) at q + h * q_head + i * q_row; key/value row j of
+ * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. */
+static void attention(const float *q, int64_t q_head, int64_t q_row, const float *k, const float *v,
+                      float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
+                      int64_t v_head_stride, float scale, int threads) {
     int group = H / Hkv;
     int64_t stride = L + 8;
+    float *scratch = malloc(sizeof(float) * H * Q * stride);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < H * Q; t++) {
         int h = t / Q, i = t % Q;
-        int limit = L - Q + i + 1; /* keys seen */
-        const float *qv = q + ((int64_t)h * Q + i) * D;
-        const float *kh = k + (int64_t)(h / group) * k_head_stride;
-        const float *vh = v + (int64_t)(h / group) * v_head_stride;
-        float *s = scratch + (int64_t)t * stride;
-        float m = -INFINITY;
-        int j = 0;
-        for (; j + 4 <= limit; j += 4) { /* four keys at a time, each summed as alone */
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            const float *k0 = kh + (int64_t)j * D;
-            for (int d = 0; d < D; d += 8) {
-                __m256 x = _mm256_loadu_ps(qv + d);
-                a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + d), a0);
-                a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + D + d), a1);
-                a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 2 * D + d), a2);
-                a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 3 * D + d), a3);
-            }
-            s[j] = hsum(a0) * scale;
-            s[j + 1] = hsum(a1) * scale;
-            s[j + 2] = hsum(a2) * scale;
-            s[j + 3] = hsum(a3) * scale;
-        }
-        for (; j < limit; j++) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int d = 0; d < D; d += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), _mm256_loadu_ps(kh + (int64_t)j * D + d), acc);
-            s[j] = hsum(acc) * scale;
-        }
-        for (j = 0; j < limit; j++)
-            if (s[j] > m) m = s[j];
-        int padded = (limit + 7) & ~7;
-        for (int j = limit; j < padded; j++) s[j] = -INFINITY;
-        __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
-        for (int j = 0; j < padded; j += 8) {
-            __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-            _mm256_storeu_ps(s + j, e);
-            total = _mm256_add_ps(total, e);
-        }
-        float inv = 1.0f / hsum(total);
-        float *o = out + ((int64_t)i * H + h) * D;
-        for (int d0 = 0; d0 < D; d0 += 32) { /* 4 accumulators of 8 dims at a time */
-            int width = D - d0 < 32 ? D - d0 : 32;
-            __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int j = 0; j < limit; j++) {
-                __m256 p = _mm256_set1_ps(s[j]);
-                const float *vr = vh + (int64_t)j * D + d0;
-                for (int c = 0; c < width / 8; c++) a[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), a[c]);
-            }
-            for (int c = 0; c < width / 8; c++)
-                _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(a[c], _mm256_set1_ps(inv)));
-        }
+        attend_one(q + h * q_head + i * q_row, k + (int64_t)(h / group) * k_head_stride,
+                   v + (int64_t)(h / group) * v_head_stride, L - Q + i + 1, D, scale,
+                   scratch + (int64_t)t * stride, out + ((int64_t)i * H + h) * D);
     }
+    free(scratch);
+}
+
+/* q: [H, Q, D] contiguous; k, v: key/value rows of D floats, head h's row j at
+ * base + (h / (H / Hkv)) * head_stride + j * D; out: [Q, H, D]. D a multiple of 8. */
+void row_attention(const float *q, const float *k, const float *v, float *out,
+                   int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
+                   int64_t v_head_stride, float scale, int threads) {
+    attention(q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale, threads);
+}
+
+/* ---------------------------------------------------------------- a whole decoder layer
+ * A Llama-family decoder layer for a few rows (decoding steps, verification passes), in one
+ * call instead of ~40 PyTorch operations: on this CPU the operations' own overhead was ~40% of
+ * a step. Same arithmetic as transformers' LlamaDecoderLayer (RMSNorm, rotary embedding with
+ * the given cos/sin, grouped-query attention over the cache, SiLU-gated MLP), float32 except
+ * the float16 weights; each row computed alone, so any number of rows gives the same bits. */
+
+static void rms_norm(const float *x, const float *w, float eps, float *out, int Q, int E) {
+    for (int i = 0; i < Q; i++) {
+        const float *r = x + (int64_t)i * E;
+        float ss = 0.0f;
+        for (int e = 0; e < E; e++) ss += r[e] * r[e];
+        float inv = 1.0f / sqrtf(ss / E + eps);
+        for (int e = 0; e < E; e++) out[(int64_t)i * E + e] = w[e] * (r[e] * inv);
+    }
+}
+
+/* rotate_half rotary embedding of `heads` heads of D dims in place; row i uses cos/sin row i */
+static void rope(float *x, int Q, int heads, int D, const float *cos, const float *sin) {
+    int half = D / 2;
+    for (int i = 0; i < Q; i++)
+        for (int h = 0; h < heads; h++) {
+            float *r = x + ((int64_t)i * heads + h) * D;
+            const float *c = cos + (int64_t)i * D, *s = sin + (int64_t)i * D;
+            for (int d = 0; d < half; d++) {
+                float a = r[d], b = r[d + half];
+                r[d] = a * c[d] - b * s[d];
+                r[d + half] = b * c[d + half] + a * s[d + half];
+            }
+        }
+}
+
+void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
+                 const uint16_t *wq, const uint16_t *wk, const uint16_t *wv, const uint16_t *wo,
+                 const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
+                 int F, const float *cos, const float *sin, float *kbuf, float *vbuf,
+                 int64_t head_stride, int past, float scale, int threads) {
+    int QD = H * D, KD = Hkv * D;
+    float *xn = malloc(sizeof(float) * Q * E), *q = malloc(sizeof(float) * Q * QD);
+    float *k = malloc(sizeof(float) * Q * KD), *v = malloc(sizeof(float) * Q * KD);
+    float *att = malloc(sizeof(float) * Q * QD), *o = malloc(sizeof(float) * Q * E);
+    float *g = malloc(sizeof(float) * Q * F), *u = malloc(sizeof(float) * Q * F);
+    rms_norm(h, in_norm, eps, xn, Q, E);
+    half_matmul(xn, wq, q, Q, QD, E, threads);
+    half_matmul(xn, wk, k, Q, KD, E, threads);
+    half_matmul(xn, wv, v, Q, KD, E, threads);
+    rope(q, Q, H, D, cos, sin);
+    rope(k, Q, Hkv, D, cos, sin);
+    for (int i = 0; i < Q; i++) /* the new positions into the cache */
+        for (int g0 = 0; g0 < Hkv; g0++) {
+            memcpy(kbuf + g0 * head_stride + (int64_t)(past + i) * D, k + ((int64_t)i * Hkv + g0) * D, sizeof(float) * D);
+            memcpy(vbuf + g0 * head_stride + (int64_t)(past + i) * D, v + ((int64_t)i * Hkv + g0) * D, sizeof(float) * D);
+        }
+    attention(q, D, QD, kbuf, vbuf, att, H, Hkv, Q, past + Q, D, head_stride, head_stride, scale, threads);
+    half_matmul(att, wo, o, Q, E, QD, threads);
+    for (int64_t e = 0; e < (int64_t)Q * E; e++) h[e] += o[e];
+    rms_norm(h, post_norm, eps, xn, Q, E);
+    half_matmul(xn, wg, g, Q, F, E, threads);
+    half_matmul(xn, wu, u, Q, F, E, threads);
+    for (int64_t e = 0; e < (int64_t)Q * F; e++) g[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+    half_matmul(g, wd, o, Q, E, F, threads);
+    for (int64_t e = 0; e < (int64_t)Q * E; e++) h[e] += o[e];
+    free(xn); free(q); free(k); free(v); free(att); free(o); free(g); free(u);
 }

@@ -8,7 +8,10 @@ source is rebuilt and concurrent builds never see a half-written file.
 - `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`decode_weights`);
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
   over the KV cache; `use_row_attention(model)` routes a model's attention through it for
-  passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts).
+  passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts);
+- `llama_layer`: a whole Llama-family decoder layer for a few rows in one call;
+  `use_fused_layers(model)` makes each decoder layer use it for such passes over a
+  `GrowingCache` (`fused_layers`).
 
 Both give a row the same bits whatever the number of rows in the pass, so a speculative
 verification pass reproduces exactly what single decoding steps would have computed.
@@ -66,8 +69,13 @@ class DecodeKernels:
         self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
         self._attention = lib.row_attention
         self._attention.restype = None
-        self._attention.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 5
+        self._attention.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int] * 5
                                     + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int])
+        self._layer = lib.llama_layer
+        self._layer.restype = None
+        self._layer.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_float] + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 4
+                                + [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int])
 
     @staticmethod
     def fits(weight: torch.Tensor) -> bool:
@@ -83,6 +91,21 @@ class DecodeKernels:
         y = torch.empty((m, n), dtype=torch.float32)
         self._matmul(x2.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
         return y.reshape(*lead, n)
+
+    def llama_layer(self, h: torch.Tensor, in_norm: torch.Tensor, post_norm: torch.Tensor, eps: float,
+                    weights: list, heads: int, kv_heads: int, head_dim: int, ffn: int,
+                    cos: torch.Tensor, sin: torch.Tensor, kv, past: int, scale: float) -> None:
+        """One Llama decoder layer for the rows of `h` [1, Q, E] (updated in place: the
+        residual stream); `weights` the float16 q, k, v, o, gate, up, down projections; cos/sin
+        [1, Q, head_dim]; the new keys and values go to positions past .. past+Q-1 of the
+        `GrowingLayer` `kv` (room made by the caller)."""
+        q_len, e = h.shape[1], h.shape[2]
+        k_buf, v_buf = kv._k, kv._v
+        assert k_buf.stride(1) == v_buf.stride(1) and k_buf.shape[-2] >= past + q_len
+        self._layer(h.data_ptr(), q_len, e, in_norm.data_ptr(), post_norm.data_ptr(), float(eps),
+                    *[w.data_ptr() for w in weights], heads, kv_heads, head_dim, ffn,
+                    cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.stride(1),
+                    past, float(scale), torch.get_num_threads())
 
     @staticmethod
     def attention_fits(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
@@ -104,8 +127,7 @@ class DecodeKernels:
         h_kv, length = key.shape[1], key.shape[2]
         q = query[0].contiguous()
         out = torch.empty((1, q_len, h, d), dtype=torch.float32)
-        scratch = torch.empty(h * q_len * (length + 8), dtype=torch.float32)
-        self._attention(q.data_ptr(), key.data_ptr(), value.data_ptr(), out.data_ptr(), scratch.data_ptr(),
+        self._attention(q.data_ptr(), key.data_ptr(), value.data_ptr(), out.data_ptr(),
                         h, h_kv, q_len, length, d, key.stride(1), value.stride(1), float(scale),
                         torch.get_num_threads())
         return out

@@ -23,6 +23,7 @@ import torch
 
 from mask_store.matcher import GrammarMatcher
 
+from .kv_cache import ForwardCancelled
 from .stopping import REJECT, Stop, StopPolicy
 
 MAX_REJECTS = 4  # tokens banned at one step before the completion ends where it can
@@ -223,78 +224,81 @@ def decode(
             if len(banned) > MAX_REJECTS:
                 return None, policy.fallback(bytes(generated), "line-end", at_end=False)
 
-    while True:
-        if cancel():
-            out.stop = Stop(0, "cancelled")
-            break
-        if len(out.tokens) >= max_tokens:
-            out.stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
-            break
-        mask = None
-        if matcher is not None:
-            t0 = time.perf_counter()
-            mask = matcher.next_token_mask()
-            out.mask_ms.append((time.perf_counter() - t0) * 1000)
-            allowed = np.flatnonzero(mask)
-            if allowed.size == 0:
-                out.stop = policy.fallback(bytes(generated), "no-continuation", at_end=False)
+    try:  # a cancellation is also seen between the layers of a forward pass
+        while True:
+            if cancel():
+                out.stop = Stop(0, "cancelled")
                 break
-            if allowed.size == 1 and int(allowed[0]) not in stop_tokens:
-                # fast-forward: the grammar leaves one token; the model isn't asked
-                token = int(allowed[0])
-                stepper.feed(token)
-                decision = commit(token, True)
-                if decision == REJECT:
-                    stepper.unfeed()
-                    out.stop = policy.fallback(bytes(generated), "line-end", at_end=False)
+            if len(out.tokens) >= max_tokens:
+                out.stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
+                break
+            mask = None
+            if matcher is not None:
+                t0 = time.perf_counter()
+                mask = matcher.next_token_mask()
+                out.mask_ms.append((time.perf_counter() - t0) * 1000)
+                allowed = np.flatnonzero(mask)
+                if allowed.size == 0:
+                    out.stop = policy.fallback(bytes(generated), "no-continuation", at_end=False)
                     break
+                if allowed.size == 1 and int(allowed[0]) not in stop_tokens:
+                    # fast-forward: the grammar leaves one token; the model isn't asked
+                    token = int(allowed[0])
+                    stepper.feed(token)
+                    decision = commit(token, True)
+                    if decision == REJECT:
+                        stepper.unfeed()
+                        out.stop = policy.fallback(bytes(generated), "line-end", at_end=False)
+                        break
+                    if isinstance(decision, Stop):
+                        out.stop = decision
+                        break
+                    continue
+            draft = None
+            if speculator is not None:
+                draft = speculator.draft(matcher, mask, out.tokens, max_tokens - len(out.tokens), sampler)
+            if draft is not None:
+                out.mask_ms.extend(draft.mask_ms)  # the drafted positions' masks, computed while drafting
+            if draft is None:
+                token, decision = position(stepper.current_logits(), mask)
+                if token is not None and token not in stop_tokens:
+                    stepper.feed(token)
                 if isinstance(decision, Stop):
                     out.stop = decision
                     break
                 continue
-        draft = None
-        if speculator is not None:
-            draft = speculator.draft(matcher, mask, out.tokens, max_tokens - len(out.tokens), sampler)
-        if draft is not None:
-            out.mask_ms.extend(draft.mask_ms)  # the drafted positions' masks, computed while drafting
-        if draft is None:
-            token, decision = position(stepper.current_logits(), mask)
-            if token is not None and token not in stop_tokens:
-                stepper.feed(token)
-            if isinstance(decision, Stop):
-                out.stop = decision
+            # speculative step: verify the whole draft with one forward pass
+            rows = stepper.verify(draft.tokens)
+            kept, agreed, stop = 0, 0, None
+            n = len(draft.tokens)
+            for j in range(n + 1):
+                if len(out.tokens) >= max_tokens:
+                    stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
+                    break
+                d = draft.tokens[j] if j < n else None
+                is_forced = j < n and draft.forced[j]
+                m = draft.masks[j] if matcher is not None else None
+                token, decision = position(rows[j], m, d, draft.qs[j] if j < n else None, is_forced)
+                if isinstance(decision, Stop):
+                    stop = decision
+                    if j < n and not is_forced:
+                        speculator.record(draft, agreed, token != d)
+                    break
+                if j < n and token == d:
+                    kept += 1
+                    agreed += 0 if is_forced else 1
+                    continue
+                if j < n:
+                    speculator.record(draft, agreed, True)
+                else:
+                    speculator.record(draft, agreed, False)
+                stepper.keep(kept, token)
                 break
-            continue
-        # speculative step: verify the whole draft with one forward pass
-        rows = stepper.verify(draft.tokens)
-        kept, agreed, stop = 0, 0, None
-        n = len(draft.tokens)
-        for j in range(n + 1):
-            if len(out.tokens) >= max_tokens:
-                stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
+            if stop is not None:
+                out.stop = stop
                 break
-            d = draft.tokens[j] if j < n else None
-            is_forced = j < n and draft.forced[j]
-            m = draft.masks[j] if matcher is not None else None
-            token, decision = position(rows[j], m, d, draft.qs[j] if j < n else None, is_forced)
-            if isinstance(decision, Stop):
-                stop = decision
-                if j < n and not is_forced:
-                    speculator.record(draft, agreed, token != d)
-                break
-            if j < n and token == d:
-                kept += 1
-                agreed += 0 if is_forced else 1
-                continue
-            if j < n:
-                speculator.record(draft, agreed, True)
-            else:
-                speculator.record(draft, agreed, False)
-            stepper.keep(kept, token)
-            break
-        if stop is not None:
-            out.stop = stop
-            break
+    except ForwardCancelled:
+        out.stop = Stop(0, "cancelled")
     out.generated = bytes(generated)
     out.forward_ms = stepper.forward_ms
     return out

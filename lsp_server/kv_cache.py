@@ -64,6 +64,17 @@ class GrowingLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self._len if self.is_initialized else 0
 
+    def grow_to(self, length: int) -> None:
+        """Room for `length` positions (for a kernel writing them in place; the layer must
+        hold some already)."""
+        self._reserve(length, self._k[..., :0, :], self._v[..., :0, :])
+
+    def extend(self, n: int) -> None:
+        """`n` positions were written in place after the filled ones."""
+        self._len += n
+        self.keys = self._k[..., : self._len, :]
+        self.values = self._v[..., : self._len, :]
+
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative count of positions to remove")

@@ -7,7 +7,8 @@ with a reusable KV cache.
 - a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
   pickled checkpoints, `trust_remote_code=False`).
 - device `auto`: CUDA when present (bf16), else CPU (float32, with float16 copies of the
-  weights for decoding steps: `decode_weights`).
+  weights for decoding steps: `decode_weights`; decoding steps and verification passes through
+  our kernels where they build: `decode_kernels`, `fused_layers`).
 
 `PromptCache` keeps the KV cache of the last prompt of each document: a new request whose
 prompt shares a prefix with it runs only the tokens after the shared part.
@@ -170,9 +171,11 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
     if half_decode and dev.type == "cpu":
         from .decode_kernels import use_row_attention
         from .decode_weights import use_half_weights_for_decoding
+        from .fused_layers import use_fused_layers
 
         use_half_weights_for_decoding(model)
         use_row_attention(model)
+        use_fused_layers(model)
     if model.config.vocab_size < tok.vocab.size:
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"

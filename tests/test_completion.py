@@ -372,6 +372,31 @@ def test_a_cancelled_prompt_stops_between_layers_and_keeps_its_finished_chunks(t
     assert again.text == reference.text  # the half-run chunk left nothing behind
 
 
+def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkeypatch):
+    runtime = tiny_engine.runtime
+    doc = "import os\n\n\ndef main():\n    path = os.pa"
+    asked_in_pass: list[int] = []
+    forward = runtime.forward
+
+    def counting_forward(ids, past=None, keep=1, cancel=None):
+        asked_in_pass.append(0)
+        return forward(ids, past, keep, cancel=cancel)
+
+    def cancel() -> bool:  # the prompt runs; the first decoding pass stops at its first layer
+        if len(asked_in_pass) < 2:
+            return False
+        asked_in_pass[-1] += 1
+        return True
+
+    monkeypatch.setattr(runtime, "forward", counting_forward)
+    opts = tiny_engine.options.updated(speculative=False)
+    r = tiny_engine.complete(CompletionRequest(doc, 4, 16, document="steps"), cancel=cancel, options=opts)
+    assert r.stop_reason == "cancelled" and r.text == ""
+    assert asked_in_pass == [0, 1]  # one prompt pass, one decoding pass stopped before its first layer
+    again = tiny_engine.complete(CompletionRequest(doc, 4, 16, document="steps"), options=opts)
+    assert again.prompt_reused == again.prompt_tokens  # the cache holds the prompt, nothing else
+
+
 def test_batch_cli(tmp_path, tiny_model_dir):
     target = STDLIB / "json" / "decoder.py"
     cuts = tmp_path / "cuts.jsonl"

@@ -121,3 +121,46 @@ def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows():
         assert torch.allclose(out[0, i], ref[0, :, 0], rtol=1e-4, atol=1e-5)
         alone = kernels.row_attention(query[:, :, i : i + 1], key[:, :, :seen], value[:, :, :seen], d ** -0.5)
         assert torch.equal(alone[0, 0], out[0, i])
+
+
+def _small_llama(**overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(4)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      **overrides)  # grouped-query attention, as SmolLM2
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows():
+    from lsp_server import decode_kernels
+    from lsp_server.fused_layers import use_fused_layers
+    from lsp_server.kv_cache import GrowingCache
+
+    if decode_kernels.load() is None:
+        return
+    reference = _small_llama()
+    model = _small_llama()
+    use_half_weights_for_decoding(model)
+    assert use_fused_layers(model) == 3
+    ids = torch.randint(0, 512, (1, 90), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        want = reference(ids).logits[0]
+        past = model(ids[:, :80], past_key_values=GrowingCache(), use_cache=True).past_key_values
+        together = model(ids[:, 80:90], past_key_values=past, use_cache=True).logits[0]
+        assert torch.allclose(together, want[80:90], rtol=1e-2, atol=2e-2)  # float16 weights
+        assert torch.equal(together.argmax(-1), want[80:90].argmax(-1))
+        past.crop(-10)
+        for j in range(80, 90):  # one row at a time: the same bits as the ten-row pass
+            step = model(ids[:, j : j + 1], past_key_values=past, use_cache=True).logits[0, -1]
+            assert torch.equal(step, together[j - 80]), j
+        assert past.get_seq_length() == 90
+
+
+def test_layers_the_kernel_does_not_compute_keep_their_own_forward():
+    from lsp_server.fused_layers import use_fused_layers
+
+    assert use_fused_layers(_small_llama(attention_bias=True)) == 0  # biases: not plain Llama
+    model = _small_llama()
+    assert use_fused_layers(model) == 0  # float32 weights without decode_weights' copies

@@ -1,0 +1,94 @@
+"""Decoder layers of Llama-family models in one kernel call for decoding steps on the CPU.
+
+A decoding step of SmolLM2-135M runs ~40 PyTorch operations per layer (norms, three
+projections, rotary embedding, cache update, attention, MLP, residuals): on this 2-core CPU their
+dispatch cost as much as the weights' reading. `use_fused_layers(model)` gives each decoder layer
+of a float32 Llama model (with `decode_weights`' float16 copies and `GrowingCache`) a forward that
+hands passes of at most `MAX_ATTENTION_ROWS` rows to `decode_kernels`' `llama_layer`; prompts,
+other caches and models that aren't plain Llama keep transformers' own code. Cancellation hooks
+(`kv_cache.StopBetweenLayers`) still run before every layer.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import torch
+
+from .decode_kernels import MAX_ATTENTION_ROWS, DecodeKernels, load
+from .decode_weights import SmallBatchLinear
+from .kv_cache import GrowingCache, GrowingLayer
+
+log = logging.getLogger(__name__)
+
+
+def _projections(layer) -> list:
+    a, m = layer.self_attn, layer.mlp
+    return [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
+
+
+def layer_fits(layer, config) -> bool:
+    """The kernel computes exactly this layer's arithmetic: plain Llama (no biases, no q/k norms,
+    SiLU MLP), float16 decoding weights with the kernel, dimensions multiples of 8."""
+    try:
+        attn = layer.self_attn
+        projections = _projections(layer)
+    except AttributeError:
+        return False
+    dims = (config.hidden_size, attn.head_dim, config.intermediate_size)
+    return (
+        getattr(config, "model_type", None) == "llama"
+        and config.hidden_act == "silu"
+        and getattr(config, "pretraining_tp", 1) == 1
+        and not hasattr(attn, "q_norm")
+        and all(isinstance(p, SmallBatchLinear) and p.bias is None and p.kernel is not None for p in projections)
+        and all(d % 8 == 0 for d in dims)
+        and type(layer.input_layernorm).__name__.endswith("RMSNorm")
+    )
+
+
+def _fused_forward(layer, kernels: DecodeKernels, original, hidden_states: torch.Tensor,
+                   attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                   position_embeddings=None, **kwargs):
+    attn = layer.self_attn
+    cache = past_key_values
+    kv = None
+    if (isinstance(cache, GrowingCache) and hidden_states.shape[0] == 1
+            and hidden_states.shape[1] <= MAX_ATTENTION_ROWS and hidden_states.dtype == torch.float32
+            and position_embeddings is not None and attn.layer_idx < len(cache.layers)):
+        kv = cache.layers[attn.layer_idx]
+    if not isinstance(kv, GrowingLayer) or kv.get_seq_length() == 0:
+        return original(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                        past_key_values=past_key_values, use_cache=use_cache,
+                        position_embeddings=position_embeddings, **kwargs)
+    q_len = hidden_states.shape[1]
+    past = kv.get_seq_length()
+    kv.grow_to(past + q_len)
+    h = hidden_states.contiguous().clone()
+    cos, sin = (t.to(torch.float32).contiguous() for t in position_embeddings)
+    config = attn.config
+    w = [p.weight_half for p in _projections(layer)]
+    kernels.llama_layer(
+        h, layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
+        layer.input_layernorm.variance_epsilon, w, config.num_attention_heads, config.num_key_value_heads,
+        attn.head_dim, config.intermediate_size, cos, sin, kv, past, attn.scaling,
+    )
+    kv.extend(q_len)
+    return h
+
+
+def use_fused_layers(model: torch.nn.Module) -> int:
+    """Give every decoder layer of `model` that `layer_fits` the fused forward for few-row
+    passes; the number of layers changed (0 where the kernels can't be built or the model
+    isn't a plain Llama)."""
+    kernels = load()
+    config = getattr(model, "config", None)
+    if kernels is None or config is None:
+        return 0
+    changed = 0
+    for module in model.modules():
+        if type(module).__name__.endswith("DecoderLayer") and layer_fits(module, config):
+            module.forward = partial(_fused_forward, module, kernels, module.forward)
+            changed += 1
+    return changed
