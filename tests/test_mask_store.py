@@ -105,3 +105,15 @@ def test_mask_agrees_with_accept_token_on_every_token(compiled_full):
                 checked += 1
             assert m.accept_token(t)
     assert checked >= 25
+
+
+def test_healing_candidates_are_the_tokens_that_start_with_or_begin_the_typed_text(compiled_full):
+    comp, _ = compiled_full
+    vocab = comp.vocab
+    spellings = list(enumerate(vocab.token_bytes))
+    for text in (b" ", b"os", b" pa", b"self.", b"\xff", b"\xe2\x80"):
+        want = {i for i, b in spellings if b and i not in vocab.special and b.startswith(text)}
+        assert set(vocab.tokens_starting_with(text)) == want
+        got = vocab.tokens_compatible_with(text).tolist()
+        shorter = {vocab.by_bytes[text[:k]] for k in range(1, len(text)) if text[:k] in vocab.by_bytes}
+        assert sorted(got) == sorted(want | shorter)  # each once
