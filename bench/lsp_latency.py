@@ -120,7 +120,7 @@ STOPPED = re.compile(r"completion in file:///typing/\S+ stopped \(superseded\) (
 def engine_figures(log: str) -> dict:
     """What the server's log says about the engine: prompt and decoding time of the completed
     runs (benchmark part), and how soon superseded runs stopped (typing part)."""
-    prompt_ms, step_ms, reused = [], [], []
+    prompt_ms, step_ms, reused, warm_runs = [], [], [], []
     typed_through = 0
     for m in COMPLETED.finditer(log):
         if m.group(1).startswith("file:///bench/") and int(m.group(3)) == 0:
@@ -130,6 +130,8 @@ def engine_figures(log: str) -> dict:
             reused.append(int(m.group(4)) / max(1, int(m.group(3))))
             if int(m.group(7)):
                 step_ms.append(int(m.group(6)) / int(m.group(7)) / 1000)
+            if int(m.group(4)) >= int(m.group(3)) // 2:  # a warm request that ran the model
+                warm_runs.append((int(m.group(5)) + int(m.group(6))) / 1000)
     lag, steps = [], []
     for m in STOPPED.finditer(log):
         lag.append(int(m.group(2)) / 1000)
@@ -139,6 +141,8 @@ def engine_figures(log: str) -> dict:
         "prompt_reused_share_mean": round(sum(reused) / len(reused), 3) if reused else None,
         "decode_ms_per_sampled_token": stats_ms(step_ms) if step_ms else None,
         "typed_through_answers": typed_through,
+        # warm requests the model answered (not typed through): the engine's prompt + decoding
+        "warm_model_runs_ms": stats_ms(warm_runs) if warm_runs else None,
         "stop_lag": stats_ms(lag) if lag else None,
         "stop_steps": {"mean": round(sum(steps) / len(steps), 2), "max": max(steps)} if steps else None,
     }
