@@ -1,0 +1,98 @@
+"""Cost of a decoding step and of verification passes, by how the model runs (prints JSON).
+
+    .venv/bin/python bench/decode_step.py [--model default] [--context 1000] [--reps 10]
+
+The default model after a prompt of `--context` tokens of typing.py; the milliseconds (p50 over
+`--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
+- `float32`: transformers' model as loaded, float32 weights, PyTorch's SDPA attention;
+- `float16_torch`: float16 weight copies through PyTorch's product (no kernels);
+- `kernels`: float16 copies through `decode_kernels` (products and attention);
+- `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`).
+Also whether a pass over 8 tokens gives, row for row, the bits of 8 single steps (what keeps
+speculative decoding's output identical), per configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import STDLIB  # noqa: E402
+
+
+def configure(runtime, name: str, pristine_forward) -> None:
+    """Put the loaded runtime's model into configuration `name` (see the module doc)."""
+    from lsp_server.decode_kernels import ATTENTION_NAME, load
+    from lsp_server.decode_weights import SmallBatchLinear
+
+    model = runtime.model
+    kernels = load()
+    for layer, forward in pristine_forward.items():
+        if name == "fused":
+            layer.__dict__.pop("forward", None)
+            layer.forward = forward
+        else:
+            layer.__dict__.pop("forward", None)
+    for m in model.modules():
+        if isinstance(m, SmallBatchLinear):
+            m.max_half_rows = 0 if name == "float32" else 32
+            m.kernel = kernels if name in ("kernels", "fused") else None
+    model.set_attn_implementation(ATTENTION_NAME if name in ("kernels", "fused") else "sdpa")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--context", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from lsp_server.model_runtime import crop_cache, load_model
+
+    runtime = load_model(args.model)
+    # the fused forwards load_model installed, to put back for the `fused` configuration
+    fused = {m: m.__dict__["forward"] for m in runtime.model.modules() if "forward" in m.__dict__}
+    ids = runtime.tokenizer.tokenizer.encode((STDLIB / "typing.py").read_text()).ids
+    ids = ids[: args.context + 16]
+    report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
+              "fused_layers": len(fused), "configurations": {}}
+    from lsp_server.decode_kernels import load
+
+    for name in ("float32", "float16_torch", "kernels", "fused"):
+        if name in ("kernels", "fused") and load() is None:
+            continue  # the kernels could not be built here
+        configure(runtime, name, fused)
+        _, past = runtime.forward(ids[: args.context], None)
+        ms = {}
+        for n in range(1, 10):
+            times = []
+            for _ in range(args.reps + 2):
+                t0 = time.perf_counter()
+                runtime.forward(ids[args.context : args.context + n], past, keep=n)
+                times.append((time.perf_counter() - t0) * 1000)
+                crop_cache(past, args.context)
+            ms[str(n)] = round(float(np.percentile(times[2:], 50)), 1)
+        together, _ = runtime.forward(ids[args.context : args.context + 8], past, keep=8)
+        crop_cache(past, args.context)
+        same = 0
+        for j in range(8):
+            row, _ = runtime.forward(ids[args.context + j : args.context + j + 1], past, keep=1)
+            same += bool(torch.equal(row[0], together[j]))
+        crop_cache(past, args.context)
+        report["configurations"][name] = {"ms_by_tokens": ms, "verification_rows_identical": f"{same}/8"}
+        print(name, ms, file=sys.stderr, flush=True)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
