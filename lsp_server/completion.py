@@ -270,8 +270,7 @@ class CompletionEngine:
         policy = StopPolicy(ctx, self.scanner, compat, held, heal, depth, line_col, not line_before.strip(),
                             cursor_depth)
         if cursor_depth > 0 and compat is not None:
-            policy.bracket_continues = compat.continues(after[len(ctx.covered) :], scanner=self.scanner,
-                                                        depth=cursor_depth)
+            policy.bracket_continues = compat.continues(after[len(ctx.covered) :])
         if compat is not None and cursor_depth == 0:
             compat.top_level = True
             # the head's last byte starts a lexeme the parser does not read yet

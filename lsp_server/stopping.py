@@ -214,24 +214,6 @@ class LineScanner:
                 depth += (t in self.opens) - (t in self.closes)
         return max(depth, 0)
 
-    def closes_bracket(self, data: bytes, depth: int) -> bool | None:
-        """Whether `data`, read from a lexeme start inside `depth` brackets, closes the
-        innermost of them (None: it can't be read from a lexeme start)."""
-        try:
-            lexemes, _, _ = self.lexer.lex(data, START, 0)
-        except LexError:
-            return None
-        acc = self.lexer.accepting_ids
-        d = depth
-        for _, _, state in lexemes:
-            terms = acc[state]
-            if len(terms) == 1:
-                t = next(iter(terms))
-                d += (t in self.opens) - (t in self.closes)
-                if d < depth:
-                    return True
-        return False
-
     @staticmethod
     def _newline(ends, data, a, b, closed, depth) -> None:
         lexeme = data[a:b]
@@ -264,20 +246,14 @@ class Compatibility:
         self.checks = 0
         self._known: dict[bytes, bool] = {}
 
-    def continues(self, after: str, lines: int = 30, scanner: LineScanner | None = None,
-                  depth: int = 0) -> bool:
+    def continues(self, after: str, lines: int = 30) -> bool:
         """Whether the text after the cursor (its next `lines` lines) parses after the prefix
-        as it is: the cursor sits inside a construct the file goes on with. With `scanner`,
-        inside `depth` brackets: the text must also close the innermost of them (a next
-        statement `y = 2` after `f(1, ` parses as a keyword argument, yet nothing closes the
-        call)."""
+        as it is: the cursor sits inside a construct the file goes on with."""
         text = "\n".join(after.split("\n")[: lines + 1])
         try:
             self.parser.parse(self.before + text.encode())
         except (ParseError, LexError):
             return False
-        if scanner is not None and depth > 0:
-            return scanner.closes_bracket(text.encode(), depth) is not False
         return True
 
     def ok(self, completion: bytes) -> bool:
@@ -432,12 +408,8 @@ class StopPolicy:
             ends, bounds = scan
             cands = {e.cut for e in ends if e.cut >= k and e.depth == 0}
             if self.mode == "single" or self.ctx.infix:
-                # not inside brackets the completion opened: the file's next lines can't close
-                # them; nor inside the cursor's own unless the file goes on inside them (a cut
-                # `f(a, b` before a new statement would read that statement as more arguments)
-                # or the rest of the line, which the completion joins, closes them (infix)
-                deepest = self.cursor_depth if self.bracket_continues or self.ctx.infix else 0
-                cands |= {b for b, depth in bounds if b >= k and depth <= deepest}
+                # not inside brackets the completion opened: the file's next lines can't close them
+                cands |= {b for b, depth in bounds if b >= k and depth <= self.cursor_depth}
             cands.add(k)
             if at_end or self._inside_held_lexeme(len(data) - 1, ends, bounds):
                 # the model ended it, or the cut falls inside a string that goes on in the file

@@ -163,19 +163,6 @@ def test_first_words_keeps_the_deeper_lines_whole():
     assert first_words("\n    z = 1\n", indent=4) == ("\n    z ", False, False)
 
 
-def test_a_completion_cut_short_inside_the_cursors_brackets_is_not_offered(compiled):
-    """The rest of the line (which closed the call) is gone and the next line is a new
-    statement: a completion stopped by the token limit before closing the call can't be
-    offered, though `f(1, 2, 3,` + `y` reads as more arguments to the parser."""
-    doc = "def f(*a):\n    return a\n\n\nx = f(1, |\ny = 2\n"
-    intended = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)\ny = 2\n"
-    text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=8)
-    assert r.stop_reason == "max-tokens"
-    assert r.text == "" or parses(accept(text, off, r))
-    text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=64)
-    assert r.text == "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)" and parses(accept(text, off, r))
-
-
 def test_a_next_line_that_only_a_string_can_hold_rejects_code(compiled):
     """A cut in a docstring's first line: the lines after it are the docstring's text, which
     no completion but a string can be followed by."""
