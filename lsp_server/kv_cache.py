@@ -56,10 +56,14 @@ class GrowingLayer(DynamicLayer):
         self._reserve(end, key_states, value_states)
         self._k[..., self._len : end, :] = key_states
         self._v[..., self._len : end, :] = value_states
-        self._len = end
-        self.keys = self._k[..., :end, :]
-        self.values = self._v[..., :end, :]
+        self._fill(end)
         return self.keys, self.values
+
+    def _fill(self, length: int) -> None:
+        """The first `length` positions are the cache: `keys`/`values` view them."""
+        self._len = length
+        self.keys = self._k[..., :length, :]
+        self.values = self._v[..., :length, :]
 
     def get_seq_length(self) -> int:
         return self._len if self.is_initialized else 0
@@ -71,18 +75,14 @@ class GrowingLayer(DynamicLayer):
 
     def extend(self, n: int) -> None:
         """`n` positions were written in place after the filled ones."""
-        self._len += n
-        self.keys = self._k[..., : self._len, :]
-        self.values = self._v[..., : self._len, :]
+        self._fill(self._len + n)
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative count of positions to remove")
         if tokens_to_remove == 0 or not self.is_initialized:
             return
-        self._len = max(0, self._len + tokens_to_remove)
-        self.keys = self._k[..., : self._len, :]
-        self.values = self._v[..., : self._len, :]
+        self._fill(max(0, self._len + tokens_to_remove))
 
     def reset(self) -> None:
         self._k = self._v = None

@@ -29,7 +29,7 @@ from grammar_tools import cache
 from mask_store.model_files import ModelNotFound, ModelSource, resolve_model
 from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
-from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers, rewind
+from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers
 
 log = logging.getLogger(__name__)
 
