@@ -245,16 +245,28 @@ class Compatibility:
         self.head_depth = 0  # brackets the next statement's first words open themselves
         self.checks = 0
         self._known: dict[bytes, bool] = {}
+        self.rest: bytes | None = None  # the next lines after the cursor (`continues` reads them)
+        self.rest_ends_file = False
 
     def continues(self, after: str, lines: int = 30) -> bool:
         """Whether the text after the cursor (its next `lines` lines) parses after the prefix
         as it is: the cursor sits inside a construct the file goes on with."""
-        text = "\n".join(after.split("\n")[: lines + 1])
+        rest = after.split("\n")
+        self.rest = "\n".join(rest[: lines + 1]).encode()
+        self.rest_ends_file = len(rest) <= lines + 1
+        return self.goes_on_with(b"")
+
+    def goes_on_with(self, completion: bytes) -> bool:
+        """Whether the file's next lines (`rest`, not only the next statement's first words)
+        parse after `completion`, and the file can end there when they are its end: a cut
+        `f(1, 0,` before a new statement `g(x)` passes `ok` (`g` reads as one more argument)
+        but not this."""
+        data = self.before + completion + self.rest
         try:
-            self.parser.parse(self.before + text.encode())
+            st = self.parser.parse(data)
         except (ParseError, LexError):
             return False
-        return True
+        return not self.rest_ends_file or self.parser.can_end(st, data)
 
     def ok(self, completion: bytes) -> bool:
         """Whether the file stays valid with `completion` at the cursor (memoized: the stop
@@ -371,6 +383,15 @@ class StopPolicy:
                     return Stop(e.cut - k, "block-end")
         return CONTINUE
 
+    def _goes_on(self, data: bytes, cut: int) -> bool:
+        """A cut the token limit (or the model's end) left inside the cursor's brackets: the
+        file's next lines must go on inside them, read in full (the rest of the cursor's line,
+        which closed them, may be gone), unless it is infix (the line's rest joins it)."""
+        c = self.compat
+        if c is None or c.rest is None or self.ctx.infix:
+            return True
+        return c.goes_on_with(data[self.cursor : cut])
+
     def _blank_so_far(self, data: bytes, k: int) -> bool:
         """Nothing but whitespace after the cursor yet, and already a line ended where a
         statement was expected (an empty line) or a blank line: constrained decoding asks the
@@ -401,6 +422,7 @@ class StopPolicy:
         (the model ended it)."""
         data = self.held + generated
         k = self.cursor
+        inside: set[int] = set()  # cuts inside the cursor's brackets
         scan = self.scanner.line_ends(data, self.start_depth)
         if scan is None:
             cands = {k}
@@ -410,6 +432,7 @@ class StopPolicy:
             if self.mode == "single" or self.ctx.infix:
                 # not inside brackets the completion opened: the file's next lines can't close them
                 cands |= {b for b, depth in bounds if b >= k and depth <= self.cursor_depth}
+                inside = {b for b, depth in bounds if b > k and depth > 0}
             cands.add(k)
             if at_end or self._inside_held_lexeme(len(data) - 1, ends, bounds):
                 # the model ended it, or the cut falls inside a string that goes on in the file
@@ -420,6 +443,8 @@ class StopPolicy:
                 if first is not None:
                     cands = {c for c in cands if c <= first}
         for cut in sorted(cands, reverse=True)[:48]:
+            if cut in inside and not self._goes_on(data, cut):
+                continue
             if cut == k or self._ok(data, cut):
                 return Stop(cut - k, reason if cut > k else reason)
         return Stop(0, reason)

@@ -163,6 +163,31 @@ def test_first_words_keeps_the_deeper_lines_whole():
     assert first_words("\n    z = 1\n", indent=4) == ("\n    z ", False, False)
 
 
+def test_a_completion_cut_short_inside_the_cursors_brackets_is_not_offered(compiled):
+    """The rest of the line (which closed the call) is gone and the next line is a new
+    statement: a completion stopped by the token limit before closing the call can't be
+    offered, though `f(1, 2, 3,` + `y` reads as more arguments to the parser."""
+    doc = "def f(*a):\n    return a\n\n\nx = f(1, |\ny = 2\n"
+    intended = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)\ny = 2\n"
+    text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=8)
+    assert r.stop_reason == "max-tokens"
+    assert r.text == "" or parses(accept(text, off, r))
+    text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=64)
+    assert r.text == "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)" and parses(accept(text, off, r))
+
+
+def test_a_long_literal_the_file_goes_on_in_keeps_cuts_inside_it(compiled):
+    """Inside a table whose closing bracket lies far below (more lines than the check reads),
+    the token limit may still cut between entries: the file goes on inside the brackets, though
+    the cut line (`100: 1`) can't be followed by the next ones as it is."""
+    rows = "".join(f"    {i}: {i + 1},\n" for i in range(60))
+    doc = "table = {\n    100: 1|\n" + rows + "}\n"
+    intended = "01, 102: 103, 104: 105, 106: 107, 108: 109,\n" + rows + "}\n"
+    text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=6)
+    assert r.stop_reason == "max-tokens"
+    assert r.text.startswith("01,") and parses(accept(text, off, r))
+
+
 def test_a_next_line_that_only_a_string_can_hold_rejects_code(compiled):
     """A cut in a docstring's first line: the lines after it are the docstring's text, which
     no completion but a string can be followed by."""
