@@ -288,10 +288,12 @@ class CompletionEngine:
                                on_forward=self.spec_stats.record_forward)
         speculator = None
         if opts.speculative:
-            from .speculation import Speculator
+            from .prompt import lookup_reference
+            from .speculation import PromptLookup, Speculator
 
+            reference = lookup_reference(self.tokenizer, before, after, prompt)
             speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,
-                                    draft_model=self.draft_model)
+                                    PromptLookup(reference=reference), draft_model=self.draft_model)
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
         max_tokens = req.max_tokens or opts.max_tokens
         t1 = time.perf_counter()

@@ -41,7 +41,7 @@ static inline float hsum(__m256 v) {
 static inline __attribute__((always_inline)) void tile(const float *x, const uint16_t *w, float *y,
                                                         int N, int K, int m0, int n0,
                                                         const int mt, const int nt) {
-    __m256 acc[4][4];
+    __m256 acc[6][4];
     for (int i = 0; i < mt; i++)
         for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
     for (int k = 0; k < K; k += 8) {
@@ -57,7 +57,8 @@ static inline __attribute__((always_inline)) void tile(const float *x, const uin
         for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = hsum(acc[i][j]);
 }
 
-/* one row group (1-4 rows) over outputs [n0, n1) */
+/* one row group (1-6 rows) over outputs [n0, n1): accumulators, the weight vectors and an x
+ * vector fill at most the 16 registers */
 static void rows_block(const float *x, const uint16_t *w, float *y, int N, int K, int m0, int mt,
                        int n0, int n1) {
     int n = n0;
@@ -74,9 +75,17 @@ static void rows_block(const float *x, const uint16_t *w, float *y, int N, int K
         for (; n + 3 <= n1; n += 3) tile(x, w, y, N, K, m0, n, 3, 3);
         for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 3, 1);
         break;
-    default:
+    case 4:
         for (; n + 2 <= n1; n += 2) tile(x, w, y, N, K, m0, n, 4, 2);
         for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 4, 1);
+        break;
+    case 5:
+        for (; n + 2 <= n1; n += 2) tile(x, w, y, N, K, m0, n, 5, 2);
+        for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 5, 1);
+        break;
+    default:
+        for (; n + 2 <= n1; n += 2) tile(x, w, y, N, K, m0, n, 6, 2);
+        for (; n < n1; n++) tile(x, w, y, N, K, m0, n, 6, 1);
         break;
     }
 }
@@ -87,9 +96,11 @@ void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int b = 0; b < blocks; b++) {
         int n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
-        for (int m0 = 0; m0 < M; m0 += 4) {
-            int mt = M - m0 < 4 ? M - m0 : 4;
+        int groups = (M + 5) / 6; /* row groups of as even sizes as can be, at most 6 */
+        for (int g = 0, m0 = 0; g < groups; g++) {
+            int mt = (M - m0) / (groups - g);
             rows_block(x, w, y, N, K, m0, mt, n0, n1);
+            m0 += mt;
         }
     }
 }
@@ -167,21 +178,104 @@ static void attend_one(const float *qv, const float *kh, const float *vh, int li
     }
 }
 
+/* R (<= ROWS) consecutive query rows of one head, row r seeing keys 0 .. limit + r - 1: the same
+ * arithmetic per (row, key) and per output element as `attend_one` (so the same bits), but each
+ * key and value row is read once for the R rows instead of once per row. `s`: R * (limit + R + 7)
+ * floats of scratch. */
+#define ROWS 4
+static void attend_rows(const float *q, int64_t q_row, const float *kh, const float *vh, int limit,
+                        int R, int D, float scale, float *s, float *o, int64_t o_row) {
+    int64_t stride = limit + R + 7;
+    int j = 0;
+    for (; j + 2 <= limit; j += 2) { /* the keys all R rows see: two keys at a time */
+        const float *k0 = kh + (int64_t)j * D, *k1 = k0 + D;
+        __m256 a[ROWS][2];
+        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8) {
+            __m256 x0 = _mm256_loadu_ps(k0 + d), x1 = _mm256_loadu_ps(k1 + d);
+            for (int r = 0; r < R; r++) {
+                __m256 qv = _mm256_loadu_ps(q + r * q_row + d);
+                a[r][0] = _mm256_fmadd_ps(qv, x0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(qv, x1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            s[r * stride + j] = hsum(a[r][0]) * scale;
+            s[r * stride + j + 1] = hsum(a[r][1]) * scale;
+        }
+    }
+    for (int r = 0; r < R; r++) /* the rest, row by row */
+        for (int jj = j; jj < limit + r; jj++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int d = 0; d < D; d += 8)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * q_row + d), _mm256_loadu_ps(kh + (int64_t)jj * D + d), acc);
+            s[r * stride + jj] = hsum(acc) * scale;
+        }
+    float inv[ROWS];
+    for (int r = 0; r < R; r++) { /* softmax of each row, as attend_one */
+        float *sr = s + r * stride, m = -INFINITY;
+        int lim = limit + r, padded = (lim + 7) & ~7;
+        for (int jj = 0; jj < lim; jj++)
+            if (sr[jj] > m) m = sr[jj];
+        for (int jj = lim; jj < padded; jj++) sr[jj] = -INFINITY;
+        __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
+        for (int jj = 0; jj < padded; jj += 8) {
+            __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(sr + jj), mv));
+            _mm256_storeu_ps(sr + jj, e);
+            total = _mm256_add_ps(total, e);
+        }
+        inv[r] = 1.0f / hsum(total);
+    }
+    for (int d0 = 0; d0 < D; d0 += 16) { /* weighted values: 16 dims of every row at a time */
+        __m256 a[ROWS][2];
+        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+        int jj = 0;
+        for (; jj < limit; jj++) {
+            const float *vr = vh + (int64_t)jj * D + d0;
+            __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+            for (int r = 0; r < R; r++) {
+                __m256 p = _mm256_set1_ps(s[r * stride + jj]);
+                a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(p, v1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            for (int j2 = limit; j2 < limit + r; j2++) {
+                const float *vr = vh + (int64_t)j2 * D + d0;
+                __m256 p = _mm256_set1_ps(s[r * stride + j2]);
+                a[r][0] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr), a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8), a[r][1]);
+            }
+            __m256 iv = _mm256_set1_ps(inv[r]);
+            _mm256_storeu_ps(o + r * o_row + d0, _mm256_mul_ps(a[r][0], iv));
+            _mm256_storeu_ps(o + r * o_row + d0 + 8, _mm256_mul_ps(a[r][1], iv));
+        }
+    }
+}
+
 /* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and
  * sees keys 0 .. L - Q + i). Query (h, i) at q + h * q_head + i * q_row; key/value row j of
- * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. */
+ * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. One task
+ * per head and group of up to ROWS consecutive rows (one row: `attend_one`). */
 static void attention(const float *q, int64_t q_head, int64_t q_row, const float *k, const float *v,
                       float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
                       int64_t v_head_stride, float scale, int threads) {
     int group = H / Hkv;
-    int64_t stride = L + 8;
-    float *scratch = malloc(sizeof(float) * H * Q * stride);
+    int chunks = (Q + ROWS - 1) / ROWS;
+    int64_t stride = (int64_t)ROWS * (L + ROWS + 8);
+    float *scratch = malloc(sizeof(float) * H * chunks * stride);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < H * Q; t++) {
-        int h = t / Q, i = t % Q;
-        attend_one(q + h * q_head + i * q_row, k + (int64_t)(h / group) * k_head_stride,
-                   v + (int64_t)(h / group) * v_head_stride, L - Q + i + 1, D, scale,
-                   scratch + (int64_t)t * stride, out + ((int64_t)i * H + h) * D);
+    for (int t = 0; t < H * chunks; t++) {
+        int h = t / chunks, c = t % chunks;
+        int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
+        const float *kh = k + (int64_t)(h / group) * k_head_stride, *vh = v + (int64_t)(h / group) * v_head_stride;
+        float *o = out + ((int64_t)r0 * H + h) * D;
+        if (r1 - r0 == 1)
+            attend_one(q + h * q_head + r0 * q_row, kh, vh, L - Q + r0 + 1, D, scale,
+                       scratch + (int64_t)t * stride, o);
+        else
+            attend_rows(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale,
+                        scratch + (int64_t)t * stride, o, (int64_t)H * D);
     }
     free(scratch);
 }

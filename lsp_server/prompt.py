@@ -27,16 +27,18 @@ class Prompt:
     truncated: bool
     healed_ids: tuple[int, ...] = ()  # prompt tokens backed off (token healing)
     healed: bytes = b""  # their bytes: the completion's first tokens must spell them again
+    window_start: int = 0  # characters of the text before the cursor that the window leaves out
 
 
 def _tokens(tok: LoadedTokenizer, text: str) -> int:
     return len(tok.encode(text)) if text else 0
 
 
-def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool]:
-    """The text before the cursor cut to at most `budget` tokens at a line start."""
+def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool, int]:
+    """The text before the cursor cut to at most `budget` tokens at a line start (the file's
+    imports put back in front when they fit), whether it was cut, and where the kept lines start."""
     if _tokens(tok, before) <= budget:
-        return before, False
+        return before, False, 0
     lines = before.splitlines(keepends=True)
     # the shortest tail that fits, then rounded to a stable start
     lo, hi = 0, len(lines) - 1
@@ -48,18 +50,19 @@ def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool]:
             lo = mid + 1
     start = min(-(-lo // WINDOW_STEP) * WINDOW_STEP, len(lines) - 1)
     kept = "".join(lines[start:])
+    offset = len(before) - len(kept)
     imports = [ln for ln in lines[:start] if IMPORT_LINE.match(ln)]
     header = "".join(imports)
     if header and _tokens(tok, header + kept) <= budget:
         kept = header + kept
-    return kept, True
+    return kept, True, offset
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
                  heal: bool = False) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (unless it is
     all the prefix has) so that the model may spell the typed text its own way."""
-    text, truncated = window(tok, before, budget)
+    text, truncated, window_start = window(tok, before, budget)
     ids = tok.encode(text)
     healed_ids: tuple[int, ...] = ()
     healed = b""
@@ -71,11 +74,23 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
     if fim is None:
-        return Prompt(ids, len(ids), text, truncated, healed_ids, healed)
-    suffix_text, _ = window(tok, after[: 4 * budget], max(budget // 4, 16)) if after else ("", False)
+        return Prompt(ids, len(ids), text, truncated, healed_ids, healed, window_start)
+    suffix_text, _, _ = window(tok, after[: 4 * budget], max(budget // 4, 16)) if after else ("", False, 0)
     suffix_ids = tok.encode(suffix_text[: 2000])
     if fim.style == "deepseek" or fim.style == "starcoder" or fim.style == "qwen":
         full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
     else:  # codellama: <PRE> prefix <SUF> suffix <MID>
         full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
-    return Prompt(full, len(ids), text, truncated, healed_ids, healed)
+    return Prompt(full, len(ids), text, truncated, healed_ids, healed, window_start)
+
+
+def lookup_reference(tok: LoadedTokenizer, before: str, after: str, prompt: Prompt,
+                     chars: int = 6000) -> list[int]:
+    """The document's text that the prompt leaves out, as tokens, for the speculator's lookup:
+    the text after the cursor (its first `chars` characters), then the text before the prompt's
+    window (its last `chars`)."""
+    ids = tok.encode(after[:chars]) if after.strip() else []
+    left_out = before[max(0, prompt.window_start - chars) : prompt.window_start]
+    if left_out.strip():
+        ids += tok.encode(left_out)
+    return ids

@@ -15,7 +15,8 @@ forbids ends the draft):
 - grammar-forced tokens: the mask allows a single token (α = 1, c = 0); the decoder takes them
   without the model, in or out of a draft;
 - prompt lookup (`PromptLookup`): continue the longest recent n-gram of the text so far from
-  where it occurs earlier in the prompt or the output (code repeats names and patterns; c ≈ 0);
+  where it occurs earlier in the prompt or the output, else in the rest of the document (the
+  text after the cursor, and before the prompt's window); code repeats names and patterns; c ≈ 0;
 - a draft model sharing the tokenizer (`DraftModel`, `--draft-model DIR`).
 
 Verification is lossless: greedy keeps the longest run where the target's (masked) choice agrees;
@@ -75,34 +76,46 @@ def speculative_choice(p: torch.Tensor, draft: int, q: torch.Tensor | None, gene
 
 
 class PromptLookup:
-    """Drafts by n-gram lookup in the prompt and the output so far."""
+    """Drafts by n-gram lookup in the prompt and the output so far, then in the rest of the
+    document (`reference`: what the prompt leaves out, the text after the cursor first, as the
+    first match there is the nearest: code repeats the names and patterns around it)."""
 
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, reference: list[int] | None = None) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        # the reference, then a separator no n-gram matches, then the context
+        self._reference = np.asarray([*(reference or []), -1] if reference else [], dtype=np.int64)
 
     def propose(self, context: list[int], k: int) -> list[int]:
         return self.propose_with_length(context, k)[0]
 
     def propose_with_length(self, context: list[int], k: int) -> tuple[list[int], int]:
         """Up to `k` tokens that followed the most recent earlier occurrence of the longest
-        matching n-gram at the end of `context`, and that n (0: no match). A longer match
-        predicts better: the speculator keeps α per match length."""
+        matching n-gram at the end of `context`, and that n (0: no match); negative n: the
+        match is in the reference. A longer match predicts better: the speculator keeps α per
+        match length and place."""
         if k <= 0 or len(context) < self.min_ngram + 1:
             return [], 0
-        seq = np.asarray(context, dtype=np.int64)
+        ref = self._reference
+        seq = np.concatenate([ref, np.asarray(context, dtype=np.int64)])
         n_all = len(seq)
-        for n in range(min(self.max_ngram, n_all - 1), self.min_ngram - 1, -1):
+        for n in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
             tail = seq[n_all - n :]
             # windows ending before the tail itself; most recent first
             win = np.lib.stride_tricks.sliding_window_view(seq[: n_all - 1], n)
             hits = np.flatnonzero((win == tail).all(axis=1))
             hits = hits[hits + n < n_all]
             if hits.size:
-                start = int(hits[-1]) + n
-                return [int(t) for t in seq[start : start + k]], n
+                # the prompt's most recent match, else the reference's first (nearest the cursor)
+                start = int(hits[-1] if hits[-1] >= len(ref) else hits[0]) + n
+                out = seq[start : start + k]
+                cut = np.flatnonzero(out < 0)  # a match that ends the reference
+                if cut.size:
+                    out = out[: cut[0]]
+                if out.size:
+                    return [int(t) for t in out], (n if start >= len(ref) else -n)
         return [], 0
 
 
@@ -252,7 +265,8 @@ class Speculator:
         best = ("lookup", None, 0, None)
         best_s = 1.0
         proposal, n = self.lookup.propose_with_length(ctx, MAX_GAMMA)
-        candidates = [("lookup", f"n{n}", proposal)] if proposal else []
+        kind = f"n{n}" if n > 0 else f"n{-n}-doc"  # a match in the prompt or in the document
+        candidates = [("lookup", kind, proposal)] if proposal else []
         if self.draft_model:
             candidates.append(("draft-model", None, None))
         for name, kind, prop in candidates:

@@ -121,6 +121,9 @@ def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows():
         assert torch.allclose(out[0, i], ref[0, :, 0], rtol=1e-4, atol=1e-5)
         alone = kernels.row_attention(query[:, :, i : i + 1], key[:, :, :seen], value[:, :, :seen], d ** -0.5)
         assert torch.equal(alone[0, 0], out[0, i])
+    for q_len in (2, 4, 5, 7):  # rows are taken in groups whose sizes depend on the count
+        last = kernels.row_attention(query[:, :, 9 - q_len :], key, value, d ** -0.5)
+        assert torch.equal(last[0], out[0, 9 - q_len :])
 
 
 def _small_llama(**overrides):

@@ -139,3 +139,36 @@ def test_lookup_acceptance_is_kept_per_match_length():
     assert stats.alpha("lookup", "n3") == overall  # no record of its own: the source's α
     stats.forward_ms.update({1: 40.0, 2: 50.0, 5: 60.0})
     assert stats.choose("lookup", "n4") > 0 and stats.choose("lookup", "n2") == 0
+
+
+def test_lookup_falls_back_to_the_rest_of_the_document():
+    """A match in the prompt or the output wins; else the reference (the text after the cursor)
+    drafts, from its first match (nearest the cursor), never across its end."""
+    ref = [9, 8, 7, 6, 5, 9, 8, 4]
+    lookup = PromptLookup(reference=ref)
+    assert lookup.propose_with_length([1, 9, 8], 3) == ([7, 6, 5], -2)  # the first 9 8 of the reference
+    assert lookup.propose_with_length([9, 8, 3, 1, 9, 8], 2) == ([3, 1], 2)  # the prompt's own match
+    assert lookup.propose_with_length([1, 5, 9, 8], 5) == ([4], -3)  # longest match: 5 9 8
+    assert lookup.propose_with_length([2, 8, 4], 3) == ([], 0)  # 8 4 ends the reference: nothing follows
+    assert PromptLookup(reference=[]).propose_with_length([1, 9, 8], 3) == ([], 0)
+
+
+def test_lookup_reference_holds_the_text_the_prompt_leaves_out():
+    from mask_store.vocabulary import load_tokenizer
+    from lsp_server.prompt import build_prompt, lookup_reference
+
+    tok = load_tokenizer("default")
+
+    def text_of(ids):
+        return b"".join(tok.vocab.token_bytes[i] for i in ids).decode()
+
+    before = "".join(f"value_{i} = compute_{i}(x)\n" for i in range(400)) + "y = "
+    after = "\nresult = finish(y)\n"
+    prompt = build_prompt(tok, before, after, 256, None)
+    assert prompt.truncated and 0 < prompt.window_start < len(before)
+    assert before[prompt.window_start:] == prompt.text
+    ref = text_of(lookup_reference(tok, before, after, prompt))
+    assert ref.startswith(after)
+    assert ref[len(after):] == before[max(0, prompt.window_start - 6000) : prompt.window_start]
+    short = build_prompt(tok, "y = ", after, 256, None)
+    assert text_of(lookup_reference(tok, "y = ", after, short)) == after
