@@ -85,37 +85,42 @@ class PromptLookup:
     def __init__(self, max_ngram: int = 4, min_ngram: int = 2, reference: list[int] | None = None) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        # the reference, then a separator no n-gram matches, then the context
-        self._reference = np.asarray([*(reference or []), -1] if reference else [], dtype=np.int64)
+        self._reference = np.asarray(reference or [], dtype=np.int64)
 
     def propose(self, context: list[int], k: int) -> list[int]:
         return self.propose_with_length(context, k)[0]
 
     def propose_with_length(self, context: list[int], k: int) -> tuple[list[int], int]:
         """Up to `k` tokens that followed the most recent earlier occurrence of the longest
-        matching n-gram at the end of `context`, and that n (0: no match); negative n: the
-        match is in the reference. A longer match predicts better: the speculator keeps α per
-        match length and place."""
+        matching n-gram at the end of `context`, and that n (0: no match); only without any
+        match there, the reference's first occurrence, with n negative. A longer match predicts
+        better (and one in the document worse): the speculator keeps α per kind of match."""
         if k <= 0 or len(context) < self.min_ngram + 1:
             return [], 0
-        ref = self._reference
-        seq = np.concatenate([ref, np.asarray(context, dtype=np.int64)])
+        ctx = np.asarray(context, dtype=np.int64)
+        found = self._match(ctx, len(context), k, 0)
+        if found[0] or not len(self._reference):
+            return found
+        proposal, n = self._match(np.concatenate([self._reference, ctx]), len(context), k, len(self._reference))
+        return proposal, -n
+
+    def _match(self, seq: np.ndarray, ctx_len: int, k: int, ref_len: int) -> tuple[list[int], int]:
+        """The continuation of the longest n-gram ending `seq` (its last `ctx_len` tokens the
+        context): with `ref_len` 0 its most recent earlier occurrence, else the first one in
+        the reference (`seq[:ref_len]`, nearest the cursor), not running past its end."""
         n_all = len(seq)
-        for n in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
+        for n in range(min(self.max_ngram, ctx_len - 1), self.min_ngram - 1, -1):
+            if ref_len and ref_len <= n:
+                continue
             tail = seq[n_all - n :]
-            # windows ending before the tail itself; most recent first
-            win = np.lib.stride_tricks.sliding_window_view(seq[: n_all - 1], n)
+            # windows ending before the tail itself
+            win = np.lib.stride_tricks.sliding_window_view(seq[: (ref_len or n_all - 1)], n)
             hits = np.flatnonzero((win == tail).all(axis=1))
-            hits = hits[hits + n < n_all]
+            hits = hits[hits + n < (ref_len or n_all)]
             if hits.size:
-                # the prompt's most recent match, else the reference's first (nearest the cursor)
-                start = int(hits[-1] if hits[-1] >= len(ref) else hits[0]) + n
-                out = seq[start : start + k]
-                cut = np.flatnonzero(out < 0)  # a match that ends the reference
-                if cut.size:
-                    out = out[: cut[0]]
-                if out.size:
-                    return [int(t) for t in out], (n if start >= len(ref) else -n)
+                start = int(hits[0] if ref_len else hits[-1]) + n
+                out = seq[start : min(start + k, ref_len or n_all)]
+                return [int(t) for t in out], n
         return [], 0
 
 

@@ -142,14 +142,17 @@ def test_lookup_acceptance_is_kept_per_match_length():
 
 
 def test_lookup_falls_back_to_the_rest_of_the_document():
-    """A match in the prompt or the output wins; else the reference (the text after the cursor)
-    drafts, from its first match (nearest the cursor), never across its end."""
+    """A match in the prompt or the output wins, even a shorter one; else the reference (the
+    text after the cursor) drafts, from its first match (nearest the cursor), never across its
+    end."""
     ref = [9, 8, 7, 6, 5, 9, 8, 4]
     lookup = PromptLookup(reference=ref)
     assert lookup.propose_with_length([1, 9, 8], 3) == ([7, 6, 5], -2)  # the first 9 8 of the reference
     assert lookup.propose_with_length([9, 8, 3, 1, 9, 8], 2) == ([3, 1], 2)  # the prompt's own match
     assert lookup.propose_with_length([1, 5, 9, 8], 5) == ([4], -3)  # longest match: 5 9 8
     assert lookup.propose_with_length([2, 8, 4], 3) == ([], 0)  # 8 4 ends the reference: nothing follows
+    assert lookup.propose_with_length([5, 9, 3, 5, 9], 3) == ([3, 5, 9], 2)  # not the reference's 5 9 8
+    assert PromptLookup(reference=[9]).propose_with_length([1, 9, 8], 3) == ([], 0)  # shorter than a match
     assert PromptLookup(reference=[]).propose_with_length([1, 9, 8], 3) == ([], 0)
 
 
