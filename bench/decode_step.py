@@ -54,7 +54,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lsp_server.model_runtime import crop_cache, load_model
+    from lsp_server.kv_cache import rewind
+    from lsp_server.model_runtime import load_model
 
     runtime = load_model(args.model)
     # the fused forwards load_model installed, to put back for the `fused` configuration
@@ -77,15 +78,15 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 runtime.forward(ids[args.context : args.context + n], past, keep=n)
                 times.append((time.perf_counter() - t0) * 1000)
-                crop_cache(past, args.context)
+                rewind(past, args.context)
             ms[str(n)] = round(float(np.percentile(times[2:], 50)), 1)
         together, _ = runtime.forward(ids[args.context : args.context + 8], past, keep=8)
-        crop_cache(past, args.context)
+        rewind(past, args.context)
         same = 0
         for j in range(8):
             row, _ = runtime.forward(ids[args.context + j : args.context + j + 1], past, keep=1)
             same += bool(torch.equal(row[0], together[j]))
-        crop_cache(past, args.context)
+        rewind(past, args.context)
         report["configurations"][name] = {"ms_by_tokens": ms, "verification_rows_identical": f"{same}/8"}
         print(name, ms, file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))

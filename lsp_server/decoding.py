@@ -138,9 +138,9 @@ class ModelStepper:
     def keep(self, kept: int, next_token: int | None) -> None:
         """After a verification: keep the first `kept` drafted positions in the cache; the
         token chosen after them is fed with the next pass."""
-        from .model_runtime import crop_cache
+        from .kv_cache import rewind
 
-        crop_cache(self.past, self._base + kept)
+        rewind(self.past, self._base + kept)
         self.pending = [] if next_token is None else [next_token]
 
 

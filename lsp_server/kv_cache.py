@@ -98,12 +98,13 @@ class GrowingCache(DynamicCache):
 
 
 def rewind(past, length: int) -> None:
-    """Drop every position past `length` from each layer of a cache (layers may differ in
-    length after a pass stopped between layers)."""
-    for layer in getattr(past, "layers", []):
-        extra = layer.get_seq_length() - length
+    """Keep the first `length` positions of a cache: each layer on its own (layers may differ
+    in length after a pass stopped between layers), or the whole cache where it has no layers."""
+    layers = getattr(past, "layers", None)
+    for part in layers if layers is not None else [past]:
+        extra = part.get_seq_length() - length
         if extra > 0:
-            layer.crop(-extra)
+            part.crop(-extra)
 
 
 class ForwardCancelled(Exception):

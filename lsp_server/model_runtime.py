@@ -29,7 +29,7 @@ from grammar_tools import cache
 from mask_store.model_files import ModelNotFound, ModelSource, resolve_model
 from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
-from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers
+from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers, rewind
 
 log = logging.getLogger(__name__)
 
@@ -187,13 +187,6 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
 # ---------------------------------------------------------------- KV cache reuse
 
 
-def crop_cache(past, length: int) -> None:
-    """Keep the first `length` positions of a transformers cache."""
-    extra = past.get_seq_length() - length
-    if extra > 0:
-        past.crop(-extra)
-
-
 PREFILL_CHUNK = 128  # prompt tokens per forward pass (a cancellation stops a pass between layers)
 
 
@@ -242,7 +235,7 @@ class PromptCache:
                 past = entry.past
                 if common == len(ids):  # the new prompt is a prefix of the old one: recompute the last
                     common -= 1
-                crop_cache(past, common)
+                rewind(past, common)
             else:
                 common = 0
             done = common
@@ -273,7 +266,7 @@ class PromptCache:
         """After decoding with `past`, keep only the prompt's part for the next request."""
         entry = self._entries.get(key)
         if entry is not None and entry.past is past:
-            crop_cache(past, length)
+            rewind(past, length)
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)

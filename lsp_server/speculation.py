@@ -144,7 +144,8 @@ class SpeculationStats:
     sources: dict[str, SourceStats] = field(default_factory=dict)
     forward_ms: dict[int, float] = field(default_factory=dict)  # tokens fed -> EMA of ms
     steps: int = 0
-    gammas: list[int] = field(default_factory=list)
+    gamma_sum: int = 0  # over the steps that drafted: the mean γ used
+    gamma_steps: int = 0
 
     def source(self, name: str) -> SourceStats:
         return self.sources.setdefault(name, SourceStats())
@@ -186,9 +187,7 @@ class SpeculationStats:
         return self.source(f"{name}/{kind}").alpha(prior=a)
 
     def choose(self, name: str, kind: str | None = None) -> int:
-        g = choose_gamma(self.alpha(name, kind), self.cost_ratio(name), MAX_GAMMA, self.verify_ratio)
-        self.gammas.append(g)
-        return g
+        return choose_gamma(self.alpha(name, kind), self.cost_ratio(name), MAX_GAMMA, self.verify_ratio)
 
     def to_json(self) -> dict:
         return {
@@ -198,7 +197,7 @@ class SpeculationStats:
                 for n, s in sorted(self.sources.items())
             },
             "forward_ms": {str(k): round(v, 2) for k, v in sorted(self.forward_ms.items())},
-            "gamma_mean": round(sum(self.gammas) / len(self.gammas), 2) if self.gammas else 0,
+            "gamma_mean": round(self.gamma_sum / self.gamma_steps, 2) if self.gamma_steps else 0,
         }
 
 
@@ -213,7 +212,7 @@ class DraftModel:
         self._past = None
 
     def _logits_after(self, context: list[int]) -> torch.Tensor:
-        from .model_runtime import crop_cache
+        from .kv_cache import rewind
 
         common = 0
         n = min(len(self._ids), len(context))
@@ -221,7 +220,7 @@ class DraftModel:
             common += 1
         common = min(common, len(context) - 1)
         if self._past is not None and common > 0:
-            crop_cache(self._past, common)
+            rewind(self._past, common)
             logits, self._past = self.runtime.forward(context[common:], self._past)
         else:
             logits, self._past = self.runtime.forward(context)
@@ -290,6 +289,8 @@ class Speculator:
         if gamma <= 0:
             self.stats.source("lookup").seconds += time.perf_counter() - t0
             return None
+        self.stats.gamma_sum += gamma
+        self.stats.gamma_steps += 1
         fork = matcher.fork() if matcher is not None else None
         tokens, masks, forced, qs, mask_ms = [], [mask0], [], [], []
         for j in range(gamma):
