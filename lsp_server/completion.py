@@ -291,7 +291,7 @@ class CompletionEngine:
             from .prompt import lookup_reference
             from .speculation import PromptLookup, Speculator
 
-            reference = lookup_reference(self.tokenizer, before, after, prompt)
+            reference = partial(lookup_reference, self.tokenizer, before, after, prompt)
             speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,
                                     PromptLookup(reference=reference), draft_model=self.draft_model)
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)

@@ -27,6 +27,7 @@ from norm(max(0, p − q)), on the *masked* distributions (`speculative_choice`)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,10 +83,19 @@ class PromptLookup:
 
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, reference: list[int] | None = None) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2,
+                 reference: list[int] | Callable[[], list[int]] | None = None) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self._reference = np.asarray(reference or [], dtype=np.int64)
+        # a callable is asked once, at the first position the prompt has no match for
+        # (tokenizing the document's text costs a few milliseconds)
+        self._reference = reference
+
+    def reference(self) -> np.ndarray:
+        if not isinstance(self._reference, np.ndarray):
+            ref = self._reference() if callable(self._reference) else self._reference
+            self._reference = np.asarray(ref or [], dtype=np.int64)
+        return self._reference
 
     def propose(self, context: list[int], k: int) -> list[int]:
         return self.propose_with_length(context, k)[0]
@@ -99,9 +109,12 @@ class PromptLookup:
             return [], 0
         ctx = np.asarray(context, dtype=np.int64)
         found = self._match(ctx, len(context), k, 0)
-        if found[0] or not len(self._reference):
+        if found[0] or self._reference is None:
             return found
-        proposal, n = self._match(np.concatenate([self._reference, ctx]), len(context), k, len(self._reference))
+        ref = self.reference()
+        if not len(ref):
+            return found
+        proposal, n = self._match(np.concatenate([ref, ctx]), len(context), k, len(ref))
         return proposal, -n
 
     def _match(self, seq: np.ndarray, ctx_len: int, k: int, ref_len: int) -> tuple[list[int], int]:

@@ -175,3 +175,18 @@ def test_lookup_reference_holds_the_text_the_prompt_leaves_out():
     assert ref[len(after):] == before[max(0, prompt.window_start - 6000) : prompt.window_start]
     short = build_prompt(tok, "y = ", after, 256, None)
     assert text_of(lookup_reference(tok, "y = ", after, short)) == after
+
+
+def test_the_reference_is_made_only_when_the_prompt_has_no_match():
+    made = []
+
+    def reference():
+        made.append(1)
+        return [9, 8, 7]
+
+    lookup = PromptLookup(reference=reference)
+    assert lookup.propose_with_length([9, 8, 1, 9, 8], 2) == ([1, 9], 2)
+    assert made == []
+    assert lookup.propose_with_length([1, 9, 8], 2) == ([7], -2)
+    assert lookup.propose_with_length([2, 9, 8], 2) == ([7], -2)
+    assert made == [1]
