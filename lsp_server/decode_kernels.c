@@ -127,11 +127,35 @@ static inline __m256 exp_neg(__m256 x) {
     return _mm256_andnot_ps(under, out);
 }
 
+/* q . k * scale over D dims: 8-wide FMAs in dimension order, then one horizontal sum; every
+ * path computes a score in this order */
+static inline float key_score(const float *q, const float *k, int D, float scale) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
+    return hsum(acc) * scale;
+}
+
+/* The scores s[0 .. limit) become their exponentials minus the max (padded to a multiple of 8
+ * with zeros); returns 1 / their sum. */
+static inline float softmax_row(float *s, int limit) {
+    float m = -INFINITY;
+    for (int j = 0; j < limit; j++)
+        if (s[j] > m) m = s[j];
+    int padded = (limit + 7) & ~7;
+    for (int j = limit; j < padded; j++) s[j] = -INFINITY;
+    __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
+    for (int j = 0; j < padded; j += 8) {
+        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        _mm256_storeu_ps(s + j, e);
+        total = _mm256_add_ps(total, e);
+    }
+    return 1.0f / hsum(total);
+}
+
 /* One (head, query row) pair: softmax(q . k_j * scale) over keys j < limit, times the values;
  * `s` holds limit + 8 floats of scratch. Everything in key order, the same whatever else runs. */
 static void attend_one(const float *qv, const float *kh, const float *vh, int limit, int D,
                        float scale, float *s, float *o) {
-    float m = -INFINITY;
     int j = 0;
     for (; j + 4 <= limit; j += 4) { /* four keys at a time, each summed as alone */
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -148,23 +172,8 @@ static void attend_one(const float *qv, const float *kh, const float *vh, int li
         s[j + 2] = hsum(a2) * scale;
         s[j + 3] = hsum(a3) * scale;
     }
-    for (; j < limit; j++) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int d = 0; d < D; d += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(qv + d), _mm256_loadu_ps(kh + (int64_t)j * D + d), acc);
-        s[j] = hsum(acc) * scale;
-    }
-    for (j = 0; j < limit; j++)
-        if (s[j] > m) m = s[j];
-    int padded = (limit + 7) & ~7;
-    for (j = limit; j < padded; j++) s[j] = -INFINITY;
-    __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
-    for (j = 0; j < padded; j += 8) {
-        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-        _mm256_storeu_ps(s + j, e);
-        total = _mm256_add_ps(total, e);
-    }
-    float inv = 1.0f / hsum(total);
+    for (; j < limit; j++) s[j] = key_score(qv, kh + (int64_t)j * D, D, scale);
+    float inv = softmax_row(s, limit);
     for (int d0 = 0; d0 < D; d0 += 32) { /* 4 accumulators of 8 dims at a time */
         int width = D - d0 < 32 ? D - d0 : 32;
         __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -178,11 +187,41 @@ static void attend_one(const float *qv, const float *kh, const float *vh, int li
     }
 }
 
+#define ROWS 4 /* query rows of a head that attend_rows takes together */
+
+/* attend_rows' weighted values for dims d0 .. d0 + 8 * vecs of its R rows (row r's weights at
+ * s + r * stride, over keys 0 .. limit + r - 1); `vecs` a constant at each call, so the loops
+ * unroll */
+static inline __attribute__((always_inline)) void weighted_values(
+    const float *s, int64_t stride, const float *inv, const float *vh, int limit, int R, int D,
+    int d0, float *o, int64_t o_row, const int vecs) {
+    __m256 a[ROWS][2];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < vecs; c++) a[r][c] = _mm256_setzero_ps();
+    for (int j = 0; j < limit; j++) { /* the keys all rows see: each value row read once */
+        const float *vr = vh + (int64_t)j * D + d0;
+        __m256 v[2];
+        for (int c = 0; c < vecs; c++) v[c] = _mm256_loadu_ps(vr + 8 * c);
+        for (int r = 0; r < R; r++) {
+            __m256 p = _mm256_set1_ps(s[r * stride + j]);
+            for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, v[c], a[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int j = limit; j < limit + r; j++) { /* the keys only this row sees */
+            const float *vr = vh + (int64_t)j * D + d0;
+            __m256 p = _mm256_set1_ps(s[r * stride + j]);
+            for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), a[r][c]);
+        }
+        __m256 iv = _mm256_set1_ps(inv[r]);
+        for (int c = 0; c < vecs; c++) _mm256_storeu_ps(o + r * o_row + d0 + 8 * c, _mm256_mul_ps(a[r][c], iv));
+    }
+}
+
 /* R (<= ROWS) consecutive query rows of one head, row r seeing keys 0 .. limit + r - 1: the same
  * arithmetic per (row, key) and per output element as `attend_one` (so the same bits), but each
  * key and value row is read once for the R rows instead of once per row. `s`: R * (limit + R + 7)
  * floats of scratch. */
-#define ROWS 4
 static void attend_rows(const float *q, int64_t q_row, const float *kh, const float *vh, int limit,
                         int R, int D, float scale, float *s, float *o, int64_t o_row) {
     int64_t stride = limit + R + 7;
@@ -205,52 +244,14 @@ static void attend_rows(const float *q, int64_t q_row, const float *kh, const fl
         }
     }
     for (int r = 0; r < R; r++) /* the rest, row by row */
-        for (int jj = j; jj < limit + r; jj++) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int d = 0; d < D; d += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * q_row + d), _mm256_loadu_ps(kh + (int64_t)jj * D + d), acc);
-            s[r * stride + jj] = hsum(acc) * scale;
-        }
+        for (int jj = j; jj < limit + r; jj++) s[r * stride + jj] = key_score(q + r * q_row, kh + (int64_t)jj * D, D, scale);
     float inv[ROWS];
-    for (int r = 0; r < R; r++) { /* softmax of each row, as attend_one */
-        float *sr = s + r * stride, m = -INFINITY;
-        int lim = limit + r, padded = (lim + 7) & ~7;
-        for (int jj = 0; jj < lim; jj++)
-            if (sr[jj] > m) m = sr[jj];
-        for (int jj = lim; jj < padded; jj++) sr[jj] = -INFINITY;
-        __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
-        for (int jj = 0; jj < padded; jj += 8) {
-            __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(sr + jj), mv));
-            _mm256_storeu_ps(sr + jj, e);
-            total = _mm256_add_ps(total, e);
-        }
-        inv[r] = 1.0f / hsum(total);
-    }
-    for (int d0 = 0; d0 < D; d0 += 16) { /* weighted values: 16 dims of every row at a time */
-        __m256 a[ROWS][2];
-        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
-        int jj = 0;
-        for (; jj < limit; jj++) {
-            const float *vr = vh + (int64_t)jj * D + d0;
-            __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
-            for (int r = 0; r < R; r++) {
-                __m256 p = _mm256_set1_ps(s[r * stride + jj]);
-                a[r][0] = _mm256_fmadd_ps(p, v0, a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(p, v1, a[r][1]);
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            for (int j2 = limit; j2 < limit + r; j2++) {
-                const float *vr = vh + (int64_t)j2 * D + d0;
-                __m256 p = _mm256_set1_ps(s[r * stride + j2]);
-                a[r][0] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr), a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8), a[r][1]);
-            }
-            __m256 iv = _mm256_set1_ps(inv[r]);
-            _mm256_storeu_ps(o + r * o_row + d0, _mm256_mul_ps(a[r][0], iv));
-            _mm256_storeu_ps(o + r * o_row + d0 + 8, _mm256_mul_ps(a[r][1], iv));
-        }
-    }
+    for (int r = 0; r < R; r++) inv[r] = softmax_row(s + r * stride, limit + r);
+    for (int d0 = 0; d0 < D; d0 += 16) /* 16 dims of every row at a time (8 at the end) */
+        if (D - d0 >= 16)
+            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 2);
+        else
+            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 1);
 }
 
 /* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and

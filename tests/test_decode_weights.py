@@ -3,6 +3,7 @@ rows, the float32 weights untouched for many, every Linear of a model swapped, t
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lsp_server.decode_weights import SmallBatchLinear, use_half_weights_for_decoding
@@ -101,14 +102,15 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir)
         assert torch.equal(together.argmax(-1), ref.argmax(-1))
 
 
-def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows():
+@pytest.mark.parametrize("d", [16, 24])  # head sizes a multiple of 8, not always of 16
+def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d):
     from lsp_server import decode_kernels
 
     kernels = decode_kernels.load()
     if kernels is None:
         return
     torch.manual_seed(3)
-    h, h_kv, length, d = 6, 2, 70, 16
+    h, h_kv, length = 6, 2, 70
     cap = torch.randn(1, h_kv, 128, d)  # a GrowingCache-like buffer: rows contiguous, heads spaced
     key, value = cap[:, :, :length], torch.randn(1, h_kv, 128, d)[:, :, :length]
     query = torch.randn(1, h, 9, d) * 3
