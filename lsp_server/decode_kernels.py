@@ -15,6 +15,11 @@ source is rebuilt and concurrent builds never see a half-written file.
 
 Both give a row the same bits whatever the number of rows in the pass, so a speculative
 verification pass reproduces exactly what single decoding steps would have computed.
+
+Where the CPU has AVX-512F the build adds `-mavx512f` and the products take 16-wide vectors
+(`DecodeKernels.isa` says which: "avx512" or "avx2"); `SYNTAXLOCK_NO_AVX512=1` keeps the AVX2
+build. The two builds sum in different orders, so their bits differ from each other, never
+between the rows of one build.
 """
 
 from __future__ import annotations
@@ -38,19 +43,34 @@ SOURCE = Path(__file__).with_name("decode_kernels.c")
 MAX_ATTENTION_ROWS = 32  # passes with more query rows (prompts) keep PyTorch's attention
 ATTENTION_NAME = "syntaxlock_rows"  # the attention implementation registered with transformers
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC"]
+WIDE_FLAGS = ["-mavx512f"]  # where the CPU has it: 16-wide products
 NEEDED_CPU_FLAGS = {"avx2", "fma", "f16c"}
 
 
-def cpu_supported() -> bool:
-    """The CPU has the instructions the kernel uses (read from /proc/cpuinfo; Linux x86 only)."""
+def cpu_flags() -> set[str]:
+    """The CPU's instruction-set flags (from /proc/cpuinfo; empty off Linux x86)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
+        return set()
     for line in text.splitlines():
         if line.startswith("flags"):
-            return NEEDED_CPU_FLAGS <= set(line.split(":", 1)[1].split())
-    return False
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_supported() -> bool:
+    """The CPU has the instructions the kernel uses."""
+    return NEEDED_CPU_FLAGS <= cpu_flags()
+
+
+def wide_supported() -> bool:
+    """The AVX-512 build can run here (and isn't turned off by SYNTAXLOCK_NO_AVX512)."""
+    return "avx512f" in cpu_flags() and os.environ.get("SYNTAXLOCK_NO_AVX512", "") in ("", "0")
+
+
+def build_flags(wide: bool) -> list[str]:
+    return FLAGS + (WIDE_FLAGS if wide else [])
 
 
 def _compiler() -> str | None:
@@ -63,7 +83,8 @@ def _compiler() -> str | None:
 class DecodeKernels:
     """The compiled kernels (see the module's doc)."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, isa: str = "avx2") -> None:
+        self.isa = isa  # "avx512": built with 16-wide products
         self._matmul = lib.half_matmul
         self._matmul.restype = None
         self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
@@ -137,21 +158,23 @@ _lock = threading.Lock()
 _loaded: dict[str, DecodeKernels | None] = {}
 
 
-def build(out_dir: Path | None = None) -> Path:
-    """Compile the kernel into `out_dir` (the cache by default) unless it is there; its path.
-    Raises RuntimeError with the compiler's message when it can't be built."""
+def build(out_dir: Path | None = None, wide: bool = False) -> Path:
+    """Compile the kernel (`wide`: the AVX-512 build) into `out_dir` (the cache by default)
+    unless it is there; its path. Raises RuntimeError with the compiler's message when it can't
+    be built."""
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (gcc or cc) on PATH")
     src = SOURCE.read_bytes()
-    digest = hashlib.sha256(src + " ".join(FLAGS).encode()).hexdigest()[:16]
+    flags = build_flags(wide)
+    digest = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
     out_dir = out_dir or cache.cache_dir() / "kernels"
     target = out_dir / f"decode_kernels-{digest}.so"
     if target.is_file():
         return target
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    proc = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    proc = subprocess.run([cc, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:2000]}")
@@ -159,9 +182,11 @@ def build(out_dir: Path | None = None) -> Path:
     return target
 
 
-def load() -> DecodeKernels | None:
-    """The kernels, built and loaded once per process; None where they can't run here."""
-    key = str(cache.cache_dir())
+def load(wide: bool | None = None) -> DecodeKernels | None:
+    """The kernels, built and loaded once per process; None where they can't run here. `wide`:
+    the AVX-512 build (default: where the CPU has it, which is what the models use)."""
+    wide = wide_supported() if wide is None else wide and "avx512f" in cpu_flags()
+    key = f"{cache.cache_dir()}:{wide}"
     with _lock:
         if key in _loaded:
             return _loaded[key]
@@ -170,7 +195,7 @@ def load() -> DecodeKernels | None:
             log.info("decoding kernels: this CPU lacks AVX2/FMA/F16C; using PyTorch's products")
         else:
             try:
-                kernel = DecodeKernels(ctypes.CDLL(str(build())))
+                kernel = DecodeKernels(ctypes.CDLL(str(build(wide=wide))), "avx512" if wide else "avx2")
             except (OSError, RuntimeError) as e:
                 log.warning("decoding kernels unavailable (%s); using PyTorch's products", e)
         _loaded[key] = kernel

@@ -55,15 +55,20 @@ def test_other_dtypes_are_left_alone():
     assert type(model[0]) is torch.nn.Linear and isinstance(model[1], SmallBatchLinear)
 
 
-def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows():
+@pytest.mark.parametrize("wide", [False, True], ids=["avx2", "avx512"])
+def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows(wide):
     from lsp_server import decode_kernels
 
-    kernel = decode_kernels.load()
+    if wide and "avx512f" not in decode_kernels.cpu_flags():
+        pytest.skip("this CPU has no AVX-512F")
+    kernel = decode_kernels.load(wide)
     if kernel is None:  # no AVX2/F16C or no compiler: the model keeps PyTorch's product
         assert not decode_kernels.cpu_supported() or decode_kernels._compiler() is None
         return
+    assert kernel.isa == ("avx512" if wide else "avx2")
     torch.manual_seed(0)
-    for n, k in [(96, 64), (37, 24), (5, 8)]:  # outputs not a multiple of the tiles too
+    # outputs not a multiple of the tiles too; K a multiple of 16 (the wide path) or only of 8
+    for n, k in [(96, 64), (37, 24), (5, 8), (41, 48)]:
         w = (torch.randn(n, k) * 0.1).half()
         x = torch.randn(11, k)
         y = kernel.half_matmul(x, w)
