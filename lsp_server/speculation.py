@@ -124,21 +124,32 @@ class PromptLookup:
     def _match(self, seq: np.ndarray, ctx_len: int, k: int, ref_len: int) -> tuple[list[int], int]:
         """The continuation of the longest n-gram ending `seq` (its last `ctx_len` tokens the
         context): with `ref_len` 0 its most recent earlier occurrence, else the first one in
-        the reference (`seq[:ref_len]`, nearest the cursor), not running past its end."""
-        n_all = len(seq)
-        for n in range(min(self.max_ngram, ctx_len - 1), self.min_ngram - 1, -1):
-            if ref_len and ref_len <= n:
-                continue
-            tail = seq[n_all - n :]
-            # windows ending before the tail itself
-            win = np.lib.stride_tricks.sliding_window_view(seq[: (ref_len or n_all - 1)], n)
-            hits = np.flatnonzero((win == tail).all(axis=1))
-            hits = hits[hits + n < (ref_len or n_all)]
-            if hits.size:
-                start = int(hits[0] if ref_len else hits[-1]) + n
-                out = seq[start : min(start + k, ref_len or n_all)]
-                return [int(t) for t in out], n
-        return [], 0
+        the reference (`seq[:ref_len]`, nearest the cursor), not running past its end.
+
+        The occurrences' last tokens are found with one comparison over `seq`; their match
+        length then grows backwards one token at a time, on those few positions only."""
+        top = min(self.max_ngram, ctx_len - 1)
+        if top < self.min_ngram:
+            return [], 0
+        limit = ref_len or len(seq)  # a continuation's first token comes before this
+        ends = np.flatnonzero(seq[: limit - 1] == seq[-1])  # an occurrence's last token
+        if not ends.size:
+            return [], 0
+        length = np.ones(ends.size, dtype=np.int64)
+        alive = np.ones(ends.size, dtype=bool)
+        for back in range(1, top):
+            idx = ends - back
+            alive &= idx >= 0
+            alive[alive] = seq[idx[alive]] == seq[-1 - back]
+            if not alive.any():
+                break
+            length += alive
+        best = int(length.max())
+        if best < self.min_ngram:
+            return [], 0
+        at = np.flatnonzero(length == best)
+        start = int(ends[at[0] if ref_len else at[-1]]) + 1
+        return [int(t) for t in seq[start : min(start + k, limit)]], best
 
 
 @dataclass

@@ -455,3 +455,22 @@ def test_real_model_completes_a_real_file():
     r = engine.complete(CompletionRequest(doc, i, ch, document=str(path)))
     assert r.text.strip()
     assert parses("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
+
+
+def test_greedy_choice_is_the_argmax_of_the_masked_logits():
+    """The greedy path picks among the allowed logits only: the same token as the argmax of the
+    masked logits (ties: the first), none when nothing is allowed, padding rows never."""
+    import numpy as np
+    import torch
+
+    from lsp_server.decoding import greedy_choice, masked_logits
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 60))
+        logits = torch.from_numpy(rng.integers(-3, 3, n).astype(np.float32))  # many ties
+        mask = rng.random(n - int(rng.integers(0, 3)) if n > 2 else n) < rng.random()
+        banned = {int(t) for t in rng.integers(0, n, int(rng.integers(0, 3)))}
+        full = masked_logits(logits, mask, banned)
+        want = int(torch.argmax(full)) if torch.isfinite(full).any() else None
+        assert greedy_choice(logits, mask, banned) == want

@@ -59,9 +59,7 @@ def test_other_dtypes_are_left_alone():
 def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows(wide):
     from lsp_server import decode_kernels
 
-    if wide and "avx512f" not in decode_kernels.cpu_flags():
-        pytest.skip("this CPU has no AVX-512F")
-    kernel = decode_kernels.load(wide)
+    kernel = kernels_of(wide)
     if kernel is None:  # no AVX2/F16C or no compiler: the model keeps PyTorch's product
         assert not decode_kernels.cpu_supported() or decode_kernels._compiler() is None
         return
@@ -107,11 +105,19 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir)
         assert torch.equal(together.argmax(-1), ref.argmax(-1))
 
 
-@pytest.mark.parametrize("d", [16, 24])  # head sizes a multiple of 8, not always of 16
-def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d):
+def kernels_of(wide: bool):
+    """The AVX2 or the AVX-512 build of the kernels (skipped where the CPU lacks AVX-512F)."""
     from lsp_server import decode_kernels
 
-    kernels = decode_kernels.load()
+    if wide and "avx512f" not in decode_kernels.cpu_flags():
+        pytest.skip("this CPU has no AVX-512F")
+    return decode_kernels.load(wide)
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("d", [16, 24, 40])  # head sizes a multiple of 8, not always of 16
+def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, wide):
+    kernels = kernels_of(wide)
     if kernels is None:
         return
     torch.manual_seed(3)

@@ -156,6 +156,36 @@ def test_lookup_falls_back_to_the_rest_of_the_document():
     assert PromptLookup(reference=[]).propose_with_length([1, 9, 8], 3) == ([], 0)
 
 
+def plain_lookup(context, k, reference, max_n=4, min_n=1):
+    """The lookup's definition, written plainly: the longest n-gram ending the context that
+    occurs earlier (its latest occurrence) with a continuation; else in the reference (its
+    first occurrence there), the continuation not running past the reference's end."""
+    for n in range(min(max_n, len(context) - 1), min_n - 1, -1):
+        tail = context[-n:]
+        starts = [i for i in range(len(context) - n) if context[i : i + n] == tail]
+        if starts:
+            return context[starts[-1] + n : starts[-1] + n + k], n
+    for n in range(min(max_n, len(context) - 1), min_n - 1, -1):
+        tail = context[-n:]
+        starts = [i for i in range(len(reference) - n) if reference[i : i + n] == tail]
+        if starts:
+            return reference[starts[0] + n : starts[0] + n + k], -n
+    return [], 0
+
+
+def test_lookup_finds_what_the_plain_definition_finds():
+    import random
+
+    rng = random.Random(7)
+    for trial in range(400):
+        alphabet = rng.choice([2, 3, 5, 12])  # few symbols: long and overlapping matches
+        context = [rng.randrange(alphabet) for _ in range(rng.randrange(1, 40))]
+        reference = [rng.randrange(alphabet) for _ in range(rng.randrange(0, 30))]
+        k = rng.randrange(1, 9)
+        got = PromptLookup(reference=list(reference)).propose_with_length(context, k)
+        assert got == plain_lookup(context, k, reference), (context, reference, k)
+
+
 def test_lookup_reference_holds_the_text_the_prompt_leaves_out():
     from mask_store.vocabulary import load_tokenizer
     from lsp_server.prompt import build_prompt, lookup_reference
