@@ -225,6 +225,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from lsp_server.completion import CompletionEngine, CompletionRequest
+    from lsp_server.decode_kernels import load as load_kernels
     from lsp_server.options import EngineOptions
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens))
@@ -251,6 +252,7 @@ def main(argv=None) -> int:
             print(f"{k + 1}/{len(cuts)} cut points", file=sys.stderr, flush=True)
     report = {
         "model": engine.describe()["model"],
+        "kernels": kernels.isa if (kernels := load_kernels()) else None,  # avx512 / avx2 / PyTorch's
         "max_tokens": args.max_tokens,
         "seed": args.seed,
         **{m: summarize(results[m]) for m in modes},

@@ -62,7 +62,11 @@ def main(argv=None) -> int:
     fused = {m: m.__dict__["forward"] for m in runtime.model.modules() if "forward" in m.__dict__}
     ids = runtime.tokenizer.tokenizer.encode((STDLIB / "typing.py").read_text()).ids
     ids = ids[: args.context + 16]
+    from lsp_server.decode_kernels import load as load_kernels
+
+    kernels = load_kernels()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
+              "kernels": kernels.isa if kernels else None,
               "fused_layers": len(fused), "configurations": {}}
     from lsp_server.decode_kernels import load
 
