@@ -16,6 +16,10 @@ request on the same document first, as when the user is typing). Reported per mo
 and by cut class (line-start/mid-line x top-level/in-block).
 
     .venv/bin/python bench/completion_quality.py --cuts 300 [--model default] [--out cuts.jsonl]
+        [--speculation [--draft-model DIR]]
+
+With `--speculation`, also constrained decoding with speculation: its speed-up over both, by cut
+class and by draft source (`by_source`: the steps each source drafted, timed in the same run).
 """
 
 from __future__ import annotations
@@ -197,6 +201,53 @@ def speedup(plain: list[dict], spec: list[dict]) -> float | None:
     return round((n_spec / t_spec) / (n_plain / t_plain), 3)
 
 
+def source_of(key: str) -> str:
+    """A step's draft key ("lookup/n3", "lookup/n2-doc", "draft-model", "plain") -> its source
+    as the issue names them: prompt lookup (the prompt and the output so far), lookup in the
+    rest of the document, the draft model, or no draft."""
+    if key.startswith("lookup/"):
+        return "lookup-document" if key.endswith("-doc") else "lookup-prompt"
+    return key
+
+
+def steps_report(spec: list[dict], plain_run: list[dict], engine) -> dict:
+    """Per draft source (and per lookup match length): the decoding steps it drafted, the
+    tokens they committed, their time per token (mask, draft, verification pass, choices) and
+    its speed-up over constrained decoding without speculation on the same cut points (its
+    time per token), the mean γ chosen, and α and c as the speculator estimated them. `plain`
+    is the steps that drafted nothing (a request's first step among them: it has the prompt's
+    logits, no forward pass)."""
+    tallies: dict[str, dict[str, float]] = {}
+    for r in spec:
+        for key, t in ((r["speculation"] or {}).get("steps") or {}).items():
+            for name in {key, source_of(key)}:
+                agg = tallies.setdefault(name, {"steps": 0, "tokens": 0, "gamma": 0, "ms": 0.0})
+                for field in agg:
+                    agg[field] += t[field]
+    plain_tokens = sum(r["tokens"] for r in plain_run)
+    plain_ms = sum(r["decode_ms"] for r in plain_run) / plain_tokens if plain_tokens else None
+    estimates = engine.spec_stats.to_json()["sources"]
+    out = {}
+    for name, t in sorted(tallies.items()):
+        ms_per_token = t["ms"] / t["tokens"] if t["tokens"] else None
+        row = {
+            "steps": t["steps"],
+            "tokens": t["tokens"],
+            "tokens_per_step": round(t["tokens"] / t["steps"], 3) if t["steps"] else None,
+            "ms_per_token": round(ms_per_token, 2) if ms_per_token else None,
+            "speedup_over_constrained": round(plain_ms / ms_per_token, 3) if plain_ms and ms_per_token else None,
+        }
+        if name != "plain":
+            row["gamma_mean"] = round(t["gamma"] / t["steps"], 2) if t["steps"] else None
+        if name in estimates:
+            row["alpha"], row["c"] = estimates[name]["alpha"], estimates[name]["c"]
+        out[name] = row
+    # tokens no step paid for: the grammar left a single token outside any draft (fast-forward)
+    out["fast-forward"] = {"tokens": sum(r["tokens"] for r in spec) - sum(
+        t["tokens"] for k, t in tallies.items() if k in ("plain", "draft-model") or k.startswith("lookup-"))}
+    return out
+
+
 def speculation_report(results, by_class, engine) -> dict:
     spec = results["constrained+speculative"]
     same = sum(a["text"] == b["text"] for a, b in zip(spec, results["constrained"]))
@@ -209,6 +260,7 @@ def speculation_report(results, by_class, engine) -> dict:
         "identical_outputs": f"{same}/{len(spec)}",
         "drafted_positions": drafted,
         "accepted_positions": accepted,
+        "by_source": steps_report(spec, results["constrained"], engine),
         "estimates": engine.spec_stats.to_json(),
     }
 
@@ -222,13 +274,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write one JSON line per cut point and mode here")
     ap.add_argument("--speculation", action="store_true",
                     help="also run constrained decoding with speculation and report its speed-up")
+    ap.add_argument("--draft-model", help="a draft model directory (same tokenizer) as another draft source")
     args = ap.parse_args(argv)
 
     from lsp_server.completion import CompletionEngine, CompletionRequest
     from lsp_server.decode_kernels import load as load_kernels
     from lsp_server.options import EngineOptions
 
-    engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens))
+    engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,
+                                                 draft_model=args.draft_model))
     cuts = cut_points(args.cuts, args.seed)
     modes = [m for m in MODES if args.speculation or "speculative" not in m]
     results: dict[str, list[dict]] = {m: [] for m in modes}

@@ -248,6 +248,7 @@ def decode(
             if len(out.tokens) >= max_tokens:
                 out.stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
                 break
+            step_start, step_tokens = time.perf_counter(), len(out.tokens)  # for the step tallies
             mask = None
             if matcher is not None:
                 t0 = time.perf_counter()
@@ -279,6 +280,8 @@ def decode(
                 token, decision = position(stepper.current_logits(), mask)
                 if token is not None and token not in stop_tokens:
                     stepper.feed(token)
+                if speculator is not None:
+                    speculator.record_step(None, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
                 if isinstance(decision, Stop):
                     out.stop = decision
                     break
@@ -310,6 +313,7 @@ def decode(
                     speculator.record(draft, agreed, False)
                 stepper.keep(kept, token)
                 break
+            speculator.record_step(draft, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
             if stop is not None:
                 out.stop = stop
                 break

@@ -166,6 +166,21 @@ class SourceStats:
 
 
 @dataclass
+class StepTally:
+    """Decoding steps of one kind (a draft source and its kind, or `plain`: no draft): how many,
+    the tokens they committed, the γ chosen and the time they took (drafting, the forward pass,
+    the choices), so each source's yield can be set against plain steps of the same run."""
+
+    steps: int = 0
+    tokens: int = 0
+    gamma: int = 0  # summed over the steps
+    ms: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"steps": self.steps, "tokens": self.tokens, "gamma": self.gamma, "ms": round(self.ms, 2)}
+
+
+@dataclass
 class SpeculationStats:
     """Running estimates of α (per source) and of the forward costs T(n), across requests."""
 
@@ -277,6 +292,11 @@ class Draft:
     source: str
     mask_ms: list = field(default_factory=list)
     kind: str | None = None  # the lookup's match length ("n3"): α is kept per kind too
+    gamma: int = 0  # the γ chosen (the draft may be shorter: the grammar or the proposal ended it)
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}/{self.kind}" if self.kind else self.source
 
 
 class Speculator:
@@ -290,6 +310,7 @@ class Speculator:
         self.lookup = lookup or PromptLookup()
         self.draft_model = draft_model
         self.request = {"drafts": 0, "drafted": 0, "accepted": 0}
+        self.steps: dict[str, StepTally] = {}  # by draft key, and "plain"
 
     def _pick(self, ctx: list[int]) -> tuple[str, str | None, int, list[int] | None]:
         """The source (and kind) with the best expected speed-up for this position, its γ and
@@ -355,12 +376,12 @@ class Speculator:
         if not any(not f for f in forced):  # nothing to verify: plain fast-forward handles it
             return None
         self.request["drafts"] += 1
-        return Draft(tokens, masks, forced, qs, name, mask_ms, kind)
+        return Draft(tokens, masks, forced, qs, name, mask_ms, kind, gamma)
 
     def record(self, draft: Draft, agreed: int, disagreed: bool) -> None:
         """`agreed` verified (non-forced) positions were kept; `disagreed`: the run ended on a
         position where the target chose otherwise."""
-        keys = [draft.source] + ([f"{draft.source}/{draft.kind}"] if draft.kind else [])
+        keys = [draft.source] + ([draft.key] if draft.kind else [])
         for key in keys:
             src = self.stats.source(key)
             src.drafted += agreed + int(disagreed)
@@ -369,8 +390,17 @@ class Speculator:
         self.request["drafted"] += agreed + int(disagreed)
         self.request["accepted"] += agreed
 
+    def record_step(self, draft: Draft | None, tokens: int, seconds: float) -> None:
+        """A decoding step ended: `tokens` committed in `seconds` (a draft's or a plain step's)."""
+        tally = self.steps.setdefault(draft.key if draft else "plain", StepTally())
+        tally.steps += 1
+        tally.tokens += tokens
+        tally.gamma += draft.gamma if draft else 0
+        tally.ms += seconds * 1000
+
     def to_json(self) -> dict:
-        return {**self.stats.to_json(), "request": dict(self.request)}
+        steps = {k: t.to_json() for k, t in sorted(self.steps.items())}
+        return {**self.stats.to_json(), "request": {**self.request, "steps": steps}}
 
 
 def timed(fn, *args):

@@ -220,3 +220,44 @@ def test_the_reference_is_made_only_when_the_prompt_has_no_match():
     assert lookup.propose_with_length([1, 9, 8], 2) == ([7], -2)
     assert lookup.propose_with_length([2, 9, 8], 2) == ([7], -2)
     assert made == [1]
+
+
+# ---------------------------------------------------------------- a draft model
+
+
+def test_a_draft_model_drafts_and_greedy_output_stays_the_same(tiny_model_dir):
+    """`--draft-model DIR`: another small model with the same tokenizer drafts (its own KV
+    cache, its tokens checked by the grammar), and the target's greedy output is unchanged."""
+    import os
+    from pathlib import Path
+
+    from conftest import make_tiny_model_dir
+
+    draft_dir = make_tiny_model_dir(Path(os.environ["SYNTAXLOCK_CACHE"]) / "tiny-draft-model", seed=1)
+    engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), draft_model=str(draft_dir),
+                                                 max_tokens=12, context_tokens=256))
+    cuts = stdlib_cuts(30, seed=9, small=True)
+    plain = run_cuts(engine, cuts, False)
+    spec = run_cuts(engine, cuts, True)
+    assert [r.text for r in spec] == [r.text for r in plain]
+    drafts = engine.spec_stats.sources.get("draft-model")
+    assert drafts is not None and drafts.drafted > 0  # the draft model was chosen and verified
+    assert 0 < engine.spec_stats.cost_ratio("draft-model")  # its cost is measured, not assumed
+    assert "draft-model" in spec[-1].speculation["sources"]
+
+
+def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    from lsp_server.model_runtime import ModelLoadError
+
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(tiny_model_dir, other)
+    tj = json.loads((other / "tokenizer.json").read_text())
+    vocab = tj["model"]["vocab"]
+    a, b = "Ġthe", "Ġand"  # two tokens trade ids: same size, another tokenizer
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (other / "tokenizer.json").write_text(json.dumps(tj))
+    with pytest.raises(ModelLoadError, match="another tokenizer"):
+        CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), draft_model=str(other)))
