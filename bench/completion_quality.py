@@ -218,8 +218,10 @@ def steps_report(spec: list[dict], plain_run: list[dict], engine) -> dict:
     is the steps that drafted nothing (a request's first step among them: it has the prompt's
     logits, no forward pass)."""
     tallies: dict[str, dict[str, float]] = {}
+    stepped = 0  # tokens committed by steps (each key once: a source's row sums its kinds)
     for r in spec:
         for key, t in ((r["speculation"] or {}).get("steps") or {}).items():
+            stepped += t["tokens"]
             for name in {key, source_of(key)}:
                 agg = tallies.setdefault(name, {"steps": 0, "tokens": 0, "gamma": 0, "ms": 0.0})
                 for field in agg:
@@ -243,8 +245,7 @@ def steps_report(spec: list[dict], plain_run: list[dict], engine) -> dict:
             row["alpha"], row["c"] = estimates[name]["alpha"], estimates[name]["c"]
         out[name] = row
     # tokens no step paid for: the grammar left a single token outside any draft (fast-forward)
-    out["fast-forward"] = {"tokens": sum(r["tokens"] for r in spec) - sum(
-        t["tokens"] for k, t in tallies.items() if k in ("plain", "draft-model") or k.startswith("lookup-"))}
+    out["fast-forward"] = {"tokens": sum(r["tokens"] for r in spec) - stepped}
     return out
 
 

@@ -62,16 +62,14 @@ def main(argv=None) -> int:
     fused = {m: m.__dict__["forward"] for m in runtime.model.modules() if "forward" in m.__dict__}
     ids = runtime.tokenizer.tokenizer.encode((STDLIB / "typing.py").read_text()).ids
     ids = ids[: args.context + 16]
-    from lsp_server.decode_kernels import load as load_kernels
+    from lsp_server.decode_kernels import load
 
-    kernels = load_kernels()
+    kernels = load()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
               "kernels": kernels.isa if kernels else None,
               "fused_layers": len(fused), "configurations": {}}
-    from lsp_server.decode_kernels import load
-
     for name in ("float32", "float16_torch", "kernels", "fused"):
-        if name in ("kernels", "fused") and load() is None:
+        if name in ("kernels", "fused") and kernels is None:
             continue  # the kernels could not be built here
         configure(runtime, name, fused)
         _, past = runtime.forward(ids[: args.context], None)

@@ -25,6 +25,7 @@ between the rows of one build.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -47,16 +48,17 @@ WIDE_FLAGS = ["-mavx512f"]  # where the CPU has it: 16-wide products
 NEEDED_CPU_FLAGS = {"avx2", "fma", "f16c"}
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's instruction-set flags (from /proc/cpuinfo; empty off Linux x86)."""
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags (from /proc/cpuinfo, read once; empty off Linux x86)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return frozenset()
     for line in text.splitlines():
         if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
 
 
 def cpu_supported() -> bool:
