@@ -118,7 +118,7 @@ MODES = {  # name: (constrained, speculative)
 
 
 def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool = False) -> dict:
-    from lsp_server.completion import CompletionRequest
+    from lsp_server.decoding.engine import CompletionRequest
 
     lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
     i, ch = cut["line"], cut["character"]
@@ -278,8 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--draft-model", help="a draft model directory (same tokenizer) as another draft source")
     args = ap.parse_args(argv)
 
-    from lsp_server.completion import CompletionEngine, CompletionRequest
-    from lsp_server.decode_kernels import load as load_kernels
+    from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+    from lsp_server.model.kernels.library import load as load_kernels
     from lsp_server.options import EngineOptions
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,

@@ -29,8 +29,8 @@ from _util import STDLIB  # noqa: E402
 
 def configure(runtime, name: str, pristine_forward) -> None:
     """Put the loaded runtime's model into configuration `name` (see the module doc)."""
-    from lsp_server.decode_kernels import ATTENTION_NAME, load
-    from lsp_server.decode_weights import SmallBatchLinear
+    from lsp_server.model.kernels.library import ATTENTION_NAME, load
+    from lsp_server.model.kernels.half_weights import SmallBatchLinear
 
     model = runtime.model
     kernels = load()
@@ -54,15 +54,15 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lsp_server.kv_cache import rewind
-    from lsp_server.model_runtime import load_model
+    from lsp_server.model.kv_cache import rewind
+    from lsp_server.model.runtime import load_model
 
     runtime = load_model(args.model)
     # the fused forwards load_model installed, to put back for the `fused` configuration
     fused = {m: m.__dict__["forward"] for m in runtime.model.modules() if "forward" in m.__dict__}
     ids = runtime.tokenizer.tokenizer.encode((STDLIB / "typing.py").read_text()).ids
     ids = ids[: args.context + 16]
-    from lsp_server.decode_kernels import load
+    from lsp_server.model.kernels.library import load
 
     kernels = load()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),

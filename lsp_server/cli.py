@@ -50,7 +50,7 @@ def cmd_serve(args) -> int:
     import os
 
     _setup_logging(args.log_level, args.log_file)
-    from lsp_server.server import create_server
+    from lsp_server.server.server import create_server
 
     server = create_server()
     if args.tcp:
@@ -70,7 +70,7 @@ def cmd_serve(args) -> int:
 def cmd_stats(args) -> int:
     import json
 
-    from lsp_server.telemetry import read_totals, telemetry_path
+    from lsp_server.server.telemetry import read_totals, telemetry_path
 
     print(json.dumps({"file": str(telemetry_path()), **read_totals()}, indent=1))
     return 0

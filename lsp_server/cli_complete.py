@@ -67,8 +67,8 @@ def _read_text(path: str) -> str:
 def _load_engine(opts: EngineOptions):
     from mask_store.store import MaskStoreError
 
-    from .completion import CompletionEngine
-    from .model_runtime import ModelLoadError
+    from .decoding.engine import CompletionEngine
+    from .model.runtime import ModelLoadError
 
     try:
         return CompletionEngine.load(opts, progress=lambda msg, frac: log.info("%s", msg))
@@ -77,7 +77,7 @@ def _load_engine(opts: EngineOptions):
 
 
 def _complete_one(engine, path: str, line: int, character: int, max_tokens: int | None = None):
-    from .completion import CompletionRequest
+    from .decoding.engine import CompletionRequest
 
     text = _read_text(path)
     return engine.complete(CompletionRequest(text, line, character, document=str(Path(path).resolve()),

@@ -20,7 +20,6 @@ there is never a silent fallback to unconstrained decoding.
 from __future__ import annotations
 
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -314,25 +313,17 @@ def _dedupe(configs: list[Config]) -> list[Config]:
     return list(seen.values())
 
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntaxlock-mask")
-    return _pool
-
-
 class GrammarMatcher:
     """Which tokens may come next in one completion; see the module docstring."""
 
-    def __init__(self, compiled: CompiledGrammar, configs, heal: bytes = b"") -> None:
+    def __init__(self, compiled: CompiledGrammar, configs, heal: bytes = b"",
+                 prefix_state: PrefixState | None = None, history: tuple | None = None) -> None:
         self.compiled = compiled
         self.configs: tuple[Config, ...] = tuple(configs)
-        self.heal = heal
+        self.heal = heal  # bytes the next tokens must spell again (token healing: `mask_store.healing`)
+        self.prefix_state = prefix_state  # the parse of the text before the cursor (`from_prefix`)
         # earlier states, newest first, as a shared linked list: (configs, heal, older, count)
-        self._history: tuple | None = None
+        self._history = history
 
     # ------------------------------------------------------------------ construction
 
@@ -350,27 +341,10 @@ class GrammarMatcher:
         data = text.encode() if isinstance(text, str) else text
         parser = parser or PrefixParser(compiled.recognizer, compiled.lexer)
         st = parse_prefix(parser, data)
-        m = cls(compiled, compiled.start_configs(st), heal)
-        m.prefix_state = st
-        return m
-
-    @classmethod
-    def from_prompt(cls, compiled: CompiledGrammar, text: str, prompt_ids: list[int], back_off: int = 1, parser=None):
-        """Token healing: drop the last `back_off` prompt tokens; the completion must spell
-        their bytes again first (so `os.pa` may go on as ` path`'s sibling `.path`).
-        Returns (matcher, the prompt ids kept)."""
-        data = text.encode()
-        k = max(0, min(back_off, len(prompt_ids)))
-        tail = b"".join(compiled.tokens[i] for i in prompt_ids[len(prompt_ids) - k :])
-        if not data.endswith(tail):  # the prompt isn't exactly the text's tokens: no healing
-            tail, k = b"", 0
-        m = cls.from_prefix(compiled, data[: len(data) - len(tail)], heal=tail, parser=parser)
-        return m, prompt_ids[: len(prompt_ids) - k]
+        return cls(compiled, compiled.start_configs(st), heal, prefix_state=st)
 
     def fork(self) -> "GrammarMatcher":
-        m = GrammarMatcher(self.compiled, self.configs, self.heal)
-        m._history = self._history
-        return m
+        return GrammarMatcher(self.compiled, self.configs, self.heal, self.prefix_state, self._history)
 
     # ------------------------------------------------------------------ queries
 
@@ -392,32 +366,9 @@ class GrammarMatcher:
             mask[comp.eos] = True
         return mask
 
-    def next_token_mask_async(self) -> Future:
-        """`next_token_mask()` on a worker thread, to overlap it with the model's forward pass
-        (torch releases the GIL while it computes)."""
-        return _executor().submit(self.next_token_mask)
-
     def is_complete(self) -> bool:
         """The text so far can end here: statements closed, brackets balanced."""
         return not self.heal and any(self.compiled.can_end(c) for c in self.configs)
-
-    def forced_tokens(self, limit: int = 16) -> list[int]:
-        """The tokens that are the only possible continuation, in order (fast-forward): each
-        is the single token the mask allows (end-of-sequence aside)."""
-        m = self.fork()
-        out = []
-        for _ in range(limit):
-            mask = m.next_token_mask()
-            if self.compiled.eos.size:
-                mask[self.compiled.eos] = False
-            ids = np.flatnonzero(mask)
-            if ids.size != 1 or m.is_complete():
-                break
-            t = int(ids[0])
-            if not m.accept_token(t):
-                break
-            out.append(t)
-        return out
 
     # ------------------------------------------------------------------ updates
 
@@ -444,13 +395,6 @@ class GrammarMatcher:
         self.configs = tuple(_dedupe(new))
         self.heal = heal
         return True
-
-    def accept_tokens(self, tokens) -> int:
-        """Accept tokens in order; returns how many were accepted before one was rejected."""
-        for i, t in enumerate(tokens):
-            if not self.accept_token(t):
-                return i
-        return len(tokens)
 
     def rollback(self, n: int = 1) -> None:
         if n < 0 or n > self.n_accepted:

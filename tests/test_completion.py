@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from lsp_server.completion import CompletionEngine, CompletionRequest
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
-from lsp_server.stopping import cursor_context
+from lsp_server.decoding.stopping.context import cursor_context
 
 from conftest import ROOT, STDLIB
 from scripted_model import ScriptedRuntime
@@ -154,7 +154,7 @@ def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
 
 
 def test_first_words_keeps_the_deeper_lines_whole():
-    from lsp_server.stopping import first_words
+    from lsp_server.decoding.stopping.context import first_words
 
     follow, at_eof, continued = first_words("\n        b,\n\n        c)\n    z = 1\n", indent=4)
     assert follow == "\n        b,\n\n        c)\n    z " and not at_eof and continued
@@ -218,7 +218,7 @@ def test_typing_through_a_suggestion_serves_its_rest(compiled):
 
 
 def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
-    from lsp_server.completion import CompletionResult, _Shown, typed_through
+    from lsp_server.decoding.engine import CompletionResult, _Shown, typed_through
 
     shown = _Shown("x = ", "\n", CompletionResult("foo(1)", (0, 4), (0, 4), "line-end", "single", True),
                    EngineOptions(), None, None)
@@ -246,8 +246,11 @@ def test_newline_in_a_docstring_ends_a_single_line_completion(compiled):
 
 def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     # after `x = y if z els` the grammar allows a single token, `e`: no model call for it
-    from lsp_server.decoding import ModelStepper, Sampler, decode
-    from lsp_server.stopping import Compatibility, LineScanner, StopPolicy
+    from lsp_server.decoding.loop import ModelStepper, decode
+    from lsp_server.decoding.sampling import Sampler
+    from lsp_server.decoding.stopping.compatibility import Compatibility
+    from lsp_server.decoding.stopping.line_scanner import LineScanner
+    from lsp_server.decoding.stopping.policy import StopPolicy
     from mask_store.matcher import GrammarMatcher
 
     comp, tok = compiled
@@ -364,7 +367,7 @@ def test_typing_reuses_the_prompt_cache(tiny_engine):
 
 
 def test_a_cancelled_prompt_stops_between_layers_and_keeps_its_finished_chunks(tiny_engine, monkeypatch):
-    from lsp_server.model_runtime import PREFILL_CHUNK
+    from lsp_server.model.prompt_cache import PREFILL_CHUNK
 
     runtime = tiny_engine.runtime
     layers = runtime.stopper.layers
@@ -463,7 +466,7 @@ def test_greedy_choice_is_the_argmax_of_the_masked_logits():
     import numpy as np
     import torch
 
-    from lsp_server.decoding import greedy_choice, masked_logits
+    from lsp_server.decoding.sampling import greedy_choice, masked_logits
 
     rng = np.random.default_rng(3)
     for trial in range(300):

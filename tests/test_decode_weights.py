@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lsp_server.decode_weights import SmallBatchLinear, use_half_weights_for_decoding
+from lsp_server.model.kernels.half_weights import SmallBatchLinear, use_half_weights_for_decoding
 
 
 def test_few_rows_read_the_half_copy_and_many_rows_the_float32_weight():
@@ -57,7 +57,7 @@ def test_other_dtypes_are_left_alone():
 
 @pytest.mark.parametrize("wide", [False, True], ids=["avx2", "avx512"])
 def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows(wide):
-    from lsp_server import decode_kernels
+    from lsp_server.model.kernels import library as decode_kernels
 
     kernel = kernels_of(wide)
     if kernel is None:  # no AVX2/F16C or no compiler: the model keeps PyTorch's product
@@ -82,8 +82,8 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir)
     steps give: with the kernel the products do not depend on the number of rows."""
     from transformers import AutoModelForCausalLM
 
-    from lsp_server import decode_kernels
-    from lsp_server.kv_cache import GrowingCache
+    from lsp_server.model.kernels import library as decode_kernels
+    from lsp_server.model.kv_cache import GrowingCache
 
     if decode_kernels.load() is None:
         return
@@ -107,7 +107,7 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir)
 
 def kernels_of(wide: bool):
     """The AVX2 or the AVX-512 build of the kernels (skipped where the CPU lacks AVX-512F)."""
-    from lsp_server import decode_kernels
+    from lsp_server.model.kernels import library as decode_kernels
 
     if wide and "avx512f" not in decode_kernels.cpu_flags():
         pytest.skip("this CPU has no AVX-512F")
@@ -150,9 +150,9 @@ def _small_llama(**overrides):
 
 
 def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows():
-    from lsp_server import decode_kernels
-    from lsp_server.fused_layers import use_fused_layers
-    from lsp_server.kv_cache import GrowingCache
+    from lsp_server.model.kernels import library as decode_kernels
+    from lsp_server.model.kernels.fused_layers import use_fused_layers
+    from lsp_server.model.kv_cache import GrowingCache
 
     if decode_kernels.load() is None:
         return
@@ -175,7 +175,7 @@ def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows():
 
 
 def test_layers_the_kernel_does_not_compute_keep_their_own_forward():
-    from lsp_server.fused_layers import use_fused_layers
+    from lsp_server.model.kernels.fused_layers import use_fused_layers
 
     assert use_fused_layers(_small_llama(attention_bias=True)) == 0  # biases: not plain Llama
     model = _small_llama()

@@ -119,7 +119,7 @@ def test_nvim_settings_mirror_the_server_options(tmp_path: Path):
     """The plugin's `settings` table names every server option (`enabled` is its top-level option)."""
     import json
 
-    from lsp_server.server_options import ENGINE_KEYS, SERVER_KEYS
+    from lsp_server.server.settings import ENGINE_KEYS, SERVER_KEYS
 
     script = tmp_path / "names.lua"
     script.write_text(

@@ -84,7 +84,7 @@ def test_package_vsix():
 def test_settings_mirror_the_server_options():
     """package.json has one setting per server option, with the server's default and choices."""
     from lsp_server.options import DEVICES, MODES
-    from lsp_server.server_options import ENGINE_KEYS, SERVER_KEYS, ServerOptions
+    from lsp_server.server.settings import ENGINE_KEYS, SERVER_KEYS, ServerOptions
 
     props = json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]
     client_only = ("syntaxlock.server.", "syntaxlock.trace.")

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from mask_store import healing
 from mask_store.matcher import GrammarMatcher
 
 # (prefix, heal back-off, token text, allowed, rest that makes a valid file when allowed)
@@ -56,12 +57,19 @@ def _compiles(src: str) -> bool:
         return False
 
 
+def _healed_matcher(compiled, tok, prefix: str, ids: list[int], n: int):
+    """Token healing as the engine does it: back off `n` tokens, the matcher must re-create them."""
+    h = healing.back_off(tok.vocab.token_bytes, prefix.encode(), ids, n)
+    data = prefix.encode()
+    return GrammarMatcher.from_prefix(compiled, data[: len(data) - len(h.healed)], heal=h.healed), h.kept
+
+
 @pytest.mark.parametrize("prefix, back_off, token, allowed, rest", PROBES)
 def test_probe(prefix, back_off, token, allowed, rest, compiled_full):
     compiled, tok = compiled_full
     t = tok.vocab.by_bytes[token]
     ids = tok.encode(prefix)
-    m, kept = GrammarMatcher.from_prompt(compiled, prefix, ids, back_off=back_off)
+    m, kept = _healed_matcher(compiled, tok, prefix, ids, back_off)
     assert len(kept) == len(ids) - back_off
     mask = m.next_token_mask()
     assert bool(mask[t]) == allowed
@@ -76,7 +84,7 @@ def test_healing_allows_only_tokens_that_spell_the_backed_off_text(compiled_full
     compiled, tok = compiled_full
     prefix = "import os\nx = os.pa"
     ids = tok.encode(prefix)
-    m, kept = GrammarMatcher.from_prompt(compiled, prefix, ids, back_off=1)
+    m, kept = _healed_matcher(compiled, tok, prefix, ids, 1)
     assert m.heal == b"pa"
     allowed = [tok.vocab.token_bytes[i] for i in m.next_token_mask().nonzero()[0]]
     assert allowed and all(b.startswith(b"pa") or b"pa".startswith(b) for b in allowed)

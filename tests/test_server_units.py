@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from lsp_server.completion import CompletionRequest, CompletionResult
-from lsp_server.documents import MAX_DOCUMENT_BYTES, DocumentError, DocumentStore
-from lsp_server.engine_host import EngineHost, Status
+from lsp_server.decoding.engine import CompletionRequest, CompletionResult
+from lsp_server.server.documents import MAX_DOCUMENT_BYTES, DocumentError, DocumentStore
+from lsp_server.server.engine_host import EngineHost, Status
 from lsp_server.options import EngineOptions
-from lsp_server.server_options import ENGINE_KEYS, ServerOptions
-from lsp_server.telemetry import Telemetry, read_totals
+from lsp_server.server.settings import ENGINE_KEYS, ServerOptions
+from lsp_server.server.telemetry import Telemetry, read_totals
 
 # --- documents -----------------------------------------------------------------------------------
 

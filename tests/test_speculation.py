@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from lsp_server.completion import CompletionEngine, CompletionRequest
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
-from lsp_server.speculation import PromptLookup, choose_gamma, expected_speedup, speculative_choice
+from lsp_server.decoding.speculation.acceptance import choose_gamma, expected_speedup, speculative_choice
+from lsp_server.decoding.speculation.lookup import PromptLookup
 
 from scripted_model import ScriptedRuntime
 from test_completion import stdlib_cuts
@@ -125,7 +126,8 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_mo
 
 
 def test_lookup_acceptance_is_kept_per_match_length():
-    from lsp_server.speculation import Draft, SpeculationStats, Speculator
+    from lsp_server.decoding.speculation.speculator import Draft, Speculator
+    from lsp_server.decoding.speculation.stats import SpeculationStats
 
     assert PromptLookup().propose_with_length([5, 6, 7, 1, 5, 6, 7], 2) == ([1, 5], 3)
     assert PromptLookup().propose_with_length([1, 2, 3], 2) == ([], 0)
@@ -188,7 +190,7 @@ def test_lookup_finds_what_the_plain_definition_finds():
 
 def test_lookup_reference_holds_the_text_the_prompt_leaves_out():
     from mask_store.vocabulary import load_tokenizer
-    from lsp_server.prompt import build_prompt, lookup_reference
+    from lsp_server.decoding.prompt import build_prompt, lookup_reference
 
     tok = load_tokenizer("default")
 
@@ -250,7 +252,7 @@ def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir, tmp_pat
     import json
     import shutil
 
-    from lsp_server.model_runtime import ModelLoadError
+    from lsp_server.model.runtime import ModelLoadError
 
     other = tmp_path / "other-tokenizer"
     shutil.copytree(tiny_model_dir, other)

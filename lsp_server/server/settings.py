@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .options import EngineOptions, OptionError
+from ..options import EngineOptions, OptionError
 
 SECTION = "syntaxlock"
 

@@ -4,7 +4,7 @@ A decoding step multiplies one row (a verification, a few) by every weight matri
 model: the time goes into reading the weights, not into arithmetic. Read as float16 they take
 half the bytes. `SmallBatchLinear` keeps both copies and picks by the number of rows: prompts
 (many rows) use the float32 weights and MKL, decoding steps and verification passes the float16
-copy through `decode_kernels` (our AVX2 kernel: float32 inputs and sums, float16 weights read once
+copy through `library` (our AVX2 kernel: float32 inputs and sums, float16 weights read once
 for all rows, the same result for a row whatever the number of rows). Where the kernel can't be
 built, PyTorch's float16 product is used instead (inputs rounded to float16; it runs one row at
 a time, so n rows cost about n steps, and its result may depend on the number of rows).
@@ -32,7 +32,7 @@ class SmallBatchLinear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear, max_half_rows: int = MAX_HALF_ROWS, kernel=None) -> None:
         super().__init__()
-        self.kernel = kernel  # a decode_kernels.DecodeKernels, or None: PyTorch's float16 product
+        self.kernel = kernel  # a library.DecodeKernels, or None: PyTorch's float16 product
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.weight = linear.weight  # shared (tied embeddings stay tied)
@@ -60,10 +60,10 @@ def use_half_weights_for_decoding(model: torch.nn.Module, max_half_rows: int | N
                                   use_kernel: bool = True) -> int:
     """Swap the float32 CPU `nn.Linear` modules of `model` for `SmallBatchLinear`; the number
     swapped (0 for a model on another device or in another dtype). With `use_kernel` the
-    products go through `decode_kernels` where it can be built here."""
+    products go through `library` where it can be built here."""
     kernel = None
     if use_kernel:
-        from . import decode_kernels
+        from . import library as decode_kernels
 
         kernel = decode_kernels.load()
     if max_half_rows is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .positions import PositionError, line_starts, offset_at
+from ..positions import PositionError, line_starts, offset_at
 
 MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
 LANGUAGES = frozenset({"python", "python3", "py"})

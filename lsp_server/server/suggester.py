@@ -13,16 +13,17 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from lsprotocol import types
 
-from .completion import CompletionRequest, CompletionResult
-from .positions import PositionError, offset_at, position_of
+from ..decoding.engine import CompletionRequest, CompletionResult
+from ..positions import PositionError, offset_at, position_of
+from .documents import DocumentStore
+from .engine_host import EngineHost, Ticket
+from .telemetry import Telemetry
 
-if TYPE_CHECKING:
-    from .engine_host import Ticket
-    from .server import SyntaxlockServer
+Report = Callable[[str, types.MessageType], None]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class Job:
     """One engine run, shared by the requests that ask for exactly the same thing."""
 
     key: tuple
-    ticket: "Ticket"
+    ticket: Ticket
     task: asyncio.Task | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set when superseded or forgotten
     waiters: int = 0
@@ -66,8 +67,16 @@ def _pos(p: tuple[int, int]) -> types.Position:
 
 
 class Suggester:
-    def __init__(self, server: "SyntaxlockServer") -> None:
-        self.server = server
+    """Turns completion requests into suggestions: one engine run per document at a time,
+    shared by identical requests, superseded by a different one."""
+
+    def __init__(self, documents: DocumentStore, host: EngineHost, telemetry: Telemetry, report: Report,
+                 enabled: Callable[[], bool]) -> None:
+        self.documents = documents
+        self.host = host
+        self.telemetry = telemetry
+        self.report = report  # (message, type): to the editor and the log
+        self.enabled = enabled  # the user's setting, read at each request
         self._jobs: dict[str, Job] = {}
 
     def forget(self, uri: str) -> None:
@@ -91,14 +100,13 @@ class Suggester:
         selected: types.SelectedCompletionInfo | None,
         received: Received | None,
     ) -> Suggestion | None:
-        ls = self.server
-        ls.telemetry.count("requests")
+        self.telemetry.count("requests")
         t0 = received.t0 if received else time.perf_counter()
-        if not ls.options.enabled or not ls.host.ready:
+        if not self.enabled() or not self.host.ready:
             return None
-        doc = ls.documents.get(uri)
+        doc = self.documents.get(uri)
         if doc is None:
-            ls.report(f"completion asked for a document that is not open: {uri}", types.MessageType.Warning)
+            self.report(f"completion asked for a document that is not open: {uri}", types.MessageType.Warning)
             return None
         if doc.refused:
             log.debug("no completion in %s: %s", uri, doc.refused)
@@ -111,7 +119,7 @@ class Suggester:
         try:
             cursor = offset_at(text, position.line, position.character, doc.starts)
         except PositionError as e:
-            ls.report(f"completion in {uri}: {e}", types.MessageType.Warning)
+            self.report(f"completion in {uri}: {e}", types.MessageType.Warning)
             return None
         shift = 0
         sel_range = None
@@ -120,10 +128,10 @@ class Suggester:
                 a = offset_at(text, selected.range.start.line, selected.range.start.character, doc.starts)
                 b = offset_at(text, selected.range.end.line, selected.range.end.character, doc.starts)
             except PositionError as e:
-                ls.report(f"completion in {uri}: selected item range: {e}", types.MessageType.Warning)
+                self.report(f"completion in {uri}: selected item range: {e}", types.MessageType.Warning)
                 return None
             if b < a or not a <= cursor <= b:
-                ls.report(f"completion in {uri}: the selected item's range does not hold the cursor", types.MessageType.Warning)
+                self.report(f"completion in {uri}: the selected item's range does not hold the cursor", types.MessageType.Warning)
                 return None
             text = text[:a] + selected.text + text[b:]
             cursor = a + len(selected.text)
@@ -137,7 +145,7 @@ class Suggester:
                 or job.task.done() and (job.task.cancelled() or job.task.result() is None)):
             # a new run, unless the same request is running or has a result to give again
             old = self._jobs.get(uri)
-            job = Job(key, ls.host.ticket(uri, version))  # stops the previous ticket of uri
+            job = Job(key, self.host.ticket(uri, version))  # stops the previous ticket of uri
             self._jobs[uri] = job
             if old is not None:
                 old.stopped.set()
@@ -152,7 +160,7 @@ class Suggester:
             job.waiters -= 1
             if job.waiters == 0 and not job.task.done():
                 job.ticket.stop()
-            ls.telemetry.count("cancelled")
+            self.telemetry.count("cancelled")
             raise
         finally:
             stop.cancel()
@@ -161,9 +169,9 @@ class Suggester:
         if result is None:
             if job.ticket.superseded and not job.counted:
                 job.counted = True
-                ls.telemetry.count("superseded")
+                self.telemetry.count("superseded")
             return None
-        if ls.documents.version(uri) != version or ls.documents.get(uri) is not doc:
+        if self.documents.version(uri) != version or self.documents.get(uri) is not doc:
             log.debug("document %s changed while completing: dropping the stale suggestion", uri)
             return None
         if not result.text:
@@ -171,29 +179,29 @@ class Suggester:
         try:
             return self._suggestion(job, result, doc.text, text, shift, sel_range, selected, t0)
         except PositionError as e:
-            ls.report(f"completion in {uri}: the engine's range is outside the text: {e}", types.MessageType.Error)
+            self.report(f"completion in {uri}: the engine's range is outside the text: {e}", types.MessageType.Error)
             return None
 
     async def _run(self, request: CompletionRequest, job: Job) -> CompletionResult | None:
         try:
-            result = await self.server.host.complete(request, job.ticket)
+            result = await self.host.complete(request, job.ticket)
         except asyncio.CancelledError:
             return None
         except Exception:
             log.exception("completion failed in %s at %s:%s", request.document, request.line, request.character)
-            self.server.report(
+            self.report(
                 f"completion failed in {request.document} at {request.line}:{request.character} (see the server log)",
                 types.MessageType.Error,
             )
             return None
         finally:
-            self.server.host.release(job.ticket)
+            self.host.release(job.ticket)
         if result is None or result.stop_reason == "cancelled" or job.ticket.stopped():
             ticket = job.ticket
             why = "superseded" if ticket.superseded else "cancelled"
             steps = "before it started" if result is None else f"after {result.tokens_generated} decoding steps"
             lag = (time.perf_counter() - ticket.stopped_at) * 1000 if ticket.stopped_at else 0.0
-            self.server.report(
+            self.report(
                 f"completion in {request.document} stopped ({why}) {steps}, {lag:.0f} ms after the stop",
                 types.MessageType.Log,
             )
@@ -207,7 +215,7 @@ class Suggester:
 
     def _suggestion(self, job: Job, result: CompletionResult, original: str, text: str, shift: int,
                     sel_range, selected, t0: float) -> Suggestion:
-        if job.suggestion is not None and self.server.telemetry.pending(job.suggestion.id):
+        if job.suggestion is not None and self.telemetry.pending(job.suggestion.id):
             return job.suggestion  # the same run, asked for by another request, not yet settled
         if selected is None:
             insert = result.text
@@ -219,7 +227,7 @@ class Suggester:
             insert = selected.text + result.text
             rng = types.Range(selected.range.start, _pos(position_of(original, end)))
         latency_ms = (time.perf_counter() - t0) * 1000
-        sid = self.server.telemetry.shown(latency_ms)
+        sid = self.telemetry.shown(latency_ms)
         job.suggestion = Suggestion(sid, insert, rng, result, latency_ms)
         log.info(
             "suggestion %s in %.0f ms (%s, %d tokens): %r",

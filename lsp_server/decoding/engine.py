@@ -24,8 +24,8 @@ from grammar_tools.lexer_automaton import START, LexError
 from mask_store.matcher import GrammarMatcher
 from mask_store.store import MaskStoreError
 
-from .options import EngineOptions
-from .positions import offset_at, utf16_len
+from ..options import EngineOptions
+from ..positions import offset_at, utf16_len
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ class CompletionEngine:
     """A loaded model and mask store, serving completions one at a time."""
 
     def __init__(self, options: EngineOptions, runtime, compiled, draft_runtime=None) -> None:
-        from .model_runtime import PromptCache
-        from .stopping import LineScanner
+        from ..model.prompt_cache import PromptCache
+        from .stopping.line_scanner import LineScanner
 
         self.options = options
         self.runtime = runtime
@@ -122,7 +122,8 @@ class CompletionEngine:
         self._lock = threading.Lock()
         vocab = self.tokenizer.vocab
         self._stop_tokens = set(int(i) for i in vocab.eos) | set(vocab.special)
-        from .speculation import DraftModel, SpeculationStats
+        from .speculation.draft_model import DraftModel
+        from .speculation.stats import SpeculationStats
 
         self.spec_stats = SpeculationStats()  # α and forward costs, learnt across requests
         self.draft_model = DraftModel(draft_runtime) if draft_runtime is not None else None
@@ -135,7 +136,7 @@ class CompletionEngine:
         `ModelLoadError` or `MaskStoreError` with the fix in the message."""
         from mask_store.loading import load_compiled
 
-        from .model_runtime import ModelLoadError, load_model
+        from ..model.runtime import ModelLoadError, load_model
 
         options = (options or EngineOptions()).validated()
         report = progress or (lambda message, fraction: None)
@@ -229,9 +230,12 @@ class CompletionEngine:
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
                   after: str) -> CompletionResult:
         """The completion between `before` and `after` (the document split at the cursor)."""
-        from .decoding import ModelStepper, Sampler, decode
+        from .loop import ModelStepper, decode
+        from .sampling import Sampler
         from .prompt import build_prompt
-        from .stopping import Compatibility, StopPolicy, cursor_context
+        from .stopping.compatibility import Compatibility
+        from .stopping.context import cursor_context
+        from .stopping.policy import StopPolicy
 
         ctx = cursor_context(before, after, req.mode or opts.mode, self.compiled.lexer)
         constrained = opts.constrained
@@ -277,7 +281,7 @@ class CompletionEngine:
             head = ctx.follow.rsplit("\n", 1)[-1].lstrip(" \t\f").encode()[:-1]
             compat.head_depth = self.scanner.depth_after(head) if "\n" in ctx.follow else 0
 
-        from .model_runtime import PrefillCancelled
+        from ..model.prompt_cache import PrefillCancelled
 
         try:
             logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel)
@@ -289,7 +293,8 @@ class CompletionEngine:
         speculator = None
         if opts.speculative:
             from .prompt import lookup_reference
-            from .speculation import PromptLookup, Speculator
+            from .speculation.lookup import PromptLookup
+            from .speculation.speculator import Speculator
 
             reference = partial(lookup_reference, self.tokenizer, before, after, prompt)
             speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,

@@ -31,8 +31,8 @@ from pygls.protocol.language_server import lsp_method
 
 from .documents import DocumentError, DocumentStore
 from .engine_host import EngineHost, Status
-from .server_completion import Received, Suggester, completion_items, inline_items
-from .server_options import SECTION, ServerOptions
+from .suggester import Received, Suggester, completion_items, inline_items
+from .settings import SECTION, ServerOptions
 from .telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,9 @@ class SyntaxlockServer(LanguageServer):
         self.options = ServerOptions()
         self.documents = DocumentStore()
         self.telemetry = Telemetry()
-        self.suggester = Suggester(self)
         self.host = EngineHost(self._status_from_any_thread)
+        self.suggester = Suggester(self.documents, self.host, self.telemetry, self.report,
+                                   lambda: self.options.enabled)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pending_problems: list[str] = []
         self._last_status: Status | None = None

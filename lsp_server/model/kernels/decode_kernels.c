@@ -18,7 +18,7 @@
  * (a fixed polynomial), sum and weighted values, all in key order; the cost is also lower than
  * PyTorch's for one row (reading the cache once per head).
  *
- * Build: gcc -O3 -mavx2 -mfma -mf16c -fopenmp -shared -fPIC (lsp_server/decode_kernels.py). The
+ * Build: gcc -O3 -mavx2 -mfma -mf16c -fopenmp -shared -fPIC (lsp_server/model/kernels/library.py). The
  * OpenMP runtime is the one PyTorch already loaded (same soname, libgomp.so.1).
  */
 #include <immintrin.h>

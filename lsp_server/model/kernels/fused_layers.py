@@ -3,8 +3,8 @@
 A decoding step of SmolLM2-135M runs ~40 PyTorch operations per layer (norms, three
 projections, rotary embedding, cache update, attention, MLP, residuals): on this 2-core CPU their
 dispatch cost as much as the weights' reading. `use_fused_layers(model)` gives each decoder layer
-of a float32 Llama model (with `decode_weights`' float16 copies and `GrowingCache`) a forward that
-hands passes of at most `MAX_ATTENTION_ROWS` rows to `decode_kernels`' `llama_layer`; prompts,
+of a float32 Llama model (with `half_weights`' float16 copies and `GrowingCache`) a forward that
+hands passes of at most `MAX_ATTENTION_ROWS` rows to `library`' `llama_layer`; prompts,
 other caches and models that aren't plain Llama keep transformers' own code. Cancellation hooks
 (`kv_cache.StopBetweenLayers`) still run before every layer.
 """
@@ -16,9 +16,9 @@ from functools import partial
 
 import torch
 
-from .decode_kernels import MAX_ATTENTION_ROWS, DecodeKernels, load
-from .decode_weights import SmallBatchLinear
-from .kv_cache import GrowingCache, GrowingLayer
+from .library import MAX_ATTENTION_ROWS, DecodeKernels, load
+from .half_weights import SmallBatchLinear
+from ..kv_cache import GrowingCache, GrowingLayer
 
 log = logging.getLogger(__name__)
 

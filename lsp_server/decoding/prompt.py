@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mask_store.healing import back_off
 from mask_store.vocabulary import LoadedTokenizer
 
-from .model_runtime import FimTokens
+from ..model.runtime import FimTokens
 
 WINDOW_STEP = 16
 IMPORT_LINE = re.compile(r"^(import\s|from\s+\S+\s+import\s)")
@@ -60,17 +61,15 @@ def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool, i
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
                  heal: bool = False) -> Prompt:
-    """The prompt for a cursor; with `heal`, the last prefix token is backed off (unless it is
-    all the prefix has) so that the model may spell the typed text its own way."""
+    """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
+    unless it is all the prefix has) so that the model may spell the typed text its own way."""
     text, truncated, window_start = window(tok, before, budget)
     ids = tok.encode(text)
     healed_ids: tuple[int, ...] = ()
     healed = b""
-    if heal and len(ids) > 1:
-        last = tok.vocab.token_bytes[ids[-1]]
-        if text.encode().endswith(last) and last:
-            healed_ids, healed = (ids[-1],), last
-            ids = ids[:-1]
+    if heal:
+        h = back_off(tok.vocab.token_bytes, text.encode(), ids)
+        ids, healed_ids, healed = h.kept, h.healed_ids, h.healed
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
     if fim is None:

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
-from .completion import CompletionRequest, CompletionResult
-from .options import EngineOptions
+from ..decoding.engine import CompletionRequest, CompletionResult
+from ..options import EngineOptions
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ Loader = Callable[[EngineOptions, Callable[[str, float | None], None]], object]
 
 
 def load_engine(options: EngineOptions, progress: Callable[[str, float | None], None]):
-    from .completion import CompletionEngine
+    from ..decoding.engine import CompletionEngine
 
     return CompletionEngine.load(options, progress=progress)
 
@@ -78,7 +78,7 @@ def load_error_message(e: BaseException) -> str:
     """The message of a failed load: the known errors carry a clear one already."""
     from mask_store.store import MaskStoreError
 
-    from .model_runtime import ModelLoadError
+    from ..model.runtime import ModelLoadError
 
     if isinstance(e, (ModelLoadError, MaskStoreError)):
         return str(e)

@@ -5,7 +5,7 @@ the build failed (logged once). Callers then keep PyTorch's own products. The sh
 lives in the per-user cache, named by the source's hash and the compiler flags, so a changed
 source is rebuilt and concurrent builds never see a half-written file.
 
-- `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`decode_weights`);
+- `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`half_weights`);
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
   over the KV cache; `use_row_attention(model)` routes a model's attention through it for
   passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts);

@@ -1,0 +1,190 @@
+"""Where a completion ends: grammar-aware stopping and compatibility with the rest of the file.
+
+The cursor's surroundings decide the policy (`CursorContext`):
+
+- single-line (cursor mid-line, or a line that opens no block): stop at the end of the logical
+  line, i.e. at the first newline at bracket depth 0; the line is complete there by construction
+  (the mask only lets a newline through where brackets are balanced);
+- multi-line (after a block opener `:`, or on an empty line inside a block): stop when a line
+  dedents below the block the completion started in, or at a blank line after complete code;
+- infix (the rest of the line holds code other than closing brackets/quotes): the completion must
+  join that code; it ends at the longest point where completion + rest of line parses.
+
+Whatever the policy, a stop is taken only where the file stays valid: the parser must be able to
+continue from the end of the completion into the text that follows (the rest of the line after
+the auto-closed brackets the completion supplies again, then the next line's indentation and
+first word). `LineScanner` finds the line ends by lexing the completion with the grammar's lexer
+automaton (never a regex guess): newlines inside strings, brackets or after a backslash are not
+line ends.
+"""
+
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .compatibility import Compatibility
+from .context import CursorContext
+from .line_scanner import LineScanner
+
+_OPENER_BYTES = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
+
+
+@dataclass(frozen=True)
+class Stop:
+    cut: int  # completion length in bytes (None-free: 0 is the empty completion)
+    reason: str
+
+
+CONTINUE = None
+REJECT = "reject"  # the last token ends the line where the file can't go on: try another
+
+
+class StopPolicy:
+    """Decides, after every accepted token, whether the completion is done (`Stop`), must go
+    on (`CONTINUE`) or took a token that ends it incompatibly (`REJECT`).
+
+    Scanned bytes are `held + generated`: `held` is the open lexeme before the cursor (the
+    scanner starts at a lexeme start), `generated` starts with the healed bytes (typed text
+    the first tokens re-created). The completion proper starts `cursor` bytes in."""
+
+    def __init__(self, ctx: CursorContext, scanner: LineScanner, compat: Compatibility | None,
+                 held: bytes, heal: bytes, start_depth: int, line_col: int, line_blank: bool = False,
+                 cursor_depth: int | None = None) -> None:
+        self.ctx = ctx
+        self.scanner = scanner
+        self.compat = compat  # None: unconstrained (no compatibility constraint)
+        self.held = held
+        self.cursor = len(held) + len(heal)
+        self.start_depth = start_depth  # bracket depth where `held` starts
+        self.cursor_depth = start_depth if cursor_depth is None else cursor_depth
+        # the file goes on inside the brackets open at the cursor (a multi-line call, list...):
+        # a newline inside them may end the completion
+        self.bracket_continues = False
+        self.line_col = line_col
+        self.mode = ctx.mode
+        self.line_blank = line_blank  # nothing but indentation before the cursor on its line
+        self.body_from = self.cursor  # multi-line: the block's indentation is its first line's after this
+
+    def _ok(self, data: bytes, cut: int) -> bool:
+        return self.compat is None or self.compat.ok(data[self.cursor : cut])
+
+    def after_token(self, generated: bytes):
+        data = self.held + generated
+        k = self.cursor
+        if len(data) <= k:  # still re-creating typed text
+            return CONTINUE
+        scan = self.scanner.line_ends(data, self.start_depth)
+        if scan is None:  # not Python: the first newline ends it
+            i = data.find(b"\n", k)
+            return CONTINUE if i < 0 else Stop(i - k, "line-end")
+        ends, _ = scan
+        ctx = self.ctx
+        if ctx.infix:
+            if any(e.cut >= k for e in ends) or data.find(b"\n", k) >= 0:
+                return self.fallback(generated, "suffix", at_end=False)
+            return CONTINUE
+        if self._blank_so_far(data, k):
+            return CONTINUE if self.compat is None else REJECT
+        if self.mode == "single":
+            i = data.find(b"\n", k)
+            if i >= 0 and self._inside_held_lexeme(i, ends, scan[1]):
+                # a newline in a string or comment that began before the cursor ends the line
+                return Stop(i - k, "line-end") if self._ok(data, i) else REJECT
+            for e in ends:
+                if e.cut < k:
+                    continue
+                if e.depth == 0:
+                    if self._ok(data, e.cut):
+                        return Stop(e.cut - k, "line-end")
+                    if self._opens_block(data, e.cut):
+                        # a block opener: its body follows, then the completion ends
+                        self.mode, self.body_from = "multi", e.cut
+                        break
+                    return REJECT
+                if 0 < e.depth <= self.cursor_depth and self.bracket_continues and self._ok(data, e.cut):
+                    return Stop(e.cut - k, "line-end")
+                if e.depth > self.cursor_depth and ctx.continued and self._ok(data, e.cut):
+                    # brackets the completion opened, which the file's next lines go on with
+                    return Stop(e.cut - k, "line-end")
+            else:
+                return CONTINUE
+        base = None
+        for e in ends:
+            if e.depth != 0 or e.end <= self.body_from:
+                continue
+            if base is None:
+                if e.closed:
+                    base = e
+                continue
+            if e.cut > k and ((e.closed and e.col < base.col) or e.blank):
+                if self._ok(data, e.cut):
+                    return Stop(e.cut - k, "block-end")
+        return CONTINUE
+
+    def _goes_on(self, data: bytes, cut: int) -> bool:
+        """A cut the token limit (or the model's end) left inside the cursor's brackets: the
+        file's next lines must go on inside them, read in full (the rest of the cursor's line,
+        which closed them, may be gone), unless it is infix (the line's rest joins it)."""
+        c = self.compat
+        if c is None or c.rest is None or self.ctx.infix:
+            return True
+        return c.goes_on_with(data[self.cursor : cut])
+
+    def _blank_so_far(self, data: bytes, k: int) -> bool:
+        """Nothing but whitespace after the cursor yet, and already a line ended where a
+        statement was expected (an empty line) or a blank line: constrained decoding asks the
+        model for code instead (an empty answer is the gap constraints close)."""
+        tail = data[k:]
+        if tail.strip(b" \t\r\n\f"):
+            return False
+        n = tail.count(b"\n")
+        if n >= 2:
+            return True
+        return n == 1 and self.mode == "single" and self.line_blank
+
+    def _inside_held_lexeme(self, i: int, ends, bounds) -> bool:
+        """Whether offset `i` lies in a lexeme that started before the cursor (not a newline)."""
+        if any(e.cut <= i < e.end for e in ends):
+            return False
+        start = max((b for b, _ in bounds if b <= i), default=0)
+        return start < self.cursor and start < len(self.held)
+
+    def _opens_block(self, data: bytes, cut: int) -> bool:
+        """Whether the line ending at `cut` opens a block (its body must follow)."""
+        line = data[: cut].rsplit(b"\n", 1)[-1]
+        return bool(_OPENER_BYTES.search(line))
+
+    def fallback(self, generated: bytes, reason: str, at_end: bool) -> Stop:
+        """The longest compatible end at or before the end of `generated`: at a line end, or
+        (single-line and infix) at a lexeme boundary; `at_end` when the text may end as it is
+        (the model ended it)."""
+        data = self.held + generated
+        k = self.cursor
+        inside: set[int] = set()  # cuts inside the cursor's brackets
+        scan = self.scanner.line_ends(data, self.start_depth)
+        if scan is None:
+            cands = {k}
+        else:
+            ends, bounds = scan
+            cands = {e.cut for e in ends if e.cut >= k and e.depth == 0}
+            if self.mode == "single" or self.ctx.infix:
+                # not inside brackets the completion opened: the file's next lines can't close them
+                cands |= {b for b, depth in bounds if b >= k and depth <= self.cursor_depth}
+                inside = {b for b, depth in bounds if b > k and depth > 0}
+            cands.add(k)
+            if at_end or self._inside_held_lexeme(len(data) - 1, ends, bounds):
+                # the model ended it, or the cut falls inside a string that goes on in the file
+                cands.add(len(data))
+            if not self.ctx.infix and self.mode == "single":  # not past the line's end
+                first = min((e.cut for e in ends if e.cut >= k and (e.depth == 0 or self.cursor_depth > 0)),
+                            default=None)
+                if first is not None:
+                    cands = {c for c in cands if c <= first}
+        for cut in sorted(cands, reverse=True)[:48]:
+            if cut in inside and not self._goes_on(data, cut):
+                continue
+            if cut == k or self._ok(data, cut):
+                return Stop(cut - k, reason if cut > k else reason)
+        return Stop(0, reason)

@@ -1,0 +1,99 @@
+"""The tree's shape: imports flow one way (lsp_server -> mask_store -> grammar_tools) and no
+module imports itself back through others, function-level imports included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("grammar_tools", "mask_store", "lsp_server")
+LAYER = {name: i for i, name in enumerate(PACKAGES)}  # a package may import those before it
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports anywhere in its source (TYPE_CHECKING blocks too)."""
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[: len(base) - node.level + 1]
+                mod = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" for a in node.names] + [mod]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def test_imports_flow_from_the_server_to_the_grammar():
+    bad = [(a, b) for a, deps in _graph().items() for b in deps
+           if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]]]
+    assert not bad, f"imports against the layering: {bad}"
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    # a module's own package __init__ is imported with it; only real modules form cycles
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_graph_resolves_relative_imports():
+    """Relative, function-level and cross-package imports are all edges of the graph (on the
+    previous tree the cycle test found decoding <-> speculation through a local import)."""
+    graph = _graph()
+    assert "lsp_server.decoding.sampling" in graph["lsp_server.decoding.loop"]
+    assert "lsp_server.model.kv_cache" in graph["lsp_server.decoding.loop"]
+    assert "mask_store.matcher" in graph["lsp_server.decoding.loop"]
