@@ -76,6 +76,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .canonical import OFF, START, CanonicalUnsupported, load_canonical
     from .loading import open_store
     from .matcher import CompiledGrammar
     from .model_files import ModelNotFound
@@ -90,9 +91,16 @@ def cmd_verify(args) -> int:
         full = open_store(args.compare_full, tok) if args.compare_full else None
     except (MaskStoreError, ModelNotFound) as e:
         return _err(str(e))
-    compiled = CompiledGrammar(store, tok.vocab)
-    other = CompiledGrammar(full, tok.vocab, compiled.recognizer, compiled.lexer) if full else None
-    report = verify_files(compiled, tok.encode, args.files, compare=other, progress=not args.json and sys.stderr.isatty())
+    pairs, canonical = None, OFF
+    if args.canonical:
+        try:
+            pairs, canonical = load_canonical(tok), START
+        except CanonicalUnsupported as e:
+            return _err(str(e))
+    compiled = CompiledGrammar(store, tok.vocab, canonical=pairs)
+    other = CompiledGrammar(full, tok.vocab, compiled.recognizer, compiled.lexer, canonical=pairs) if full else None
+    report = verify_files(compiled, tok.encode, args.files, compare=other, progress=not args.json and sys.stderr.isatty(),
+                          canonical=canonical)
     s = report.summary()
     if args.json:
         print(json.dumps(s, indent=2))
@@ -106,6 +114,8 @@ def cmd_verify(args) -> int:
                 print(f"  {d}")
         m = s["mask_ms"]
         print(f"mask ms p50 {m['p50']} p95 {m['p95']} p99 {m['p99']}; parser checks per position {s['parser_checks_per_position']}")
+        if "canonical_fallbacks" in s:
+            print(f"canonical tokenization on: {s['canonical_fallbacks']} steps fell back to the grammar's mask")
         for sk in s["skipped"]:
             print(f"  skipped {sk}")
     return 0 if report.ok else 1
@@ -128,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="walk files token by token: the true next token must always be allowed")
     v.add_argument("--store", required=True)
     v.add_argument("--compare-full", metavar="FULL_STORE", help="also check that this store gives identical masks")
+    v.add_argument("--canonical", action="store_true",
+                   help="with canonical tokenization: the masks also keep the token sequence the tokenizer's own")
     v.add_argument("--json", action="store_true")
     v.add_argument("files", nargs="+")
     v.set_defaults(func=cmd_verify)

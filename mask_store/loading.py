@@ -9,6 +9,7 @@ from grammar_tools.lexer_automaton import load_lexer_automaton
 from grammar_tools.recognizer import Recognizer
 
 from .builder import StoreBuilder
+from .canonical import CanonicalPairs, CanonicalUnsupported, load_canonical
 from .matcher import CompiledGrammar
 from .store import MaskStore, MaskStoreError, default_store_path, load_store
 from .vocabulary import LoadedTokenizer, load_tokenizer
@@ -94,4 +95,14 @@ def load_compiled(
         store = build_store(tok, model, streamline=streamline, progress=progress, full=full)
         store.save(path)
     rec = Recognizer(python_version=python_version) if python_version else Recognizer()
-    return CompiledGrammar(store, tok.vocab, rec), tok
+    return CompiledGrammar(store, tok.vocab, rec, canonical=canonical_pairs(tok)), tok
+
+
+def canonical_pairs(tok: LoadedTokenizer) -> CanonicalPairs | None:
+    """The tokenizer's canonical pairs (cached; about a second the first time), or None with
+    the reason logged where the tokenizer is not byte-level BPE with GPT-2's pre-tokenizer."""
+    try:
+        return load_canonical(tok)
+    except CanonicalUnsupported as e:
+        log.warning("canonical tokenization is not available for %s: %s", tok.source.name, e)
+        return None

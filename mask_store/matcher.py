@@ -12,8 +12,14 @@ shared prefix is checked once, plus the boundary rows when X may end here (restr
 whose first byte ends the lexeme). The parser's checks (`accepted`, `feed_cached`) are memoized
 on the nodes, and whole masks are memoized by parser context.
 
+Canonical tokenization (mask_store.canonical, on when the matcher is given a `CanonicalState`
+other than `OFF`): the mask is also ANDed with the tokens that keep the generated sequence one
+the tokenizer would produce. Where that leaves nothing the grammar alone allows, the step falls
+back to the grammar's mask and counts it (`stats["canonical_fallbacks"]`).
+
 Error policy: `accept_token` returns False for a token the grammar rejects (the state is
-unchanged); misuse (rollback past the start, an id outside the vocabulary) raises ValueError;
+unchanged; canonicality is the mask's business, not a reason to reject: a fallback step's token
+is accepted); misuse (rollback past the start, an id outside the vocabulary) raises ValueError;
 there is never a silent fallback to unconstrained decoding.
 """
 
@@ -29,6 +35,7 @@ from grammar_tools.lexer_automaton import LexerAutomaton, load_lexer_automaton
 from grammar_tools.recognizer import ACCEPTED, Node, Recognizer
 from grammar_tools.recovery import parse_prefix
 
+from .canonical import OFF, CanonicalPairs, CanonicalState
 from .store import MaskStore
 from .token_lexing import extend_width, walk
 from .vocabulary import Vocabulary
@@ -59,9 +66,11 @@ class CompiledGrammar:
         recognizer: Recognizer | None = None,
         lexer: LexerAutomaton | None = None,
         cache_size: int = 4096,
+        canonical: CanonicalPairs | None = None,
     ) -> None:
         self.store = store
         self.vocab = vocab
+        self.canonical = canonical  # None: the tokenizer's canonical pairs are not available
         self.recognizer = recognizer or Recognizer()
         if store.header.get("options", {}).get("streamline") and not self.recognizer.semantic_checks:
             # its rows were merged and deleted by what the guarded parser accepts
@@ -100,7 +109,8 @@ class CompiledGrammar:
         # parser_checks: recognizer calls (`accepted`, `feed`) made to compute masks; with
         # masks (computed, not from the cache) it gives the checks per mask, the figure that
         # streamlining lowers
-        self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0}
+        self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0,
+                      "canonical_masks": 0, "canonical_fallbacks": 0}
 
     # ------------------------------------------------------------------ rows
 
@@ -317,12 +327,16 @@ class GrammarMatcher:
     """Which tokens may come next in one completion; see the module docstring."""
 
     def __init__(self, compiled: CompiledGrammar, configs, heal: bytes = b"",
-                 prefix_state: PrefixState | None = None, history: tuple | None = None) -> None:
+                 prefix_state: PrefixState | None = None, history: tuple | None = None,
+                 canonical: CanonicalState = OFF) -> None:
+        if canonical.active and compiled.canonical is None:
+            raise ValueError("canonical tokenization asked of a grammar compiled without canonical pairs")
         self.compiled = compiled
         self.configs: tuple[Config, ...] = tuple(configs)
         self.heal = heal  # bytes the next tokens must spell again (token healing: `mask_store.healing`)
         self.prefix_state = prefix_state  # the parse of the text before the cursor (`from_prefix`)
-        # earlier states, newest first, as a shared linked list: (configs, heal, older, count)
+        self.canonical = canonical  # the canonical state after the last token (OFF: not filtered)
+        # earlier states, newest first, as a shared linked list: (configs, heal, canonical, older, count)
         self._history = history
 
     # ------------------------------------------------------------------ construction
@@ -334,17 +348,20 @@ class GrammarMatcher:
         text: str | bytes,
         heal: bytes = b"",
         parser: PrefixParser | None = None,
+        canonical: CanonicalState = OFF,
     ) -> "GrammarMatcher":
         """A matcher for the text before the cursor (minus `heal`: bytes that the first tokens
         must spell again). Recovers from syntax errors before the cursor; raises
-        `grammar_tools.incremental.ParseError`/`LexError` when it can't."""
+        `grammar_tools.incremental.ParseError`/`LexError` when it can't. `canonical`: the
+        canonical state after the prompt's tokens kept (`CanonicalPairs.state_after`), or OFF."""
         data = text.encode() if isinstance(text, str) else text
         parser = parser or PrefixParser(compiled.recognizer, compiled.lexer)
         st = parse_prefix(parser, data)
-        return cls(compiled, compiled.start_configs(st), heal, prefix_state=st)
+        return cls(compiled, compiled.start_configs(st), heal, prefix_state=st, canonical=canonical)
 
     def fork(self) -> "GrammarMatcher":
-        return GrammarMatcher(self.compiled, self.configs, self.heal, self.prefix_state, self._history)
+        return GrammarMatcher(self.compiled, self.configs, self.heal, self.prefix_state, self._history,
+                              self.canonical)
 
     # ------------------------------------------------------------------ queries
 
@@ -364,7 +381,21 @@ class GrammarMatcher:
             mask &= allowed
         elif self.is_complete():
             mask[comp.eos] = True
+        if self.canonical.active:
+            return self._canonical(mask)
         return mask
+
+    def _canonical(self, grammar_mask: np.ndarray) -> np.ndarray:
+        """The grammar's mask AND the canonical pairs after the last token; the grammar's
+        mask alone (counted) where that leaves no token but the end of sequence while the
+        grammar has others."""
+        comp = self.compiled
+        comp.stats["canonical_masks"] += 1
+        mask = grammar_mask & comp.canonical.allowed_after(self.canonical)
+        if mask.sum() > mask[comp.eos].sum() or grammar_mask.sum() == grammar_mask[comp.eos].sum():
+            return mask
+        comp.stats["canonical_fallbacks"] += 1  # nothing but the end: the grammar decides alone
+        return grammar_mask
 
     def is_complete(self) -> bool:
         """The text so far can end here: statements closed, brackets balanced."""
@@ -391,18 +422,20 @@ class GrammarMatcher:
         if not new:
             return False
         h = self._history
-        self._history = (self.configs, self.heal, h, (h[3] + 1) if h else 1)
+        self._history = (self.configs, self.heal, self.canonical, h, (h[4] + 1) if h else 1)
         self.configs = tuple(_dedupe(new))
         self.heal = heal
+        if self.canonical.active:
+            self.canonical = comp.canonical.after(self.canonical, token)
         return True
 
     def rollback(self, n: int = 1) -> None:
         if n < 0 or n > self.n_accepted:
             raise ValueError(f"can't roll back {n} tokens ({self.n_accepted} accepted)")
         for _ in range(n):
-            self.configs, self.heal, self._history, _ = self._history
+            self.configs, self.heal, self.canonical, self._history, _ = self._history
 
     @property
     def n_accepted(self) -> int:
-        return self._history[3] if self._history else 0
+        return self._history[4] if self._history else 0
 

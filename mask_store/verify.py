@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .canonical import OFF, CanonicalState
 from .matcher import CompiledGrammar, GrammarMatcher
 
 
@@ -36,6 +37,7 @@ class VerifyReport:
     first_differences: list[str] = field(default_factory=list)
     mask_seconds: list[float] = field(default_factory=list)
     parser_checks: int = 0
+    canonical_fallbacks: int | None = None  # steps whose canonical AND left nothing (None: off)
 
     @property
     def ok(self) -> bool:
@@ -58,6 +60,8 @@ class VerifyReport:
             },
             "parser_checks_per_position": round(self.parser_checks / max(self.positions, 1), 2),
         }
+        if self.canonical_fallbacks is not None:
+            out["canonical_fallbacks"] = self.canonical_fallbacks
         if self.differing_masks or self.first_differences is not None:
             out["differing_masks"] = self.differing_masks
             out["first_differences"] = self.first_differences
@@ -71,8 +75,11 @@ def verify_files(
     compare: CompiledGrammar | None = None,
     max_examples: int = 5,
     progress: bool = False,
+    canonical: CanonicalState = OFF,
 ) -> VerifyReport:
-    """Walk every file of `paths`; `encode(text) -> ids` is the store's tokenizer."""
+    """Walk every file of `paths`; `encode(text) -> ids` is the store's tokenizer. With
+    `canonical` (START: canonical tokenization on) the masks include the canonical pairs, which
+    must allow the tokenizer's own encoding too."""
     rep = VerifyReport()
     if compare is None:
         rep.first_differences = None
@@ -82,6 +89,7 @@ def verify_files(
 
         items = tqdm(items, desc="files", unit="file")
     checks0 = compiled.stats["parser_checks"]
+    fallbacks0 = compiled.stats["canonical_fallbacks"]
     for path in items:
         path = Path(path)
         try:
@@ -91,8 +99,8 @@ def verify_files(
             continue
         rep.files += 1
         ids = encode(text)
-        m = GrammarMatcher.from_prefix(compiled, b"")
-        other = GrammarMatcher.from_prefix(compare, b"") if compare else None
+        m = GrammarMatcher.from_prefix(compiled, b"", canonical=canonical)
+        other = GrammarMatcher.from_prefix(compare, b"", canonical=canonical) if compare else None
         data = text.encode()
         pos = 0
         for t in ids:
@@ -127,4 +135,6 @@ def verify_files(
                 if len(rep.rejections) < max_examples:
                     rep.rejections.append(Rejection(str(path), data.count(b"\n") + 1, "<end>", ""))
     rep.parser_checks = compiled.stats["parser_checks"] - checks0
+    if canonical.active:
+        rep.canonical_fallbacks = compiled.stats["canonical_fallbacks"] - fallbacks0
     return rep

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import read_source, stdlib_files
 
+from mask_store.canonical import START
 from mask_store.matcher import GrammarMatcher
 from mask_store.store import FORMAT_VERSION, MaskStoreError, load_store
 from mask_store.verify import verify_files
@@ -64,7 +65,8 @@ def _sample_files(n_tokens: int, seed: int):
 
 
 def test_soundness_on_stdlib_sample(compiled_full):
-    """At every position of real files the true next token is allowed (>= 100,000 tokens)."""
+    """At every position of real files the true next token is allowed (>= 100,000 tokens), with
+    canonical tokenization on (its masks are within the grammar's: sound with it off too)."""
     compiled, tok = compiled_full
     files, total = [], 0
     for p in _sample_files(100_000, seed=11):
@@ -75,9 +77,12 @@ def test_soundness_on_stdlib_sample(compiled_full):
         total += len(tok.encode(data.decode()))
         if total >= 105_000:
             break
-    report = verify_files(compiled, tok.encode, files)
+    before = dict(compiled.stats)
+    report = verify_files(compiled, tok.encode, files, canonical=START)
     assert report.tokens >= 100_000
     assert report.n_rejections == 0, report.summary()["first_rejections"]
+    assert compiled.stats["canonical_masks"] - before["canonical_masks"] >= report.tokens
+    assert compiled.stats["canonical_fallbacks"] == before["canonical_fallbacks"]
 
 
 def test_mask_agrees_with_accept_token_on_every_token(compiled_full):

@@ -1,0 +1,311 @@
+"""Canonical tokenization: the pair rows against the tokenizer itself (`encode(a + b) == [a, b]`)."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import numpy as np
+import pytest
+from conftest import read_source, stdlib_files
+
+from mask_store import canonical as C
+from mask_store import pretoken_junctions as pj
+from mask_store.vocabulary import Vocabulary, load_tokenizer
+
+# a small corpus with what the rules are about: indentation and blank lines, tabs, CRLF,
+# contractions and apostrophes in strings, punctuation runs, digits, multi-byte characters
+CORPUS = [
+    "def f(x):\n    return x + 1\n\n\nclass A:\n    def g(self, y):\n        if y:\n            return 'it's'\n",
+    "x = {'a': 1, \"b\": [2, 3]}  # it's a dict, isn't it? they're here, we've seen, I'm sure, we'll see, he'd go\n",
+    "print('self', ('s', 't'), \"'re'\", ''.join(['ll', 've']))\n\t\tindented = True\r\n\r\n",
+    "caf\u00e9 = '\u4e2d\u6587\u5b57' + '\u2014' * 3  # \u2192 \u00b5s, \U0001f600 ok\n    \n\n  \t x\u00a0y\u3000z\n",
+    "if a >= 10 and b != 0x1F: pass\n    elif c <= 2e10: c += 1\n    else:\n        d //= 3 ** 4\n",
+]
+
+
+def _train_small(vocab_size: int = 420):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator(CORPUS * 20, trainer)
+    return tok
+
+
+def _texts(vocab: Vocabulary, tables: C.CanonicalTables) -> dict[int, str]:
+    out = {}
+    for i, b in enumerate(vocab.token_bytes):
+        if not tables.free[i]:
+            try:
+                out[i] = b.decode()
+            except UnicodeDecodeError:
+                pass
+    return out
+
+
+def _row_verdicts(pairs: C.CanonicalPairs, ab):
+    """For each (a, b): allowed after a (as a whole state, a read from a match start)."""
+    out = [False] * len(ab)
+    by_a = collections.defaultdict(list)
+    for k, (a, b) in enumerate(ab):
+        by_a[a].append(k)
+    for a, ks in by_a.items():
+        row = pairs.allowed_after(C.CanonicalState(a, C.Continuation.FREE))
+        for k in ks:
+            out[k] = bool(row[ab[k][1]])
+    return out
+
+
+def _non_space_after_space(tok, texts) -> str:
+    """A character c that a space before it does not merge with (`' ' + c` is two tokens)."""
+    for s in sorted(set(texts.values())):
+        if len(s) == 1 and not s.isspace() and len(tok.encode(" " + s, add_special_tokens=False).ids) == 2:
+            return s
+    raise AssertionError("every character merges with a space before it")
+
+
+def _agree_with_encode(tok, pairs: C.CanonicalPairs, texts, ab) -> collections.Counter:
+    """Compare the rows with `encode(a + b) == [a, b]` on pairs of whole-UTF-8 tokens; the only
+    disagreement allowed is the whitespace run that ends with b (allowed, and then checked in
+    the context that makes it canonical: a non-space after b)."""
+    ab = [(a, b) for a, b in ab if a in texts and b in texts]
+    encs = tok.encode_batch([texts[a] + texts[b] for a, b in ab], add_special_tokens=False)
+    mine = _row_verdicts(pairs, ab)
+    counts = collections.Counter()
+    lone = _non_space_after_space(tok, texts)
+    for (a, b), enc, allowed in zip(ab, encs, mine):
+        truth = enc.ids == [a, b]
+        counts["canonical" if truth else "not canonical"] += 1
+        if allowed == truth:
+            continue
+        state = pairs.after(C.CanonicalState(a, C.Continuation.FREE), b)
+        assert allowed and state.continuation is C.Continuation.ENDS_WHITESPACE_RUN, (texts[a], texts[b], enc.tokens)
+        tail = lone if texts[b] == " " else "x"
+        ids = tok.encode(texts[a] + texts[b] + tail, add_special_tokens=False).ids
+        assert ids[:2] == [a, b], (texts[a], texts[b], tail)  # canonical once the run ends
+        assert not pairs.allowed_after(state)[b]  # and the run may not go on
+        counts["whitespace run end"] += 1
+    return counts
+
+
+def test_small_bpe_every_pair_agrees_with_encode():
+    """A byte-level BPE trained in the test: every pair of tokens against the tokenizer."""
+    tok = _train_small()
+    vocab = Vocabulary.from_tokenizer(tok)
+    pairs = C.CanonicalPairs(C.build_tables(tok, vocab))
+    texts = _texts(vocab, pairs.tables)
+    assert len(texts) > 250  # 128 ASCII bytes and about 150 merges
+    ids = sorted(texts)
+    counts = _agree_with_encode(tok, pairs, texts, [(a, b) for a in ids for b in ids])
+    assert counts["not canonical"] > 1000 and counts["canonical"] > 1000
+    assert counts["whitespace run end"] > 0
+
+
+def test_small_bpe_triples_agree_with_encode():
+    """Sequences of three tokens as whole texts: never masked when canonical; allowed though
+    not canonical only beside a multi-byte character that the pair does not complete."""
+    tok = _train_small()
+    vocab = Vocabulary.from_tokenizer(tok)
+    pairs = C.CanonicalPairs(C.build_tables(tok, vocab))
+    t = pairs.tables
+    ids = [i for i in range(vocab.size) if not t.free[i]]
+    rng = random.Random(7)
+    triples, texts = [], []
+    while len(triples) < 60_000:
+        tr = [rng.choice(ids) for _ in range(3)]
+        try:
+            texts.append(b"".join(vocab.token_bytes[i] for i in tr).decode())
+        except UnicodeDecodeError:
+            continue
+        triples.append(tr)
+    lax = canonical = 0
+    for tr, enc in zip(triples, tok.encode_batch(texts, add_special_tokens=False)):
+        truth = enc.ids == tr
+        canonical += truth
+        if pairs.is_canonical(tr, whole_text=True) != truth:
+            assert not truth, [vocab.token_bytes[i] for i in tr]
+            partial = [i for i in tr if t.kind[i] in (pj.RunKind.OPEN_CHAR, pj.RunKind.UNKNOWN)]
+            assert partial, [vocab.token_bytes[i] for i in tr]
+            lax += 1
+    assert canonical > 1000
+    assert lax < len(triples) // 100
+
+
+@pytest.fixture(scope="module")
+def default_pairs():
+    tok = load_tokenizer("default")
+    return tok, C.load_canonical(tok)
+
+
+def test_default_tokenizer_random_pairs_agree_with_encode(default_pairs):
+    tok, pairs = default_pairs
+    texts = _texts(tok.vocab, pairs.tables)
+    ids = sorted(texts)
+    rng = random.Random(21)
+    counts = _agree_with_encode(tok.tokenizer, pairs, texts, [(rng.choice(ids), rng.choice(ids)) for _ in range(120_000)])
+    assert counts["canonical"] + counts["not canonical"] >= 100_000
+    assert counts["not canonical"] > 1000
+
+
+@pytest.mark.slow
+def test_default_tokenizer_all_pairs_of_frequent_tokens_agree_with_encode(default_pairs):
+    """All pairs of the 2,000 tokens most frequent in stdlib code (4 million pairs)."""
+    tok, pairs = default_pairs
+    texts = _texts(tok.vocab, pairs.tables)
+    freq = collections.Counter()
+    files = [p for p in stdlib_files(include_tests=False) if p.stat().st_size > 5000]
+    for p in random.Random(2).sample(files, 60):
+        data = read_source(p)
+        if data is not None:
+            freq.update(tok.encode(data.decode()))
+    top = [i for i, _ in freq.most_common() if i in texts][:2000]
+    assert len(top) == 2000
+    counts = collections.Counter()
+    for k in range(0, len(top), 250):
+        counts += _agree_with_encode(tok.tokenizer, pairs, texts, [(a, b) for a in top[k : k + 250] for b in top])
+    assert sum(counts[k] for k in ("canonical", "not canonical")) == 2000 * 2000
+    assert counts["whitespace run end"] > 0 and counts["not canonical"] > 10_000
+
+
+def _state(pairs, vocab, texts):
+    ids = [vocab.by_bytes[t.encode()] for t in texts]
+    return pairs.state_after(ids)
+
+
+def test_the_rules_on_examples(default_pairs):
+    tok, pairs = default_pairs
+    vocab = tok.vocab
+    by = vocab.by_bytes
+
+    def allowed(before, nxt):
+        return bool(pairs.allowed_after(_state(pairs, vocab, before))[by[nxt.encode()]])
+
+    assert allowed(["x", " ="], " return") and allowed(["x", " ="], " ret")
+    assert not allowed([" ret"], "urn")  # ` return` is one token
+    assert allowed([":"], "\n   ") and allowed([":", "\n   "], " return")
+    assert not allowed([":", "\n   "], "return")  # the run gives its last space to the word
+    # blank lines before a statement: `\n` `\n` `def`, the second newline ends the run
+    assert allowed(["x", "\n"], "\n") and allowed(["x", "\n", "\n"], "def")
+    assert not allowed(["x", "\n", "\n"], "\n") and not allowed(["x", "\n", "\n"], " def")
+    # a contraction only where `'` starts a match
+    assert not allowed(["x", "'"], "s") and allowed(["x", "'s"], "elf")
+    assert not allowed(["x", "'"], "self")  # `'self` is `'s` + `elf`
+    assert allowed([" =", " '"], "self")
+    # a token never produced for its own text is never allowed: none in SmolLM2's vocabulary
+    assert pairs.tables.reachable.all()
+
+
+def test_cached_tables_equal_built_ones(default_pairs, tmp_path, monkeypatch):
+    tok, pairs = default_pairs
+    monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))
+    first = C.load_tables(tok.tokenizer, tok.vocab)
+    assert C.tables_path(tok.tokenizer).is_file()
+    again = C.load_tables(tok.tokenizer, tok.vocab)
+    for f in C.CanonicalTables.FIELDS:
+        assert np.array_equal(getattr(first, f), getattr(again, f)), f
+        assert np.array_equal(getattr(first, f), getattr(pairs.tables, f)), f
+
+
+def test_conflicts_row_and_single_pair_agree(default_pairs):
+    tok, pairs = default_pairs
+    rng = random.Random(3)
+    for a in rng.sample(range(17, tok.vocab.size), 40):
+        row = pairs.conflicts(a)
+        for b in rng.sample(range(17, tok.vocab.size), 200) + np.flatnonzero(row)[:50].tolist():
+            assert pairs.conflict(a, b) == row[b]
+
+
+def test_unsupported_tokenizers_are_refused_with_the_reason():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = _train_small()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    with pytest.raises(C.CanonicalUnsupported, match="pre-tokenizer"):
+        C.build_tables(tok, Vocabulary.from_tokenizer(_train_small()))
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    with pytest.raises(C.CanonicalUnsupported, match="not BPE"):
+        C.build_tables(wp, Vocabulary.from_tokenizer(wp))
+
+
+# ---------------------------------------------------------------------------------- in the matcher
+
+
+def _healed(comp, tok, text: str, canonical: C.CanonicalState = C.OFF):
+    """Token healing as the engine does it, with the canonical state after the ids kept."""
+    from mask_store import healing
+    from mask_store.matcher import GrammarMatcher
+
+    ids = tok.encode(text)
+    h = healing.back_off(tok.vocab.token_bytes, text.encode(), ids)
+    if canonical.active:
+        canonical = comp.canonical.state_after(h.kept, canonical)
+    data = text.encode()
+    return GrammarMatcher.from_prefix(comp, data[: len(data) - len(h.healed)], heal=h.healed, canonical=canonical), h.kept
+
+
+def test_matcher_ands_the_row_and_falls_back_to_the_grammar_when_nothing_is_left(compiled_full):
+    """After a lone space, every token spelling a healed `q...` merges with it: the step takes the
+    grammar's mask and counts it; where some token is left, the mask is the AND."""
+    from mask_store.matcher import GrammarMatcher
+
+    comp, tok = compiled_full
+    space = C.CanonicalState(tok.vocab.by_bytes[b" "], C.Continuation.FREE)
+    outcomes = {}
+    for c in (b"q", b"x"):
+        grammar = GrammarMatcher.from_prefix(comp, b"a = ", heal=c).next_token_mask()
+        before = comp.stats["canonical_fallbacks"]
+        mask = GrammarMatcher.from_prefix(comp, b"a = ", heal=c, canonical=space).next_token_mask()
+        fell_back = comp.stats["canonical_fallbacks"] - before
+        row = comp.canonical.allowed_after(space)
+        if (grammar & row).any():
+            assert np.array_equal(mask, grammar & row) and not fell_back
+        else:
+            assert np.array_equal(mask, grammar) and fell_back == 1
+        outcomes[c] = fell_back
+    assert outcomes == {b"q": 1, b"x": 0}
+
+
+def test_healed_first_tokens_and_what_follows_are_canonical(compiled_full):
+    comp, tok = compiled_full
+    by = tok.vocab.by_bytes
+    text = "def f(x):\n    "
+    ids = tok.encode(text)
+    m, kept = _healed(comp, tok, text, C.START)
+    plain, _ = _healed(comp, tok, text)
+    assert tok.vocab.token_bytes[ids[-1]] == b"\n    " and kept == ids[:-1]  # the indentation was backed off
+    mask = m.next_token_mask()
+    assert mask[by[b"\n   "]] and mask[by[b"\n    "]]
+    assert m.accept_token(by[b"\n    "]) and plain.accept_token(by[b"\n    "])
+    # the whole indentation then `return` is not how the tokenizer spells it (`\n   ` + ` return`)
+    assert plain.next_token_mask()[by[b"return"]] and not m.next_token_mask()[by[b"return"]]
+    m.rollback(1)
+    assert m.canonical.last == kept[-1] and np.array_equal(m.next_token_mask(), mask)
+    f = m.fork()
+    assert f.accept_token(by[b"\n   "]) and f.canonical.last == by[b"\n   "] and m.canonical.last == kept[-1]
+    assert f.next_token_mask()[by[b" return"]]
+
+
+def test_a_space_ending_the_indentation_may_only_be_followed_by_what_it_does_not_merge_with(compiled_full):
+    """`\\n   ` + ` ` is canonical before a digit (` 0` is not a token): the prompt `x = [\\n    0`
+    keeps it; before a healed `ret` nothing canonical is left after it: that step falls back to
+    the grammar's mask, counted."""
+    comp, tok = compiled_full
+    by = tok.vocab.by_bytes
+    text = "x = [\n    0"
+    m, kept = _healed(comp, tok, text, C.START)
+    assert [tok.vocab.token_bytes[i] for i in kept[-2:]] == [b"\n   ", b" "] and m.heal == b"0"
+    assert m.canonical.continuation is C.Continuation.ENDS_WHITESPACE_RUN
+    before = comp.stats["canonical_fallbacks"]
+    assert m.next_token_mask()[by[b"0"]] and comp.stats["canonical_fallbacks"] == before
+
+    text = "def f(x):\n    ret"
+    m, kept = _healed(comp, tok, text, C.START)
+    assert m.heal == b" ret" and tok.vocab.token_bytes[kept[-1]] == b"\n   "
+    assert m.next_token_mask()[by[b" "]] and m.accept_token(by[b" "])
+    assert m.canonical.continuation is C.Continuation.ENDS_WHITESPACE_RUN
+    mask = m.next_token_mask()
+    assert comp.stats["canonical_fallbacks"] == before + 1 and mask[by[b"ret"]]
