@@ -37,10 +37,83 @@ def content_hash(*parts: str | bytes, length: int = 16) -> str:
     return h.hexdigest()[:length]
 
 
+PROJECT_PACKAGES = ("grammar_tools", "mask_store", "lsp_server")
+
+
+def read_source(path: Path) -> bytes:
+    """A module's source, as the code hashes read it."""
+    return path.read_bytes()
+
+
 def source_hash(*modules: Any) -> str:
-    """Hash of the source files of `modules`: a cached artefact is rebuilt when its code changes."""
-    texts = [Path(m.__file__).read_bytes() for m in modules]
-    return content_hash(*texts)
+    """Hash of the source files of `modules` and of every module of this project that they
+    import, directly or not: a cached artefact keyed by it is rebuilt when any code that
+    produced it changes (no list of modules to keep up to date by hand)."""
+    files = project_closure(*(Path(m.__file__) for m in modules))
+    root = _project_root()
+    parts: list[str | bytes] = []
+    for f in files:
+        parts += [f.relative_to(root).as_posix(), read_source(f)]
+    return content_hash(*parts)
+
+
+def library_versions(*names: str) -> str:
+    """The installed versions of the libraries whose output an artefact keeps ("lark=1.3.1")."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in names:
+        try:
+            out.append(f"{name}={version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name}=?")
+    return ",".join(out)
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def project_closure(*files: Path) -> list[Path]:
+    """`files` and the project modules they import, transitively (read from every import
+    statement in them, function bodies included), sorted."""
+    import ast
+
+    root = _project_root()
+    seen: set[Path] = set()
+    todo = [Path(f).resolve() for f in files]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        package = f.parent.relative_to(root).parts
+        for node in ast.walk(ast.parse(read_source(f))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = list(package[: len(package) - node.level + 1]) if node.level else []
+                mod = base + (node.module.split(".") if node.module else [])
+                # `from . import x` / `from pkg import x`: x may be a module
+                names = [".".join(mod)] + [".".join(mod + [a.name]) for a in node.names]
+            else:
+                continue
+            for name in names:
+                path = _module_file(root, name)
+                if path is not None and path not in seen:
+                    todo.append(path)
+    return sorted(seen)
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    parts = name.split(".")
+    if not parts or parts[0] not in PROJECT_PACKAGES:
+        return None
+    base = root.joinpath(*parts)
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand.resolve()
+    return None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

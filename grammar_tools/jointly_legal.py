@@ -6,21 +6,38 @@ these are the cases where it can be shown (sound; False means "not shown"):
 
 - S1 and S2 are images of each other under interchangeable terminals (`interchangeable`);
 - one extends the other, S2 = S1 + T, and wherever S1 is legal after X, T is legal after it:
-  the unlimited-credit exploration (`always_legal`) reads S1 from X's states and then T from
+  the unlimited-credit exploration (`exploration`) reads S1 from X's states and then T from
   every branch that read S1. This refines the seed's rule (is_always_legal(Y, T) for the last
   terminal Y of S1), since it knows what came before Y;
 - both are always legal, or both never legal;
 - fed in lockstep on the same stacks, the recognizer treats them alike: the same checks and
   reductions until both shift into the same state, and where they part, both always or
-  both never accepted (`Explorer.accepted_alike`): `x and` / `x or`, `f(x).` / `f(x) **`.
+  both never accepted (`lockstep`): `x and` / `x or`, `f(x).` / `f(x) **`.
+
+For many sequences at once (the mask store's rows after one context), `jointly_legal_classes`
+partitions them into classes of this relation, with two forms of the rules that compare many
+sequences in one pass: after a common prefix P, sequences whose outcomes agree on every frame
+that read P (refined by SIGNATURE_DEPTH known stack entries, each frame deciding them), and
+sequences that differ in one terminal right after P, compared in lockstep on every frame that
+read P (refined up to LOCKSTEP_REFINE times); then `are_jointly_legal` joins the classes left.
+`jointly_legal_prefix` is the extension rule for one sequence: the shortest prefix that it
+is jointly legal with (a row checked with fewer terminals).
 """
 
 from __future__ import annotations
 
-from .always_legal import ACC, REJ, explorer
+import enum
+from collections import defaultdict
+from dataclasses import dataclass
+
 from .contexts import Context, context_from_name, parse_names
+from .exploration import ACC, REJ, Verdict, explorer
 from .grammar import Grammar
 from .interchangeable import canonical_map, interchangeable_classes, recognizer_classes
+from .lockstep import lockstep
+
+SIGNATURE_DEPTH = 1  # stack entries made known below each start state for signatures
+LOCKSTEP_REFINE = 2  # stack entries made known where two terminals fed in lockstep part
 
 
 def canonical(grammar: Grammar, seq: tuple[int, ...], python: bool = True) -> tuple[int, ...]:
@@ -37,7 +54,8 @@ def extends_jointly(grammar: Grammar, context: Context, prefix, suffix, python: 
 
 
 def are_jointly_legal(grammar: Grammar, x, s1, s2, python: bool = True) -> bool:
-    """Sound: True means S1 and S2 are legal after exactly the same prefixes ending in `x`."""
+    """Sound: True means S1 and S2 are legal after exactly the same prefixes ending in `x` (a
+    terminal name or id, or a `Context`)."""
     ctx = context_from_name(grammar, x)
     a, b = parse_names(grammar, s1), parse_names(grammar, s2)
     if a == b or canonical(grammar, a, python) == canonical(grammar, b, python):
@@ -47,9 +65,178 @@ def are_jointly_legal(grammar: Grammar, x, s1, s2, python: bool = True) -> bool:
     if b[: len(a)] == a and extends_jointly(grammar, ctx, a, b[len(a) :], python):
         return True
     ex = explorer(grammar, python)
-    oa, ob = ex.outcome(ctx, a), ex.outcome(ctx, b)
-    if oa == ACC and ob == ACC:
+    va, vb = ex.verdict(ctx, a), ex.verdict(ctx, b)
+    if va is vb and va in (Verdict.ALWAYS, Verdict.NEVER):
         return True
-    if oa & ~REJ == 0 and ob & ~REJ == 0:
-        return True
-    return ex.accepted_alike_after(ctx, a, b)
+    return lockstep(grammar, python).accepted_alike_after(ctx, a, b)
+
+
+def jointly_legal_prefix(grammar: Grammar, x, seq, python: bool = True) -> tuple[int, ...]:
+    """The shortest prefix P of `seq` (`seq` itself if none) such that wherever P is legal
+    after `x`, `seq` is too: the two are jointly legal, and P is the cheaper check."""
+    ctx = context_from_name(grammar, x)
+    seq = parse_names(grammar, seq)
+    for k in range(1, len(seq)):
+        if extends_jointly(grammar, ctx, seq[:k], seq[k:], python):
+            return seq[:k]
+    return seq
+
+
+class Fate(enum.Enum):
+    """What becomes of a class of jointly legal sequences (of their mask store rows)."""
+
+    CHECKED = "checked"  # one row, checked as the class's representative
+    ALWAYS = "always"  # always legal: into the unconditional row
+    NEVER = "never"  # never legal: deleted
+
+
+@dataclass(frozen=True)
+class JointClass:
+    members: tuple[tuple[int, ...], ...]  # the representative (shortest, then smallest) first
+    fate: Fate
+
+    @property
+    def representative(self) -> tuple[int, ...]:
+        return self.members[0]
+
+
+@dataclass(frozen=True)
+class JointClasses:
+    classes: tuple[JointClass, ...]
+    lockstep_unions: int  # unions made by a lockstep comparison (for the streamlining's report)
+
+    @property
+    def merged(self) -> int:
+        """Sequences that share another's row."""
+        return sum(len(c.members) - 1 for c in self.classes)
+
+
+def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True) -> JointClasses:
+    """The sequences `seqs` after `x`, partitioned into classes whose members are legal after
+    exactly the same prefixes (see the module doc). Every union is sound, so the classes are
+    those of the relation `are_jointly_legal` shows, closed under transitivity."""
+    ctx = context_from_name(grammar, x)
+    ex = explorer(grammar, python)
+    seqs = set(seqs)
+    uf = _UnionFind(seqs)
+    fate: dict = {}  # seq -> Fate.ALWAYS | Fate.NEVER
+    unions = 0
+    longest = max((len(s) for s in seqs), default=0)
+    for n in range(longest):
+        by_prefix: dict[tuple, list] = defaultdict(list)
+        for seq in seqs:
+            if len(seq) > n:
+                by_prefix[seq[:n]].append(seq)
+        for prefix, members in by_prefix.items():
+            if len(members) < 2 and n:
+                continue
+            if len(members) > 1:
+                unions += _join_in_lockstep(grammar, ctx, prefix, members, uf, python)
+            frames = ex.refine(ex.frames_after(ctx, prefix), SIGNATURE_DEPTH)
+            if not frames:
+                continue
+            buckets: dict = defaultdict(list)
+            for seq in members:
+                sig = ex.signature(frames, seq[n:])
+                if sig is None:
+                    continue
+                if not any(sig):
+                    fate[seq] = Fate.NEVER  # never legal where its prefix is
+                elif n == 0 and all(sig):
+                    fate[seq] = Fate.ALWAYS
+                else:
+                    buckets[sig].append(seq)
+            for group in buckets.values():
+                for other in group[1:]:
+                    uf.union(group[0], other)
+    unions += _join_classes(grammar, ctx, seqs, uf, python)
+    classes = []
+    for comp in uf.components():
+        fates = {fate[s] for s in comp if s in fate}
+        best = Fate.NEVER if Fate.NEVER in fates else Fate.ALWAYS if Fate.ALWAYS in fates else Fate.CHECKED
+        classes.append(JointClass(tuple(sorted(comp, key=lambda s: (len(s), s))), best))
+    return JointClasses(tuple(classes), unions)
+
+
+def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: list, uf, python: bool) -> int:
+    """Joins the members (sequences that start with `prefix`) that differ in one terminal
+    right after it and are accepted alike there, fed in lockstep on every frame that read
+    the prefix; returns how many unions it made."""
+    ex = explorer(grammar, python)
+    ls = lockstep(grammar, python)
+    n = len(prefix)
+    frames = ex.covering_frames(ctx, prefix)
+    if not frames:
+        return 0  # a cut branch (or a prefix never read): nothing is shown
+    by_rest: dict[tuple, list] = defaultdict(list)
+    for seq in members:
+        by_rest[seq[n + 1 :]].append(seq)
+    unions = 0
+    for rest, seqs in by_rest.items():
+        classes: list[tuple] = []  # one member of each class found so far
+        for seq in sorted(seqs):
+            for other in classes:
+                if uf.find(other) == uf.find(seq) or all(
+                    ls.accepted_alike(f, (other[n],) + rest, (seq[n],) + rest, LOCKSTEP_REFINE) for f in frames
+                ):
+                    if uf.find(other) != uf.find(seq):
+                        uf.union(other, seq)
+                        unions += 1
+                    break
+            else:
+                classes.append(seq)
+    return unions
+
+
+def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool) -> int:
+    """Joins the classes of `uf` whose representatives `are_jointly_legal`; returns how many
+    unions it made. Pairs that some start frame tells apart (always legal on it for one,
+    never for the other) are not tried."""
+    ex = explorer(grammar, python)
+    frames = ex.start_frames(ctx)
+
+    def kind(o: int) -> int:
+        return 1 if o == ACC else 2 if o & ~REJ == 0 else 0
+
+    profile = {seq: [kind(ex.run(f, seq)) for f in frames] for seq in seqs}
+
+    def may_agree(s1, s2) -> bool:
+        return all(x == y or not x or not y for x, y in zip(profile[s1], profile[s2]))
+
+    unions = 0
+    roots: dict = {}  # root -> its shortest member
+    for seq in sorted(seqs, key=lambda x: (len(x), x)):
+        roots.setdefault(uf.find(seq), seq)
+    members = list(roots.values())
+    for i, seq in enumerate(members):
+        for other in members[:i]:
+            if uf.find(other) == uf.find(seq):
+                break
+            if may_agree(other, seq) and are_jointly_legal(grammar, ctx, other, seq, python):
+                uf.union(other, seq)
+                unions += 1
+                break
+    return unions
+
+
+class _UnionFind:
+    def __init__(self, items) -> None:
+        self.parent = {x: x for x in items}
+
+    def find(self, x):
+        p = self.parent
+        while p[x] != x:
+            p[x] = p[p[x]]
+            x = p[x]
+        return x
+
+    def union(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+    def components(self) -> list[list]:
+        out: dict = defaultdict(list)
+        for x in self.parent:
+            out[self.find(x)].append(x)
+        return list(out.values())

@@ -1,315 +1,23 @@
-"""`is_never_legal(X, S)`: L ∩ Σ*XSΣ* = ∅, by the Bar-Hillel construction and CFG emptiness.
+"""`is_never_legal(X, S)`: no prefix that ends in X goes on with S. Two tests, two guarantees.
 
-The language L of the grammar is context-free and Σ*XSΣ* is regular, so their intersection is
-context-free (Bar-Hillel: the grammar's Chomsky normal form, one nonterminal per pair of
-automaton states) and its emptiness is decidable (is the start symbol generating?). pyformlang
-does both (`CFG.intersection`, `CFG.is_empty`). If no sentence has X followed by S anywhere,
-no prefix that ends in X can go on with S: S is never legal after X. The answer is exact for
-the grammar; the recognizer accepts a sublanguage (its guards only reject more), so it holds
-for the recognizer too.
+- `is_never_legal`: exact for the grammar, by the Bar-Hillel construction and CFG emptiness
+  (`bar_hillel`): L ∩ Σ*XSΣ* = ∅. The recognizer accepts a sublanguage of the grammar (its
+  guards only reject more), so the answer True holds for it too. Costly (a third of a second
+  to many seconds a query), cached on disk; `is_never_legal_many` for batches.
+- `is_never_legal_shown`: sound but incomplete, by the unlimited-credit exploration
+  (`exploration`): True means never legal, False may mean "not shown". Cheap; it knows the
+  recognizer's guards, so it shows some sequences never legal that the grammar allows.
 
-Contexts and sequences are those of `contexts`: a sequence's newline may be dropped (inside
-brackets) and its indentation stands for nothing, one `_INDENT` or `_DEDENT`s, so the regular
-side is Σ* C R Σ*, with R the sequence with those readings. A context other than `after(X)`
-tells nothing about what came before (C = ε).
-
-A query costs ~0.3 s for a 3-state automaton and grows with the cube of its size, so answers
-are cached on disk (JSON, per grammar hash) and batches are spread over worker processes
-(`decide`). Run time never calls this: the mask store streamlining does, offline, for what the
-cheaper analyses (`follow_graph`, `always_legal`) leave open.
+`may_be_never_legal` says where the exploration leaves the question open: what the mask store
+streamlining asks the exact test (`mask_store.streamline`).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import multiprocessing
-import time
-from pathlib import Path
-
-from . import cache
-from .contexts import AFTER, Context, Layout, context_from_name, parse_names
+from . import bar_hillel
+from .contexts import Context, context_from_name, parse_names
+from .exploration import Verdict, explorer
 from .grammar import Grammar
-
-log = logging.getLogger(__name__)
-
-CODE_VERSION = "never-legal-v1"
-
-
-# ---------------------------------------------------------------- the two languages
-
-
-def grammar_cfg(grammar: Grammar):
-    """The grammar as a pyformlang CFG in Chomsky normal form (built once per grammar)."""
-    return _cnf(grammar)
-
-
-@functools.lru_cache(maxsize=4)
-def _cnf(grammar: Grammar):
-    from pyformlang.cfg import CFG, Production, Terminal, Variable
-
-    terms = set(grammar.terminals)
-    prods = set()
-    for r in grammar.rules:
-        if r.lhs.startswith("$root"):
-            continue
-        body = [Terminal(s) if s in terms else Variable(s) for s in r.rhs]
-        prods.add(Production(Variable(r.lhs), body))
-    cfg = CFG(start_symbol=Variable(grammar.start), productions=prods)
-    cnf = cfg.to_normal_form()
-    cnf._normal_form = cnf  # already normal: don't convert again at every intersection
-    return cnf
-
-
-def alphabet(grammar: Grammar) -> list[int]:
-    """The terminals of the rules (the parser's alphabet)."""
-    names = {s for r in grammar.rules for s in r.rhs if s in grammar.term_id}
-    return sorted(grammar.term_id[n] for n in names)
-
-
-def pattern_automaton(grammar: Grammar, context: Context, seq: tuple[int, ...]):
-    """The minimal DFA of Σ* C R Σ* as (n_states, start, finals, delta[state][terminal]).
-
-    Built from a small NFA of positions by the subset construction, then minimized (Moore);
-    the symbols outside the pattern all behave alike and share one column."""
-    lay = Layout.of(grammar)
-    sigma = alphabet(grammar)
-    # NFA: position i; edges (i, symbol or None for epsilon, j); position 0 loops on Σ
-    edges: list[tuple[int, int | None, int]] = []
-    pos = 0
-    n_pos = 1
-
-    def new() -> int:
-        nonlocal n_pos
-        n_pos += 1
-        return n_pos - 1
-
-    pattern = ([context.terminal] if context.kind == AFTER else []) + list(seq)
-    for e in pattern:
-        nxt = new()
-        if lay.is_indentation(e):
-            edges.append((pos, None, nxt))
-            edges.append((pos, lay.indent, nxt))
-            d = new()  # DEDENT+: a loop on its own state
-            edges.append((pos, lay.dedent, d))
-            edges.append((d, lay.dedent, d))
-            edges.append((d, None, nxt))
-        elif e == lay.newline:
-            edges.append((pos, None, nxt))
-            edges.append((pos, e, nxt))
-        else:
-            edges.append((pos, e, nxt))
-        pos = nxt
-    final = pos
-    eps: dict[int, list[int]] = {}
-    step: dict[tuple[int, int], list[int]] = {}
-    for a, sym, b in edges:
-        if sym is None:
-            eps.setdefault(a, []).append(b)
-        else:
-            step.setdefault((a, sym), []).append(b)
-
-    def closure(states) -> frozenset:
-        out = set(states)
-        stack = list(states)
-        while stack:
-            s = stack.pop()
-            for t in eps.get(s, ()):
-                if t not in out:
-                    out.add(t)
-                    stack.append(t)
-        return frozenset(out)
-
-    in_pattern = {e for e in pattern if e >= 0 and not lay.is_indentation(e)} | (
-        {lay.indent, lay.dedent} if any(lay.is_indentation(e) for e in pattern) else set()
-    )
-    symbols = [t for t in sigma if t in in_pattern]
-    other = next((t for t in sigma if t not in in_pattern), None)
-    columns = symbols + ([other] if other is not None else [])
-
-    def move(S: frozenset, sym: int) -> frozenset:
-        if final in S:
-            return S_final
-        nxt = {0}  # Σ* before the pattern
-        for s in S:
-            nxt.update(step.get((s, sym), ()))
-        return closure(nxt)
-
-    start = closure({0})
-    S_final = frozenset({final})
-    index = {start: 0}
-    order = [start]
-    delta: list[dict[int, int]] = []
-    i = 0
-    while i < len(order):
-        S = order[i]
-        i += 1
-        row = {}
-        for sym in columns:
-            T = move(S, sym)
-            if T not in index:
-                index[T] = len(order)
-                order.append(T)
-            row[sym] = index[T]
-        delta.append(row)
-    finals = {k for k, S in enumerate(order) if final in S}
-    # Moore minimization
-    part = [1 if k in finals else 0 for k in range(len(order))]
-    while True:
-        sig = {}
-        new_part = []
-        for k in range(len(order)):
-            key = (part[k],) + tuple(part[delta[k][c]] for c in columns)
-            new_part.append(sig.setdefault(key, len(sig)))
-        if len(sig) == len(set(part)):
-            break
-        part = new_part
-    n = len(set(part))
-    mdelta = [dict() for _ in range(n)]
-    for k in range(len(order)):
-        for c in columns:
-            mdelta[part[k]][c] = part[delta[k][c]]
-    full = [dict() for _ in range(n)]
-    for st in range(n):
-        for t in sigma:
-            full[st][t] = mdelta[st][t if t in in_pattern else other]
-    return n, part[0], {part[k] for k in finals}, full
-
-
-def _to_pyformlang(grammar: Grammar, automaton):
-    from pyformlang.finite_automaton import DeterministicFiniteAutomaton, State, Symbol
-
-    n, start, finals, delta = automaton
-    dfa = DeterministicFiniteAutomaton()
-    names = grammar.terminals
-    for s in range(n):
-        for t, d in delta[s].items():
-            dfa.add_transition(State(s), Symbol(names[t]), State(d))
-    dfa.add_start_state(State(start))
-    for f in finals:
-        dfa.add_final_state(State(f))
-    return dfa
-
-
-def bar_hillel_empty(grammar: Grammar, context: Context, seq: tuple[int, ...]) -> bool:
-    """True iff no sentence of the grammar contains the pattern (one pyformlang query)."""
-    cnf = grammar_cfg(grammar)
-    dfa = _to_pyformlang(grammar, pattern_automaton(grammar, context, seq))
-    return cnf.intersection(dfa).is_empty()
-
-
-# ---------------------------------------------------------------- cache and batches
-
-
-def query_key(grammar: Grammar, context: Context, seq: tuple[int, ...]) -> str:
-    names = grammar.terminals
-    T = grammar.n_terminals
-    return context.key(grammar) + "|" + ",".join(names[e] if e < T else "<indent>" for e in seq)
-
-
-def cache_path(grammar: Grammar) -> Path:
-    return cache.cache_dir() / f"never-legal-{cache.content_hash(grammar.hash, CODE_VERSION)}.json"
-
-
-class NeverLegalCache:
-    """Answers on disk, one JSON object per grammar: query key -> bool."""
-
-    def __init__(self, grammar: Grammar) -> None:
-        self.grammar = grammar
-        self.path = cache_path(grammar)
-        self.data: dict[str, bool] = cache.read_json(self.path) or {}
-        self.dirty = False
-
-    def get(self, context: Context, seq) -> bool | None:
-        return self.data.get(query_key(self.grammar, context, tuple(seq)))
-
-    def put(self, context: Context, seq, value: bool) -> None:
-        self.data[query_key(self.grammar, context, tuple(seq))] = bool(value)
-        self.dirty = True
-
-    def save(self) -> None:
-        if self.dirty:
-            # merge with what another process may have written meanwhile
-            on_disk = cache.read_json(self.path) or {}
-            on_disk.update(self.data)
-            cache.write_json(self.path, on_disk)
-            self.data = on_disk
-            self.dirty = False
-
-
-_worker_grammar: Grammar | None = None
-
-
-def _init_worker(text: str, start: str) -> None:
-    global _worker_grammar
-    from .grammar import load_grammar
-
-    _worker_grammar = load_grammar(text, start)
-    grammar_cfg(_worker_grammar)
-
-
-def _work(item):
-    kind, terminal, seq = item
-    t0 = time.perf_counter()
-    empty = bar_hillel_empty(_worker_grammar, Context(kind, terminal), seq)
-    return empty, time.perf_counter() - t0
-
-
-def decide(
-    grammar: Grammar,
-    queries,
-    processes: int = 2,
-    time_budget_s: float | None = None,
-    progress: bool = False,
-) -> dict[tuple[Context, tuple[int, ...]], bool]:
-    """`is_never_legal` for many (context, seq) queries: from the cache, the rest computed on
-    `processes` worker processes (longest patterns last). With a time budget, queries not
-    started in time are left out of the result (unknown)."""
-    store = NeverLegalCache(grammar)
-    out: dict = {}
-    todo = []
-    for ctx, seq in dict.fromkeys((c, tuple(s)) for c, s in queries):
-        v = store.get(ctx, seq)
-        if v is None:
-            todo.append((ctx, seq))
-        else:
-            out[(ctx, seq)] = v
-    if not todo:
-        return out
-    todo.sort(key=lambda q: len(q[1]))
-    t0 = time.perf_counter()
-    items = [(c.kind, c.terminal, s) for c, s in todo]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(items), desc="is_never_legal (Bar-Hillel)", unit="query", leave=False)
-    try:
-        if processes > 1 and len(items) > 1:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(processes, initializer=_init_worker, initargs=(grammar.text, grammar.start)) as pool:
-                for (c, s), (empty, _) in zip(todo, pool.imap(_work, items, chunksize=1)):
-                    out[(c, s)] = empty
-                    store.put(c, s, empty)
-                    if bar:
-                        bar.update()
-                    if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
-                        pool.terminate()
-                        break
-        else:
-            for c, s in todo:
-                if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
-                    break
-                empty = bar_hillel_empty(grammar, c, s)
-                out[(c, s)] = empty
-                store.put(c, s, empty)
-                if bar:
-                    bar.update()
-    finally:
-        if bar:
-            bar.close()
-        store.save()
-    return out
 
 
 def is_never_legal(grammar: Grammar, x, seq) -> bool:
@@ -317,4 +25,31 @@ def is_never_legal(grammar: Grammar, x, seq) -> bool:
     `Context`) directly followed by `seq` (names or ids). Cached on disk."""
     ctx = context_from_name(grammar, x)
     seq = parse_names(grammar, seq)
-    return decide(grammar, [(ctx, seq)], processes=1)[(ctx, seq)]
+    return bar_hillel.decide(grammar, [(ctx, seq)], processes=1)[(ctx, seq)]
+
+
+def is_never_legal_many(
+    grammar: Grammar,
+    queries,
+    processes: int = 2,
+    time_budget_s: float | None = None,
+    progress: bool = False,
+) -> dict[tuple[Context, tuple[int, ...]], bool]:
+    """`is_never_legal` for many (context, seq) queries, on `processes` worker processes;
+    with a time budget, the queries not started in time are left out (unknown)."""
+    return bar_hillel.decide(grammar, queries, processes, time_budget_s, progress)
+
+
+def is_never_legal_shown(grammar: Grammar, x, seq, python: bool = True) -> bool:
+    """Sound but incomplete, by the exploration (cheap): True means no prefix that ends in `x`
+    goes on with `seq`; False means it could not be shown (`is_never_legal` decides exactly).
+    `python`: the recognizer's guards and layout, for every Python version."""
+    ctx = context_from_name(grammar, x)
+    return explorer(grammar, python).verdict(ctx, parse_names(grammar, seq)) is Verdict.NEVER
+
+
+def may_be_never_legal(grammar: Grammar, x, seq, python: bool = True) -> bool:
+    """Whether the exploration leaves "never legal" open: it read `seq` on no branch but cut
+    some (neither shown never legal nor seen legal anywhere), so only the exact test can say."""
+    ctx = context_from_name(grammar, x)
+    return explorer(grammar, python).verdict(ctx, parse_names(grammar, seq)) is Verdict.UNDECIDED

@@ -31,6 +31,7 @@ from .grammar import (
     Grammar,
     load_grammar,
 )
+from . import attributes as A
 from . import guards as G
 
 _MISSING = object()
@@ -150,13 +151,8 @@ class Recognizer:
         return Node(state, parent, attr, ctx, depth, indent)
 
     def _check(self, code: int, arg: int, node: Node) -> bool:
-        attr = node.attr
-        if code == G.G_TARGET:
-            return bool(attr & G.TARGET)
-        if code == G.G_SINGLE:
-            return bool(attr & G.SINGLE)
-        if code == G.G_DEL:
-            return bool(attr & G.TARGET) and not attr & (G.STAR | G.STARRED)
+        if code in A.TARGET_GUARDS:
+            return A.target_guard_holds(code, node.attr)
         if code == G.G_CTX:
             return bool(node.ctx & arg) if arg > 0 else not node.ctx & -arg
         if code == G.G_AS_IN_WITH:
@@ -214,35 +210,19 @@ class Recognizer:
             attr = node.attr
             node = node.parent
         elif kind == G.GROUP:
-            attr = node.parent.attr & (G.TARGET | G.SINGLE)
+            attr = A.group(node.parent.attr)
             node = node.parent.parent.parent
         elif kind == G.STAR_EXPR:
-            attr = G.STAR if node.attr & G.TARGET and not node.attr & G.STAR else 0
+            attr = A.starred(node.attr)
             node = node.parent.parent
-        else:  # LIST_PARTIAL / LIST_COMPLETE
-            all_target = True
-            stars = 0
-            as_item = 0
+        else:  # LIST_PARTIAL / LIST_COMPLETE: from the nonterminal children
             nt_state = self.nt_state
+            children = []
             for _ in range(n):
                 if nt_state[node.state]:
-                    a = node.attr
-                    if not a & (G.TARGET | G.STAR):
-                        all_target = False
-                    if a & G.STAR:
-                        stars += 1
-                    if a & G.HAS_STAR:
-                        stars += 1
-                    as_item |= a & G.AS_ITEM
+                    children.append(node.attr)
                 node = node.parent
-            if kind == G.LIST_PARTIAL:
-                attr = as_item
-            else:  # a complete tuple with `x as y` items: parenthesized with-items
-                attr = G.HAS_AS if as_item else 0
-            if all_target and stars <= 1:
-                attr |= G.TARGET
-            if stars:
-                attr |= G.HAS_STAR if kind == G.LIST_PARTIAL else G.STARRED
+            attr = A.of_list(kind == G.LIST_COMPLETE, children)
         goto = self.goto[node.state][self.rule_lhs[r]]
         return self._push(node, goto, attr, node.depth, node.indent)
 

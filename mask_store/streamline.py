@@ -35,6 +35,7 @@ the store's rows, so rebuilding a store for the same tokenizer skips them.
 
 from __future__ import annotations
 
+import enum
 import logging
 import sys
 import time
@@ -43,20 +44,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grammar_tools import (
-    always_legal,
-    cache,
-    contexts,
-    follow_graph as follow_graph_mod,
-    guards,
-    interchangeable as interchangeable_mod,
-    jointly_legal,
-    never_legal,
-)
-from grammar_tools.always_legal import ACC, CUT, REJ, explorer
+from grammar_tools import cache
+from grammar_tools.always_legal import is_always_legal
 from grammar_tools.contexts import AFTER, Context, after, context_of
 from grammar_tools.follow_graph import follow_graph
 from grammar_tools.interchangeable import canonical_map, recognizer_classes
+from grammar_tools.jointly_legal import Fate, jointly_legal_classes, jointly_legal_prefix
+from grammar_tools.never_legal import is_never_legal_many, is_never_legal_shown, may_be_never_legal
 from grammar_tools.recognizer import Recognizer
 
 from .builder import assemble
@@ -67,8 +61,18 @@ log = logging.getLogger(__name__)
 STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaining_rows")
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
-SIGNATURE_DEPTH = 1  # stack entries made known below each start state for jointly-legal merges
-LOCKSTEP_REFINE = 2  # stack entries made known where two terminals fed in lockstep part
+
+
+class Decision(enum.Enum):
+    """What becomes of a row (S != ()); a row may also merge into the row of another S,
+    written as that S (a tuple)."""
+
+    KEEP = "keep"
+    DROP = "drop"  # never legal
+    ALWAYS = "always"  # always legal: into the unconditional row
+
+
+_FATE_DECISION = {Fate.NEVER: Decision.DROP, Fate.ALWAYS: Decision.ALWAYS}
 
 
 @dataclass
@@ -84,29 +88,6 @@ class _Group:
         return frozenset(self.rows.items())
 
 
-class _UnionFind:
-    def __init__(self, items) -> None:
-        self.parent = {x: x for x in items}
-
-    def find(self, x):
-        p = self.parent
-        while p[x] != x:
-            p[x] = p[p[x]]
-            x = p[x]
-        return x
-
-    def union(self, a, b) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-
-    def components(self) -> list[list]:
-        out: dict = defaultdict(list)
-        for x in self.parent:
-            out[self.find(x)].append(x)
-        return list(out.values())
-
-
 class _Streamliner:
     def __init__(self, store: MaskStore, recognizer: Recognizer, progress: bool, processes: int, budget_s: float):
         self.store = store
@@ -114,7 +95,6 @@ class _Streamliner:
         self.progress = progress
         self.processes = processes
         self.budget_s = budget_s
-        self.ex = explorer(self.g)
         self.fg = follow_graph(self.g)
         self.stats: dict = defaultdict(int)
         self.steps: list[dict] = []
@@ -171,17 +151,17 @@ class _Streamliner:
         log.info("streamline %s: %d rows", name, logical)
 
     def _apply(self, decide) -> None:
-        """Rebuild every group: decide(ctx, seq) -> "keep" | "drop" | "always" | a new seq."""
+        """Rebuild every group: decide(ctx, seq) -> a `Decision` or the seq to merge into."""
         for grp in self.groups():
             old = grp.rows
             grp.rows = {}
             for seq, m in old.items():
-                d = decide(grp.context, seq) if seq else "keep"
-                if d == "drop":
+                d = decide(grp.context, seq) if seq else Decision.KEEP
+                if d is Decision.DROP:
                     continue
-                if d == "always":
+                if d is Decision.ALWAYS:
                     grp.merge((), m)
-                elif d == "keep":
+                elif d is Decision.KEEP:
                     grp.merge(seq, m)
                 else:
                     grp.merge(tuple(d), m)
@@ -204,7 +184,7 @@ class _Streamliner:
 
     def follow(self) -> None:
         fg = self.fg
-        self._apply(lambda ctx, seq: "keep" if fg.possible(ctx, seq) else "drop")
+        self._apply(lambda ctx, seq: Decision.KEEP if fg.possible(ctx, seq) else Decision.DROP)
 
     # ---------------------------------------------------------------- steps 3 and 4
 
@@ -227,8 +207,6 @@ class _Streamliner:
         key = cache.content_hash(
             self.g.hash,
             code_hash(),
-            str(SIGNATURE_DEPTH),
-            str(LOCKSTEP_REFINE),
             repr([(c.key(self.g), s) for c, s in pairs]),
         )
         path = cache.cache_dir() / f"streamline-{key}.json"
@@ -238,7 +216,7 @@ class _Streamliner:
             self.stats["analysis_cached"] = 1
             ctx_by_key = {c.key(self.g): c for c, _ in pairs}
             return {
-                (ctx_by_key[c], tuple(s)): (d if isinstance(d, str) else tuple(d))
+                (ctx_by_key[c], tuple(s)): (Decision(d) if isinstance(d, str) else tuple(d))
                 for c, s, d in data["decisions"]
             }
         t0 = time.perf_counter()
@@ -248,182 +226,85 @@ class _Streamliner:
             path,
             {
                 "stats": dict(self.stats),
-                "decisions": [[c.key(self.g), list(s), d if isinstance(d, str) else list(d)] for (c, s), d in decisions.items()],
+                "decisions": [
+                    [c.key(self.g), list(s), d.value if isinstance(d, Decision) else list(d)]
+                    for (c, s), d in decisions.items()
+                ],
             },
         )
         self.stats["analysis_cached"] = 0
         return decisions
 
     def _decide(self, pairs) -> dict:
-        ex = self.ex
+        g = self.g
         out: dict = {}
-        # always / never, by the exploration
-        outcome = {}
+        # always / never, shown by the exploration; what it leaves open: the exact test
+        undecided = []
         for p in self._bar(pairs, "always/never legal"):
-            outcome[p] = ex.outcome(*p)
-        # what the exploration left open (it hit its bound): the exact test, Bar-Hillel
-        open_q = [p for p, o in outcome.items() if not o & ACC and o & CUT]
+            if is_always_legal(g, *p):
+                out[p] = Decision.ALWAYS
+            elif is_never_legal_shown(g, *p):
+                out[p] = Decision.DROP
+            elif may_be_never_legal(g, *p):
+                undecided.append(p)
         t0 = time.perf_counter()
-        never = never_legal.decide(
-            self.g, open_q, processes=self.processes, time_budget_s=self.budget_s, progress=self.progress
+        never = is_never_legal_many(
+            g, undecided, processes=self.processes, time_budget_s=self.budget_s, progress=self.progress
         )
-        self.stats["bar_hillel_queries"] = len(open_q)
+        self.stats["bar_hillel_queries"] = len(undecided)
         self.stats["bar_hillel_answered"] = len(never)
         self.stats["bar_hillel_never"] = sum(never.values())
         self.stats["bar_hillel_seconds"] = round(time.perf_counter() - t0, 2)
         kept = []
-        for p, o in outcome.items():
-            kind = "single" if len(p[1]) == 1 else "remaining"
-            if o == ACC:
-                out[p] = "always"
-            elif o & ~REJ == 0 or never.get(p):
-                out[p] = "drop"
-            else:
-                out[p] = "keep"
+        for p in pairs:
+            if p not in out:
+                out[p] = Decision.DROP if never.get(p) else Decision.KEEP
+            if out[p] is Decision.KEEP:
                 kept.append(p)
-            self.stats[f"{kind}_{out[p]}"] += 1
+            kind = "single" if len(p[1]) == 1 else "remaining"
+            self.stats[f"{kind}_{out[p].value}"] += 1
         # jointly legal: the shortest prefix that the rest always follows
         shortened = {}
         for ctx, seq in self._bar(kept, "jointly legal (prefixes)"):
-            short = seq
-            for k in range(1, len(seq)):
-                if ex.extension_outcome(ctx, seq[:k], seq[k:]) == ACC:
-                    short = seq[:k]
-                    break
-            shortened[(ctx, seq)] = short
+            shortened[(ctx, seq)] = jointly_legal_prefix(g, ctx, seq)
         self.stats["jointly_legal_shortened"] = sum(1 for p, s in shortened.items() if s != p[1])
-        # jointly legal: after a common prefix P (possibly empty), suffixes whose outcomes agree
-        # on every frame that read P, each frame deciding them
+        # jointly legal: classes of the shortened sequences after each context
         by_ctx: dict[Context, set] = defaultdict(set)
         for (ctx, _), short in shortened.items():
             by_ctx[ctx].add(short)
         rep: dict = {}
         merged = 0
         lockstep = 0
-        for ctx, seqs in self._bar(list(by_ctx.items()), "jointly legal (signatures)"):
-            uf = _UnionFind(seqs)
-            fate: dict = {}  # seq -> "always" | "drop"
-            longest = max(len(x) for x in seqs)
-            for n in range(longest):
-                by_prefix: dict[tuple, list] = defaultdict(list)
-                for seq in seqs:
-                    if len(seq) > n:
-                        by_prefix[seq[:n]].append(seq)
-                for prefix, members in by_prefix.items():
-                    if len(members) < 2 and n:
-                        continue
-                    if len(members) > 1:
-                        lockstep += self._merge_in_lockstep(ctx, prefix, members, uf)
-                    frames = ex.refine(ex.frames_after(ctx, prefix), SIGNATURE_DEPTH)
-                    if not frames:
-                        continue
-                    buckets: dict = defaultdict(list)
-                    for seq in members:
-                        sig = ex.signature(frames, seq[n:])
-                        if sig is None:
-                            continue
-                        if not any(sig):
-                            fate[seq] = "drop"  # never legal where its prefix is
-                        elif n == 0 and all(sig):
-                            fate[seq] = "always"
-                        else:
-                            buckets[sig].append(seq)
-                    for group in buckets.values():
-                        for other in group[1:]:
-                            uf.union(group[0], other)
-            lockstep += self._merge_alike(ctx, seqs, uf)
-            for comp in uf.components():
-                fates = {fate[x] for x in comp if x in fate}
-                if "drop" in fates:
-                    best = "drop"
-                elif "always" in fates:
-                    best = "always"
-                else:
-                    best = min(comp, key=lambda x: (len(x), x))
-                for seq in comp:
-                    rep[(ctx, seq)] = best
-                merged += len(comp) - 1
+        for ctx, seqs in self._bar(list(by_ctx.items()), "jointly legal (classes)"):
+            found = jointly_legal_classes(g, ctx, seqs)
+            for cls in found.classes:
+                d = _FATE_DECISION.get(cls.fate, cls.representative)
+                for seq in cls.members:
+                    rep[(ctx, seq)] = d
+            merged += found.merged
+            lockstep += found.lockstep_unions
         self.stats["jointly_legal_merged"] = merged
         self.stats["jointly_legal_lockstep"] = lockstep
         for p, short in shortened.items():
             final = rep[(p[0], short)]
-            out[p] = final if isinstance(final, str) else "keep" if final == p[1] else list(final)
+            out[p] = final if isinstance(final, Decision) else Decision.KEEP if final == p[1] else final
         return out
-
-    def _merge_in_lockstep(self, ctx: Context, prefix: tuple, members: list, uf: _UnionFind) -> int:
-        """Joins the members (sequences that start with `prefix`) that differ in one terminal
-        right after it and are accepted alike there, fed in lockstep on every frame that read
-        the prefix (`Explorer.same_acceptance`); returns how many unions it made."""
-        ex = self.ex
-        n = len(prefix)
-        frames = ex.covering_frames(ctx, prefix)
-        if not frames:
-            return 0  # a cut branch (or a prefix never read): nothing is shown
-        by_rest: dict[tuple, list] = defaultdict(list)
-        for seq in members:
-            by_rest[seq[n + 1 :]].append(seq)
-        unions = 0
-        for rest, seqs in by_rest.items():
-            classes: list[tuple] = []  # one member of each class found so far
-            for seq in sorted(seqs):
-                for other in classes:
-                    if uf.find(other) == uf.find(seq) or all(
-                        ex.same_acceptance(f, other[n], seq[n], rest, LOCKSTEP_REFINE) for f in frames
-                    ):
-                        if uf.find(other) != uf.find(seq):
-                            uf.union(other, seq)
-                            unions += 1
-                        break
-                else:
-                    classes.append(seq)
-        return unions
-
-    def _merge_alike(self, ctx: Context, seqs, uf: _UnionFind) -> int:
-        """Joins the classes of `uf` whose sequences are accepted alike, fed in lockstep on
-        every start frame of `ctx` (`Explorer.accepted_alike`: they may differ in more than
-        one place); returns how many unions it made. Pairs that some start frame tells apart
-        (always legal on it for one, never for the other) are not tried."""
-        ex = self.ex
-        frames = ex.start_frames(ctx)
-
-        def kind(o: int) -> int:
-            return 1 if o == ACC else 2 if o & ~REJ == 0 else 0
-
-        profile = {seq: [kind(ex._run(f, seq)) for f in frames] for seq in seqs}
-
-        def may_agree(s1, s2) -> bool:
-            return all(x == y or not x or not y for x, y in zip(profile[s1], profile[s2]))
-
-        unions = 0
-        roots: dict = {}  # root -> its shortest member
-        for seq in sorted(seqs, key=lambda x: (len(x), x)):
-            roots.setdefault(uf.find(seq), seq)
-        members = list(roots.values())
-        for i, seq in enumerate(members):
-            for other in members[:i]:
-                if uf.find(other) == uf.find(seq):
-                    break
-                if may_agree(other, seq) and all(ex.accepted_alike(f, other, seq) for f in frames):
-                    uf.union(other, seq)
-                    unions += 1
-                    break
-        return unions
 
     def single_and_remaining(self, decisions: dict, single: bool) -> None:
         def decide(ctx, seq):
             if (len(seq) == 1) != single:
-                return "keep"
-            d = decisions.get((ctx, seq), "keep")
-            if single and not isinstance(d, str):
-                return "keep"  # merges of single terminals happen with the jointly legal ones
+                return Decision.KEEP
+            d = decisions.get((ctx, seq), Decision.KEEP)
+            if single and not isinstance(d, Decision):
+                return Decision.KEEP  # merges of single terminals happen with the jointly legal ones
             return d
 
         self._apply(decide)
 
     def merged_singles(self, decisions: dict) -> None:
         def decide(ctx, seq):
-            d = decisions.get((ctx, seq), "keep") if len(seq) == 1 else "keep"
-            return d if not isinstance(d, str) else "keep"  # the others applied in step 3
+            d = decisions.get((ctx, seq), Decision.KEEP) if len(seq) == 1 else Decision.KEEP
+            return d if not isinstance(d, Decision) else Decision.KEEP  # the others applied in step 3
 
         self._apply(decide)
 
@@ -516,11 +397,12 @@ class _Streamliner:
 
 
 def code_hash() -> str:
-    """Hash of the code that decides the rows: a cached streamlined store is rebuilt when it
-    changes (see `loading.store_path_for`)."""
-    return cache.source_hash(
-        always_legal, contexts, follow_graph_mod, guards, interchangeable_mod, jointly_legal, never_legal,
-        sys.modules[__name__],
+    """Hash of the code that makes the streamlined store (this module and everything it
+    imports: the analyses, the recognizer, the full store's builder) and of the libraries whose
+    output it depends on: a cached streamlined store is rebuilt when any of it changes (see
+    `loading.store_path_for`)."""
+    return cache.content_hash(
+        cache.source_hash(sys.modules[__name__]), cache.library_versions("lark", "interegular", "pyformlang")
     )[:8]
 
 

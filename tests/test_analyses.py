@@ -11,8 +11,10 @@ import json
 
 import pytest
 
-from grammar_tools.always_legal import ACC, REJ, Explorer, explorer, is_always_legal
+from grammar_tools import bar_hillel
+from grammar_tools.always_legal import is_always_legal
 from grammar_tools.contexts import ANY, after, parse_names
+from grammar_tools.exploration import ACC, REJ, Explorer, explorer
 from grammar_tools.follow_graph import follow_graph
 from grammar_tools.grammar import load_grammar
 from grammar_tools.interchangeable import (
@@ -21,8 +23,8 @@ from grammar_tools.interchangeable import (
     recognizer_classes,
 )
 from grammar_tools.jointly_legal import are_jointly_legal
-from grammar_tools import never_legal
-from grammar_tools.never_legal import is_never_legal
+from grammar_tools.lockstep import Lockstep, lockstep
+from grammar_tools.never_legal import is_never_legal, is_never_legal_many, is_never_legal_shown
 
 # the seed's toy grammar: S ::= aSb | ε, i.e. a^n b^n
 TOY = 'start: A start B\n     |\nA: "a"\nB: "b"\n'
@@ -119,10 +121,10 @@ def python_grammar():
 def test_toy_always_legal_as_in_the_seed(toy):
     a, b = toy.term_id["A"], toy.term_id["B"]
     ex = Explorer(toy)
-    assert ex.is_always_legal(after(a), (a,))
-    assert ex.is_always_legal(after(a), (b,))
-    assert not ex.is_always_legal(after(b), (a,))
-    assert not ex.is_always_legal(after(b), (b,))
+    assert is_always_legal(toy, after(a), (a,), python=False)
+    assert is_always_legal(toy, after(a), (b,), python=False)
+    assert not is_always_legal(toy, after(b), (a,), python=False)
+    assert not is_always_legal(toy, after(b), (b,), python=False)
     # and what the exploration says about the other two: b a never occurs, b b sometimes
     assert ex.outcome(after(b), (a,)) == REJ
     assert ex.outcome(after(b), (b,)) == ACC | REJ
@@ -152,7 +154,7 @@ def test_is_never_legal_agrees_with_brute_force(text, max_len):
     queries = [(x, s) for x in alphabet for n in (1, 2) for s in itertools.product(alphabet, repeat=n)]
     ex = Explorer(g)
     fg = follow_graph(g)
-    answers = never_legal.decide(
+    answers = is_never_legal_many(
         g, [(after(g.term_id[x]), parse_names(g, s)) for x, s in queries], processes=1
     )
     prefixes = {s[:i] for s in sentences for i in range(len(s) + 1)}
@@ -185,16 +187,16 @@ def test_never_legal_cache_and_worker_processes(tmp_path, monkeypatch):
         (after(tid["X"]), (tid["RPAR"], tid["PLUS"])),
         (ANY, (tid["RPAR"], tid["X"])),
     ]
-    two = never_legal.decide(g, queries, processes=2)
+    two = is_never_legal_many(g, queries, processes=2)
     assert two == {
         queries[0]: True, queries[1]: True, queries[2]: False, queries[3]: True,
     }
-    data = json.loads(never_legal.cache_path(g).read_text())
+    data = json.loads(bar_hillel.cache_path(g).read_text())
     assert data["after:PLUS|PLUS"] is True and data["after:X|RPAR,PLUS"] is False
     # from the cache: the same answers without a query (a corrupted answer would show)
     data["after:PLUS|PLUS"] = False
-    never_legal.cache_path(g).write_text(json.dumps(data))
-    assert never_legal.decide(g, queries[:1], processes=1)[queries[0]] is False
+    bar_hillel.cache_path(g).write_text(json.dumps(data))
+    assert is_never_legal_many(g, queries[:1], processes=1)[queries[0]] is False
 
 
 # ---------------------------------------------------------------- Python
@@ -211,7 +213,7 @@ def test_python_facts(python_grammar):
     ex = explorer(g)
     tid = g.term_id
     assert ex.outcome(after(tid["NAME"]), (tid["_NEWLINE"], tid["RPAR"])) & ACC
-    assert ex.is_always_legal(after(tid["LPAR"]), (tid["_NEWLINE"], tid["NAME"]))
+    assert is_always_legal(g, after(tid["LPAR"]), (tid["_NEWLINE"], tid["NAME"]))
 
 
 def test_python_follow_graph(python_grammar):
@@ -279,13 +281,13 @@ def test_accepted_alike_agrees_with_brute_force(text, max_len):
     prefixes = {s[:i] for s in sentences for i in range(len(s) + 1)}
     alphabet = sorted({s for r in g.rules for s in r.rhs if s in g.term_id})
     seqs = [s for n in (1, 2) for s in itertools.product(alphabet, repeat=n)]
-    ex = Explorer(g)
+    ls = Lockstep(Explorer(g))
     claimed = 0
     for x in alphabet:
         ctx = after(g.term_id[x])
         ends = [p for p in prefixes if p and p[-1] == x]
         for u, v in itertools.combinations(seqs, 2):
-            if ex.accepted_alike_after(ctx, parse_names(g, u), parse_names(g, v)):
+            if ls.accepted_alike_after(ctx, parse_names(g, u), parse_names(g, v)):
                 claimed += 1
                 for p in ends:
                     assert _is_prefix(g, p + u) == _is_prefix(g, p + v), (x, u, v, p)
@@ -294,22 +296,22 @@ def test_accepted_alike_agrees_with_brute_force(text, max_len):
 
 def test_lockstep_python_facts(python_grammar):
     g = python_grammar
-    ex = explorer(g)
+    ls = lockstep(g)
     name = after(g.term_id["NAME"])
     ids = lambda *names: parse_names(g, names)  # noqa: E731
     # `x and` / `x or`: the same reductions up to a comparison, then both go on
-    assert ex.accepted_alike_after(name, ids("AND"), ids("OR"))
+    assert ls.accepted_alike_after(name, ids("AND"), ids("OR"))
     assert are_jointly_legal(g, "NAME", ["AND"], ["OR"])
     # `(x).` / `(x) **`: wherever the `)` closes, both are legal or neither; this needs the
     # fact that a parenthesized `x as y` tuple (HAS_AS) sits on a `with`
-    assert ex.accepted_alike_after(name, ids("RPAR", "DOT"), ids("RPAR", "POW"))
+    assert ls.accepted_alike_after(name, ids("RPAR", "DOT"), ids("RPAR", "POW"))
     # but not `f(x).` / `f(x) =` (a call is no target), nor `{k: x, 0b1` / `{k: x, (` (a
     # mapping pattern's key is a literal)
-    assert not ex.accepted_alike_after(name, ids("RPAR", "DOT"), ids("RPAR", "EQUAL"))
-    assert not ex.accepted_alike_after(name, ids("COMMA", "BIN_NUMBER"), ids("COMMA", "LPAR"))
+    assert not ls.accepted_alike_after(name, ids("RPAR", "DOT"), ids("RPAR", "EQUAL"))
+    assert not ls.accepted_alike_after(name, ids("COMMA", "BIN_NUMBER"), ids("COMMA", "LPAR"))
     # after an unknown prefix (a comment): `and` and `or` still go together
-    assert ex.accepted_alike_after(ANY, ids("AND"), ids("OR"))
-    assert not ex.accepted_alike_after(ANY, ids("DOT"), ids("LPAR"))
+    assert ls.accepted_alike_after(ANY, ids("AND"), ids("OR"))
+    assert not ls.accepted_alike_after(ANY, ids("DOT"), ids("LPAR"))
 
 
 def test_has_as_nodes_sit_on_with(python_grammar):
@@ -317,9 +319,10 @@ def test_has_as_nodes_sit_on_with(python_grammar):
     has a `with` below it; the recognizer agrees on the parenthesized with-statements of a
     text, at every lexeme."""
     from grammar_tools import guards as G
-    from grammar_tools.always_legal import accessing_symbols, has_as_parent_states
+    from grammar_tools.guards import accessing_symbols
     from grammar_tools.incremental import PrefixParser
     from grammar_tools.recognizer import Recognizer
+    from grammar_tools.semantics import has_as_parent_states
 
     g = python_grammar
     acc = accessing_symbols(g)
@@ -353,11 +356,10 @@ def test_tuples_are_no_single_targets(python_grammar):
     """An augmented assignment needs a single target; a tuple or a list never is one, even
     when the exploration doesn't know its elements: `a, b +=` is never legal."""
     g = python_grammar
-    ex = explorer(g)
     name = after(g.term_id["NAME"])
-    assert ex.is_never_legal(name, parse_names(g, ["COMMA", "AMPEREQUAL"]))
-    assert ex.is_never_legal(name, parse_names(g, ["COMMA", "NAME", "AMPEREQUAL"]))
+    assert is_never_legal_shown(g, name, ["COMMA", "AMPEREQUAL"])
+    assert is_never_legal_shown(g, name, ["COMMA", "NAME", "AMPEREQUAL"])
     # but a name, an attribute or a subscript, parenthesized or not, is
-    assert not ex.is_never_legal(name, parse_names(g, ["AMPEREQUAL"]))
-    assert not ex.is_never_legal(name, parse_names(g, ["RPAR", "AMPEREQUAL"]))
-    assert not ex.is_never_legal(name, parse_names(g, ["RSQB", "AMPEREQUAL"]))
+    assert not is_never_legal_shown(g, name, ["AMPEREQUAL"])
+    assert not is_never_legal_shown(g, name, ["RPAR", "AMPEREQUAL"])
+    assert not is_never_legal_shown(g, name, ["RSQB", "AMPEREQUAL"])

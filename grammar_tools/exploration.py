@@ -1,0 +1,526 @@
+"""The seed's "unlimited credit" exploration of the grammar's pushdown automaton.
+
+Whether a terminal sequence S is legal after *every* (or after no) prefix that ends in X is
+undecidable in general. The seed's method: run the grammar's pushdown automaton from X with an
+empty stack, and when a step needs to pop a stack symbol that isn't there, *borrow* it (every
+symbol that could be there is a branch); bound the borrowing so that the search ends. The
+analyses built on it: `always_legal`, `never_legal` (the sound, incomplete test beside the
+exact one), `jointly_legal` and its `lockstep` comparison.
+
+Here the pushdown automaton is the LALR(1) parser itself (the recognizer's table), so the
+answer holds for the parser that checks the rows at run time. A branch is a *frame*: the top
+of a parser stack, with nothing known below its bottom entry. It starts from a state that X
+leads into. A reduction that pops more than is known borrows: the states below are any states
+from which the rule's right side leads to what is known (found by walking the automaton's
+transitions backwards; the possible bases are kept as one set per goto target). Every such
+path is part of some real parser stack, so the frames cover every real context, and no more
+than the automaton allows. Each branch ends in one of:
+
+- ACC: S was read to its end;
+- REJ: some step is an error (no action), or *may* be one: a guard of the recognizer that the
+  frame can't decide (`return` outside a function, an assignment target below what is known),
+  a feature of another Python version, a bracket depth or an indentation that could fail;
+- CUT: the borrowing budget ran out (unknown).
+
+`outcome(context, seq)` is the set of endings over all branches, `verdict` what it shows:
+ACC alone, S is always legal (sound: every real context is covered and nothing uncertain
+happens); REJ alone (or nothing), S is never legal (sound as well: a real accepting context
+would be a branch that ends in ACC). The search stops as soon as the answer can't be either
+(ACC together with REJ or CUT).
+
+The recognizer's own bookkeeping is followed where a frame knows it (`semantics`): each entry
+carries the bracket depths it can have (zero, positive: a fixpoint over the automaton, refined
+on the way) and the attribute of its node, computed by the recognizer's rules from known
+entries and abstract otherwise, so that `x =` after a name is known to pass the target guard.
+Python's layout is part of the parser: a `_NEWLINE` is dropped inside brackets, and a line's
+indentation is fed as `_INDENT`/`_DEDENT`s (see `contexts`).
+
+`signature(frames, S)` goes one step further (`jointly_legal`): over frames refined by making
+a few more stack entries known, two sequences whose outcomes agree frame by frame, each frame
+deciding them, are legal after exactly the same prefixes.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import heapq
+
+from . import attributes
+from . import guards as G
+from .contexts import AFTER, Context, Layout
+from .grammar import Grammar
+from .semantics import MAY_HAVE_AS, NOT_SINGLE, NOT_SINGLE_NO_AS, UNKNOWN, Semantics
+
+ACC, REJ, CUT = 1, 2, 4
+D0, DP = 1, 2  # bracket depth zero / positive
+DEFAULT_BUDGET = 20  # borrowings per terminal fed
+MAX_DEDENTS = 4  # dedents an indentation may stand for before the search gives up
+
+ANY_FRAME = "any"  # the bottom of a frame about which nothing is known: (ANY_FRAME, depths)
+
+
+class Verdict(enum.Enum):
+    """What the exploration shows about a sequence after a context."""
+
+    ALWAYS = "always"  # every branch read it: legal after every prefix (sound)
+    NEVER = "never"  # no branch can read it: legal after none (sound)
+    SOMETIMES = "sometimes"  # some branch read it: legal after some prefix, not shown after all
+    UNDECIDED = "undecided"  # no branch read it, some were cut: perhaps never legal
+
+    @classmethod
+    def of(cls, outcome: int) -> "Verdict":
+        if outcome == ACC:
+            return cls.ALWAYS
+        if outcome & ~REJ == 0:
+            return cls.NEVER
+        return cls.SOMETIMES if outcome & ACC else cls.UNDECIDED
+
+
+class Explorer:
+    """Unlimited-credit exploration of one grammar's LALR parser; results are memoized.
+
+    A frame is a tuple of entries (state, depths, attribute), bottom first; the bottom state
+    may be a frozenset (borrowed: one of them). `(ANY_FRAME, depths)` is a frame with nothing
+    known.
+    """
+
+    def __init__(self, grammar: Grammar, semantics: Semantics | None = None, budget: int = DEFAULT_BUDGET):
+        self.grammar = grammar
+        self.sem = sem = semantics or Semantics.plain(grammar)
+        self.budget = budget
+        self.layout = lay = Layout.of(grammar)
+        self.action = grammar.action
+        nts = {n: i for i, n in enumerate(grammar.nonterminals)}
+        self.goto = [{nts[n]: s for n, s in row.items()} for row in grammar.goto]
+        self.rule_len = [len(r.rhs) for r in grammar.rules]
+        self.rule_lhs = [nts[r.lhs] for r in grammar.rules]
+        self.rules = grammar.rules
+        acc = G.accessing_symbols(grammar)
+        self.accessing = acc
+        self.maybe_as = [sym in sem.may_has_as for sym in acc]
+        n = grammar.n_states
+        preds: list[list[int]] = [[] for _ in range(n)]
+        for p in range(n):
+            for a in grammar.action[p].values():
+                if a >= 0:
+                    preds[a].append(p)
+            for s in grammar.goto[p].values():
+                preds[s].append(p)
+        self.preds = [sorted(set(x)) for x in preds]
+        self.states_after: dict[int, list[int]] = {}
+        tid = grammar.term_id
+        for s, sym in enumerate(acc):
+            if sym in tid:
+                self.states_after.setdefault(tid[sym], []).append(s)
+        self.layout_terms = frozenset({lay.newline, lay.indent, lay.dedent} - {-1})
+        # bracket depths each state can be entered at (a fixpoint)
+        poss = [0] * n
+        poss[grammar.start_state] = D0
+        changed = True
+        while changed:
+            changed = False
+            for p in range(n):
+                fp = poss[p]
+                if not fp:
+                    continue
+                for t, a in grammar.action[p].items():
+                    if a >= 0:
+                        f = self.shift_depth(fp, t, None)
+                        if f & ~poss[a]:
+                            poss[a] |= f
+                            changed = True
+                for s in grammar.goto[p].values():
+                    if fp & ~poss[s]:
+                        poss[s] |= fp
+                        changed = True
+        self.poss = poss
+        self._memo: dict = {}
+        self._outcome_memo: dict = {}
+        self._feed_memo: dict = {}
+        self._adv_memo: dict = {}
+        self._has_as = G.HAS_AS if sem.tracks_attributes else 0
+
+    def shift_depth(self, df: int, t: int, target: int | None) -> int:
+        """Depths after shifting terminal t from depths df (into state `target`)."""
+        sem = self.sem
+        if t in sem.opens:
+            return DP
+        if t in sem.closes:
+            if not df & DP:
+                return 0
+            return (D0 | DP) if target is None else self.poss[target]
+        if t in self.layout_terms:
+            return df & D0
+        return df
+
+    # ---------------------------------------------------------------- public
+
+    def outcome(self, context: Context, seq: tuple[int, ...]) -> int:
+        """The set (ACC | REJ | CUT bits) of endings of all branches; see the module doc."""
+        seq = tuple(seq)
+        key = (context, seq)
+        res = self._outcome_memo.get(key)
+        if res is None:
+            res = 0
+            for frame in self.start_frames(context):
+                res |= self.run(frame, seq)
+                if _decided_mixed(res):
+                    break
+            self._outcome_memo[key] = res
+        return res
+
+    def verdict(self, context: Context, seq) -> Verdict:
+        return Verdict.of(self.outcome(context, seq))
+
+    def extension_outcome(self, context: Context, prefix, suffix) -> int:
+        """The endings of `suffix` over the branches that have read `prefix` after `context`
+        (ACC alone: wherever `prefix` is legal, `prefix + suffix` is too)."""
+        frames = self.frames_after(context, prefix)
+        res = 0
+        for f in frames:
+            res |= self.run(f, tuple(suffix))
+            if _decided_mixed(res):
+                break
+        return res
+
+    def frames_after(self, context: Context, prefix) -> tuple:
+        """The frames of the branches that read `prefix` after `context`."""
+        frames = tuple(self.start_frames(context))
+        for e in prefix:
+            nxt: dict = {}
+            for f in frames:
+                for f2 in self.advance(f, e)[0]:
+                    nxt[f2] = None
+            frames = tuple(nxt)
+        return frames
+
+    def covering_frames(self, context: Context, prefix) -> tuple | None:
+        """The frames after reading `prefix` after `context`, when together they stand for
+        every stack on which the parser has read it (no branch was cut: None otherwise)."""
+        frames = tuple(self.start_frames(context))
+        for e in prefix:
+            nxt: dict = {}
+            for f in frames:
+                got, bad = self.advance(f, e)
+                if bad & CUT:
+                    return None
+                for f2 in got:
+                    nxt[f2] = None
+            frames = tuple(nxt)
+        return frames
+
+    def any_top(self, depths: int) -> list:
+        """The frames of one known entry that together stand for every stack at `depths`
+        (the ANY_FRAME frame) that rows are checked on: between two lexemes the parser has
+        just shifted a terminal (its node carries no attribute) or read nothing yet, so one
+        frame per state that a terminal leads into, and the start state."""
+        tid = self.grammar.term_id
+        out = []
+        for s in range(len(self.poss)):
+            d = self.poss[s] & depths
+            if d and (self.accessing[s] in tid or s == self.grammar.start_state):
+                out.append(((s, d, 0),))
+        return out
+
+    def start_frames(self, context: Context) -> list:
+        lay = self.layout
+        if context.kind == AFTER:
+            return [((s, self.poss[s], 0),) for s in self.states_after.get(context.terminal, [])]
+        if context.kind == "any":
+            return [(ANY_FRAME, D0 | DP)]
+        # after a newline: fed at depth zero, dropped inside brackets (then nothing is known)
+        fed = [lay.newline] if context.kind == "newline" else [lay.newline, lay.indent, lay.dedent]
+        out = [((s, D0, 0),) for t in fed for s in self.states_after.get(t, []) if self.poss[s] & D0]
+        out.append((ANY_FRAME, DP))
+        return out
+
+    def refined_frames(self, context: Context, depth: int = 1) -> tuple:
+        """The start frames of `context` with `depth` more stack entries made known (see
+        `refine`)."""
+        return self.refine(self.start_frames(context), depth)
+
+    def refine(self, frames, depth: int = 1) -> tuple:
+        """The frames with `depth` more stack entries made known below each: one frame per
+        path into its bottom state (a borrowed set of states splits into its members first).
+        Together they stand for the same contexts, but each for fewer, so that outcomes split
+        less (see `signature`)."""
+        frames = tuple(frames)
+        for _ in range(depth):
+            out = []
+            for f in frames:
+                if f[0] == ANY_FRAME:
+                    out.append(f)
+                    continue
+                bottom, bd, ba = f[0]
+                for x in [bottom] if isinstance(bottom, int) else sorted(bottom):
+                    if not self.preds[x]:
+                        out.append(((x, bd & self.poss[x] or bd, ba),) + f[1:])
+                        continue
+                    for p in self.preds[x]:
+                        g = self._redepth(((p, self.poss[p], UNKNOWN), (x, self.poss[x], ba)) + f[1:])
+                        if g is not None:
+                            out.append(g)
+            frames = tuple(dict.fromkeys(out))
+        return frames
+
+    def _redepth(self, frame):
+        """The frame with depths recomputed upward from its bottom (None: inconsistent)."""
+        out = [frame[0]]
+        df = frame[0][1]
+        for s, d, a in frame[1:]:
+            sym = self.accessing[s]
+            t = self.grammar.term_id.get(sym)
+            nd = (self.shift_depth(df, t, s) if t is not None else df) & self.poss[s] & d
+            if not nd:
+                return None
+            out.append((s, nd, a))
+            df = nd
+        return tuple(out)
+
+    def signature(self, frames, seq) -> tuple | None:
+        """Per frame: True (every context of the frame accepts `seq`) or False (none does);
+        None if some frame is undecided. Two sequences with the same signature over frames
+        that cover a context are legal in exactly the same prefixes (`are_jointly_legal`)."""
+        out = []
+        seq = tuple(seq)
+        for f in frames:
+            o = self.run(f, seq)
+            if o == ACC:
+                out.append(True)
+            elif o & ~REJ == 0:
+                out.append(False)
+            else:
+                return None
+        return tuple(out)
+
+    # ---------------------------------------------------------------- search
+
+    def run(self, frame, seq: tuple[int, ...]) -> int:
+        """The endings (ACC | REJ | CUT) of reading `seq` from `frame`. Memoized."""
+        if not seq:
+            return ACC
+        key = (frame, seq)
+        memo = self._memo
+        r = memo.get(key)
+        if r is not None:
+            return r
+        frames, res = self.advance(frame, seq[0])
+        rest = seq[1:]
+        for f in frames:
+            if _decided_mixed(res):
+                break
+            res |= self.run(f, rest)
+        memo[key] = res
+        return res
+
+    def advance(self, frame, e: int):
+        """All ways of reading one element from `frame`: (the frames after it, the endings
+        of the branches that can't read it). Memoized."""
+        key = (frame, e)
+        hit = self._adv_memo.get(key)
+        if hit is None:
+            hit = self._adv_memo[key] = self._advance(frame, e)
+        return hit
+
+    def _advance(self, frame, e: int):
+        lay = self.layout
+        if frame[0] == ANY_FRAME:
+            return self._advance_any(frame[1], e)
+        if not (lay.is_indentation(e) or e == lay.newline):
+            return self.feed(frame, e)
+        top, df, at = frame[-1]
+        out = []
+        bad = 0
+        if df & DP:  # inside brackets: nothing
+            out.append(frame[:-1] + ((top, DP, at),))
+        if not df & D0:
+            return tuple(out), bad
+        f0 = frame[:-1] + ((top, D0, at),)
+        if e == lay.newline:
+            got, bad = self.feed(f0, e)
+            return tuple(out) + got, bad
+        # an indentation: an error, the same level, one INDENT or some DEDENTs
+        bad |= REJ
+        out.append(f0)
+        got, b2 = self.feed(f0, lay.indent)
+        out.extend(got)
+        bad |= b2
+        cur = [f0]
+        for _ in range(MAX_DEDENTS):
+            nxt = []
+            for f in cur:
+                got, b2 = self.feed(f, lay.dedent)
+                bad |= b2
+                nxt.extend(got)
+            out.extend(nxt)
+            cur = nxt
+            if not cur:
+                break
+        else:
+            bad |= CUT
+        return tuple(dict.fromkeys(out)), bad
+
+    def _advance_any(self, df: int, e: int):
+        """The first element after an unknown prefix (depths `df` possible)."""
+        lay = self.layout
+        bad = REJ  # some prefix rejects it (and for a layout element, some indentation)
+        out = []
+        if lay.is_indentation(e) or e == lay.newline:
+            # inside brackets both are nothing; an indentation may also keep the level
+            keep = df if lay.is_indentation(e) else df & DP
+            if keep:
+                out.append((ANY_FRAME, keep))
+            if df & D0:
+                fed = [lay.newline] if e == lay.newline else [lay.indent, lay.dedent]
+                for t in fed:
+                    for s in self.states_after.get(t, []):
+                        if self.poss[s] & D0:
+                            out.append(((s, D0, 0),))
+            return tuple(out), bad
+        for s in self.states_after.get(e, []):
+            f = self.shift_depth(df, e, s) & self.poss[s]
+            if f:
+                out.append(((s, f, 0),))
+        return tuple(out), bad
+
+    def feed(self, frame, t: int):
+        """All ways of feeding terminal t: (frames after its shift, endings that failed).
+        Memoized on (frame, t): sequences that share a prefix share the work."""
+        key = (frame, t)
+        hit = self._feed_memo.get(key)
+        if hit is not None:
+            return hit
+        got, bad = self._feed_uncached(frame, t)
+        r = self._feed_memo[key] = (tuple(dict.fromkeys(got)), bad)
+        return r
+
+    def _feed_uncached(self, frame, t: int):
+        sem = self.sem
+        action = self.action
+        uncertain = sem.uncertain
+        target_guards = sem.target_guards
+        has_as = self._has_as
+        out = []
+        bad = 0
+        # frames by remaining budget, highest first: each frame is expanded once, with the
+        # most budget any path leaves it, so the result doesn't depend on the search order
+        # (nor on how the LALR states happen to be numbered)
+        work = [(-self.budget, 0, frame)]
+        done: set = set()
+        tick = 0
+        while work:
+            nb, _, fr = heapq.heappop(work)
+            if fr in done:
+                continue
+            done.add(fr)
+            b = -nb
+            st, df, at = fr[-1]
+            a = action[st].get(t)
+            if a is None:
+                bad |= REJ
+                continue
+            k = st * 1024 + t
+            if k in uncertain:
+                bad |= REJ
+            code = target_guards.get(k)
+            if code is not None:
+                if at < 0:
+                    bad |= REJ
+                    if code == G.G_SINGLE and at in (NOT_SINGLE, NOT_SINGLE_NO_AS):
+                        continue  # known to fail
+                elif not attributes.target_guard_holds(code, at):
+                    bad |= REJ
+                    continue
+            if a >= 0:
+                if at >= 0:
+                    as_flag = at & has_as
+                else:
+                    as_flag = at in MAY_HAVE_AS and self.maybe_as[st]
+                if as_flag and not (t == sem.colon and st in sem.with_colon):
+                    bad |= REJ
+                    if at >= 0:
+                        continue
+                if t in sem.closes and df & D0:
+                    bad |= REJ  # at depth zero a closing bracket is an error
+                if t == self.layout.dedent:
+                    bad |= REJ  # the indentation stack may be empty
+                f = self.shift_depth(df, t, a)
+                if not f:
+                    continue
+                out.append(fr + ((a, f, 0),))
+                continue
+            r = ~a
+            if self.rule_len[r] >= len(fr):  # it borrows what lies below the known part
+                if b <= 0:
+                    bad |= CUT
+                    continue
+                b -= 1
+            for f2 in self.reduced(fr, r):
+                if f2 not in done:
+                    tick += 1
+                    heapq.heappush(work, (-b, tick, f2))
+        return out, bad
+
+    def reduced(self, fr, r: int) -> list:
+        """The frames after reducing rule r on frame `fr`: one, or, where the rule pops more
+        than the frame knows (or reaches its borrowed bottom), one per goto target of the
+        states that can lie below (found by walking the rule's right side backwards)."""
+        goto = self.goto
+        n = self.rule_len[r]
+        lhs = self.rule_lhs[r]
+        rhs = self.rules[r].rhs
+        if n < len(fr):
+            base = fr[: len(fr) - n]
+            attr = self.sem.synthesized(r, rhs, [e[2] for e in fr[len(fr) - n :]])
+            bs, bdf, _ = base[-1]
+            if isinstance(bs, int):
+                if not self._may_hold(bs, attr):
+                    return []
+                g = goto[bs].get(lhs)
+                return [base + ((g, bdf, attr),)] if g is not None else []
+            # the borrowed bottom: one branch per goto target
+            bs = {x for x in bs if self._may_hold(x, attr)}
+            return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bs, lhs)]
+        attr = self.sem.synthesized(r, rhs, [UNKNOWN] * (n - len(fr)) + [e[2] for e in fr])
+        bottom = fr[0][0]
+        cands = {bottom} if isinstance(bottom, int) else set(bottom)
+        for i in range(n - len(fr) - 1, -1, -1):
+            sym = rhs[i]
+            cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
+        bases = {x for c in cands for x in self.preds[c] if self._may_hold(x, attr)}
+        return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
+
+    def _may_hold(self, base: int, attr: int) -> bool:
+        """Whether a node with attribute `attr` can be pushed on a node in state `base`: one
+        carrying HAS_AS only on a WITH state (`semantics.has_as_parent_states`)."""
+        parents = self.sem.has_as_parents
+        return parents is None or attr < 0 or not attr & self._has_as or base in parents
+
+    def _split(self, bases, lhs: int) -> list:
+        """Frames (bases, goto) for a set of possible base states, grouped by goto target."""
+        by_goto: dict[int, list[int]] = {}
+        for x in bases:
+            g = self.goto[x].get(lhs)
+            if g is not None:
+                by_goto.setdefault(g, []).append(x)
+        out = []
+        for g, xs in sorted(by_goto.items()):
+            fl = 0
+            for x in xs:
+                fl |= self.poss[x]
+            bottom = xs[0] if len(xs) == 1 else frozenset(xs)
+            out.append(((bottom, fl, UNKNOWN), (g, fl, UNKNOWN)))
+        return out
+
+
+def _decided_mixed(res: int) -> bool:
+    """Neither always nor never can come out of this any more."""
+    return bool(res & ACC) and bool(res & (REJ | CUT))
+
+
+@functools.lru_cache(maxsize=8)
+def explorer(grammar: Grammar, python: bool = True, budget: int = DEFAULT_BUDGET) -> Explorer:
+    """The explorer of a grammar; `python`: with the recognizer's guards and layout rules."""
+    sem = Semantics.of_recognizer(grammar) if python else Semantics.plain(grammar)
+    return Explorer(grammar, sem, budget)
