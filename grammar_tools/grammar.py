@@ -11,12 +11,13 @@ conflict is ever resolved by accident), then keeps only what a recognizer needs,
 - `kernels[state]`: the LR(0) kernel items `(rule, dot)` of each state, for the analyses and
   guards that need to know what a state is in the middle of.
 
-The result is cached as JSON keyed by the grammar's hash and lark's version.
+The result is cached as JSON keyed by the grammar's text, lark's version and this code.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from importlib import resources
 
@@ -109,11 +110,17 @@ def grammar_text() -> str:
     return resources.files("grammar_tools").joinpath("grammars/python.lark").read_text()
 
 
+def grammar_key(text: str, start: str) -> str:
+    """The grammar's hash: its text and start symbol, lark's version (lark builds the table)
+    and this code. Everything derived from the grammar is keyed by it."""
+    return cache.content_hash(text, start, lark.__version__, cache.source_hash(sys.modules[__name__]))
+
+
 @functools.lru_cache(maxsize=4)
 def load_grammar(text: str | None = None, start: str = "file_input") -> Grammar:
     """The grammar and its LALR(1) table (from the cache when the grammar is unchanged)."""
     text = grammar_text() if text is None else text
-    h = cache.content_hash(text, start, lark.__version__, "grammar-v1")
+    h = grammar_key(text, start)
     path = cache.cache_dir() / f"grammar-{h}.json"
     data = cache.read_json(path)
     if data is None:

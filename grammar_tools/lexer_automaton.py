@@ -11,17 +11,20 @@ A lexeme ends where the next byte can't extend it (`step(state, byte) == DEAD`);
 in an accepting state, else the text is a lexical error. Keywords win over NAME, except the soft
 keywords (`match`, `case`, `type`), where both stay and the parser decides.
 
-The automaton is cached as `.npz` keyed by the grammar hash and this code's source hash.
+The automaton is cached as `.npz` keyed by the grammar hash, the source of this code and what it
+imports (`cache.source_hash`), and interegular's version.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from . import byte_automaton, cache, string_automata, terminal_automata
+from . import cache, terminal_automata
 from .byte_automaton import DEAD, ByteDFA, minimize
 from .grammar import NEWLINE, SOFT_KEYWORDS, Grammar, load_grammar
 
@@ -231,15 +234,19 @@ def _bool_to_masks(arr: np.ndarray) -> list[int]:
     return [sum(w for w, b in zip(weights, row) if b) for row in arr.tolist()]
 
 
+def cache_path(grammar: Grammar) -> Path:
+    """The cached automaton's file: keyed by the grammar, this code and what it imports, and
+    interegular (which turns the regular expressions into automata)."""
+    key = cache.content_hash(
+        grammar.hash, cache.source_hash(sys.modules[__name__]), cache.library_versions("interegular")
+    )
+    return cache.cache_dir() / f"lexer-{key}.npz"
+
+
 @functools.lru_cache(maxsize=4)
 def load_lexer_automaton(grammar: Grammar | None = None) -> LexerAutomaton:
     grammar = grammar or load_grammar()
-    key = cache.content_hash(
-        grammar.hash,
-        cache.source_hash(byte_automaton, string_automata, terminal_automata),
-        __import__("sys").modules[__name__].__file__ and cache.source_hash(__import__("sys").modules[__name__]),
-    )
-    path = cache.cache_dir() / f"lexer-{key}.npz"
+    path = cache_path(grammar)
     data = cache.read_npz(path)
     if data is not None:
         return _finish(grammar, data["table"], _bool_to_masks(data["accepting"]))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from grammar_tools import cache
 from grammar_tools.lexer_automaton import load_lexer_automaton
 from grammar_tools.recognizer import Recognizer
 
+from . import builder
 from .builder import StoreBuilder
 from .canonical import CanonicalPairs, CanonicalUnsupported, load_canonical
 from .matcher import CompiledGrammar
@@ -39,6 +41,7 @@ def build_store(
             "grammar_hash": lexer.hash,
             "tokenizer_hash": tok.vocab.hash,
             "options": {"streamline": False},
+            "code": full_store_code_hash(),
         }
         full = StoreBuilder(tok.vocab, lexer, progress=progress).build(header)
     if not streamline:
@@ -48,12 +51,21 @@ def build_store(
     return streamline_store(full, Recognizer(lexer.grammar), progress=progress, vocab=tok.vocab)
 
 
+def full_store_code_hash() -> str:
+    """Hash of the code that builds the full store: the builder and everything it imports
+    (token lexing, the lexer automaton...). The grammar and the tokenizer are keyed apart."""
+    return cache.source_hash(builder)[:8]
+
+
 def store_path_for(tok: LoadedTokenizer, streamline: bool = True) -> Path:
-    variant = ""
+    """The cached store's file, keyed by the grammar (its lexer automaton), the tokenizer and
+    the code that builds it: a store made by other code is never read for this one."""
     if streamline:
         from .streamline import code_hash
 
         variant = code_hash()
+    else:
+        variant = full_store_code_hash()
     return default_store_path(load_lexer_automaton().hash, tok.vocab.hash, streamline, variant)
 
 

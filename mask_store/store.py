@@ -209,7 +209,7 @@ def _validate(s: MaskStore) -> None:
 
 def default_store_path(grammar_hash: str, tokenizer_hash: str, streamlined: bool, variant: str = "") -> Path:
     """Where the server looks for a store; `variant` tells apart stores that the same grammar
-    and tokenizer give with different code (the streamlining analyses)."""
+    and tokenizer give with different code (a hash of the code that builds it)."""
     kind = ("streamlined" if streamlined else "full") + (f"-{variant}" if variant else "")
     return cache.cache_dir() / "stores" / f"mask-{grammar_hash}-{tokenizer_hash}-{kind}.safetensors"
 

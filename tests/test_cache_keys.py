@@ -1,0 +1,130 @@
+"""Every cached artefact is keyed by all the code that produces it and the library versions it
+depends on: changing the source of any module that takes part (as read by the key) or a
+library's version gives a new key, so a stale artefact is never read; changing a module that
+doesn't take part leaves the key alone (no needless rebuild)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import lark
+import pytest
+
+from grammar_tools import bar_hillel, cache, lexer_automaton
+from grammar_tools.grammar import grammar_key, grammar_text, load_grammar
+from mask_store import loading, streamline
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _edit(monkeypatch, *relpaths: str) -> None:
+    """Make the code hashes read an edited copy of these modules (a comment appended)."""
+    edited = {(ROOT / p).resolve() for p in relpaths}
+    assert all(p.is_file() for p in edited), relpaths
+    real = cache.read_source
+
+    def read(path: Path) -> bytes:
+        data = real(path)
+        return data + b"\n# edited\n" if Path(path).resolve() in edited else data
+
+    monkeypatch.setattr(cache, "read_source", read)
+
+
+def _bump(monkeypatch, library: str) -> None:
+    """Make one library report another version."""
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda n: "999.0" if n == library else real(n))
+
+
+STREAMLINED_BY = [
+    "mask_store/streamline.py",
+    "mask_store/builder.py",
+    "mask_store/token_lexing.py",
+    "grammar_tools/recognizer.py",
+    "grammar_tools/guards.py",
+    "grammar_tools/attributes.py",
+    "grammar_tools/exploration.py",
+    "grammar_tools/lockstep.py",
+    "grammar_tools/jointly_legal.py",
+    "grammar_tools/bar_hillel.py",
+    "grammar_tools/lexer_automaton.py",
+]
+
+
+@pytest.mark.parametrize("module", STREAMLINED_BY)
+def test_streamlined_store_key_covers_its_code(monkeypatch, module):
+    before = streamline.code_hash()
+    _edit(monkeypatch, module)
+    assert streamline.code_hash() != before
+
+
+@pytest.mark.parametrize("library", ["lark", "interegular", "pyformlang"])
+def test_streamlined_store_key_covers_its_libraries(monkeypatch, library):
+    before = streamline.code_hash()
+    _bump(monkeypatch, library)
+    assert streamline.code_hash() != before
+
+
+def test_full_store_key_covers_the_builder_only(monkeypatch):
+    before = loading.full_store_code_hash()
+    for module in ("mask_store/builder.py", "mask_store/token_lexing.py", "grammar_tools/lexer_automaton.py"):
+        with monkeypatch.context() as m:
+            _edit(m, module)
+            assert loading.full_store_code_hash() != before, module
+    # the run-time matcher and the analyses don't make the full store
+    _edit(monkeypatch, "mask_store/matcher.py", "mask_store/streamline.py", "grammar_tools/exploration.py")
+    assert loading.full_store_code_hash() == before
+
+
+def test_store_paths_follow_the_keys(monkeypatch):
+    from mask_store.vocabulary import load_tokenizer
+
+    tok = load_tokenizer("default")
+    full, streamlined = loading.store_path_for(tok, False), loading.store_path_for(tok, True)
+    assert full != streamlined
+    _edit(monkeypatch, "mask_store/token_lexing.py")
+    assert loading.store_path_for(tok, False) != full
+    assert loading.store_path_for(tok, True) != streamlined
+
+
+def test_bar_hillel_answers_key(monkeypatch):
+    g = load_grammar()
+    before = bar_hillel.cache_path(g)
+    with monkeypatch.context() as m:
+        _edit(m, "grammar_tools/bar_hillel.py")
+        assert bar_hillel.cache_path(g) != before
+    with monkeypatch.context() as m:
+        _bump(m, "pyformlang")
+        assert bar_hillel.cache_path(g) != before
+    _edit(monkeypatch, "grammar_tools/exploration.py")  # the exploration doesn't answer them
+    assert bar_hillel.cache_path(g) == before
+
+
+def test_lexer_automaton_key(monkeypatch):
+    g = load_grammar()
+    before = lexer_automaton.cache_path(g)
+    for module in ("grammar_tools/string_automata.py", "grammar_tools/byte_automaton.py", "grammar_tools/terminal_automata.py"):
+        with monkeypatch.context() as m:
+            _edit(m, module)
+            assert lexer_automaton.cache_path(g) != before, module
+    _bump(monkeypatch, "interegular")
+    assert lexer_automaton.cache_path(g) != before
+
+
+def test_grammar_key(monkeypatch):
+    text = grammar_text()
+    before = grammar_key(text, "file_input")
+    assert grammar_key(text + "\n", "file_input") != before
+    with monkeypatch.context() as m:
+        _edit(m, "grammar_tools/grammar.py")
+        assert grammar_key(text, "file_input") != before
+    monkeypatch.setattr(lark, "__version__", "999.0")
+    assert grammar_key(text, "file_input") != before
+
+
+def test_closure_follows_imports_in_function_bodies():
+    """An import inside a function counts: `loading` imports the streamlining lazily."""
+    files = {p.relative_to(ROOT).as_posix() for p in cache.project_closure(ROOT / "mask_store/loading.py")}
+    assert {"mask_store/streamline.py", "grammar_tools/exploration.py", "grammar_tools/cache.py"} <= files
+    assert not any(f.startswith("lsp_server/") for f in files)
