@@ -24,6 +24,7 @@ from _util import STDLIB, read_source, stats_ms, stats_us, stdlib_files  # noqa:
 from grammar_tools.incremental import IncrementalParser, PrefixParser  # noqa: E402
 from grammar_tools.lexer_automaton import load_lexer_automaton  # noqa: E402
 from grammar_tools.recognizer import Recognizer  # noqa: E402
+from grammar_tools.versions import NEWEST  # noqa: E402
 
 
 def main() -> None:
@@ -89,7 +90,7 @@ def main() -> None:
         from grammar_tools.grammar import grammar_text
 
         lark_parser = Lark(grammar_text(), parser="lalr", lexer=_NoLexer, start="file_input")
-        plain = Recognizer(python_version=(3, 12), semantic_checks=False)
+        plain = Recognizer(python_version=NEWEST, semantic_checks=False)
         path = files[0]
         data = read_source(path)
         hist = _terminals(plain, lexer, data)

@@ -13,8 +13,9 @@ small annotations on each stack node and checks them where a terminal is shifted
 
 Both are derived here from the grammar's rules and the LR(0) kernel items of each state, by rule
 name, so they follow the grammar file. Checks happen before a terminal is shifted, so a mask
-never allows a token after which no valid continuation exists. Version features (PEP 695 for
-Python < 3.12) are removed from the table the same way.
+never allows a token after which no valid continuation exists. The constructs newer than the
+target version (`versions.FEATURES`) are removed from the table: a shift is dropped when the
+state it leads to is made only of the construct's rules, or when it shifts one of its terminals.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .grammar import Grammar
+from .versions import features_after
 
 # ---- attributes (synthesized)
 TARGET = 1  # a valid (star-)assignment target: name, attribute, subscript, tuple/list of them
@@ -47,7 +49,6 @@ NESTED = 32  # inside a def, perhaps in a class in it: nonlocal
 # guard codes, evaluated on the top node before a shift (or reduce)
 G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX = range(1, 6)
 
-PEP695_RULES = {"type_params", "type_param", "type_alias"}
 BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
 
 
@@ -61,7 +62,7 @@ class GuardTables:
     guards: dict[tuple[int, int], tuple[int, int]]
     with_colon_states: frozenset[int]  # states where COLON ends `with <items>`
     accessing: tuple[str, ...]  # per state, the symbol that leads into it
-    removed: frozenset[tuple[int, int]] = field(default_factory=frozenset)  # version features
+    removed: frozenset[tuple[int, int]] = field(default_factory=frozenset)  # newer constructs
 
 
 def accessing_symbols(g: Grammar) -> tuple[str, ...]:
@@ -184,13 +185,7 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
             if t in row and row[t] >= 0:
                 guards[(s, t)] = (G_CTX, need)
 
-    # ---- version features: drop shifts into PEP 695 constructs before 3.12
-    removed = set()
-    if python_version < (3, 12):
-        for s in range(g.n_states):
-            for t, a in g.action[s].items():
-                if a >= 0 and g.kernels[a] and all(g.rules[r].lhs in PEP695_RULES for r, _ in g.kernels[a]):
-                    removed.add((s, t))
+    removed = version_removed_shifts(g, python_version)
     return GuardTables(
         rule_kind=tuple(k for k, _ in kinds),
         rule_const=tuple(c for _, c in kinds),
@@ -200,3 +195,25 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
         accessing=acc,
         removed=frozenset(removed),
     )
+
+
+def version_removed_shifts(g: Grammar, python_version) -> frozenset[tuple[int, int]]:
+    """The (state, terminal) shifts into constructs newer than `python_version`: into a state
+    whose kernel items all belong to the construct's rules (or to the helper rules lark makes
+    of their repetitions, `__<rule>_plus_<n>`), or of one of its terminals."""
+    newer = features_after(python_version)
+    names = {r for f in newer for r in f.rules}
+    terms = {g.term_id[t] for f in newer for t in f.terminals if t in g.term_id}
+
+    def gated(lhs: str) -> bool:
+        return lhs in names or (lhs.startswith("__") and lhs[2:].rsplit("_", 2)[0] in names)
+
+    rule_gated = [gated(r.lhs) for r in g.rules]
+    removed = set()
+    for s in range(g.n_states):
+        for t, a in g.action[s].items():
+            if a < 0:
+                continue
+            if t in terms or (g.kernels[a] and all(rule_gated[r] for r, _ in g.kernels[a])):
+                removed.add((s, t))
+    return frozenset(removed)

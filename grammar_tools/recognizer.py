@@ -19,8 +19,6 @@ node itself, so a mask computation that asks the same node twice pays once.
 
 from __future__ import annotations
 
-import sys
-
 from .grammar import (
     BRACKET_CLOSE,
     BRACKET_OPEN,
@@ -33,6 +31,7 @@ from .grammar import (
 )
 from . import attributes as A
 from . import guards as G
+from .versions import NEWEST, checked
 
 _MISSING = object()
 
@@ -78,12 +77,14 @@ ACCEPTED = Node(-1, None, 0, 0, 0, ())  # what feeding `$END` returns on a compl
 
 
 class Recognizer:
-    """The parse table and the operations on nodes. Immutable; one per (grammar, version)."""
+    """The parse table and the operations on nodes. Immutable; one per (grammar, version).
+
+    `python_version`: the Python the document targets (`versions.SUPPORTED`, default the newest);
+    the constructs of later versions are not accepted."""
 
     def __init__(self, grammar: Grammar | None = None, python_version=None, semantic_checks=True):
         g = self.grammar = grammar or load_grammar()
-        # the syntax of the Python that runs syntaxlock, unless told otherwise
-        self.python_version = tuple(python_version or sys.version_info[:2])
+        self.python_version = checked(python_version or NEWEST)
         self.semantic_checks = semantic_checks
         gt = self.guards = G.build_guard_tables(g, self.python_version)
         tid = g.term_id
@@ -108,8 +109,8 @@ class Recognizer:
         self.INDENT = tid[INDENT]
         self.DEDENT = tid[DEDENT]
         self.COLON = tid["COLON"]
-        self.opens = frozenset(tid[n] for n in BRACKET_OPEN)
-        self.closes = frozenset(tid[n] for n in BRACKET_CLOSE)
+        self.opens = frozenset(tid[n] for n in BRACKET_OPEN if n in tid)
+        self.closes = frozenset(tid[n] for n in BRACKET_CLOSE if n in tid)
         self.bracket_delta = {t: 1 for t in self.opens} | {t: -1 for t in self.closes}
         # per state: the terminals it shifts, and its reductions grouped by rule
         self.shift_mask = []
