@@ -33,6 +33,8 @@ def add_complete_parser(sub) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--context-tokens", type=int, default=EngineOptions.context_tokens)
     p.add_argument("--no-speculative", action="store_true", help="plain decoding, one model call per token")
+    p.add_argument("--no-canonical", action="store_true",
+                   help="allow token sequences the tokenizer would not produce for the text (for comparison)")
     p.add_argument("--draft-model", help="a small model directory with the same tokenizer, as a draft source")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_complete)
@@ -44,7 +46,7 @@ def _options(args) -> EngineOptions:
             model=args.model, device=args.device, store=args.store, max_tokens=args.max_tokens,
             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
             constrained=not args.unconstrained, mode=args.mode,
-            speculative=not args.no_speculative, context_tokens=args.context_tokens,
+            speculative=not args.no_speculative, canonical=not args.no_canonical, context_tokens=args.context_tokens,
             draft_model=args.draft_model,
         ).validated()
     except OptionError as e:

@@ -24,6 +24,7 @@ class EngineOptions:
     constrained: bool = True  # False: no grammar mask (same code path, for comparison)
     mode: str = "auto"  # auto: single-line unless the cursor opens a block; single; multi
     speculative: bool = True
+    canonical: bool = True  # only token sequences the tokenizer itself would produce (mask_store.canonical)
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
 
@@ -43,7 +44,7 @@ class EngineOptions:
             raise OptionError(f"temperature must be a number in [0, 5], not {self.temperature!r}")
         if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
             raise OptionError(f"top_p must be a number in (0, 1], not {self.top_p!r}")
-        for name in ("constrained", "speculative"):
+        for name in ("constrained", "speculative", "canonical"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name} must be true or false, not {getattr(self, name)!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):

@@ -24,9 +24,11 @@ class CountingCache:
 
 @dataclass(eq=False)
 class ScriptedRuntime:
-    """Logits that favour, at every step, the longest token spelling the next bytes of
-    `intended` (the whole document as the "model" would write it); other tokens get a low,
-    finite score so the mask always leaves a choice."""
+    """Logits that favour, at every step, the token spelling the next bytes of `intended` (the
+    whole document as the "model" would write it) that the tokenizer's own encoding of it has
+    there, else the longest such token (where the text so far left that encoding, after token
+    healing or straying), as a model trained on the tokenizer's output would; other tokens get
+    a low, finite score so the mask always leaves a choice."""
 
     tokenizer: object
     intended: bytes
@@ -38,6 +40,7 @@ class ScriptedRuntime:
     noise: float = 0.0  # probability that a step ignores the script (random scores, seeded)
     seed: int = 0
     prefill_chunk: int = 1 << 30  # a prompt comes in one call: that is how it knows where the prompt ends
+    own_tokens: bool = True  # False: always the longest token (spellings the tokenizer may never produce)
 
     def __post_init__(self) -> None:
         self.vocab = self.tokenizer.vocab
@@ -45,6 +48,12 @@ class ScriptedRuntime:
         self._by_bytes = self.vocab.by_bytes
         self._fed: list[int] = []
         self._rng = torch.Generator().manual_seed(self.seed)
+        # the tokenizer's own tokens of the script, by the byte offset where each starts
+        self._own: dict[int, int] = {}
+        at = 0
+        for t in self.tokenizer.encode(self.intended.decode("utf-8", errors="replace")):
+            self._own[at] = t
+            at += len(self._bytes[t])
 
     @property
     def vocab_size(self) -> int:
@@ -90,6 +99,9 @@ class ScriptedRuntime:
                 t = self._by_bytes.get(rest[:k])
                 if t is not None:
                     row[t] = float(k)
+            own = self._own.get(self._base + common) if self.own_tokens else None
+            if own is not None and rest.startswith(self._bytes[own]):
+                row[own] = 100.0
 
 
 def _common(a: bytes, b: bytes) -> int:

@@ -309,3 +309,65 @@ def test_a_space_ending_the_indentation_may_only_be_followed_by_what_it_does_not
     assert m.canonical.continuation is C.Continuation.ENDS_WHITESPACE_RUN
     mask = m.next_token_mask()
     assert comp.stats["canonical_fallbacks"] == before + 1 and mask[by[b"ret"]]
+
+
+# ---------------------------------------------------------------------------------- in the engine
+
+
+def _replay(pairs: C.CanonicalPairs, kept: list[int], generated: list[int]) -> int:
+    """Steps of `generated` (after the prompt's ids kept) that the canonical rows do not allow."""
+    state, bad = pairs.state_after(kept), 0
+    for t in generated:
+        bad += not pairs.allowed_after(state)[t]
+        state = pairs.after(state, t)
+    return bad
+
+
+def test_engine_generates_canonical_sequences_with_a_real_forward_pass(tiny_model_dir):
+    """A random-weight model writes whatever its logits say: with canonical tokenization on
+    (the default; speculation and token healing on too) every generated token is allowed by the
+    rows after the prompt's kept ids, apart from the counted fallbacks."""
+    from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+    from lsp_server.decoding.prompt import build_prompt
+    from lsp_server.options import EngineOptions
+
+    engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), max_tokens=24))
+    assert engine.options.canonical and engine.options.speculative and engine.compiled.canonical is not None
+    pairs = engine.compiled.canonical
+    docs = ["import os\n\ndef f(path):\n    return os.pa", "x = [1, 2,\n     3]\nfor i in x:\n    ", "s = 'it'\nt = s.",
+            "# a comment about ", "msg = 'the quick brown", 'def g():\n    """Return the ']
+    for k, doc in enumerate(docs):
+        line, ch = doc.count("\n"), len(doc) - doc.rfind("\n") - 1
+        prompt = build_prompt(engine.tokenizer, doc, "", engine.options.context_tokens, None, heal=True)
+        r = engine.complete(CompletionRequest(doc, line, ch, document=f"d{k}"))
+        assert r.canonical and len(r.token_ids) == 24
+        assert _replay(pairs, prompt.ids, r.token_ids) <= r.canonical_fallbacks
+    r = engine.complete(CompletionRequest(docs[0], 3, 17, document="off"), options=engine.options.updated(canonical=False))
+    assert not r.canonical and r.canonical_fallbacks == 0
+
+
+def test_a_model_that_spells_against_its_tokenizer_is_stopped_unless_turned_off(compiled_full):
+    """A scripted model that always takes the longest token writes `\n ` + `3` where the
+    tokenizer spells `\n` + ` ` + `3`: `canonical=False` (the option, `--no-canonical`) lets it
+    through; on, `3` is never the token after `\n ` (the pair rows do not look ahead: having
+    taken `\n `, this model finds nothing of its script left, as a real model trained on the
+    tokenizer's output rarely would)."""
+    from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+    from lsp_server.options import EngineOptions
+    from scripted_model import ScriptedRuntime
+
+    comp, tok = compiled_full
+    doc = "def f(x):\n    return x\n\ny = f(\nz = 2\n"
+    before = doc[: doc.index("\nz")]
+    spelled = {}
+    for canonical in (True, False):
+        runtime = ScriptedRuntime(tok, (before + "1, [2,\n 3])\nz = 2\n").encode(), own_tokens=False)
+        engine = CompletionEngine(EngineOptions(canonical=canonical, speculative=False), runtime, comp)
+        r = engine.complete(CompletionRequest(doc, 3, 6))
+        assert r.canonical == canonical
+        spelled[canonical] = [tok.vocab.token_bytes[t] for t in r.token_ids]
+        if not canonical:
+            assert r.text == "1, [2,\n 3])"
+    pairs = list(zip(spelled[False], spelled[False][1:]))
+    assert (b"\n ", b"3") in pairs
+    assert (b"\n ", b"3") not in list(zip(spelled[True], spelled[True][1:])) and b"\n " in spelled[True]

@@ -21,6 +21,7 @@ from typing import Callable
 
 from grammar_tools.incremental import ParseError, PrefixParser, newline_width
 from grammar_tools.lexer_automaton import START, LexError
+from mask_store import canonical as canonical_tokenization
 from mask_store.matcher import GrammarMatcher
 from mask_store.store import MaskStoreError
 
@@ -59,6 +60,9 @@ class CompletionResult:
     recovery: str | None = None  # how a syntax error before the cursor was skipped
     speculation: dict | None = None  # draft statistics when speculative decoding ran
     typed_through: int = 0  # > 0: the rest of the previous suggestion, of which this many characters were typed
+    canonical: bool = False  # canonical tokenization applied (mask_store.canonical)
+    canonical_fallbacks: int = 0  # steps where it left nothing and the grammar's mask was used alone
+    token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -220,7 +224,7 @@ class CompletionEngine:
             result, text=rest, start=start, end=end,
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
-            typed_through=len(result.text) - len(rest),
+            typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],
         )
 
     def _empty(self, req: CompletionRequest, reason: str, opts: EngineOptions) -> CompletionResult:
@@ -252,7 +256,8 @@ class CompletionEngine:
         if constrained:
             try:
                 matcher = GrammarMatcher.from_prefix(self.compiled, before_b[: len(before_b) - len(heal)],
-                                                     heal=heal, parser=parser)
+                                                     heal=heal, parser=parser,
+                                                     canonical=self._canonical_state(prompt, opts))
             except (ParseError, LexError) as e:
                 log.info("no completion: the text before the cursor does not parse (%s)", e)
                 return self._empty(req, "no-continuation", opts)
@@ -302,6 +307,7 @@ class CompletionEngine:
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
         max_tokens = req.max_tokens or opts.max_tokens
         t1 = time.perf_counter()
+        fallbacks = self.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
         try:
             outcome = decode(stepper, matcher, self.compiled.tokens, self._stop_tokens, sampler, policy,
                              max_tokens, cancel, speculator)
@@ -336,7 +342,20 @@ class CompletionEngine:
             mask_ms=[round(m, 4) for m in outcome.mask_ms],
             recovery=str(recovery.restart_line) if recovery else None,
             speculation=speculator.to_json() if speculator else None,
+            canonical=matcher is not None and matcher.canonical.active,
+            canonical_fallbacks=self.compiled.stats["canonical_fallbacks"] - fallbacks,
+            token_ids=list(outcome.tokens),
         )
+
+    def _canonical_state(self, prompt, opts: EngineOptions):
+        """Canonical tokenization (on by default): its state after the prompt's tokens kept,
+        which the healed and generated tokens then follow (OFF when turned off, or when the
+        tokenizer is not one whose canonical pairs are known; loading said why)."""
+        pairs = self.compiled.canonical
+        if not opts.canonical or pairs is None:
+            return canonical_tokenization.OFF
+        start = 1 if self.runtime.fim else 0  # the prefix text's ids come after the FIM prefix token
+        return pairs.state_after(prompt.ids[start : start + prompt.prefix_ids], canonical_tokenization.START)
 
     def _lexeme_before(self, before: bytes):
         """Unconstrained mode: the open lexeme at the cursor for the line scanner (no parse)."""

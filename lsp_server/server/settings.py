@@ -31,6 +31,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "constrained": "constrained",
     "mode": "mode",
     "speculative": "speculative",
+    "canonical": "canonical",
     "draftModel": "draft_model",
     "contextTokens": "context_tokens",
 }

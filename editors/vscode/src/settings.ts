@@ -22,6 +22,7 @@ export const SERVER_OPTION_KEYS = [
   "constrained",
   "mode",
   "speculative",
+  "canonical",
   "draftModel",
   "contextTokens",
   "completionItems",
@@ -41,6 +42,7 @@ export interface ServerOptions {
   constrained: boolean;
   mode: "auto" | "single" | "multi";
   speculative: boolean;
+  canonical: boolean;
   draftModel: string | null;
   contextTokens: number;
   completionItems: boolean;
@@ -59,6 +61,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   constrained: true,
   mode: "auto",
   speculative: true,
+  canonical: true,
   draftModel: null,
   contextTokens: 1024,
   completionItems: true,
