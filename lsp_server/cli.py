@@ -55,16 +55,14 @@ def cmd_serve(args) -> int:
     server = create_server()
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
-        server.start_tcp(host or "127.0.0.1", int(port))
-        return 0
+        return server.start_tcp(host or "127.0.0.1", int(port))
     # stdout is the protocol channel: give the protocol its own copy of the descriptor and
     # send anything else that writes to stdout (print, C libraries) to stderr
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    server.start_io(sys.stdin.buffer, channel)
-    return 0
+    return server.start_io(sys.stdin.buffer, channel)
 
 
 def cmd_stats(args) -> int:

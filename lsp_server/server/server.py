@@ -18,19 +18,18 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
+import sys
 import time
 from typing import Any
 
-from cattrs import transform_error
-from cattrs.errors import ClassValidationError
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
+from . import transport
 from .documents import DocumentError, DocumentStore
 from .engine_host import EngineHost, Status
+from .protocol import RobustProtocol
 from .suggester import Received, Suggester, completion_items, inline_items
 from .settings import SECTION, ServerOptions
 from .telemetry import Telemetry
@@ -45,22 +44,13 @@ FLUSH_INTERVAL_S = 60.0  # telemetry reaches its file at most this often (and at
 COMPLETION_METHODS = (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION)
 
 RECEIVED: contextvars.ContextVar[Received | None] = contextvars.ContextVar("syntaxlock_received", default=None)
-_ANSWERED = object()  # a message already answered while it was read (malformed params)
 
 
-def _describe_structure_error(e: BaseException) -> str:
-    """cattrs' nested validation errors as one line: what is wrong, and where."""
-    if isinstance(e, ClassValidationError):
-        lines = transform_error(e, path="$")
-        return "; ".join(lines[:4]) + (f" (and {len(lines) - 4} more)" if len(lines) > 4 else "")
-    return str(e) or type(e).__name__
-
-
-class SyntaxlockProtocol(LanguageServerProtocol):
-    """pygls' protocol with four changes: positions are always UTF-16; documents live in the
-    server's own store (pygls' workspace is not fed); a request whose params don't match the
-    LSP types is answered with InvalidParams (pygls would leave it unanswered); and completion
-    requests note the document version they were made on before any later message is read."""
+class SyntaxlockProtocol(RobustProtocol):
+    """The robust protocol (framing, envelopes, lifecycle: `protocol`) with three changes:
+    positions are always UTF-16; documents live in the server's own store (pygls' workspace is
+    not fed); and completion requests note the document version they were made on before any
+    later message is read."""
 
     _server: "SyntaxlockServer"
 
@@ -86,22 +76,6 @@ class SyntaxlockProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params):
         yield from self._user(types.TEXT_DOCUMENT_DID_CLOSE, params)
-
-    def structure_message(self, data: dict[str, Any]):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as e:
-            if isinstance(data, dict) and "id" in data and "method" in data:
-                msg = f"invalid params for {data['method']}: {_describe_structure_error(e.__cause__ or e)}"
-                log.warning("request %s: %s", data["id"], msg)
-                self._send_response(data["id"], error=types.ResponseError(code=JsonRpcInvalidParams.CODE, message=msg))
-                return _ANSWERED
-            raise
-
-    def handle_message(self, message):
-        if message is _ANSWERED:
-            return
-        return super().handle_message(message)
 
     def _handle_request(self, msg_id, method_name: str, params: Any):
         if method_name in COMPLETION_METHODS:
@@ -129,6 +103,26 @@ class SyntaxlockServer(LanguageServer):
         self._progress_token: str | None = None
         self._progress_created = False
         self._progress_seq = 0
+
+    # --- the session ---------------------------------------------------------------------------
+    def start_io(self, stdin=None, stdout=None) -> int:
+        """Serve the client on stdin/stdout until it exits; the process's exit status."""
+        try:
+            return transport.serve_stdio(self.protocol, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer)
+        finally:
+            self.close()
+
+    def start_tcp(self, host: str, port: int) -> int:
+        """Serve one client connecting to host:port until it exits; the process's exit status."""
+        try:
+            return transport.serve_tcp(self.protocol, host, port)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """The end of the session, however it ended: telemetry saved, the engine stopped."""
+        self.telemetry.flush()
+        self.host.shutdown()
 
     # --- messages to the client --------------------------------------------------------------
     def report(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
@@ -326,14 +320,12 @@ async def on_completion(ls: SyntaxlockServer, params: types.CompletionParams):
 
 
 def on_shutdown(ls: SyntaxlockServer, params: None) -> None:
-    ls.telemetry.flush()
-    ls.host.shutdown()
+    ls.close()
 
 
 def on_exit(ls: SyntaxlockServer, params: None) -> None:
     """Also reached without a shutdown request (an editor that just quits)."""
-    ls.telemetry.flush()
-    ls.host.shutdown()
+    ls.close()
 
 
 def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
