@@ -1,6 +1,15 @@
-"""LSP positions (line, UTF-16 code unit) <-> offsets in a text."""
+"""LSP positions (line, UTF-16 code unit) <-> offsets in a text.
+
+Lines end as LSP says: at "\n", "\r\n" or a lone "\r" (nothing else: not U+2028, form feeds or
+the other breaks str.splitlines knows). The engine reads text with "\n" only (`to_lf`), which
+has the same lines and the same characters in each, so a position means the same in both.
+"""
 
 from __future__ import annotations
+
+import re
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class PositionError(ValueError):
@@ -8,12 +17,27 @@ class PositionError(ValueError):
 
 
 def line_starts(text: str) -> list[int]:
+    """The offset where each line starts (LSP's three line ends)."""
     out = [0]
+    if "\r" in text:
+        out.extend(m.end() for m in LINE_BREAK.finditer(text))
+        return out
     i = text.find("\n")
     while i >= 0:
         out.append(i + 1)
         i = text.find("\n", i + 1)
     return out
+
+
+def to_lf(text: str) -> str:
+    """`text` with every line end as "\n": the same lines, the same characters in each."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def line_end_of(text: str) -> str:
+    """The document's line end: its first one ("\n" when it has none)."""
+    m = LINE_BREAK.search(text)
+    return m.group() if m else "\n"
 
 
 def utf16_len(s: str) -> int:
@@ -27,9 +51,12 @@ def offset_at(text: str, line: int, character: int, starts: list[int] | None = N
     if line < 0 or character < 0 or line >= len(starts):
         raise PositionError(f"position {line}:{character} is outside the document ({len(starts)} lines)")
     start = starts[line]
-    end = starts[line + 1] - 1 if line + 1 < len(starts) else len(text)
-    if end > start and text[end - 1] == "\r":
-        end -= 1
+    if line + 1 < len(starts):
+        end = starts[line + 1] - 1  # the line end's last character
+        if end > start and text[end] == "\n" and text[end - 1] == "\r":
+            end -= 1
+    else:
+        end = len(text)
     units = 0
     i = start
     while i < end and units < character:

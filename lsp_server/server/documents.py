@@ -13,9 +13,10 @@ leaves the document refused until the editor sends its whole text again.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
-from ..positions import PositionError, line_starts, offset_at
+from ..positions import PositionError, line_starts, offset_at, to_lf
 
 MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
 LANGUAGES = frozenset({"python", "python3", "py"})
@@ -35,12 +36,20 @@ class Document:
     text: str
     refused: str | None = None  # why the server gives no completions here (None: it does)
     _starts: list[int] | None = field(default=None, repr=False)
+    _lf: str | None = field(default=None, repr=False)
 
     @property
     def starts(self) -> list[int]:
         if self._starts is None:
             self._starts = line_starts(self.text)
         return self._starts
+
+    @property
+    def lf_text(self) -> str:
+        """The text with "\n" line ends, as the engine reads it (same lines and characters)."""
+        if self._lf is None:
+            self._lf = to_lf(self.text)
+        return self._lf
 
     def offset(self, line: int, character: int) -> int:
         """String index of an LSP position (PositionError when outside the text)."""
@@ -49,6 +58,13 @@ class Document:
     def set_text(self, text: str) -> None:
         self.text = text
         self._starts = None
+        self._lf = None
+
+    def describe(self) -> dict:
+        """What the server holds, for a client to check that it is in sync."""
+        data = self.text.encode("utf-8", "surrogatepass")
+        return {"version": self.version, "lines": len(self.starts), "bytes": len(data),
+                "blake2b": hashlib.blake2b(data, digest_size=16).hexdigest(), "refused": self.refused}
 
 
 def refusal(language_id: str, text: str) -> str | None:
@@ -73,6 +89,9 @@ class DocumentStore:
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(uri)
+
+    def describe(self) -> dict[str, dict]:
+        return {uri: doc.describe() for uri, doc in self._docs.items()}
 
     def version(self, uri: str) -> int | None:
         doc = self._docs.get(uri)

@@ -349,7 +349,7 @@ def cmd_stats(ls: SyntaxlockServer, *args) -> dict:
 
 
 def cmd_status(ls: SyntaxlockServer, *args) -> dict:
-    return ls.host.describe() | {"settings": ls.options.to_json()}
+    return ls.host.describe() | {"settings": ls.options.to_json(), "documents": ls.documents.describe()}
 
 
 def create_server() -> SyntaxlockServer:

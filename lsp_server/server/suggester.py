@@ -18,7 +18,7 @@ from typing import Callable
 from lsprotocol import types
 
 from ..decoding.engine import CompletionRequest, CompletionResult
-from ..positions import PositionError, offset_at, position_of
+from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
 from .documents import DocumentStore
 from .engine_host import EngineHost, Ticket
 from .telemetry import Telemetry
@@ -149,7 +149,8 @@ class Suggester:
             self._jobs[uri] = job
             if old is not None:
                 old.stopped.set()
-            request = CompletionRequest(text, line, character, document=uri)
+            # the engine reads "\n" line ends: the same lines and characters as the client's text
+            request = CompletionRequest(doc.lf_text if selected is None else to_lf(text), line, character, document=uri)
             job.task = asyncio.ensure_future(self._run(request, job))
         job.waiters += 1
         stop = asyncio.ensure_future(job.stopped.wait())
@@ -217,14 +218,16 @@ class Suggester:
                     sel_range, selected, t0: float) -> Suggestion:
         if job.suggestion is not None and self.telemetry.pending(job.suggestion.id):
             return job.suggestion  # the same run, asked for by another request, not yet settled
+        eol = line_end_of(original)
+        body = result.text if eol == "\n" else result.text.replace("\n", eol)  # the engine writes "\n"
         if selected is None:
-            insert = result.text
+            insert = body
             rng = types.Range(_pos(result.start), _pos(result.end))
         else:
             a, b = sel_range
             end = offset_at(text, *result.end) - shift  # back in the original document
             end = max(end, b)
-            insert = selected.text + result.text
+            insert = selected.text + body
             rng = types.Range(selected.range.start, _pos(position_of(original, end)))
         latency_ms = (time.perf_counter() - t0) * 1000
         sid = self.telemetry.shown(latency_ms)
