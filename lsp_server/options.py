@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 MODES = ("auto", "single", "multi")
 DEVICES = ("auto", "cpu", "cuda")
+
+# Ranges, where a value outside breaks or wastes decoding (editor settings mirror them):
+INT_RANGES = {
+    # 4096 tokens ran 41 s on the default model and ended empty (cut at the token limit): a block
+    # of 1,024 tokens is ~80 lines
+    "max_tokens": (1, 1024),
+    "context_tokens": (16, 131072),
+    # torch's generator takes 64 bits; JSON clients (JavaScript numbers) hold integers exactly to 2^53 - 1
+    "seed": (0, 2**53 - 1),
+}
+# temperature: 0 is greedy; below MIN_TEMPERATURE the logits divided by it overflow float32
+# (1e-300 gave inf, then NaN probabilities), and the distribution is greedy's anyway
+MIN_TEMPERATURE = 0.01
+MAX_TEMPERATURE = 5.0
 
 
 class OptionError(ValueError):
@@ -36,19 +51,22 @@ class EngineOptions:
             raise OptionError(f"device must be one of {', '.join(DEVICES)}, not {self.device!r}")
         if self.mode not in MODES:
             raise OptionError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        for name, lo, hi in (("max_tokens", 1, 4096), ("context_tokens", 16, 131072)):
+        for name, (lo, hi) in INT_RANGES.items():
             v = getattr(self, name)
+            if v is None and name == "seed":
+                continue
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                raise OptionError(f"{name} must be an integer in [{lo}, {hi}], not {v!r}")
-        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) or not 0 <= self.temperature <= 5:
-            raise OptionError(f"temperature must be a number in [0, 5], not {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
-            raise OptionError(f"top_p must be a number in (0, 1], not {self.top_p!r}")
+                null = " or null" if name == "seed" else ""
+                raise OptionError(f"{name} must be an integer in [{lo}, {hi}]{null}, not {_shown(v)}")
+        t = self.temperature
+        if not _is_number(t) or not (t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE):
+            raise OptionError(f"temperature must be 0 (greedy) or a number in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], "
+                              f"not {_shown(t)}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise OptionError(f"top_p must be a number in (0, 1], not {_shown(self.top_p)}")
         for name in ("constrained", "speculative", "canonical"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"{name} must be true or false, not {getattr(self, name)!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
-            raise OptionError(f"seed must be an integer or null, not {self.seed!r}")
         if self.draft_model is not None and not isinstance(self.draft_model, str):
             raise OptionError(f"draft_model must be a model directory or null, not {self.draft_model!r}")
         if self.store is not None and not isinstance(self.store, str):
@@ -67,3 +85,14 @@ class EngineOptions:
         """Whether switching to `other` needs the model or the store loaded again."""
         return (self.model, self.device, self.store, self.draft_model) != (
             other.model, other.device, other.store, other.draft_model)
+
+
+def _is_number(v) -> bool:
+    """A finite int or float (not a bool: JSON's true is no number)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _shown(v) -> str:
+    """A value for a message: huge numbers shortened (2^64 and 1e300 are settings users send)."""
+    text = repr(v)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} characters)"

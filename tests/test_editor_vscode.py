@@ -83,7 +83,7 @@ def test_package_vsix():
 
 def test_settings_mirror_the_server_options():
     """package.json has one setting per server option, with the server's default and choices."""
-    from lsp_server.options import DEVICES, MODES
+    from lsp_server.options import DEVICES, INT_RANGES, MAX_TEMPERATURE, MODES
     from lsp_server.server.settings import ENGINE_KEYS, SERVER_KEYS, ServerOptions
 
     props = json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]
@@ -95,6 +95,11 @@ def test_settings_mirror_the_server_options():
         assert spec["default"] == defaults[key], key
     assert tuple(mirrored["mode"]["enum"]) == MODES
     assert tuple(mirrored["device"]["enum"]) == DEVICES
+    # and the server's ranges
+    for name, (lo, hi) in INT_RANGES.items():
+        key = next(k for k, v in ENGINE_KEYS.items() if v == name)
+        assert (mirrored[key]["minimum"], mirrored[key]["maximum"]) == (lo, hi), key
+    assert mirrored["temperature"]["maximum"] == MAX_TEMPERATURE
     # and the extension sends exactly those keys
     src = (EXT / "src" / "settings.ts").read_text()
     keys = re.search(r"SERVER_OPTION_KEYS = \[(.*?)\] as const", src, re.S).group(1)

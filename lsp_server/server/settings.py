@@ -73,8 +73,8 @@ class ServerOptions:
                 name = ENGINE_KEYS[key]
                 if value is None:
                     value = getattr(defaults_engine, name)
-                if name in _INT_FIELDS and isinstance(value, float) and value.is_integer():
-                    value = int(value)
+                if name in _INT_FIELDS and isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+                    value = int(value)  # JSON's 32.0; not 1e300, which is no integer a client meant
                 try:
                     engine = opts.engine.updated(**{name: value})
                 except OptionError as e:
