@@ -43,6 +43,15 @@ export const INSTALL_HINT =
   "Install syntaxlock into a Python environment (`pip install syntaxlock`, or `make setup` in a " +
   "syntaxlock checkout, which creates .venv/)";
 
+/**
+ * The server settings have machine scope, and in a remote window (code-server, SSH, WSL, a
+ * container) VS Code reads no machine settings from the user settings: set there, they are
+ * silently ignored (the real-editor test in code-server met this).
+ */
+export const REMOTE_HINT =
+  "In a remote window (code-server, SSH, WSL, a container) set it in the Remote settings or the " +
+  "workspace's: VS Code ignores machine settings such as syntaxlock.server.path in the user settings there.";
+
 function serveArgs(settings: ClientSettings): string[] {
   return ["serve", "--stdio", "--log-level", settings.logLevel];
 }
@@ -162,7 +171,8 @@ export function resolveServerCommand(
     message: "The syntaxlock language server was not found: there is no `syntaxlock` program on PATH nor in the workspace's .venv.",
     fix:
       `${INSTALL_HINT}, then set syntaxlock.server.path to its \`syntaxlock\` program ` +
-      "(or syntaxlock.server.pythonPath to its Python interpreter) and run \"syntaxlock: Restart Server\".",
+      "(or syntaxlock.server.pythonPath to its Python interpreter) and run \"syntaxlock: Restart Server\". " +
+      REMOTE_HINT,
   };
 }
 

@@ -122,15 +122,24 @@ async function suggestionShown(): Promise<{ ghost: string; exchange: InlineExcha
   return { ghost, exchange, item: exchange.items![0]! };
 }
 
-/** Tab, then Ctrl+S; returns the file's text once on disk (the test turns auto-save off). */
+/**
+ * Tab, then Ctrl+S; returns the file's text once saved (the test turns auto-save off): changed,
+ * and the same on two reads 300 ms apart (VS Code truncates the file before it writes it).
+ */
 async function acceptAndSave(): Promise<string> {
   const before = fs.readFileSync(file, "utf8");
   await wb.press("Tab");
   await wb.press("Control+S");
-  return poll("the file saved", UI_MS, () => {
+  let last = before;
+  for (const t0 = Date.now(); Date.now() - t0 < UI_MS; ) {
+    await new Promise((r) => setTimeout(r, 300));
     const text = fs.readFileSync(file, "utf8");
-    return text !== before ? text : undefined;
-  });
+    if (text !== before && text === last) {
+      return text;
+    }
+    last = text;
+  }
+  throw new Error(`the file was not saved within ${UI_MS} ms`);
 }
 
 before(async () => {

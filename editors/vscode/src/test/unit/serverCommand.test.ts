@@ -44,6 +44,7 @@ describe("resolveServerCommand", () => {
       assert.match(r.message, /not found/);
       assert.match(r.fix, /pip install syntaxlock/);
       assert.match(r.fix, /syntaxlock\.server\.path/);
+      assert.match(r.fix, /Remote settings/);
     }
   });
 
