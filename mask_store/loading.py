@@ -94,9 +94,11 @@ def load_compiled(
     path = Path(store_path) if store_path else store_path_for(tok, streamline)
     try:
         store = open_store(path, tok)
-    except MaskStoreError:
+    except MaskStoreError as e:
         if store_path or not build_if_missing:
             raise
+        if path.is_file():  # there, but damaged or from another version: never used, made again
+            log.warning("%s; rebuilding it", str(e).split(": rebuild it")[0])
         log.info("building the mask store for %s (once)", tok.source.name)
         full = None
         if streamline:  # streamline the cached full store if there is one

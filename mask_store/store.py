@@ -15,11 +15,15 @@ A row says: "from lexer configuration q, these tokens announce the terminal sequ
 Identical token sets are stored once, each as a sorted id array or a packed bitset, whichever is
 smaller. The file is safetensors (a JSON header and raw arrays, memory-mapped on load, never
 pickle) with a versioned header: format, grammar hash, tokenizer hash, vocabulary size, build
-options. A missing, corrupt or mismatched file raises `MaskStoreError` naming the fix.
+options, and a checksum over the header and every array (name, dtype, shape, bytes), checked at
+load: one flipped bit anywhere is an error, never a wrong mask (safetensors checks offsets and
+sizes only, and the structural checks below catch damaged indices, not damaged masks). A
+missing, corrupt or mismatched file raises `MaskStoreError` naming the fix.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -32,15 +36,33 @@ from grammar_tools import cache
 from .token_lexing import Indent
 
 FORMAT = "syntaxlock-mask-store"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: the checksum
+CHECKSUM = "blake2b-256"
+ARRAYS = ("q_term", "q_state", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
+          "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids")
 
 
 class MaskStoreError(RuntimeError):
     """The store can't be used; the message says how to rebuild it."""
 
 
-def rebuild_hint(model: str | None) -> str:
-    return f"rebuild it with `mask-store build --model {model or 'default'}`"
+def rebuild_hint(model: str | None, out: Path | None = None) -> str:
+    """The command that makes the store again (`out`: a file outside the cache, where it goes)."""
+    where = ""
+    if out is not None and Path(out).resolve().parent != (cache.cache_dir() / "stores").resolve():
+        where = f" --out {out}"
+    return f"rebuild it with `mask-store build --model {model or 'default'}{where}`"
+
+
+def checksum(header_json: str, arrays: dict[str, np.ndarray]) -> str:
+    """`CHECKSUM` of the store's header and arrays, each array with its name, dtype and shape."""
+    h = hashlib.blake2b(digest_size=32)
+    h.update(header_json.encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\0{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.reshape(-1).view(np.uint8).data)
+    return f"{CHECKSUM}:{h.hexdigest()}"
 
 
 @dataclass(eq=False)
@@ -117,16 +139,12 @@ class MaskStore:
         from safetensors.numpy import save_file
 
         path = Path(path)
-        arrays = {
-            name: np.ascontiguousarray(getattr(self, name))
-            for name in (
-                "q_term", "q_state", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
-                "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids",
-            )
-        }
+        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in ARRAYS}
         header = dict(self.header)
         header["indents"] = [[int(i.relative), i.ws.decode("latin-1")] for i in self.indents]
-        meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "header": json.dumps(header)}
+        header_json = json.dumps(header)
+        meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "header": header_json,
+                "checksum": checksum(header_json, arrays)}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         save_file(arrays, str(tmp), metadata=meta)
@@ -146,23 +164,25 @@ def load_store(
 
     path = Path(path)
     if not path.is_file():
-        raise MaskStoreError(f"no mask store at {path}: {rebuild_hint(None)}")
+        raise MaskStoreError(f"no mask store at {path}: {rebuild_hint(None, path)}")
     try:
         with safe_open(str(path), framework="np") as f:
             meta = f.metadata() or {}
             if meta.get("format") != FORMAT:
-                raise MaskStoreError(f"{path} is not a syntaxlock mask store: {rebuild_hint(None)}")
+                raise MaskStoreError(f"{path} is not a syntaxlock mask store: {rebuild_hint(None, path)}")
             header = json.loads(meta["header"])
-            model = header.get("model")
-            if int(meta.get("format_version", -1)) != FORMAT_VERSION:
+            model = header.get("model") if isinstance(header, dict) else None
+            if meta.get("format_version") != str(FORMAT_VERSION):
                 raise MaskStoreError(
                     f"{path} has format version {meta.get('format_version')}, this syntaxlock "
-                    f"reads {FORMAT_VERSION}: {rebuild_hint(model)}"
+                    f"reads {FORMAT_VERSION}: {rebuild_hint(model, path)}"
                 )
             arrays = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, KeyError) as e:
-        raise MaskStoreError(f"{path} is corrupt ({e}): {rebuild_hint(None)}") from None
-    model = header.get("model")
+        raise MaskStoreError(f"{path} is corrupt ({e}): {rebuild_hint(None, path)}") from None
+    if sorted(arrays) != sorted(ARRAYS) or meta.get("checksum") != checksum(meta["header"], arrays):
+        raise MaskStoreError(f"{path} is corrupt (its data does not match its {CHECKSUM} checksum): "
+                             f"{rebuild_hint(model, path)}")
     for what, want, have in (
         ("grammar", grammar_hash, header.get("grammar_hash")),
         ("tokenizer", tokenizer_hash, header.get("tokenizer_hash")),
@@ -170,14 +190,14 @@ def load_store(
     ):
         if want is not None and want != have:
             raise MaskStoreError(
-                f"{path} was built for another {what} ({have}, expected {want}): {rebuild_hint(model)}"
+                f"{path} was built for another {what} ({have}, expected {want}): {rebuild_hint(model, path)}"
             )
     indents = [Indent(bool(r), ws.encode("latin-1")) for r, ws in header.pop("indents", [])]
     try:
         store = MaskStore(header=header, indents=indents, **arrays)
         _validate(store)
     except (TypeError, ValueError, IndexError) as e:
-        raise MaskStoreError(f"{path} is corrupt ({e}): {rebuild_hint(model)}") from None
+        raise MaskStoreError(f"{path} is corrupt ({e}): {rebuild_hint(model, path)}") from None
     return store
 
 
