@@ -1,12 +1,21 @@
-"""Helpers shared by the benchmarks: timing statistics and the stdlib corpus."""
+"""Helpers shared by the benchmarks: timing statistics and the code sets they read.
+
+The code sets: the stdlib (where mechanisms are decided) and third-party code (where they are
+confirmed): the wheels of widely used pure-Python packages, pinned, downloaded once with pip into
+the user cache (`~/.cache/syntaxlock/thirdparty`, or `$SYNTAXLOCK_CACHE/thirdparty`) and never
+committed. `code_files("stdlib" | "thirdparty")`."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import sysconfig
 import time
 import tokenize
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +65,16 @@ def read_source(path: Path) -> bytes | None:
     return data
 
 
+# pure-Python wheels, pinned: the same files on every machine
+THIRD_PARTY = ("requests==2.32.3", "rich==13.9.4", "attrs==24.2.0", "click==8.1.7", "jinja2==3.1.4",
+               "packaging==24.2")
+CODE_SETS = ("stdlib", "thirdparty")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SYNTAXLOCK_CACHE") or Path.home() / ".cache" / "syntaxlock") / "thirdparty"
+
+
 def stdlib_files(include_tests: bool = False) -> list[Path]:
     out = []
     for p in sorted(STDLIB.rglob("*.py")):
@@ -66,3 +85,58 @@ def stdlib_files(include_tests: bool = False) -> list[Path]:
             continue
         out.append(p)
     return out
+
+
+def thirdparty_files(specs=THIRD_PARTY) -> list[Path]:
+    """The .py files of the pinned wheels (downloaded and unpacked on first use)."""
+    root = cache_root()
+    out = []
+    for spec in specs:
+        name, version = spec.split("==")
+        target = root / f"{name}-{version}"
+        if not (target / ".unpacked").is_file():
+            _fetch(spec, root, target)
+        out.extend(sorted(p for p in target.rglob("*.py") if ".dist-info" not in str(p)))
+    return out
+
+
+def _fetch(spec: str, root: Path, target: Path) -> None:
+    wheels = root / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    name = spec.split("==")[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+           "-d", str(wheels), spec]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"cannot download {spec} (pip download needs the network once): {done.stderr.strip()}")
+    version = spec.split("==")[1]
+    found = [w for w in wheels.glob("*.whl")
+             if w.name.lower().replace("-", "_").startswith(f"{name.lower().replace('-', '_')}_{version}")]
+    if not found:
+        raise SystemExit(f"pip downloaded no wheel for {spec} into {wheels}")
+    with zipfile.ZipFile(found[0]) as z:
+        for member in z.namelist():
+            if member.endswith(".py") and not member.startswith("/") and ".." not in Path(member).parts:
+                dest = target / member
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(z.read(member))
+    (target / ".unpacked").write_text(found[0].name)
+
+
+def code_files(code: str) -> list[Path]:
+    """The files of a code set: `stdlib` (tests left out) or `thirdparty`."""
+    if code == "stdlib":
+        return stdlib_files()
+    if code == "thirdparty":
+        return thirdparty_files()
+    raise ValueError(f"unknown code set {code!r}: one of {', '.join(CODE_SETS)}")
+
+
+def relative_name(path: Path) -> str:
+    """A file's name within its code set (for reports)."""
+    for base in (STDLIB, cache_root()):
+        try:
+            return str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)

@@ -1,4 +1,4 @@
-"""Completion quality and speed, constrained vs unconstrained, on the same stdlib cut points.
+"""Completion quality and speed, constrained vs unconstrained, on the same cut points of a code set.
 
 For each cut point (fixed seed; line starts and mid-line points, inside and outside blocks) the
 file is cut at the cursor, the rest of that line is dropped, the following lines are kept
@@ -15,11 +15,23 @@ request on the same document first, as when the user is typing). Reported per mo
   blank line there, where the engine writes the block's next lines);
 and by cut class (line-start/mid-line x top-level/in-block).
 
-    .venv/bin/python bench/completion_quality.py --cuts 300 [--model default] [--out cuts.jsonl]
-        [--speculation [--draft-model DIR]]
+    .venv/bin/python bench/completion_quality.py --cuts 300 [--code stdlib|thirdparty] [--model default]
+        [--out cuts.jsonl] [--speculation [--draft-model DIR]]
+
+`--code thirdparty` cuts the files of pinned third-party wheels (bench/_util.py: downloaded into
+the user cache on first use) instead of the stdlib: mechanisms are decided on the stdlib and
+confirmed there.
 
 With `--speculation`, also constrained decoding with speculation: its speed-up over both, by cut
 class and by draft source (`by_source`: the steps each source drafted, timed in the same run).
+
+Canonical tokenization (mask_store.canonical, on by default) is on in the constrained modes;
+`--canonical-ab` also runs each constrained mode with it off (`.../no-canonical`) on the same cut
+points. Per mode: `noncanonical`, the share of completions whose generated tokens differ from the
+tokenizer's own encoding of the prompt's kept text followed by their text (the last token left
+out: where the text ends is not where the document does), `canonical_fallbacks` (steps whose
+canonical AND left nothing, over all mask steps), tokens per completion and, with speculation, α
+(accepted over drafted positions).
 """
 
 from __future__ import annotations
@@ -35,8 +47,10 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from _util import CODE_SETS, code_files, relative_name  # noqa: E402
 
 
 def percentile(values, q: float) -> float:
@@ -69,11 +83,11 @@ def parses(text: str) -> bool:
     return True
 
 
-def candidate_files() -> list[Path]:
+def candidate_files(code: str = "stdlib") -> list[Path]:
     out = []
-    for p in sorted(STDLIB.rglob("*.py")):
-        rel = p.relative_to(STDLIB).parts
-        if rel[0] in ("site-packages", "test", "idlelib", "lib2to3", "tkinter") or "tests" in rel:
+    for p in sorted(STDLIB.rglob("*.py")) if code == "stdlib" else code_files(code):
+        rel = p.relative_to(STDLIB).parts if code == "stdlib" else ()
+        if rel and (rel[0] in ("site-packages", "test", "idlelib", "lib2to3", "tkinter") or "tests" in rel):
             continue
         try:
             text = p.read_text(encoding="utf-8")
@@ -84,9 +98,9 @@ def candidate_files() -> list[Path]:
     return out
 
 
-def cut_points(n: int, seed: int) -> list[dict]:
+def cut_points(n: int, seed: int, code: str = "stdlib") -> list[dict]:
     rng = random.Random(seed)
-    files = candidate_files()
+    files = candidate_files(code)
     cuts: list[dict] = []
     seen = set()
     while len(cuts) < n:
@@ -110,25 +124,53 @@ def cut_points(n: int, seed: int) -> list[dict]:
     return cuts
 
 
-MODES = {  # name: (constrained, speculative)
-    "constrained": (True, False),
-    "unconstrained": (False, False),
-    "constrained+speculative": (True, True),
+MODES = {  # name: (constrained, speculative, canonical)
+    "constrained": (True, False, True),
+    "unconstrained": (False, False, False),
+    "constrained+speculative": (True, True, True),
+    "constrained/no-canonical": (True, False, False),
+    "constrained+speculative/no-canonical": (True, True, False),
 }
 
 
-def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool = False) -> dict:
+def noncanonical(tok, kept: list[int], generated: list[int]) -> bool | None:
+    """Whether `generated` (after the prompt's `kept` ids) differs from the tokenizer's own
+    encoding of that text, its last token left out (None: fewer than two tokens)."""
+    tb = tok.vocab.token_bytes
+    gen = list(generated)
+    while gen:  # a completion cut inside a multi-byte character: its whole characters only
+        try:
+            text = b"".join(tb[t] for t in kept + gen).decode()
+            break
+        except UnicodeDecodeError:
+            gen.pop()
+    if len(gen) < 2:
+        return None
+    enc = tok.encode(text)
+    n = len(kept)
+    return enc[:n] != kept or enc[n : n + len(gen) - 1] != gen[:-1]
+
+
+def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool = False,
+        canonical: bool = True) -> dict:
     from lsp_server.decoding.engine import CompletionRequest
+    from lsp_server.decoding.prompt import build_prompt
 
     lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
     i, ch = cut["line"], cut["character"]
     reference = lines[i][ch:]
     doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
-    opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens, speculative=speculative)
+    opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens, speculative=speculative,
+                                  canonical=canonical)
     req = CompletionRequest(doc, i, ch, document=cut["path"])
     t0 = time.perf_counter()
     r = engine.complete(req, options=opts)
     latency = (time.perf_counter() - t0) * 1000
+    before = "\n".join(lines[:i] + [lines[i][:ch]])
+    prompt = build_prompt(engine.tokenizer, before, doc[len(before) :], opts.context_tokens, engine.runtime.fim,
+                          heal=constrained)
+    start = 1 if engine.runtime.fim else 0
+    kept = prompt.ids[start : start + prompt.prefix_ids]
     # the cut document has nothing after the cursor on its line: the replace range is empty
     spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
     first = r.text.split("\n")[0].rstrip()
@@ -147,6 +189,8 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "policy": r.mode,  # the engine's stopping mode: single-line or multi-line
         "text": r.text,
         "speculation": (r.speculation or {}).get("request"),
+        "noncanonical": noncanonical(engine.tokenizer, kept, r.token_ids),
+        "canonical_fallbacks": r.canonical_fallbacks,
     }
 
 
@@ -160,6 +204,9 @@ def summarize(rows: list[dict]) -> dict:
     stops: dict[str, int] = {}
     for r in rows:
         stops[r["stop"]] = stops.get(r["stop"], 0) + 1
+    judged = [r["noncanonical"] for r in rows if r["noncanonical"] is not None]
+    drafted = sum((r["speculation"] or {}).get("drafted", 0) for r in rows)
+    accepted = sum((r["speculation"] or {}).get("accepted", 0) for r in rows)
     return {
         "cuts": n,
         # accepting a suggestion (an empty answer offers nothing to accept)...
@@ -180,6 +227,11 @@ def summarize(rows: list[dict]) -> dict:
             for p, v in sorted(_by_policy(rows).items())
         },
         "stops": stops,
+        "tokens_per_completion": round(tokens / n, 2),
+        "noncanonical": round(sum(judged) / len(judged), 4) if judged else None,
+        "noncanonical_completions": f"{sum(judged)}/{len(judged)}",
+        "canonical_fallbacks": f"{sum(r['canonical_fallbacks'] for r in rows)}/{len(masks)} mask steps",
+        **({"alpha": round(accepted / drafted, 4)} if drafted else {}),
     }
 
 
@@ -266,9 +318,29 @@ def speculation_report(results, by_class, engine) -> dict:
     }
 
 
+def canonical_report(results) -> dict:
+    """Canonical tokenization on against off, per constrained mode on the same cut points."""
+    out = {}
+    for on in ("constrained", "constrained+speculative"):
+        off = on + "/no-canonical"
+        if on not in results or off not in results:
+            continue
+        a, b = summarize(results[on]), summarize(results[off])
+        out[on] = {
+            "identical_texts": f"{sum(x['text'] == y['text'] for x, y in zip(results[on], results[off]))}/{len(results[on])}",
+            **{k: {"on": a.get(k), "off": b.get(k)} for k in (
+                "noncanonical", "exact_match", "edit_similarity", "parses_after_accept", "empty", "tokens_per_s",
+                "tokens_per_completion", "mask_ms_p50", "mask_ms_p99", "latency_ms_p50", "alpha") if k in a or k in b},
+            "canonical_fallbacks": a["canonical_fallbacks"],
+        }
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cuts", type=int, default=300)
+    ap.add_argument("--code", default="stdlib", choices=CODE_SETS,
+                    help="the code set to cut: the stdlib, or pinned third-party wheels (downloaded once)")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--model", default="default")
     ap.add_argument("--max-tokens", type=int, default=48)
@@ -276,6 +348,10 @@ def main(argv=None) -> int:
     ap.add_argument("--speculation", action="store_true",
                     help="also run constrained decoding with speculation and report its speed-up")
     ap.add_argument("--draft-model", help="a draft model directory (same tokenizer) as another draft source")
+    ap.add_argument("--canonical-ab", action="store_true",
+                    help="also run each constrained mode with canonical tokenization off, on the same cut points")
+    ap.add_argument("--modes", nargs="+", choices=list(MODES),
+                    help="run only these modes (default: as the flags above select)")
     args = ap.parse_args(argv)
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
@@ -284,8 +360,9 @@ def main(argv=None) -> int:
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,
                                                  draft_model=args.draft_model))
-    cuts = cut_points(args.cuts, args.seed)
-    modes = [m for m in MODES if args.speculation or "speculative" not in m]
+    cuts = cut_points(args.cuts, args.seed, args.code)
+    modes = args.modes or [m for m in MODES if (args.speculation or "speculative" not in m)
+                           and (args.canonical_ab or "no-canonical" not in m)]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     by_class: dict[str, dict[str, list[dict]]] = {}
     out = open(args.out, "w") if args.out else None
@@ -296,27 +373,33 @@ def main(argv=None) -> int:
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
         engine.complete(CompletionRequest(doc, i, ch, document=cut["path"], max_tokens=1))
         for mode in modes:
-            row = run(engine, cut, *MODES[mode][:1], args.max_tokens, MODES[mode][1])
+            constrained, speculative, canonical = MODES[mode]
+            row = run(engine, cut, constrained, args.max_tokens, speculative, canonical)
             results[mode].append(row)
             cls = f'{cut["kind"]}/{cut["block"]}'
             by_class.setdefault(cls, {m: [] for m in modes})[mode].append(row)
             if out:
-                out.write(json.dumps({**cut, "mode": mode, **{k2: v for k2, v in row.items() if k2 != "mask_ms"}}) + "\n")
+                out.write(json.dumps({**cut, "file": relative_name(Path(cut["path"])), "mode": mode, **{k2: v for k2, v in row.items() if k2 != "mask_ms"}}) + "\n")
         engine.forget(cut["path"])
         if (k + 1) % 25 == 0:
             print(f"{k + 1}/{len(cuts)} cut points", file=sys.stderr, flush=True)
     report = {
         "model": engine.describe()["model"],
+        "code": args.code,
+        "files": len({c["path"] for c in cuts}),
         "kernels": kernels.isa if (kernels := load_kernels()) else None,  # avx512 / avx2 / PyTorch's
         "max_tokens": args.max_tokens,
         "seed": args.seed,
         **{m: summarize(results[m]) for m in modes},
         "by_class": {c: {m: summarize(v) for m, v in d.items()} for c, d in sorted(by_class.items())},
     }
-    if args.speculation:
+    if {"constrained", "unconstrained", "constrained+speculative"} <= set(modes):
         report["speculation"] = speculation_report(results, by_class, engine)
-    c, u = report["constrained"], report["unconstrained"]
-    report["tokens_per_s_ratio"] = round(c["tokens_per_s"] / u["tokens_per_s"], 3) if u["tokens_per_s"] else None
+    if any("no-canonical" in m for m in modes):
+        report["canonical"] = canonical_report(results)
+    if "constrained" in report and "unconstrained" in report:
+        c, u = report["constrained"], report["unconstrained"]
+        report["tokens_per_s_ratio"] = round(c["tokens_per_s"] / u["tokens_per_s"], 3) if u["tokens_per_s"] else None
     print(json.dumps(report, indent=2))
     return 0
 

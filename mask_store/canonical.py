@@ -259,6 +259,11 @@ class CanonicalPairs:
         t = self.tables = tables
         self.V = t.size
         self._never = int(t.birth.max()) + 2
+        # the left-spine entries as one sorted key (y, then latest death first): the entries of y
+        # alive at rank m are those with key <= y * span + (never - m), found for all y at once
+        self._span = self._never + 1
+        ys = np.repeat(np.arange(self.V, dtype=np.int64), np.diff(t.spine_start))
+        self._spine_key = ys * self._span + (self._never - t.spine_death.astype(np.int64))
         ok = t.reachable | t.free
         # per left kind: the tokens allowed without a merge check, and the joined ones
         self._allow: dict[RunKind, np.ndarray] = {}
@@ -296,16 +301,22 @@ class CanonicalPairs:
         (read as one pre-token)."""
         t = self.tables
         out = np.zeros(self.V, dtype=bool)
-        parts = []
+        ys, ms = [], []
         for x, death in self._right_spine(a):
             lo, hi = int(t.merge_start[x]), int(t.merge_start[x + 1])
             k = lo + int(np.searchsorted(t.merge_rank[lo:hi], death))  # merges before x dies
-            for y, m in zip(t.merge_right[lo:k].tolist(), t.merge_rank[lo:k].tolist()):
-                s, e = int(t.spine_start[y]), int(t.spine_start[y + 1])
-                n = int(np.searchsorted(-t.spine_death[s:e], -m, side="right"))  # y alive at m
-                parts.append(t.spine_token[s : s + n])
-        if parts:
-            out[np.concatenate(parts)] = True
+            ys.append(t.merge_right[lo:k])
+            ms.append(t.merge_rank[lo:k])
+        y = np.concatenate(ys).astype(np.int64)
+        if not y.size:
+            return out
+        start = t.spine_start[y]
+        end = np.searchsorted(self._spine_key, y * self._span + (self._never - np.concatenate(ms)), side="right")
+        n = end - start  # the tokens of y's list in which y is alive at the merge's rank: a prefix
+        total = int(n.sum())
+        if total:
+            offsets = np.repeat(start - np.concatenate(([0], np.cumsum(n)[:-1])), n)
+            out[t.spine_token[offsets + np.arange(total)]] = True
         return out
 
     def conflict(self, a: int, b: int) -> bool:

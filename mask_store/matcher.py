@@ -392,9 +392,16 @@ class GrammarMatcher:
         comp = self.compiled
         comp.stats["canonical_masks"] += 1
         mask = grammar_mask & comp.canonical.allowed_after(self.canonical)
-        if mask.sum() > mask[comp.eos].sum() or grammar_mask.sum() == grammar_mask[comp.eos].sum():
+        end = mask[comp.eos]  # the end of sequence: the grammar's to allow (rows leave it alone)
+        mask[comp.eos] = False
+        if mask.any():
+            mask[comp.eos] = end
             return mask
-        comp.stats["canonical_fallbacks"] += 1  # nothing but the end: the grammar decides alone
+        mask[comp.eos] = True
+        if not (grammar_mask & ~mask).any():  # the grammar allows no more than the end either
+            mask[comp.eos] = end
+            return mask
+        comp.stats["canonical_fallbacks"] += 1  # nothing but the end left: the grammar decides alone
         return grammar_mask
 
     def is_complete(self) -> bool:
