@@ -146,10 +146,15 @@ def _sentencepiece(s: str) -> bytes:
 
 @dataclass(frozen=True, eq=False)
 class LoadedTokenizer:
-    """A model's tokenizer with its vocabulary: encode text the way the model does."""
+    """A model's tokenizer with its vocabulary: encode text the way the model does.
+
+    Document text is text: a file that spells a special token (`<|endoftext|>` in a comment,
+    `<filename>` in a regex) is encoded as those characters, never as the control token
+    (`load_tokenizer` sets `encode_special_tokens` on the tokenizer it builds; control tokens
+    such as fill-in-the-middle markers are put in by id)."""
 
     source: ModelSource
-    tokenizer: object  # tokenizers.Tokenizer
+    tokenizer: object  # tokenizers.Tokenizer, with encode_special_tokens set
     vocab: Vocabulary
 
     def encode(self, text: str) -> list[int]:
@@ -164,6 +169,7 @@ def load_tokenizer(spec: str | None = None) -> LoadedTokenizer:
     src = resolve_model(spec)
     path = tokenizer_json(src)
     tok = Tokenizer.from_file(str(path))
+    tok.encode_special_tokens = True  # special tokens' spellings in a document are its text
     vocab = Vocabulary.from_tokenizer(tok, declared_eos(src), src.name)
     return LoadedTokenizer(src, tok, vocab)
 
