@@ -48,6 +48,8 @@ class RawServer:
         self.proc = subprocess.Popen(server_command(*extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log, cwd=ROOT, env=full_env, bufsize=0)
         self.received: list[dict] = []  # every message the server sent, in order
+        self.sent_at: dict = {}  # request id -> time.perf_counter() when it was written
+        self.answered_at: dict = {}  # request id -> when its response arrived
         self._inbox: queue.Queue = queue.Queue()
         self._ids = itertools.count(1)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -64,10 +66,10 @@ class RawServer:
             for event in parser.feed(data):
                 if isinstance(event, Frame):
                     assert event.problem is None, f"the server wrote a bad frame: {event.problem}"
-                    self._inbox.put(json.loads(event.body))
+                    self._inbox.put((time.perf_counter(), json.loads(event.body)))
                 else:
                     raise AssertionError(f"the server wrote garbage: {event.reason}")
-        self._inbox.put(None)
+        self._inbox.put((time.perf_counter(), None))
 
     def send_bytes(self, data: bytes) -> bool:
         """Write raw bytes; False when the server no longer reads."""
@@ -83,6 +85,7 @@ class RawServer:
 
     def request(self, method: str, params=None, msg_id=None) -> int | str:
         msg_id = next(self._ids) if msg_id is None else msg_id
+        self.sent_at[msg_id] = time.perf_counter()
         self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, **({} if params is None else {"params": params})})
         return msg_id
 
@@ -93,9 +96,11 @@ class RawServer:
 
     def next_message(self, timeout: float = WAIT_S) -> dict | None:
         """The next message from the server (None at the end of its output)."""
-        msg = self._inbox.get(timeout=timeout)
+        at, msg = self._inbox.get(timeout=timeout)
         if msg is not None:
             self.received.append(msg)
+            if "method" not in msg and isinstance(msg.get("id"), (int, str)):
+                self.answered_at.setdefault(msg["id"], at)  # when the reader thread read it
         return msg
 
     def wait_for(self, predicate, timeout: float = WAIT_S) -> dict:

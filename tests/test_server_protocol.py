@@ -143,25 +143,27 @@ def test_an_unfinished_frame_at_the_end_is_reported():
 INVALID = [
     # body, expected code, expected id
     (b"{this is not json", -32700, None),
-    (b'{"jsonrpc": "2.0", "id": 5, "method": "workspace/executeCommand"', -32700, None),  # truncated
-    (b'{"jsonrpc": "2.0", "id": 6, "method": "\xff\xfe"}', -32700, None),  # not UTF-8
+    (b'{"jsonrpc": "2.0", "id": 9005, "method": "workspace/executeCommand"', -32700, None),  # truncated
+    (b'{"jsonrpc": "2.0", "id": 9006, "method": "\xff\xfe"}', -32700, None),  # not UTF-8
     (b"[]", -32600, None),
     (b"42", -32600, None),
     (b"null", -32600, None),
     (b'"a string"', -32600, None),
-    (b'[{"jsonrpc": "2.0", "id": 9, "method": "workspace/executeCommand"}]', -32600, 9),  # a batch
-    (b'{"id": 3, "method": "workspace/executeCommand", "params": {"command": "syntaxlock.stats"}}', -32600, 3),
-    (b'{"jsonrpc": "1.0", "id": 4, "method": "workspace/executeCommand"}', -32600, 4),
+    (b'[{"jsonrpc": "2.0", "id": 9009, "method": "workspace/executeCommand"}]', -32600, 9009),  # a batch
+    (b'{"id": 9003, "method": "workspace/executeCommand", "params": {"command": "syntaxlock.stats"}}', -32600, 9003),
+    (b'{"jsonrpc": "1.0", "id": 9004, "method": "workspace/executeCommand"}', -32600, 9004),
     (b'{"jsonrpc": 2, "id": "four", "method": "workspace/executeCommand"}', -32600, "four"),
     (b'{"jsonrpc": "2.0", "id": {}, "method": "workspace/executeCommand"}', -32600, None),
     (b'{"jsonrpc": "2.0", "id": [], "method": "workspace/executeCommand"}', -32600, None),
-    (b'{"jsonrpc": "2.0", "id": 1.5, "method": "workspace/executeCommand"}', -32600, None),
+    (b'{"jsonrpc": "2.0", "id": 9001.5, "method": "workspace/executeCommand"}', -32600, None),
     (b'{"jsonrpc": "2.0", "id": true, "method": "workspace/executeCommand"}', -32600, None),
-    (b'{"jsonrpc": "2.0", "id": 12}', -32600, 12),  # neither a request nor a response
-    (b'{"jsonrpc": "2.0", "id": 13, "method": 5}', -32600, 13),
-    (b'{"jsonrpc": "2.0", "id": 14, "method": "workspace/executeCommand", "params": 7}', -32600, 14),
+    (b'{"jsonrpc": "2.0", "id": 9012}', -32600, 9012),  # neither a request nor a response
+    (b'{"jsonrpc": "2.0", "id": 9013, "method": 5}', -32600, 9013),
+    (b'{"jsonrpc": "2.0", "id": 9014, "method": "workspace/executeCommand", "params": 7}', -32600, 9014),
     (b'{"method": "textDocument/didSave"}', -32600, None),  # a notification without jsonrpc
-    (b'{"jsonrpc": "2.0", "id": 15, "method": "textDocument/didOpen", "params": {}}', -32600, 15),  # a notification, with an id
+    (b'{"jsonrpc": "2.0", "id": 9015, "method": "textDocument/didOpen", "params": {}}', -32600, 9015),  # a notification, with an id
+    (b'{"jsonrpc": "2.0", "id": 9016, "method": "syntaxlock/noSuchMethod"}', -32601, 9016),  # no params: still unknown
+    (b'{"jsonrpc": "2.0", "id": 9017, "method": "workspace/executeCommand", "params": {"command": 5}}', -32602, 9017),
 ]
 
 

@@ -169,6 +169,8 @@ class RobustProtocol(LanguageServerProtocol):
                     return self._converter.structure(data, types.ResponseErrorMessage)
                 return self._converter.structure(data, self._result_types.pop(env.id, None) or JsonRPCResponseMessage)
             typ = self.get_message_type(env.method)
+            if typ is None:  # a method LSP does not define: pygls' plain types, whose params are not optional
+                data = {**data, "params": data.get("params")}
             if env.kind is Kind.REQUEST:
                 if typ is not None and "id" not in attrs.fields_dict(typ):
                     self.send_error(env.id, INVALID_REQUEST, f"Invalid Request: {env.method} is a notification, not a request")
