@@ -16,7 +16,7 @@ from functools import partial
 
 import torch
 
-from .library import MAX_ATTENTION_ROWS, DecodeKernels, load
+from .library import MAX_ATTENTION_ROWS, DecodeKernels, LayerWeights, load
 from .half_weights import SmallBatchLinear
 from ..kv_cache import GrowingCache, GrowingLayer
 
@@ -48,7 +48,7 @@ def layer_fits(layer, config) -> bool:
     )
 
 
-def _fused_forward(layer, kernels: DecodeKernels, original, hidden_states: torch.Tensor,
+def _fused_forward(layer, kernels: DecodeKernels, weights: LayerWeights, original, hidden_states: torch.Tensor,
                    attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
                    position_embeddings=None, **kwargs):
     attn = layer.self_attn
@@ -67,13 +67,7 @@ def _fused_forward(layer, kernels: DecodeKernels, original, hidden_states: torch
     kv.grow_to(past + q_len)
     h = hidden_states.contiguous().clone()
     cos, sin = (t.to(torch.float32).contiguous() for t in position_embeddings)
-    config = attn.config
-    w = [p.weight_half for p in _projections(layer)]
-    kernels.llama_layer(
-        h, layer.input_layernorm.weight, layer.post_attention_layernorm.weight,
-        layer.input_layernorm.variance_epsilon, w, config.num_attention_heads, config.num_key_value_heads,
-        attn.head_dim, config.intermediate_size, cos, sin, kv, past, attn.scaling,
-    )
+    kernels.llama_layer(h, weights, cos, sin, kv, past)
     kv.extend(q_len)
     return h
 
@@ -89,6 +83,13 @@ def use_fused_layers(model: torch.nn.Module) -> int:
     changed = 0
     for module in model.modules():
         if type(module).__name__.endswith("DecoderLayer") and layer_fits(module, config):
-            module.forward = partial(_fused_forward, module, kernels, module.forward)
+            attn = module.self_attn
+            weights = kernels.layer_weights(
+                module.input_layernorm.weight, module.post_attention_layernorm.weight,
+                module.input_layernorm.variance_epsilon, [p.weight_half for p in _projections(module)],
+                config.num_attention_heads, config.num_key_value_heads, attn.head_dim,
+                config.intermediate_size, attn.scaling,
+            )
+            module.forward = partial(_fused_forward, module, kernels, weights, module.forward)
             changed += 1
     return changed

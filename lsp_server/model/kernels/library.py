@@ -1,9 +1,12 @@
 """`decode_kernels.c`, built once per machine with the system's C compiler and loaded with ctypes.
 
 `load()` gives the `DecodeKernels` or None: the machine has no AVX2/FMA/F16C, no `gcc`/`cc`, or
-the build failed (logged once). Callers then keep PyTorch's own products. The shared library
-lives in the per-user cache, named by the source's hash and the compiler flags, so a changed
-source is rebuilt and concurrent builds never see a half-written file.
+the build failed (logged once; `unavailable()` says why). Callers then keep PyTorch's own
+products. The shared library lives in the per-user cache, named by a hash of the source, the
+compiler flags and the compiler's own version, so a changed source or compiler is rebuilt and
+concurrent builds never see a half-written file. Every call is checked first (`boundary`):
+dtype, shape, memory layout and sizes, or a `KernelArgumentError`. `build(sanitize=True)`
+builds them with AddressSanitizer, for the tests.
 
 - `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`half_weights`);
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
@@ -26,17 +29,19 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from grammar_tools import cache
+
+from . import boundary
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,7 @@ MAX_ATTENTION_ROWS = 32  # passes with more query rows (prompts) keep PyTorch's 
 ATTENTION_NAME = "syntaxlock_rows"  # the attention implementation registered with transformers
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC"]
 WIDE_FLAGS = ["-mavx512f"]  # where the CPU has it: 16-wide products
+SANITIZE_FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]  # the tests' build
 NEEDED_CPU_FLAGS = {"avx2", "fma", "f16c"}
 
 
@@ -71,8 +77,8 @@ def wide_supported() -> bool:
     return "avx512f" in cpu_flags() and os.environ.get("SYNTAXLOCK_NO_AVX512", "") in ("", "0")
 
 
-def build_flags(wide: bool) -> list[str]:
-    return FLAGS + (WIDE_FLAGS if wide else [])
+def build_flags(wide: bool, sanitize: bool = False) -> list[str]:
+    return FLAGS + (WIDE_FLAGS if wide else []) + (SANITIZE_FLAGS if sanitize else [])
 
 
 def _compiler() -> str | None:
@@ -80,6 +86,38 @@ def _compiler() -> str | None:
         if name and shutil.which(name):
             return name
     return None
+
+
+@functools.cache
+def compiler_identity(cc: str) -> str:
+    """What the compiler says it is (`cc --version`, its resolved path): part of the build's
+    key, so that another compiler, or an upgrade of this one, builds anew."""
+    path = shutil.which(cc) or cc
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        out = f"unknown ({e})"
+    return f"{os.path.realpath(path)}\n{out.strip()}"
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """A decoder layer's constant arguments to `llama_layer` (see `DecodeKernels.layer_weights`):
+    checked when made; `pointers` are the addresses checked (norms, then projections)."""
+
+    in_norm: torch.Tensor
+    post_norm: torch.Tensor
+    eps: float
+    weights: tuple  # float16 q, k, v, o, gate, up, down projections
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    scale: float
+    pointers: tuple[int, ...]
+
+    def current_pointers(self) -> tuple[int, ...]:
+        return (self.in_norm.data_ptr(), self.post_norm.data_ptr()) + tuple(w.data_ptr() for w in self.weights)
 
 
 class DecodeKernels:
@@ -110,25 +148,40 @@ class DecodeKernels:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         m, k = x2.shape
-        n = w.shape[0]
+        n = w.shape[0] if isinstance(w, torch.Tensor) and w.dim() == 2 else 0
         y = torch.empty((m, n), dtype=torch.float32)
-        self._matmul(x2.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
+        threads = torch.get_num_threads()
+        boundary.check_half_matmul(x2, w, y)
+        boundary.check_threads("half_matmul", threads)
+        self._matmul(x2.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, threads)
         return y.reshape(*lead, n)
 
-    def llama_layer(self, h: torch.Tensor, in_norm: torch.Tensor, post_norm: torch.Tensor, eps: float,
-                    weights: list, heads: int, kv_heads: int, head_dim: int, ffn: int,
-                    cos: torch.Tensor, sin: torch.Tensor, kv, past: int, scale: float) -> None:
+    @staticmethod
+    def layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, eps: float, weights, heads: int,
+                      kv_heads: int, head_dim: int, ffn: int, scale: float) -> "LayerWeights":
+        """A decoder layer's constant arguments for `llama_layer`, checked (`boundary`)."""
+        weights = tuple(weights)
+        boundary.check_layer_weights(in_norm, post_norm, weights, heads, kv_heads, head_dim, ffn)
+        tensors = (in_norm, post_norm) + weights
+        return LayerWeights(in_norm, post_norm, float(eps), weights, heads, kv_heads, head_dim, ffn, float(scale),
+                            tuple(t.data_ptr() for t in tensors))
+
+    def llama_layer(self, h: torch.Tensor, layer: "LayerWeights", cos: torch.Tensor, sin: torch.Tensor,
+                    kv, past: int) -> None:
         """One Llama decoder layer for the rows of `h` [1, Q, E] (updated in place: the
-        residual stream); `weights` the float16 q, k, v, o, gate, up, down projections; cos/sin
-        [1, Q, head_dim]; the new keys and values go to positions past .. past+Q-1 of the
-        `GrowingLayer` `kv` (room made by the caller)."""
-        q_len, e = h.shape[1], h.shape[2]
+        residual stream); cos/sin [1, Q, head_dim]; the new keys and values go to positions
+        past .. past+Q-1 of the `GrowingLayer` `kv` (room made by the caller)."""
+        if not isinstance(layer, LayerWeights) or layer.pointers != layer.current_pointers():
+            raise boundary.KernelArgumentError("llama_layer", "layer", "must be LayerWeights whose tensors are as checked")
         k_buf, v_buf = kv._k, kv._v
-        assert k_buf.stride(1) == v_buf.stride(1) and k_buf.shape[-2] >= past + q_len
-        self._layer(h.data_ptr(), q_len, e, in_norm.data_ptr(), post_norm.data_ptr(), float(eps),
-                    *[w.data_ptr() for w in weights], heads, kv_heads, head_dim, ffn,
-                    cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.stride(1),
-                    past, float(scale), torch.get_num_threads())
+        threads = torch.get_num_threads()
+        boundary.check_layer_call(h, layer.in_norm.shape[0], layer.kv_heads, layer.head_dim, cos, sin, k_buf, v_buf, past)
+        boundary.check_threads("llama_layer", threads)
+        q_len, e = h.shape[1], h.shape[2]
+        self._layer(h.data_ptr(), q_len, e, *layer.pointers[:2], layer.eps, *layer.pointers[2:],
+                    layer.heads, layer.kv_heads, layer.head_dim, layer.ffn,
+                    cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.stride()[1],
+                    past, layer.scale, threads)
 
     @staticmethod
     def attention_fits(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
@@ -146,37 +199,48 @@ class DecodeKernels:
                       scale: float) -> torch.Tensor:
         """Causal attention of the last Q positions: query [1, H, Q, D] over key/value
         [1, Hkv, L, D] (the Q queries are positions L-Q .. L-1); the output [1, Q, H, D]."""
+        if query.dim() != 4 or query.shape[0] != 1:
+            raise boundary.KernelArgumentError("row_attention", "query", f"must have shape [1, H, Q, D], not {list(query.shape)}")
         _, h, q_len, d = query.shape
-        h_kv, length = key.shape[1], key.shape[2]
         q = query[0].contiguous()
         out = torch.empty((1, q_len, h, d), dtype=torch.float32)
+        threads = torch.get_num_threads()
+        boundary.check_row_attention(q, key, value, out)
+        boundary.check_threads("row_attention", threads)
+        h_kv, length = key.shape[1], key.shape[2]
         self._attention(q.data_ptr(), key.data_ptr(), value.data_ptr(), out.data_ptr(),
                         h, h_kv, q_len, length, d, key.stride(1), value.stride(1), float(scale),
-                        torch.get_num_threads())
+                        threads)
         return out
 
 
 _lock = threading.Lock()
 _loaded: dict[str, DecodeKernels | None] = {}
+_why_not: dict[str, str] = {}  # why a build couldn't be loaded
 
 
-def build(out_dir: Path | None = None, wide: bool = False) -> Path:
-    """Compile the kernel (`wide`: the AVX-512 build) into `out_dir` (the cache by default)
-    unless it is there; its path. Raises RuntimeError with the compiler's message when it can't
-    be built."""
+def build_target(out_dir: Path | None = None, wide: bool = False, sanitize: bool = False) -> Path:
+    """The library's file: named by a hash of the source, the flags and the compiler (its
+    path and what it says its version is)."""
+    cc = _compiler() or ""
+    digest = cache.content_hash(SOURCE.read_bytes(), " ".join(build_flags(wide, sanitize)), compiler_identity(cc))
+    return (out_dir or cache.cache_dir() / "kernels") / f"decode_kernels-{digest}.so"
+
+
+def build(out_dir: Path | None = None, wide: bool = False, sanitize: bool = False) -> Path:
+    """Compile the kernel (`wide`: the AVX-512 build; `sanitize`: with AddressSanitizer) into
+    `out_dir` (the cache by default) unless it is there; its path. Raises RuntimeError with the
+    compiler's message when it can't be built."""
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (gcc or cc) on PATH")
-    src = SOURCE.read_bytes()
-    flags = build_flags(wide)
-    digest = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
-    out_dir = out_dir or cache.cache_dir() / "kernels"
-    target = out_dir / f"decode_kernels-{digest}.so"
+    target = build_target(out_dir, wide, sanitize)
     if target.is_file():
         return target
-    out_dir.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    proc = subprocess.run([cc, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    proc = subprocess.run([cc, *build_flags(wide, sanitize), str(SOURCE), "-o", str(tmp)],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:2000]}")
@@ -184,24 +248,37 @@ def build(out_dir: Path | None = None, wide: bool = False) -> Path:
     return target
 
 
+def _load_key(wide: bool | None) -> tuple[str, bool]:
+    wide = wide_supported() if wide is None else wide and "avx512f" in cpu_flags()
+    return f"{cache.cache_dir()}:{wide}", wide
+
+
 def load(wide: bool | None = None) -> DecodeKernels | None:
     """The kernels, built and loaded once per process; None where they can't run here. `wide`:
     the AVX-512 build (default: where the CPU has it, which is what the models use)."""
-    wide = wide_supported() if wide is None else wide and "avx512f" in cpu_flags()
-    key = f"{cache.cache_dir()}:{wide}"
+    key, wide = _load_key(wide)
     with _lock:
         if key in _loaded:
             return _loaded[key]
         kernel = None
         if not cpu_supported():
+            _why_not[key] = "this CPU lacks AVX2/FMA/F16C"
             log.info("decoding kernels: this CPU lacks AVX2/FMA/F16C; using PyTorch's products")
         else:
             try:
                 kernel = DecodeKernels(ctypes.CDLL(str(build(wide=wide))), "avx512" if wide else "avx2")
             except (OSError, RuntimeError) as e:
+                _why_not[key] = str(e)
                 log.warning("decoding kernels unavailable (%s); using PyTorch's products", e)
         _loaded[key] = kernel
         return kernel
+
+
+def unavailable(wide: bool | None = None) -> str | None:
+    """Why `load(wide)` gives None here (None when it gives the kernels)."""
+    if load(wide) is not None:
+        return None
+    return _why_not.get(_load_key(wide)[0], "not loaded")
 
 
 def _attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,

@@ -1,0 +1,165 @@
+"""What every call into the C kernels must satisfy, checked before the call.
+
+The kernels (`decode_kernels.c`) take raw pointers through ctypes: a tensor of another dtype,
+shape or memory layout than the one they assume would be read or written out of bounds
+without a word. `DecodeKernels` runs these checks before each call; each raises
+`KernelArgumentError` naming the kernel, the argument and what it must be. A check is a few
+attribute reads per tensor, a few microseconds a call against ~0.1-0.7 ms of arithmetic; a
+decoder layer's constant arguments (norms, projections, sizes) are checked once, when its
+`LayerWeights` are made, and each call checks that they are still those tensors.
+
+What the C code assumes (and so what is checked): float32 activations and float16 weights on
+the CPU, in C order where the code walks them as flat arrays; sizes that fit its `int`
+arguments; reduction dimensions a multiple of 8 (its 8-wide loads); key and value rows of
+`head_dim` contiguous floats (each head's rows at one stride); and room in the KV cache
+buffers for every position the layer writes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT_MAX = 2**31 - 1
+
+
+class KernelArgumentError(ValueError):
+    """An argument that the kernel `kernel` can't take: `argument` is not what it must be."""
+
+    def __init__(self, kernel: str, argument: str, problem: str) -> None:
+        super().__init__(f"{kernel}: {argument} {problem}")
+        self.kernel = kernel
+        self.argument = argument
+        self.problem = problem
+
+
+def _tensor(kernel: str, name: str, t, dtype: torch.dtype, shape: tuple, contiguous: bool = True) -> None:
+    """`t` is a CPU tensor of `dtype` with `shape` (None: any size there), C-ordered if
+    `contiguous`. (The test that passes is a few hundred nanoseconds; the message is built
+    only for a refusal.)"""
+    if (isinstance(t, torch.Tensor) and t.dtype is dtype and t.is_cpu and _shape_is(t.shape, shape)
+            and (not contiguous or t.is_contiguous())):
+        return
+    if not isinstance(t, torch.Tensor):
+        raise KernelArgumentError(kernel, name, f"must be a tensor, not {type(t).__name__}")
+    if not t.is_cpu:
+        raise KernelArgumentError(kernel, name, f"must be on the CPU, not {t.device}")
+    if t.dtype is not dtype:
+        raise KernelArgumentError(kernel, name, f"must be {dtype}, not {t.dtype}")
+    if not _shape_is(t.shape, shape):
+        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+        raise KernelArgumentError(kernel, name, f"must have shape {want}, not {list(t.shape)}")
+    raise KernelArgumentError(kernel, name, "must be contiguous (C order)")
+
+
+def _shape_is(have, want: tuple) -> bool:
+    if len(have) != len(want):
+        return False
+    for h, w in zip(have, want):
+        if w is not None and h != w:
+            return False
+    return True
+
+
+def _size(kernel: str, name: str, value: int, multiple: int = 1, minimum: int = 1) -> None:
+    if not minimum <= value <= INT_MAX:
+        raise KernelArgumentError(kernel, name, f"must be between {minimum} and {INT_MAX}, not {value}")
+    if value % multiple:
+        raise KernelArgumentError(kernel, name, f"must be a multiple of {multiple}, not {value}")
+
+
+def _rows_of_cache(kernel: str, name: str, t: torch.Tensor, kv_heads: int, head_dim: int) -> None:
+    """Key or value rows [1, kv_heads, L, head_dim]: each row `head_dim` contiguous floats,
+    a head's rows one after another (any stride between heads)."""
+    _tensor(kernel, name, t, torch.float32, (1, kv_heads, None, head_dim), contiguous=False)
+    strides = t.stride()
+    if strides[3] != 1 or strides[2] != head_dim:
+        raise KernelArgumentError(kernel, name, f"must hold rows of {head_dim} contiguous floats, strides {strides}")
+
+
+def check_threads(kernel: str, threads: int) -> None:
+    _size(kernel, "threads", threads)
+
+
+def check_half_matmul(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
+    """y [M, N] = x [M, K] @ w [N, K].T: float32 x and y, float16 w, K a multiple of 8."""
+    k = "half_matmul"
+    _tensor(k, "x", x, torch.float32, (None, None))
+    m, kk = x.shape
+    _tensor(k, "w", w, torch.float16, (None, kk))
+    n = w.shape[0]
+    _tensor(k, "y", y, torch.float32, (m, n))
+    _size(k, "rows", m)
+    _size(k, "outputs", n)
+    _size(k, "the reduced dimension", kk, multiple=8)
+
+
+def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> None:
+    """q [H, Q, D] contiguous; key and value rows [1, Hkv, L, D] (`_rows_of_cache`) with
+    Q <= L; out [1, Q, H, D]; H a multiple of Hkv, D of 8."""
+    k = "row_attention"
+    _tensor(k, "query", q, torch.float32, (None, None, None))
+    heads, q_len, head_dim = q.shape
+    if key.dim() != 4:
+        raise KernelArgumentError(k, "key", f"must have 4 dimensions, not {key.dim()}")
+    kv_heads, length = key.shape[1], key.shape[2]
+    _rows_of_cache(k, "key", key, kv_heads, head_dim)
+    _rows_of_cache(k, "value", value, kv_heads, head_dim)
+    if value.shape[2] != length:
+        raise KernelArgumentError(k, "value", f"must hold as many positions as the keys ({length}), not {value.shape[2]}")
+    _tensor(k, "out", out, torch.float32, (1, q_len, heads, head_dim))
+    _size(k, "head_dim", head_dim, multiple=8)
+    _size(k, "kv_heads", kv_heads)
+    if heads % kv_heads:
+        raise KernelArgumentError(k, "query", f"heads ({heads}) must be a multiple of the key heads ({kv_heads})")
+    _size(k, "query rows", q_len)
+    if length < q_len:
+        raise KernelArgumentError(k, "key", f"must hold at least the {q_len} query positions, not {length}")
+    _size(k, "positions", length)
+
+
+def check_layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, weights, heads: int, kv_heads: int,
+                        head_dim: int, ffn: int) -> None:
+    """A decoder layer's constant arguments: the norms [E]; the float16 projections q [H*D, E],
+    k and v [Hkv*D, E], o [E, H*D], gate and up [F, E], down [E, F]. E, D and F multiples of 8,
+    H of Hkv. (Checked once, when the layer's `LayerWeights` are made.)"""
+    k = "llama_layer"
+    _size(k, "head_dim", head_dim, multiple=8)
+    _size(k, "heads", heads)
+    _size(k, "kv_heads", kv_heads)
+    _size(k, "intermediate size", ffn, multiple=8)
+    if heads % kv_heads:
+        raise KernelArgumentError(k, "heads", f"({heads}) must be a multiple of the key heads ({kv_heads})")
+    _tensor(k, "input norm", in_norm, torch.float32, (None,))
+    e = in_norm.shape[0]
+    _size(k, "hidden size", e, multiple=8)
+    _tensor(k, "post-attention norm", post_norm, torch.float32, (e,))
+    qd, kd = heads * head_dim, kv_heads * head_dim
+    shapes = {"q": (qd, e), "k": (kd, e), "v": (kd, e), "o": (e, qd), "gate": (ffn, e), "up": (ffn, e), "down": (e, ffn)}
+    if len(weights) != len(shapes):
+        raise KernelArgumentError(k, "weights", f"must be the {len(shapes)} projections {list(shapes)}, not {len(weights)}")
+    for (name, shape), w in zip(shapes.items(), weights):
+        _tensor(k, f"{name} projection", w, torch.float16, shape)
+
+
+def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int, cos: torch.Tensor,
+                     sin: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, past: int) -> None:
+    """What changes from call to call: h [1, Q, E]; cos and sin [1, Q, D]; key and value
+    buffers [1, Hkv, capacity, D] (`_rows_of_cache`, one head stride for both) with room for
+    positions past .. past+Q-1."""
+    k = "llama_layer"
+    _tensor(k, "hidden states", h, torch.float32, (1, None, hidden))
+    q_len = h.shape[1]
+    _size(k, "rows", q_len)
+    _tensor(k, "cos", cos, torch.float32, (1, q_len, head_dim))
+    _tensor(k, "sin", sin, torch.float32, (1, q_len, head_dim))
+    _rows_of_cache(k, "key buffer", k_buf, kv_heads, head_dim)
+    _rows_of_cache(k, "value buffer", v_buf, kv_heads, head_dim)
+    k_stride, v_stride = k_buf.stride()[1], v_buf.stride()[1]
+    if k_stride != v_stride:
+        raise KernelArgumentError(k, "value buffer", f"must have the key buffer's head stride {k_stride}, not {v_stride}")
+    if past < 0:
+        raise KernelArgumentError(k, "past", f"must be at least 0, not {past}")
+    for name, buf in (("key buffer", k_buf), ("value buffer", v_buf)):
+        if buf.shape[2] < past + q_len:
+            raise KernelArgumentError(k, name, f"has room for {buf.shape[2]} positions, not the {past + q_len} it must hold")
+    _size(k, "positions", past + q_len)

@@ -1,0 +1,335 @@
+"""The C kernels of decoding steps (`lsp_server/model/kernels`): each row gets the same bits
+whatever the number of rows, the products and layers match PyTorch's within float16 rounding,
+every call is checked at the boundary (a clear error, nothing read or written out of bounds),
+and all of this passes again with the kernels built with AddressSanitizer (the tests of this
+file run in a subprocess with the ASan runtime preloaded; a deliberate overflow past the
+checks shows that the sanitizer is live). Where the kernels can't be built or loaded here, the
+tests that need them are skipped with the reason."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lsp_server.model.kernels import library
+from lsp_server.model.kernels.boundary import KernelArgumentError
+from lsp_server.model.kernels.half_weights import use_half_weights_for_decoding
+
+# under the sanitizer (see test_kernel_tests_pass_under_address_sanitizer): the ASan builds
+# are the ones `library.load` gives
+SANITIZED_ENV = "SYNTAXLOCK_TEST_SANITIZED_KERNELS"
+SANITIZED: dict[str, library.DecodeKernels] = {}
+if os.environ.get(SANITIZED_ENV):
+    for _isa, _path in json.loads(os.environ[SANITIZED_ENV]).items():
+        SANITIZED[_isa] = library.DecodeKernels(ctypes.CDLL(_path), _isa)
+        library._loaded[library._load_key(_isa == "avx512")[0]] = SANITIZED[_isa]
+
+
+def kernels_of(wide: bool) -> library.DecodeKernels:
+    """The AVX2 or the AVX-512 build of the kernels; the test is skipped (with the reason)
+    where it can't be loaded here."""
+    if wide and "avx512f" not in library.cpu_flags():
+        pytest.skip("this CPU has no AVX-512F")
+    kernels = library.load(wide)
+    if kernels is None:
+        pytest.skip(f"the kernels can't be loaded here: {library.unavailable(wide)}")
+    return kernels
+
+
+@pytest.fixture(params=[False, True], ids=["avx2", "avx512"])
+def kernels(request) -> library.DecodeKernels:
+    return kernels_of(request.param)
+
+
+@pytest.fixture
+def model_kernels() -> library.DecodeKernels:
+    """The build that the models use here."""
+    kernels = library.load()
+    if kernels is None:
+        pytest.skip(f"the kernels can't be loaded here: {library.unavailable()}")
+    return kernels
+
+
+def test_without_kernels_the_tests_that_need_them_skip(monkeypatch, tmp_path):
+    """No compiler (or a CPU without AVX2): `load` gives None, and a kernel test is skipped
+    with the reason, not passed."""
+    monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))  # nothing built or loaded there yet
+    monkeypatch.setattr(library, "_compiler", lambda: None)
+    assert library.load(False) is None
+    reason = "no C compiler" if library.cpu_supported() else "lacks AVX2"
+    assert reason in library.unavailable(False)
+    with pytest.raises(pytest.skip.Exception, match=reason):
+        kernels_of(False)
+
+
+def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows(kernels):
+    torch.manual_seed(0)
+    # outputs not a multiple of the tiles too; K a multiple of 16 (the wide path) or only of 8
+    for n, k in [(96, 64), (37, 24), (5, 8), (41, 48)]:
+        w = (torch.randn(n, k) * 0.1).half()
+        x = torch.randn(11, k)
+        y = kernels.half_matmul(x, w)
+        ref = x.double() @ w.double().t()
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+        for m in range(1, 11):  # every row group size and remainder of the tiling
+            assert torch.equal(kernels.half_matmul(x[:m], w), y[:m])
+            assert torch.equal(kernels.half_matmul(x[m : m + 1], w)[0], y[m])
+
+
+def test_the_builds_are_the_ones_asked_for(kernels):
+    assert kernels.isa in ("avx2", "avx512")
+    assert kernels is library.load(kernels.isa == "avx512")
+
+
+def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir, model_kernels):
+    """Feeding n tokens at once (a speculative verification) gives the logits that n single
+    steps give: with the kernel the products do not depend on the number of rows."""
+    from transformers import AutoModelForCausalLM
+
+    from lsp_server.model.kv_cache import GrowingCache
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    use_half_weights_for_decoding(model)
+    assert library.use_row_attention(model)
+    ids = torch.randint(0, model.config.vocab_size, (1, 60), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        past = model(ids[:, :50], past_key_values=GrowingCache(), use_cache=True).past_key_values
+        together = model(ids[:, 50:58], past_key_values=past, use_cache=True).logits[0]
+        past.crop(-8)
+        for j in range(50, 58):
+            step = model(ids[:, j : j + 1], past_key_values=past, use_cache=True).logits[0, -1]
+            assert torch.equal(step, together[j - 50]), j
+        # and the float32 model with PyTorch's attention agrees within float16 weight rounding
+        ref = reference(ids[:, :58]).logits[0, 50:58]
+        assert torch.allclose(together, ref, rtol=1e-2, atol=2e-2)
+        assert torch.equal(together.argmax(-1), ref.argmax(-1))
+
+
+@pytest.mark.parametrize("d", [16, 24, 40])  # head sizes a multiple of 8, not always of 16
+def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, kernels):
+    torch.manual_seed(3)
+    h, h_kv, length = 6, 2, 70
+    cap = torch.randn(1, h_kv, 128, d)  # a GrowingCache-like buffer: rows contiguous, heads spaced
+    key, value = cap[:, :, :length], torch.randn(1, h_kv, 128, d)[:, :, :length]
+    query = torch.randn(1, h, 9, d) * 3
+    out = kernels.row_attention(query, key, value, d ** -0.5)  # [1, 9, h, d]
+    rk = key.repeat_interleave(h // h_kv, 1)
+    rv = value.repeat_interleave(h // h_kv, 1)
+    for i in range(9):  # query row i is position length - 9 + i and sees keys up to it
+        seen = length - 9 + i + 1
+        ref = torch.nn.functional.scaled_dot_product_attention(query[:, :, i : i + 1], rk[:, :, :seen], rv[:, :, :seen])
+        assert torch.allclose(out[0, i], ref[0, :, 0], rtol=1e-4, atol=1e-5)
+        alone = kernels.row_attention(query[:, :, i : i + 1], key[:, :, :seen], value[:, :, :seen], d ** -0.5)
+        assert torch.equal(alone[0, 0], out[0, i])
+    for q_len in (2, 4, 5, 7):  # rows are taken in groups whose sizes depend on the count
+        last = kernels.row_attention(query[:, :, 9 - q_len :], key, value, d ** -0.5)
+        assert torch.equal(last[0], out[0, 9 - q_len :])
+
+
+def _small_llama(**overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(4)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      **overrides)  # grouped-query attention, as SmolLM2
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kernels):
+    from lsp_server.model.kernels.fused_layers import use_fused_layers
+    from lsp_server.model.kv_cache import GrowingCache
+
+    reference = _small_llama()
+    model = _small_llama()
+    use_half_weights_for_decoding(model)
+    assert use_fused_layers(model) == 3
+    ids = torch.randint(0, 512, (1, 90), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        want = reference(ids).logits[0]
+        past = model(ids[:, :80], past_key_values=GrowingCache(), use_cache=True).past_key_values
+        together = model(ids[:, 80:90], past_key_values=past, use_cache=True).logits[0]
+        assert torch.allclose(together, want[80:90], rtol=1e-2, atol=2e-2)  # float16 weights
+        assert torch.equal(together.argmax(-1), want[80:90].argmax(-1))
+        past.crop(-10)
+        for j in range(80, 90):  # one row at a time: the same bits as the ten-row pass
+            step = model(ids[:, j : j + 1], past_key_values=past, use_cache=True).logits[0, -1]
+            assert torch.equal(step, together[j - 80]), j
+        assert past.get_seq_length() == 90
+
+
+def test_layers_the_kernel_does_not_compute_keep_their_own_forward():
+    from lsp_server.model.kernels.fused_layers import use_fused_layers
+
+    assert use_fused_layers(_small_llama(attention_bias=True)) == 0  # biases: not plain Llama
+    model = _small_llama()
+    assert use_fused_layers(model) == 0  # float32 weights without decode_weights' copies
+
+
+# ---------------------------------------------------------------- the boundary
+
+
+def _refused(call, argument: str) -> str:
+    with pytest.raises(KernelArgumentError) as err:
+        call()
+    assert err.value.argument == argument, str(err.value)
+    return str(err.value)
+
+
+def test_half_matmul_refuses_what_it_cannot_read(kernels):
+    x, w = torch.randn(3, 64), torch.randn(16, 64).half()
+    assert "float16" in _refused(lambda: kernels.half_matmul(x, w.float()), "w")
+    assert "float32" in _refused(lambda: kernels.half_matmul(x.double(), w), "x")
+    assert "[*, 64]" in _refused(lambda: kernels.half_matmul(x, w[:, :56].contiguous().t().contiguous()), "w")
+    assert "contiguous" in _refused(lambda: kernels.half_matmul(x, torch.randn(64, 16).half().t()), "w")
+    assert "multiple of 8" in _refused(lambda: kernels.half_matmul(x[:, :12], w[:, :12].contiguous()), "the reduced dimension")
+    assert "tensor" in _refused(lambda: kernels.half_matmul(x, w.numpy()), "w")
+    assert "outputs" in _refused(lambda: kernels.half_matmul(x, w[:0]), "outputs")
+
+
+def test_row_attention_refuses_what_it_cannot_read(kernels):
+    q = torch.randn(1, 4, 3, 16)
+    key = torch.randn(1, 2, 32, 16)
+    value = torch.randn(1, 2, 32, 16)
+    assert kernels.row_attention(q, key, value, 0.25).shape == (1, 3, 4, 16)
+    _refused(lambda: kernels.row_attention(q, key.transpose(2, 3).contiguous().transpose(2, 3), value, 0.25), "key")
+    _refused(lambda: kernels.row_attention(q, key, value[:, :, :20], 0.25), "value")
+    _refused(lambda: kernels.row_attention(q, key, value.half(), 0.25), "value")
+    _refused(lambda: kernels.row_attention(q, key[:, :, :2], value[:, :, :2], 0.25), "key")  # fewer positions than rows
+    _refused(lambda: kernels.row_attention(torch.randn(1, 3, 3, 16), key, value, 0.25), "query")  # 3 heads over 2
+    _refused(lambda: kernels.row_attention(q[..., :12], key[..., :12].contiguous(), value[..., :12].contiguous(), 0.25), "head_dim")
+    _refused(lambda: kernels.row_attention(q[0], key, value, 0.25), "query")
+
+
+def _layer(q_len=2, past=5, cap=8, e=32, heads=4, kv_heads=2, d=8, ffn=40, **change):
+    """The arguments of a small layer: (the `layer_weights` arguments, the `llama_layer` ones
+    after the layer's), with `change` applied to either."""
+    torch.manual_seed(6)
+    half = lambda *shape: (torch.randn(*shape) * 0.1).half()  # noqa: E731
+    weights = [half(heads * d, e), half(kv_heads * d, e), half(kv_heads * d, e), half(e, heads * d),
+               half(ffn, e), half(ffn, e), half(e, ffn)]
+    kv = SimpleNamespace(_k=torch.zeros(1, kv_heads, cap, d), _v=torch.zeros(1, kv_heads, cap, d))
+    constant = dict(in_norm=torch.ones(e), post_norm=torch.ones(e), eps=1e-5, weights=weights, heads=heads,
+                    kv_heads=kv_heads, head_dim=d, ffn=ffn, scale=d ** -0.5)
+    call = dict(h=torch.randn(1, q_len, e), cos=torch.ones(1, q_len, d), sin=torch.zeros(1, q_len, d), kv=kv, past=past)
+    return ({**constant, **{k: v for k, v in change.items() if k in constant}},
+            {**call, **{k: v for k, v in change.items() if k in call}})
+
+
+def test_llama_layer_refuses_what_it_cannot_read_or_write(kernels):
+    constant, call = _layer()
+    layer = kernels.layer_weights(**constant)
+    before = call["h"].clone()
+    kernels.llama_layer(layer=layer, **call)  # the layer runs: rows updated, the two new positions written
+    assert not torch.equal(call["h"], before)
+    assert call["kv"]._k[0, :, 5:7].abs().sum() > 0 and call["kv"]._k[0, :, 7:].abs().sum() == 0
+    weights = constant["weights"]
+    checked_once = {
+        "q projection": dict(weights=[weights[0].float()] + weights[1:]),
+        "down projection": dict(weights=weights[:6] + [torch.zeros(32, 48).half()]),
+        "weights": dict(weights=weights[:6]),
+        "input norm": dict(in_norm=torch.ones(32, 2)),
+        "post-attention norm": dict(post_norm=torch.ones(16)),
+        "heads": dict(heads=3, weights=_layer(heads=3)[0]["weights"]),
+        "head_dim": dict(head_dim=4),
+    }
+    for argument, change in checked_once.items():
+        _refused(lambda: kernels.layer_weights(**_layer(**change)[0]), argument)
+    strided = SimpleNamespace(_k=torch.zeros(1, 2, 8, 16)[..., :8], _v=torch.zeros(1, 2, 8, 16)[..., :8])
+    checked_each_call = {
+        "key buffer": dict(past=7),  # 7 + 2 positions in a buffer of 8
+        "value buffer": dict(kv=SimpleNamespace(_k=torch.zeros(1, 2, 8, 8), _v=torch.zeros(1, 2, 6, 8))),
+        "cos": dict(cos=torch.ones(1, 3, 8)),
+        "sin": dict(sin=torch.zeros(1, 2, 8).double()),
+        "hidden states": dict(h=torch.randn(1, 32, 2).transpose(1, 2)),
+        "past": dict(past=-1),
+    }
+    for argument, change in checked_each_call.items():
+        _refused(lambda: kernels.llama_layer(layer=layer, **_layer(**change)[1]), argument)
+    _refused(lambda: kernels.llama_layer(layer=layer, **{**_layer()[1], "kv": strided}), "key buffer")
+    _refused(lambda: kernels.llama_layer(layer=constant, **_layer()[1]), "layer")  # not checked weights
+    layer.weights[3].set_(torch.zeros(32, 16).half())  # a projection replaced after the check
+    _refused(lambda: kernels.llama_layer(layer=layer, **_layer()[1]), "layer")
+
+
+# ---------------------------------------------------------------- AddressSanitizer
+
+
+def _asan_runtime() -> str:
+    cc = library._compiler()
+    if cc is None:
+        pytest.skip("no C compiler (gcc or cc) on PATH")
+    path = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(path) or not Path(path).exists():
+        pytest.skip(f"{cc} has no AddressSanitizer runtime (libasan.so)")
+    return path
+
+
+def _sanitized_builds(out_dir: Path) -> dict[str, str]:
+    if not library.cpu_supported():
+        pytest.skip("this CPU lacks AVX2/FMA/F16C: no kernels to sanitize")
+    isas = ["avx2"] + (["avx512"] if "avx512f" in library.cpu_flags() else [])
+    try:
+        return {isa: str(library.build(out_dir, wide=isa == "avx512", sanitize=True)) for isa in isas}
+    except RuntimeError as e:
+        pytest.skip(f"the kernels can't be built with AddressSanitizer: {e}")
+
+
+def _run_sanitized(args: list[str], env: dict, timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env, "LD_PRELOAD": _asan_runtime(),
+           "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86"}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_the_sanitizer_catches_a_write_out_of_bounds(tmp_path):
+    """The harness is live: the sanitized half_matmul called directly (past the boundary's
+    checks) with an output one row short is stopped as a heap buffer overflow."""
+    path = _sanitized_builds(tmp_path)["avx2"]
+    script = (
+        "import ctypes, torch\n"
+        f"f = ctypes.CDLL({path!r}).half_matmul\n"
+        "f.restype = None\n"
+        "f.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4\n"
+        "x, w, y = torch.randn(3, 64), torch.randn(16, 64).half(), torch.empty(2, 16)\n"
+        "f(x.data_ptr(), w.data_ptr(), y.data_ptr(), 3, 16, 64, 1)\n"
+        "print('not caught')\n"
+    )
+    r = _run_sanitized(["-c", script], {}, timeout=300)
+    assert r.returncode == 86, r.stdout + r.stderr[-3000:]
+    assert "AddressSanitizer: heap-buffer-overflow" in r.stderr and "not caught" not in r.stdout
+
+
+@pytest.mark.slow
+def test_kernel_tests_pass_under_address_sanitizer(tmp_path):
+    """Every other test of this file, with the kernels built with AddressSanitizer and its
+    runtime preloaded: no read or write out of bounds, and none skipped."""
+    builds = _sanitized_builds(tmp_path)
+    r = _run_sanitized(
+        ["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-k", "not sanitizer", __file__],
+        {SANITIZED_ENV: json.dumps(builds)}, timeout=1500,
+    )
+    out = r.stdout + r.stderr[-5000:]
+    assert "AddressSanitizer" not in out, out
+    assert r.returncode == 0, out
+    assert "PASSED tests/test_kernels.py::test_the_asan_builds_are_loaded" in r.stdout, out
+    if "avx512" in builds:  # both builds ran: nothing skipped
+        assert "skipped" not in r.stdout.strip().splitlines()[-1], out
+
+
+def test_the_asan_builds_are_loaded():
+    """(Run by the test above, in the sanitized process.)"""
+    if not SANITIZED:
+        pytest.skip("only under AddressSanitizer (test_kernel_tests_pass_under_address_sanitizer)")
+    for isa, kernels in SANITIZED.items():
+        assert library.load(isa == "avx512") is kernels
+    assert library.load() in SANITIZED.values()
