@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 import importlib.util
 from pathlib import Path
@@ -78,12 +79,20 @@ def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
     )
 
 
+def converted_tokenizer(src: ModelSource) -> tuple[Path, Path]:
+    """Where the converted tokenizer of `src` and its end/start ids are (or go): keyed by the
+    model's files, this code and the versions of the libraries that convert it."""
+    key = cache.content_hash(
+        src.identity, cache.source_hash(sys.modules[__name__]), cache.library_versions("transformers", "tokenizers", "gguf")
+    )
+    return cache.cache_dir() / f"tokenizer-{key}.json", cache.cache_dir() / f"tokenizer-{key}.meta.json"
+
+
 def tokenizer_json(src: ModelSource) -> Path:
     """A `tokenizer.json` for the model (converted and cached for GGUF files)."""
     if src.kind == "hf_dir" and (src.path / "tokenizer.json").is_file():
         return src.path / "tokenizer.json"
-    out = cache.cache_dir() / f"tokenizer-{src.identity}.json"
-    meta = cache.cache_dir() / f"tokenizer-{src.identity}.meta.json"
+    out, meta = converted_tokenizer(src)
     if out.is_file() and meta.is_file():
         return out
     log.info("converting the tokenizer of %s (once)", src.path)
@@ -107,7 +116,7 @@ def declared_eos(src: ModelSource) -> list[int]:
     """End-of-sequence ids the model's own configuration declares."""
     found: list[int] = []
     if src.kind == "gguf":
-        meta = cache.read_json(cache.cache_dir() / f"tokenizer-{src.identity}.meta.json") or {}
+        meta = cache.read_json(converted_tokenizer(src)[1]) or {}
         if meta.get("eos_token_id") is not None:
             found.append(int(meta["eos_token_id"]))
         return found

