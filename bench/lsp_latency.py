@@ -113,7 +113,8 @@ class Bench:
 
 COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+), prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
                        r"decode (\d+) ms, (\d+) sampled \+ (\d+) forced")
-STOPPED = re.compile(r"completion in file:///typing/\S+ stopped \(superseded\) (?:after (\d+) decoding steps|before it started), "
+STOPPED = re.compile(r"completion in file:///typing/\S+ stopped \(superseded\) "
+                     r"(?:after (\d+) decoding steps|before it started), "
                      r"(\d+) ms after the stop")
 
 
@@ -241,7 +242,7 @@ async def run(args) -> dict:
 
     # a typing session: the rest of real lines, one key at a time, without waiting for answers
     before = await b.command("syntaxlock.stats")
-    stop_ms, answered, superseded_seen, requests = [], 0, 0, 0
+    stop_ms, answered, requests = [], 0, 0
     for k, (name, doc, line, col, rest) in enumerate(cuts[: args.typing_docs]):
         uri = f"file:///typing/{k}/{name}"
         b.open(uri, doc)

@@ -128,7 +128,8 @@ def _walk(full: CompiledGrammar, stream: CompiledGrammar, tok, files) -> dict:
         },
         "mask_ms_computed": {"full": stats_ms(t_full), "streamlined": stats_ms(t_stream)},
     }
-    out["parser_checks_ratio"] = round(out["parser_checks"]["full"]["total"] / max(out["parser_checks"]["streamlined"]["total"], 1), 2)
+    checks = out["parser_checks"]
+    out["parser_checks_ratio"] = round(checks["full"]["total"] / max(checks["streamlined"]["total"], 1), 2)
     return out
 
 

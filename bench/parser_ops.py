@@ -37,7 +37,6 @@ def main() -> None:
     rec = Recognizer()
     lexer = load_lexer_automaton()
     setup_s = time.perf_counter() - t0
-    g = rec.grammar
     rng = random.Random(0)
     files = [p for p in stdlib_files() if p.stat().st_size > 5000]
     rng.shuffle(files)

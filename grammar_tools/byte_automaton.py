@@ -18,7 +18,7 @@ byte-level, table-driven DFA; a numpy table is what the lexer and the mask store
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

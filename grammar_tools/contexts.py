@@ -70,7 +70,7 @@ class Layout:
     n_terminals: int
 
     @classmethod
-    def of(cls, grammar: Grammar) -> "Layout":
+    def of(cls, grammar: Grammar) -> Layout:
         tid = grammar.term_id
         return cls(tid.get(NEWLINE, -1), tid.get(INDENT, -1), tid.get(DEDENT, -1), grammar.n_terminals)
 

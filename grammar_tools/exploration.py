@@ -69,7 +69,7 @@ class Verdict(enum.Enum):
     UNDECIDED = "undecided"  # no branch read it, some were cut: perhaps never legal
 
     @classmethod
-    def of(cls, outcome: int) -> "Verdict":
+    def of(cls, outcome: int) -> Verdict:
         if outcome == ACC:
             return cls.ALWAYS
         if outcome & ~REJ == 0:

@@ -23,6 +23,7 @@ class FollowGraph:
     def __init__(self, grammar: Grammar) -> None:
         self.grammar = grammar
         self.layout = Layout.of(grammar)
+        self._possible_memo: dict = {}
         tid = grammar.term_id
         terms = set(grammar.terminals)
         rules = [r for r in grammar.rules]
@@ -119,9 +120,12 @@ class FollowGraph:
     def possible(self, context: Context, seq: tuple[int, ...]) -> bool:
         """False if `seq` can never follow `context`: an adjacent pair never occurs in any
         sentence, whichever way its newlines and indentations are read."""
-        return self._possible(context, tuple(seq))
+        key = (context, tuple(seq))
+        hit = self._possible_memo.get(key)
+        if hit is None:
+            hit = self._possible_memo[key] = self._possible(*key)
+        return hit
 
-    @functools.lru_cache(maxsize=None)
     def _possible(self, context: Context, seq: tuple[int, ...]) -> bool:
         lay = self.layout
         # the set of terminals that may have been fed last; None: unknown (anything)

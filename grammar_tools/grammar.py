@@ -179,7 +179,11 @@ def _build(text: str, start: str) -> dict:
         action.append(sorted(acts.items()))
         goto.append(sorted(gotos.items()))
         kernels.append(
-            sorted({(rule_index[rp.rule], rp.index) for rp in s if rp.index > 0 or rp.rule.origin.name.startswith("$root")})
+            sorted({
+                (rule_index[rp.rule], rp.index)
+                for rp in s
+                if rp.index > 0 or rp.rule.origin.name.startswith("$root")
+            })
         )
     return {
         "start": start,

@@ -49,6 +49,7 @@ NESTED = 32  # inside a def, perhaps in a class in it: nonlocal
 # guard codes, evaluated on the top node before a shift (or reduce)
 G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX = range(1, 6)
 
+NOT_AUGMENTED = ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL")  # *EQUAL, no `x op=`
 BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
 
 
@@ -158,7 +159,7 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
                 guards[(s, tid["COLON"])] = (G_SINGLE, 0)
             if rule.lhs == "augassign" and before == ("star_expressions",):
                 for t in row:
-                    if g.terminals[t].endswith("EQUAL") and g.terminals[t] not in ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL"):
+                    if g.terminals[t].endswith("EQUAL") and g.terminals[t] not in NOT_AUGMENTED:
                         guards[(s, t)] = (G_SINGLE, 0)
             if nxt == "IN" and before and before[-1] == "targets":
                 guards[(s, tid["IN"])] = (G_TARGET, 0)

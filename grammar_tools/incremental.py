@@ -262,7 +262,7 @@ class IncrementalParser:
         self.configs: tuple[Node, ...] = tuple(configs) if configs else (self.recognizer.initial(),)
 
     @classmethod
-    def from_text(cls, text: str | bytes, parser: PrefixParser | None = None) -> tuple["IncrementalParser", PrefixState]:
+    def from_text(cls, text: str | bytes, parser: PrefixParser | None = None) -> tuple[IncrementalParser, PrefixState]:
         parser = parser or PrefixParser()
         data = text.encode() if isinstance(text, str) else text
         st = parser.parse(data)

@@ -63,7 +63,7 @@ class Semantics:
     has_as_parents: frozenset | None
 
     @classmethod
-    def plain(cls, grammar: Grammar) -> "Semantics":
+    def plain(cls, grammar: Grammar) -> Semantics:
         """A plain LALR parser (toy grammars): no guards, no attributes."""
         return cls(
             uncertain=frozenset(), target_guards={}, rule_attr=tuple((NOT_TRACKED, 0) for _ in grammar.rules),
@@ -73,7 +73,7 @@ class Semantics:
         )
 
     @classmethod
-    def of_recognizer(cls, grammar: Grammar) -> "Semantics":
+    def of_recognizer(cls, grammar: Grammar) -> Semantics:
         """The Python recognizer of `recognizer.py` for *any* Python version and with or
         without semantic checks: guards on attributes are evaluated where the frame knows the
         attribute, every other guard and every action some version removes is uncertain."""

@@ -84,7 +84,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("parenthesized with-items", (3, 9), rules=("with_as_item",)),
     Feature("match statement (PEP 634)", (3, 10), terminals=("MATCH",)),
     Feature("except* (PEP 654)", (3, 11), rules=("except_star_clause",)),
-    Feature("star unpacking in subscripts and *args annotations (PEP 646)", (3, 11), rules=("star_slice", "star_annotation")),
+    Feature(
+        "star unpacking in subscripts and *args annotations (PEP 646)", (3, 11), rules=("star_slice", "star_annotation")
+    ),
     Feature("type parameters and the type statement (PEP 695)", (3, 12), rules=("type_params", "type_alias")),
     Feature("a third level of nested replacement fields (PEP 701)", (3, 12), rules=_kinds("fspec_field2_", lower=True)),
     Feature("type parameter defaults (PEP 696)", (3, 13), rules=("type_param_default", "type_param_star_default")),

@@ -43,7 +43,7 @@ class EngineOptions:
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
 
-    def validated(self) -> "EngineOptions":
+    def validated(self) -> EngineOptions:
         """Self, or OptionError naming the first bad value."""
         if not isinstance(self.model, str) or not self.model:
             raise OptionError("model must be 'default', a model directory or a .gguf file")
@@ -60,8 +60,8 @@ class EngineOptions:
                 raise OptionError(f"{name} must be an integer in [{lo}, {hi}]{null}, not {_shown(v)}")
         t = self.temperature
         if not _is_number(t) or not (t == 0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE):
-            raise OptionError(f"temperature must be 0 (greedy) or a number in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], "
-                              f"not {_shown(t)}")
+            raise OptionError(f"temperature must be 0 (greedy) or a number in "
+                              f"[{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], not {_shown(t)}")
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise OptionError(f"top_p must be a number in (0, 1], not {_shown(self.top_p)}")
         for name in ("constrained", "speculative", "canonical"):
@@ -73,7 +73,7 @@ class EngineOptions:
             raise OptionError(f"store must be a path or null, not {self.store!r}")
         return self
 
-    def updated(self, **changes) -> "EngineOptions":
+    def updated(self, **changes) -> EngineOptions:
         """A copy with `changes` applied and validated (unknown names raise OptionError)."""
         known = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - known)
@@ -81,7 +81,7 @@ class EngineOptions:
             raise OptionError(f"unknown option(s): {', '.join(unknown)}")
         return replace(self, **changes).validated()
 
-    def needs_reload(self, other: "EngineOptions") -> bool:
+    def needs_reload(self, other: EngineOptions) -> bool:
         """Whether switching to `other` needs the model or the store loaded again."""
         return (self.model, self.device, self.store, self.draft_model) != (
             other.model, other.device, other.store, other.draft_model)

@@ -19,7 +19,7 @@ import numpy as np
 from grammar_tools.lexer_automaton import START, LexerAutomaton
 
 from .store import MaskStore
-from .token_lexing import Indent, TokenMatrix, first_lexeme, indent_of
+from .token_lexing import TokenMatrix, first_lexeme, indent_of
 from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -293,6 +293,8 @@ def assemble(
         row_mask=np.array(row_mask, dtype=np.int32),
         dense=np.stack(dense_rows) if dense_rows else np.zeros((0, W), dtype=np.uint64),
         sparse_start=np.array(sparse_start, dtype=np.int64),
-        sparse_ids=np.concatenate(sparse_parts) if sparse_parts else np.zeros(0, dtype=np.uint16 if use16 else np.uint32),
+        sparse_ids=(
+            np.concatenate(sparse_parts) if sparse_parts else np.zeros(0, dtype=np.uint16 if use16 else np.uint32)
+        ),
         indents=indents,
     )

@@ -130,7 +130,8 @@ def _supported(spec: dict) -> None:
     problems = []
     if model.get("type") != "BPE":
         problems.append(f"its model is {model.get('type')}, not BPE")
-    if model.get("dropout") not in (None, 0, 0.0) or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+    if (model.get("dropout") not in (None, 0, 0.0) or model.get("continuing_subword_prefix")
+            or model.get("end_of_word_suffix")):
         problems.append("its BPE uses dropout or word affixes")
     if model.get("ignore_merges"):
         problems.append("its BPE takes whole words from the vocabulary (ignore_merges)")
@@ -211,12 +212,12 @@ def build_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
     spec = json.loads(tokenizer.to_str())
     _supported(spec)
     V = vocab.size
-    L, R, O = _merge_ids(spec)
-    M = len(O)
+    L, R, out = _merge_ids(spec)  # per merge: its left and right parts and the token it makes
+    M = len(out)
     birth = np.full(V, -1, dtype=np.int32)
     left = np.full(V, -1, dtype=np.int32)
     right = np.full(V, -1, dtype=np.int32)
-    birth[O], left[O], right[O] = np.arange(M, dtype=np.int32), L, R
+    birth[out], left[out], right[out] = np.arange(M, dtype=np.int32), L, R
     if np.any(birth[L] >= np.arange(M)) or np.any(birth[R] >= np.arange(M)):
         raise CanonicalUnsupported("a merge ranks before a merge that makes one of its parts")
     free = np.zeros(V, dtype=bool)

@@ -47,7 +47,8 @@ def _print_steps(info: dict) -> None:
     full = sl["steps"][0]["rows"]
     print(f"{'step':>20}  {'rows':>8}  {'vs full':>7}  {'stored rows':>11}  {'seconds':>7}")
     for st in sl["steps"]:
-        print(f"{st['step']:>20}  {st['rows']:>8}  {full / max(st['rows'], 1):>6.2f}x  {st['stored_rows']:>11}  {st['seconds']:>7}")
+        ratio = full / max(st["rows"], 1)
+        print(f"{st['step']:>20}  {st['rows']:>8}  {ratio:>6.2f}x  {st['stored_rows']:>11}  {st['seconds']:>7}")
     a = sl.get("analysis", {})
     print(
         "analyses: "
@@ -99,7 +100,8 @@ def cmd_verify(args) -> int:
             return _err(str(e))
     compiled = CompiledGrammar(store, tok.vocab, canonical=pairs)
     other = CompiledGrammar(full, tok.vocab, compiled.recognizer, compiled.lexer, canonical=pairs) if full else None
-    report = verify_files(compiled, tok.encode, args.files, compare=other, progress=not args.json and sys.stderr.isatty(),
+    report = verify_files(compiled, tok.encode, args.files, compare=other,
+                          progress=not args.json and sys.stderr.isatty(),
                           canonical=canonical)
     s = report.summary()
     if args.json:
@@ -113,7 +115,8 @@ def cmd_verify(args) -> int:
             for d in s["first_differences"]:
                 print(f"  {d}")
         m = s["mask_ms"]
-        print(f"mask ms p50 {m['p50']} p95 {m['p95']} p99 {m['p99']}; parser checks per position {s['parser_checks_per_position']}")
+        print(f"mask ms p50 {m['p50']} p95 {m['p95']} p99 {m['p99']}; "
+              f"parser checks per position {s['parser_checks_per_position']}")
         if "canonical_fallbacks" in s:
             print(f"canonical tokenization on: {s['canonical_fallbacks']} steps fell back to the grammar's mask")
         for sk in s["skipped"]:
@@ -127,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build the mask store of a model's tokenizer")
     b.add_argument("--model", default="default", help="default | a HF model directory | a .gguf file")
     b.add_argument("--out", help="output file (default: the per-user cache, where the server looks)")
-    b.add_argument("--no-streamline", action="store_true", help="build the full store, without the grammar analyses (default: streamlined, same masks)")
+    b.add_argument("--no-streamline", action="store_true",
+                   help="build the full store, without the grammar analyses (default: streamlined, same masks)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=cmd_build)

@@ -349,7 +349,7 @@ class GrammarMatcher:
         heal: bytes = b"",
         parser: PrefixParser | None = None,
         canonical: CanonicalState = OFF,
-    ) -> "GrammarMatcher":
+    ) -> GrammarMatcher:
         """A matcher for the text before the cursor (minus `heal`: bytes that the first tokens
         must spell again). Recovers from syntax errors before the cursor; raises
         `grammar_tools.incremental.ParseError`/`LexError` when it can't. `canonical`: the
@@ -359,7 +359,7 @@ class GrammarMatcher:
         st = parse_prefix(parser, data)
         return cls(compiled, compiled.start_configs(st), heal, prefix_state=st, canonical=canonical)
 
-    def fork(self) -> "GrammarMatcher":
+    def fork(self) -> GrammarMatcher:
         return GrammarMatcher(self.compiled, self.configs, self.heal, self.prefix_state, self._history,
                               self.canonical)
 

@@ -83,7 +83,9 @@ def converted_tokenizer(src: ModelSource) -> tuple[Path, Path]:
     """Where the converted tokenizer of `src` and its end/start ids are (or go): keyed by the
     model's files, this code and the versions of the libraries that convert it."""
     key = cache.content_hash(
-        src.identity, cache.source_hash(sys.modules[__name__]), cache.library_versions("transformers", "tokenizers", "gguf")
+        src.identity,
+        cache.source_hash(sys.modules[__name__]),
+        cache.library_versions("transformers", "tokenizers", "gguf"),
     )
     return cache.cache_dir() / f"tokenizer-{key}.json", cache.cache_dir() / f"tokenizer-{key}.meta.json"
 

@@ -99,7 +99,8 @@ def char_classes(pre_tokenizer, chars) -> dict[str, CharClass]:
     `1`, punctuation `(`); ValueError for a character that behaves as none of the four."""
     out = {}
     for c in chars:
-        for probe, cls in (("a", CharClass.LETTER), ("1", CharClass.DIGIT), ("(", CharClass.PUNCT), ("\n", CharClass.SPACE)):
+        probes = (("a", CharClass.LETTER), ("1", CharClass.DIGIT), ("(", CharClass.PUNCT), ("\n", CharClass.SPACE))
+        for probe, cls in probes:
             if len(pre_tokenizer.pre_tokenize_str(probe + c)) == 1:
                 out[c] = cls
                 break

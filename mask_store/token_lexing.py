@@ -128,7 +128,7 @@ class TokenMatrix:
     usable: np.ndarray  # (V,) bool: non-special, non-empty
 
     @classmethod
-    def from_vocab(cls, token_bytes, special) -> "TokenMatrix":
+    def from_vocab(cls, token_bytes, special) -> TokenMatrix:
         V = len(token_bytes)
         L = max(len(b) for b in token_bytes)
         data = np.zeros((V, max(L, 1)), dtype=np.uint8)

@@ -98,7 +98,7 @@ class Vocabulary:
     # ------------------------------------------------------------------ constructors
 
     @classmethod
-    def from_tokenizer(cls, tok, eos_ids=(), name: str = "") -> "Vocabulary":
+    def from_tokenizer(cls, tok, eos_ids=(), name: str = "") -> Vocabulary:
         """From a `tokenizers.Tokenizer`."""
         vocab = tok.get_vocab(with_added_tokens=True)
         size = max(vocab.values()) + 1
@@ -124,7 +124,7 @@ class Vocabulary:
         return cls(tuple(out), frozenset(special | holes), frozenset(e for e in eos if e < size), name)
 
     @classmethod
-    def from_tokenizer_json(cls, path: str | Path, eos_ids=()) -> "Vocabulary":
+    def from_tokenizer_json(cls, path: str | Path, eos_ids=()) -> Vocabulary:
         from tokenizers import Tokenizer
 
         return cls.from_tokenizer(Tokenizer.from_file(str(path)), eos_ids, Path(path).name)

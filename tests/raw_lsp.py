@@ -139,7 +139,9 @@ class RawServer:
             out.append(msg)
 
     def status(self, state: str, timeout: float = 300.0) -> dict:
-        return self.wait_for(lambda m: m.get("method") == "syntaxlock/status" and m["params"]["state"] == state, timeout)
+        return self.wait_for(
+            lambda m: m.get("method") == "syntaxlock/status" and m["params"]["state"] == state, timeout
+        )
 
     def log_text(self) -> str:
         return Path(self._log.name).read_text(errors="replace")
@@ -191,7 +193,7 @@ class RawServer:
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
 
-    def __enter__(self) -> "RawServer":
+    def __enter__(self) -> RawServer:
         return self
 
     def __exit__(self, *exc) -> None:

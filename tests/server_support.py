@@ -55,7 +55,9 @@ CAPABILITIES = types.ClientCapabilities(
 )
 
 
-async def initialize(client: LanguageClient, options: dict | None, wait: str | None = "ready") -> types.InitializeResult:
+async def initialize(
+    client: LanguageClient, options: dict | None, wait: str | None = "ready"
+) -> types.InitializeResult:
     result = await client.initialize_session(
         types.InitializeParams(capabilities=CAPABILITIES, initialization_options=options)
     )
@@ -90,7 +92,9 @@ def open_doc(client: LanguageClient, uri: str, text: str, version: int = 1, lang
     )
 
 
-def edit(client: LanguageClient, uri: str, version: int, start: tuple[int, int], end: tuple[int, int], text: str) -> None:
+def edit(
+    client: LanguageClient, uri: str, version: int, start: tuple[int, int], end: tuple[int, int], text: str
+) -> None:
     client.text_document_did_change(
         types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),

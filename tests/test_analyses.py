@@ -331,7 +331,8 @@ def test_has_as_nodes_sit_on_with(python_grammar):
     gt = G.build_guard_tables(g, (3, 12))
     assert has_as_parent_states(g, gt, sem.may_as_item) == sem.has_as_parents
     # a grammar without the guard on `as` shows nothing
-    unguarded = G.GuardTables(**{**gt.__dict__, "guards": {k: v for k, v in gt.guards.items() if v[0] != G.G_AS_IN_WITH}})
+    kept = {k: v for k, v in gt.guards.items() if v[0] != G.G_AS_IN_WITH}
+    unguarded = G.GuardTables(**{**gt.__dict__, "guards": kept})
     assert has_as_parent_states(g, unguarded, sem.may_as_item) is None
     text = (
         "with (open(a) as f, open(b) as g):\n    pass\n"

@@ -51,7 +51,7 @@ def _row_verdicts(pairs: C.CanonicalPairs, ab):
     """For each (a, b): allowed after a (as a whole state, a read from a match start)."""
     out = [False] * len(ab)
     by_a = collections.defaultdict(list)
-    for k, (a, b) in enumerate(ab):
+    for k, (a, _b) in enumerate(ab):
         by_a[a].append(k)
     for a, ks in by_a.items():
         row = pairs.allowed_after(C.CanonicalState(a, C.Continuation.FREE))
@@ -146,7 +146,8 @@ def test_default_tokenizer_random_pairs_agree_with_encode(default_pairs):
     texts = _texts(tok.vocab, pairs.tables)
     ids = sorted(texts)
     rng = random.Random(21)
-    counts = _agree_with_encode(tok.tokenizer, pairs, texts, [(rng.choice(ids), rng.choice(ids)) for _ in range(120_000)])
+    random_pairs = [(rng.choice(ids), rng.choice(ids)) for _ in range(120_000)]
+    counts = _agree_with_encode(tok.tokenizer, pairs, texts, random_pairs)
     assert counts["canonical"] + counts["not canonical"] >= 100_000
     assert counts["not canonical"] > 1000
 
@@ -244,7 +245,8 @@ def _healed(comp, tok, text: str, canonical: C.CanonicalState = C.OFF):
     if canonical.active:
         canonical = comp.canonical.state_after(h.kept, canonical)
     data = text.encode()
-    return GrammarMatcher.from_prefix(comp, data[: len(data) - len(h.healed)], heal=h.healed, canonical=canonical), h.kept
+    prefix = data[: len(data) - len(h.healed)]
+    return GrammarMatcher.from_prefix(comp, prefix, heal=h.healed, canonical=canonical), h.kept
 
 
 def test_matcher_ands_the_row_and_falls_back_to_the_grammar_when_nothing_is_left(compiled_full):
@@ -342,7 +344,8 @@ def test_engine_generates_canonical_sequences_with_a_real_forward_pass(tiny_mode
         r = engine.complete(CompletionRequest(doc, line, ch, document=f"d{k}"))
         assert r.canonical and len(r.token_ids) == 24
         assert _replay(pairs, prompt.ids, r.token_ids) <= r.canonical_fallbacks
-    r = engine.complete(CompletionRequest(docs[0], 3, 17, document="off"), options=engine.options.updated(canonical=False))
+    off = engine.options.updated(canonical=False)
+    r = engine.complete(CompletionRequest(docs[0], 3, 17, document="off"), options=off)
     assert not r.canonical and r.canonical_fallbacks == 0
 
 

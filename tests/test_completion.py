@@ -469,7 +469,7 @@ def test_greedy_choice_is_the_argmax_of_the_masked_logits():
     from lsp_server.decoding.sampling import greedy_choice, masked_logits
 
     rng = np.random.default_rng(3)
-    for trial in range(300):
+    for _ in range(300):
         n = int(rng.integers(1, 60))
         logits = torch.from_numpy(rng.integers(-3, 3, n).astype(np.float32))  # many ties
         mask = rng.random(n - int(rng.integers(0, 3)) if n > 2 else n) < rng.random()

@@ -128,7 +128,8 @@ def test_nvim_settings_mirror_the_server_options(tmp_path: Path):
         "local cfg = config.build({ enabled = false, settings = { max_tokens = 8, draft_model = 'd' } })\n"
         "io.stdout:write(vim.json.encode({ names = config.SETTING_NAMES, sent = config.server_settings(cfg) }))\n"
     )
-    r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-l", str(script), str(ROOT / "editors" / "nvim")],
+    r = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-l", str(script),
+                        str(ROOT / "editors" / "nvim")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -20,7 +20,8 @@ EXT = ROOT / "editors" / "vscode"
 
 NPM = shutil.which("npm")
 needs_node = pytest.mark.skipif(
-    shutil.which("node") is None or NPM is None, reason="node/npm are not installed: the VS Code extension is not tested"
+    shutil.which("node") is None or NPM is None,
+    reason="node/npm are not installed: the VS Code extension is not tested",
 )
 
 
@@ -57,7 +58,9 @@ def test_npm_test_unit_and_integration(store_ready: Path):
     out = r.stdout + r.stderr
     counts = _tap_counts(r.stdout)
     failed = [ln.strip() for ln in out.splitlines() if re.match(r"\s*not ok \d+", ln)]
-    assert r.returncode == 0, f"npm test failed ({counts}):\n" + "\n".join(failed) + "\n--- output tail ---\n" + out[-6000:]
+    assert r.returncode == 0, (
+        f"npm test failed ({counts}):\n" + "\n".join(failed) + "\n--- output tail ---\n" + out[-6000:]
+    )
     # both suites ran: the unit tests and the nine integration tests
     assert counts.get("fail") == 0 and counts.get("cancelled") == 0, counts
     assert counts.get("pass", 0) >= 60, f"too few tests ran: {counts}\n{out[-3000:]}"

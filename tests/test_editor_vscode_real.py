@@ -119,7 +119,9 @@ def suite(store_ready, vsix: Path) -> dict[str, str | None]:
             results[current] = None if m.group(1) is None else ""
         elif current is not None and results.get(current) is not None and line.startswith("  "):
             results[current] += line[2:] + "\n"
-    logs = "".join(f"\n--- {p.name} (tail) ---\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(OUT.glob("*.log")))
+    logs = "".join(
+        f"\n--- {p.name} (tail) ---\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(OUT.glob("*.log"))
+    )
     results["__run__"] = f"exit {proc.returncode}\n{stdout[-4000:]}\n{stderr[-3000:]}{logs}"
     return results
 

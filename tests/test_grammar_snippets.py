@@ -64,7 +64,10 @@ VALID = {
     "bytes concatenation": "x = b'a' b'b'\n",
     "string concatenation": "x = 'a' \"b\" f'c'\n",
     "raw string": "x = r'\\d+\\'\\\\'\n",
-    "async constructs": "async def f():\n    async with a as b:\n        async for c in d:\n            await e\n    return [x async for x in y]\n",
+    "async constructs": (
+        "async def f():\n    async with a as b:\n        async for c in d:\n            await e\n"
+        "    return [x async for x in y]\n"
+    ),
     "async generator expression in def": "def f():\n    return (x async for x in y)\n",
     "nonlocal in class in function": "def f():\n    x = 1\n    class C:\n        nonlocal x\n",
     "break in loop else inside outer loop": "while a:\n    for x in y:\n        pass\n    else:\n        break\n",

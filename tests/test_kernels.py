@@ -191,7 +191,8 @@ def test_half_matmul_refuses_what_it_cannot_read(kernels):
     assert "float32" in _refused(lambda: kernels.half_matmul(x.double(), w), "x")
     assert "[*, 64]" in _refused(lambda: kernels.half_matmul(x, w[:, :56].contiguous().t().contiguous()), "w")
     assert "contiguous" in _refused(lambda: kernels.half_matmul(x, torch.randn(64, 16).half().t()), "w")
-    assert "multiple of 8" in _refused(lambda: kernels.half_matmul(x[:, :12], w[:, :12].contiguous()), "the reduced dimension")
+    short = w[:, :12].contiguous()
+    assert "multiple of 8" in _refused(lambda: kernels.half_matmul(x[:, :12], short), "the reduced dimension")
     assert "tensor" in _refused(lambda: kernels.half_matmul(x, w.numpy()), "w")
     assert "outputs" in _refused(lambda: kernels.half_matmul(x, w[:0]), "outputs")
 
@@ -206,7 +207,8 @@ def test_row_attention_refuses_what_it_cannot_read(kernels):
     _refused(lambda: kernels.row_attention(q, key, value.half(), 0.25), "value")
     _refused(lambda: kernels.row_attention(q, key[:, :, :2], value[:, :, :2], 0.25), "key")  # fewer positions than rows
     _refused(lambda: kernels.row_attention(torch.randn(1, 3, 3, 16), key, value, 0.25), "query")  # 3 heads over 2
-    _refused(lambda: kernels.row_attention(q[..., :12], key[..., :12].contiguous(), value[..., :12].contiguous(), 0.25), "head_dim")
+    k12, v12 = key[..., :12].contiguous(), value[..., :12].contiguous()
+    _refused(lambda: kernels.row_attention(q[..., :12], k12, v12, 0.25), "head_dim")
     _refused(lambda: kernels.row_attention(q[0], key, value, 0.25), "query")
 
 
@@ -243,7 +245,7 @@ def test_llama_layer_refuses_what_it_cannot_read_or_write(kernels):
         "head_dim": dict(head_dim=4),
     }
     for argument, change in checked_once.items():
-        _refused(lambda: kernels.layer_weights(**_layer(**change)[0]), argument)
+        _refused(lambda change=change: kernels.layer_weights(**_layer(**change)[0]), argument)
     strided = SimpleNamespace(_k=torch.zeros(1, 2, 8, 16)[..., :8], _v=torch.zeros(1, 2, 8, 16)[..., :8])
     checked_each_call = {
         "key buffer": dict(past=7),  # 7 + 2 positions in a buffer of 8
@@ -254,7 +256,7 @@ def test_llama_layer_refuses_what_it_cannot_read_or_write(kernels):
         "past": dict(past=-1),
     }
     for argument, change in checked_each_call.items():
-        _refused(lambda: kernels.llama_layer(layer=layer, **_layer(**change)[1]), argument)
+        _refused(lambda change=change: kernels.llama_layer(layer=layer, **_layer(**change)[1]), argument)
     _refused(lambda: kernels.llama_layer(layer=layer, **{**_layer()[1], "kv": strided}), "key buffer")
     _refused(lambda: kernels.llama_layer(layer=constant, **_layer()[1]), "layer")  # not checked weights
     layer.weights[3].set_(torch.zeros(32, 16).half())  # a projection replaced after the check

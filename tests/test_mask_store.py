@@ -18,12 +18,15 @@ def test_store_roundtrip_and_info(compiled_full, tmp_path):
     compiled, tok = compiled_full
     store = compiled.store
     path = store.save(tmp_path / "s.safetensors")
-    again = load_store(path, grammar_hash=store.header["grammar_hash"], tokenizer_hash=tok.vocab.hash, vocab_size=tok.vocab.size)
+    again = load_store(
+        path, grammar_hash=store.header["grammar_hash"], tokenizer_hash=tok.vocab.hash, vocab_size=tok.vocab.size
+    )
     assert again.n_rows == store.n_rows and again.n_states == store.n_states
     for name in ("seq", "row_mask", "dense", "sparse_ids", "group_start"):
         assert np.array_equal(getattr(again, name), getattr(store, name))
     info = again.info()
-    for key in ("rows", "logical_rows", "nfa_states", "unique_masks", "build_seconds", "grammar_hash", "tokenizer_hash", "vocab_size"):
+    for key in ("rows", "logical_rows", "nfa_states", "unique_masks", "build_seconds", "grammar_hash",
+                "tokenizer_hash", "vocab_size"):
         assert key in info
     assert info["vocab_size"] == tok.vocab.size == 49152
     # identical token sets are stored once

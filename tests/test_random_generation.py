@@ -18,7 +18,6 @@ import random
 import re
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from conftest import read_source, stdlib_files

@@ -55,7 +55,8 @@ async def alive(client: LanguageClient) -> None:
     "method, params",
     [
         (types.TEXT_DOCUMENT_INLINE_COMPLETION, {"textDocument": {"uri": 5}, "position": {"line": "x"}}),
-        (types.TEXT_DOCUMENT_INLINE_COMPLETION, {"textDocument": {"uri": "file:///a.py"}, "position": {"line": 0, "character": -1},
+        (types.TEXT_DOCUMENT_INLINE_COMPLETION,
+         {"textDocument": {"uri": "file:///a.py"}, "position": {"line": 0, "character": -1},
                                                  "context": {"triggerKind": 1}}),
         (types.TEXT_DOCUMENT_COMPLETION, {"position": {"line": 0, "character": 0}}),
         (types.WORKSPACE_EXECUTE_COMMAND, {"command": 5}),

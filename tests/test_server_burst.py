@@ -79,7 +79,8 @@ async def test_burst_of_typing_is_fully_answered_with_bounded_memory(client: Lan
     rss_after = server.memory_info().rss
     assert rss_after - rss_before < MEMORY_GROWTH_LIMIT, (rss_before, rss_after)
     stats = await command(client, "syntaxlock.stats")
-    print(f"burst: {answered} answered, {cancelled} cancelled, stats {stats}, rss {rss_before >> 20} -> {rss_after >> 20} MiB")
+    print(f"burst: {answered} answered, {cancelled} cancelled, stats {stats}, "
+          f"rss {rss_before >> 20} -> {rss_after >> 20} MiB")
     assert stats["requests"] >= REQUESTS
     assert (await command(client, "syntaxlock.status"))["state"] == "ready"
     # and it still completes

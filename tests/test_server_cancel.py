@@ -102,7 +102,9 @@ async def test_change_makes_running_request_stale(client: LanguageClient):
 
 
 async def test_other_documents_are_not_superseded(client: LanguageClient):
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"syntaxlock": {"maxTokens": 8}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"syntaxlock": {"maxTokens": 8}})
+    )
     text, line, col = long_document()
     for uri in ("file:///a.py", "file:///b.py"):
         open_doc(client, uri, text)

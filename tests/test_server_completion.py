@@ -84,7 +84,9 @@ async def first_suggestion(client: LanguageClient, tag: str):
 async def test_completion_item_is_the_same_suggestion(client: LanguageClient):
     uri, text, line, character, inline_item = await first_suggestion(client, "same")
     listing = await client.text_document_completion_async(
-        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character))
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character)
+        )
     )
     assert listing.is_incomplete
     (item,) = listing.items

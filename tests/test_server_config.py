@@ -57,7 +57,9 @@ async def test_nested_and_flat_settings_are_applied(client: LanguageClient):
     )
     assert list(listing.items) == []
     assert not client.messages  # nothing to complain about
-    change(client, {"syntaxlock": {"maxTokens": 12, "temperature": 0, "mode": "single", "topP": 1, "completionItems": True}})
+    change(client, {"syntaxlock": {
+        "maxTokens": 12, "temperature": 0, "mode": "single", "topP": 1, "completionItems": True,
+    }})
 
 
 async def test_settings_pulled_when_the_notification_has_none(client: LanguageClient):

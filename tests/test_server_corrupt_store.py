@@ -75,7 +75,9 @@ def test_a_damaged_cached_store_is_rebuilt(good_store, tmp_path, monkeypatch, ca
     cached = tmp_path / "cached.safetensors"
     cached.write_bytes(_dense_flip(path))
     in_cache = loading.store_path_for
-    monkeypatch.setattr(loading, "store_path_for", lambda tok, streamline=True: cached if streamline else in_cache(tok, False))
+    monkeypatch.setattr(
+        loading, "store_path_for", lambda tok, streamline=True: cached if streamline else in_cache(tok, False)
+    )
     with caplog.at_level(logging.WARNING, logger="mask_store.loading"):
         compiled, _ = loading.load_compiled("default")
     assert any("checksum" in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_lsp.fixture(config=config(), scope="module")
 async def client(lsp_client: LanguageClient, tiny_model_dir):
     lsp_client.init_result = await initialize(
-        lsp_client, {"model": str(tiny_model_dir), "maxTokens": 8, "temperature": "hot", "unknownEditorSetting": 1}, wait=None
+        lsp_client,
+        {"model": str(tiny_model_dir), "maxTokens": 8, "temperature": "hot", "unknownEditorSetting": 1},
+        wait=None,
     )
     # asked before the engine can possibly be ready (loading takes seconds)
     open_doc(lsp_client, "file:///early.py", "import os\nos.pa")

@@ -123,8 +123,10 @@ def test_mirrored_edits_over_the_wire():
             uri = rng.choice(list(docs))
             version += 1
             ((l0, c0), (l1, c1)), new, docs[uri] = _random_edit(rng, docs[uri])
-            s.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version}, "contentChanges": [
-                {"range": {"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}}, "text": new}]})
+            change = {"range": {"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}},
+                      "text": new}
+            s.notify("textDocument/didChange",
+                     {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
         held = s.call("workspace/executeCommand", {"command": "syntaxlock.status"})["result"]["documents"]
         for uri, text in docs.items():
             assert held[uri]["blake2b"] == _digest(text), uri
@@ -154,7 +156,9 @@ async def test_the_engine_reads_lf_text_with_the_client_cursor():
     """What the engine gets for a CR-only, CRLF and mixed document: "\n" line ends, the cursor on
     the same character; what the client gets back: the document's own line end."""
     engines = []
-    host = EngineHost(lambda status: None, loader=lambda options, progress: engines.append(EchoEngine(options)) or engines[-1])
+    host = EngineHost(
+        lambda status: None, loader=lambda options, progress: engines.append(EchoEngine(options)) or engines[-1]
+    )
     host.configure(EngineOptions(model="echo"))
     while not host.ready:
         await asyncio.sleep(0.01)
@@ -215,7 +219,8 @@ def test_the_engine_cursor_follows_the_lsp_lines(tiny_model_dir):
                         "mixed": mixed_line_ends(lf, rng)}
             for name, text in variants.items():
                 items = _items(s, f"file:///{name}_{n}.py", text, line, character)
-                assert [(i["range"], to_lf(i["insertText"])) for i in items] == [(i["range"], i["insertText"]) for i in ref], name
+                got = [(i["range"], to_lf(i["insertText"])) for i in items]
+                assert got == [(i["range"], i["insertText"]) for i in ref], name
             compared += 1
             if compared == 2:
                 break

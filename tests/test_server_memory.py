@@ -38,7 +38,7 @@ def test_memory_is_flat_over_100000_did_change():
         s.open(uri, "def f(x):\n    return x\n")
         # typing on line 1: insert a character at the end, or delete the last one, so the text stays small
         length, version, rss = 12, 1, []
-        for batch in range(CHANGES // BATCH):
+        for _ in range(CHANGES // BATCH):
             out = bytearray()
             for _ in range(BATCH):
                 version += 1
@@ -85,6 +85,7 @@ def test_ten_megabyte_documents_cost_bounded_memory():
         peak = _kib(s.proc.pid, "VmHWM")
         doc_kib = len(text.encode()) // 1024
         print(f"document {doc_kib} KiB; VmRSS at start {base} KiB, after each close {after_close}, peak {peak} KiB")
-        assert peak - base < 16 * doc_kib  # the frame, its JSON, the text (4 bytes a character with an emoji), one edit's copies
+        # the frame, its JSON, the text (4 bytes a character with an emoji), one edit's copies
+        assert peak - base < 16 * doc_kib
         assert after_close[-1] - after_close[0] < 2 * doc_kib  # closing gives the documents back
         assert "not applied" not in s.log_text()

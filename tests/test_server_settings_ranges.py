@@ -61,8 +61,12 @@ def test_the_server_refuses_them_and_keeps_completing(tiny_model_dir):
                 continue  # not JSON
             seen = len(s.received)
             s.notify("workspace/didChangeConfiguration", {"settings": {"syntaxlock": {key: value}}})
-            shown = s.wait_for(lambda m: m.get("method") == "window/showMessage" and f"syntaxlock.{key}" in m["params"]["message"]
-                               and m in s.received[seen:])
+
+            def refusal(m, key=key, seen=seen) -> bool:
+                return (m.get("method") == "window/showMessage" and f"syntaxlock.{key}" in m["params"]["message"]
+                        and m in s.received[seen:])
+
+            shown = s.wait_for(refusal)
             assert "keeping" in shown["params"]["message"]
             assert complete() == baseline
         settings = s.call("workspace/executeCommand", {"command": "syntaxlock.status"})["result"]["settings"]

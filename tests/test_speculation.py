@@ -24,7 +24,9 @@ def formula(alpha, c, gamma):
     return (1 - alpha ** (gamma + 1)) / ((c * gamma + 1) * (1 - alpha))
 
 
-@pytest.mark.parametrize("alpha, c", list(itertools.product([0.05, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95], [0.0, 0.01, 0.05, 0.1, 0.3, 0.6, 1.0])))
+@pytest.mark.parametrize(
+    "alpha, c", list(itertools.product([0.05, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95], [0.0, 0.01, 0.05, 0.1, 0.3, 0.6, 1.0]))
+)
 def test_gamma_chooser_reproduces_the_formula_optimum(alpha, c):
     values = [1.0] + [formula(alpha, c, g) for g in range(1, 9)]
     best = min(g for g in range(9) if values[g] >= max(values) - 1e-9)
@@ -102,7 +104,7 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(com
     texts = {}
     for spec in (False, True):
         results = []
-        for n, (path, i, ch) in enumerate(cuts):
+        for path, i, ch in cuts:
             lines = path.read_text().split("\n")
             doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
             engine = CompletionEngine(EngineOptions(max_tokens=24, speculative=spec),
@@ -179,7 +181,7 @@ def test_lookup_finds_what_the_plain_definition_finds():
     import random
 
     rng = random.Random(7)
-    for trial in range(400):
+    for _ in range(400):
         alphabet = rng.choice([2, 3, 5, 12])  # few symbols: long and overlapping matches
         context = [rng.randrange(alphabet) for _ in range(rng.randrange(1, 40))]
         reference = [rng.randrange(alphabet) for _ in range(rng.randrange(0, 30))]

@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Callable
+from collections.abc import Callable
 
 from grammar_tools.incremental import ParseError, PrefixParser, newline_width
 from grammar_tools.lexer_automaton import START, LexError
@@ -135,7 +135,7 @@ class CompletionEngine:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def load(cls, options: EngineOptions | None = None, progress: Progress | None = None) -> "CompletionEngine":
+    def load(cls, options: EngineOptions | None = None, progress: Progress | None = None) -> CompletionEngine:
         """Load the model and its mask store (built and cached the first time). Raises
         `ModelLoadError` or `MaskStoreError` with the fix in the message."""
         from mask_store.loading import load_compiled

@@ -17,7 +17,7 @@ is again exactly what it was before the pass.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer

@@ -24,7 +24,7 @@ from mask_store.model_files import ModelNotFound, resolve_model
 from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
 from .converted_weights import ConversionError, weights_dir
-from .kv_cache import ForwardCancelled, GrowingCache, StopBetweenLayers, rewind
+from .kv_cache import GrowingCache, StopBetweenLayers
 
 log = logging.getLogger(__name__)
 

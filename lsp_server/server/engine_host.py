@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
-from typing import Callable
+from collections.abc import Callable
 
 from ..decoding.engine import CompletionRequest, CompletionResult
 from ..options import EngineOptions

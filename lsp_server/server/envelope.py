@@ -78,7 +78,8 @@ def read_envelopes(body: bytes) -> list[Envelope | Rejection]:
         why = "Invalid Request: batches are not part of LSP"
         return [Rejection(INVALID_REQUEST, why, i) for i in ids] or [Rejection(INVALID_REQUEST, why, None)]
     if not isinstance(value, dict):
-        return [Rejection(INVALID_REQUEST, f"Invalid Request: a message must be an object, not {type(value).__name__}", None)]
+        why = f"Invalid Request: a message must be an object, not {type(value).__name__}"
+        return [Rejection(INVALID_REQUEST, why, None)]
     return [envelope_of(value)]
 
 
@@ -90,7 +91,8 @@ def envelope_of(data: dict[str, Any]) -> Envelope | Rejection:
     is_response = "method" not in data and ("result" in data or "error" in data)
 
     def reject(why: str) -> Rejection:
-        return Rejection(INVALID_REQUEST, f"Invalid Request: {why}", msg_id if good_id else None, answer=not is_response)
+        return Rejection(INVALID_REQUEST, f"Invalid Request: {why}", msg_id if good_id else None,
+                         answer=not is_response)
 
     if data.get("jsonrpc") != JSONRPC_VERSION:
         have = repr(data["jsonrpc"])[:40] if "jsonrpc" in data else "missing"

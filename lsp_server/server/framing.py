@@ -157,7 +157,8 @@ class FrameParser:
             if self._expected is None and rest.strip(_BLANKS):
                 out.append(Frame(rest, self._problem))
             elif _complete_json(bytearray(rest)):
-                out.append(Frame(rest, f"Content-Length {self._expected} is longer than its message ({len(rest)} bytes)"))
+                why = f"Content-Length {self._expected} is longer than its message ({len(rest)} bytes)"
+                out.append(Frame(rest, why))
             else:
                 out.append(Skipped(len(rest), f"the stream ended {len(rest)} bytes into a body of {self._expected}"))
         elif rest.strip(_BLANKS) or self._headers:
@@ -284,7 +285,8 @@ class FrameParser:
             return
         n = int(value) if len(value) <= 20 else MAX_BODY_BYTES + 1
         if n > MAX_BODY_BYTES:
-            self._discard_from_here(f"Content-Length {value[:32].decode('latin-1')} is over the limit of {MAX_BODY_BYTES} bytes")
+            shown = value[:32].decode("latin-1")
+            self._discard_from_here(f"Content-Length {shown} is over the limit of {MAX_BODY_BYTES} bytes")
             return
         if n == 0:
             self._start_body(None, "Content-Length 0")

@@ -173,7 +173,8 @@ class RobustProtocol(LanguageServerProtocol):
                 data = {**data, "params": data.get("params")}
             if env.kind is Kind.REQUEST:
                 if typ is not None and "id" not in attrs.fields_dict(typ):
-                    self.send_error(env.id, INVALID_REQUEST, f"Invalid Request: {env.method} is a notification, not a request")
+                    why = f"Invalid Request: {env.method} is a notification, not a request"
+                    self.send_error(env.id, INVALID_REQUEST, why)
                     return None
                 return self._converter.structure(data, typ or JsonRPCRequestMessage)
             if typ is not None and "id" in attrs.fields_dict(typ):

@@ -52,7 +52,7 @@ class SyntaxlockProtocol(RobustProtocol):
     not fed); and completion requests note the document version they were made on before any
     later message is read."""
 
-    _server: "SyntaxlockServer"
+    _server: SyntaxlockServer
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
@@ -127,7 +127,8 @@ class SyntaxlockServer(LanguageServer):
     # --- messages to the client --------------------------------------------------------------
     def report(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
         """Log locally and in the client's log (window/logMessage). Event-loop thread only."""
-        level = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(kind, logging.INFO)
+        levels = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}
+        level = levels.get(kind, logging.INFO)
         log.log(level, "%s", message)
         try:
             self.window_log_message(types.LogMessageParams(type=kind, message=message))
@@ -145,7 +146,9 @@ class SyntaxlockServer(LanguageServer):
         """pygls' hook for errors outside a request's answer: logged, never a pop-up."""
         log.error("%s: %s", getattr(source, "__name__", source), error)
         try:
-            self.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=f"syntaxlock: {error}"))
+            self.window_log_message(
+                types.LogMessageParams(type=types.MessageType.Error, message=f"syntaxlock: {error}")
+            )
         except Exception:
             pass
 

@@ -45,7 +45,7 @@ class ServerOptions:
     completion_items: bool = True  # also answer textDocument/completion with the suggestion
     engine: EngineOptions = field(default_factory=EngineOptions)
 
-    def merged(self, raw: Any) -> tuple["ServerOptions", list[str]]:
+    def merged(self, raw: Any) -> tuple[ServerOptions, list[str]]:
         """These options with the settings in `raw` applied, and the problems found."""
         if raw is None:
             return self, []
@@ -66,7 +66,9 @@ class ServerOptions:
                 if value is None:
                     value = getattr(ServerOptions, name)
                 if not isinstance(value, bool):
-                    problems.append(f"{SECTION}.{key} must be true or false, not {value!r}; keeping {getattr(opts, name)!r}")
+                    problems.append(
+                        f"{SECTION}.{key} must be true or false, not {value!r}; keeping {getattr(opts, name)!r}"
+                    )
                     continue
                 opts = replace(opts, **{name: value})
             elif key in ENGINE_KEYS:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from lsprotocol import types
 
@@ -131,7 +131,10 @@ class Suggester:
                 self.report(f"completion in {uri}: selected item range: {e}", types.MessageType.Warning)
                 return None
             if b < a or not a <= cursor <= b:
-                self.report(f"completion in {uri}: the selected item's range does not hold the cursor", types.MessageType.Warning)
+                self.report(
+                    f"completion in {uri}: the selected item's range does not hold the cursor",
+                    types.MessageType.Warning,
+                )
                 return None
             text = text[:a] + selected.text + text[b:]
             cursor = a + len(selected.text)

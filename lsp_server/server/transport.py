@@ -23,7 +23,8 @@ import select
 import stat
 import threading
 from collections.abc import AsyncIterator
-from typing import BinaryIO, Callable
+from typing import BinaryIO
+from collections.abc import Callable
 
 from .framing import FrameParser
 from .protocol import RobustProtocol

@@ -105,7 +105,9 @@ def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     _rows_of_cache(k, "key", key, kv_heads, head_dim)
     _rows_of_cache(k, "value", value, kv_heads, head_dim)
     if value.shape[2] != length:
-        raise KernelArgumentError(k, "value", f"must hold as many positions as the keys ({length}), not {value.shape[2]}")
+        raise KernelArgumentError(
+            k, "value", f"must hold as many positions as the keys ({length}), not {value.shape[2]}"
+        )
     _tensor(k, "out", out, torch.float32, (1, q_len, heads, head_dim))
     _size(k, "head_dim", head_dim, multiple=8)
     _size(k, "kv_heads", kv_heads)
@@ -134,9 +136,13 @@ def check_layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, weights,
     _size(k, "hidden size", e, multiple=8)
     _tensor(k, "post-attention norm", post_norm, torch.float32, (e,))
     qd, kd = heads * head_dim, kv_heads * head_dim
-    shapes = {"q": (qd, e), "k": (kd, e), "v": (kd, e), "o": (e, qd), "gate": (ffn, e), "up": (ffn, e), "down": (e, ffn)}
+    shapes = {
+        "q": (qd, e), "k": (kd, e), "v": (kd, e), "o": (e, qd), "gate": (ffn, e), "up": (ffn, e), "down": (e, ffn),
+    }
     if len(weights) != len(shapes):
-        raise KernelArgumentError(k, "weights", f"must be the {len(shapes)} projections {list(shapes)}, not {len(weights)}")
+        raise KernelArgumentError(
+            k, "weights", f"must be the {len(shapes)} projections {list(shapes)}, not {len(weights)}"
+        )
     for (name, shape), w in zip(shapes.items(), weights):
         _tensor(k, f"{name} projection", w, torch.float16, shape)
 
@@ -156,10 +162,14 @@ def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int,
     _rows_of_cache(k, "value buffer", v_buf, kv_heads, head_dim)
     k_stride, v_stride = k_buf.stride()[1], v_buf.stride()[1]
     if k_stride != v_stride:
-        raise KernelArgumentError(k, "value buffer", f"must have the key buffer's head stride {k_stride}, not {v_stride}")
+        raise KernelArgumentError(
+            k, "value buffer", f"must have the key buffer's head stride {k_stride}, not {v_stride}"
+        )
     if past < 0:
         raise KernelArgumentError(k, "past", f"must be at least 0, not {past}")
     for name, buf in (("key buffer", k_buf), ("value buffer", v_buf)):
         if buf.shape[2] < past + q_len:
-            raise KernelArgumentError(k, name, f"has room for {buf.shape[2]} positions, not the {past + q_len} it must hold")
+            raise KernelArgumentError(
+                k, name, f"has room for {buf.shape[2]} positions, not the {past + q_len} it must hold"
+            )
     _size(k, "positions", past + q_len)

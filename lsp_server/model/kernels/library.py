@@ -158,7 +158,7 @@ class DecodeKernels:
 
     @staticmethod
     def layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, eps: float, weights, heads: int,
-                      kv_heads: int, head_dim: int, ffn: int, scale: float) -> "LayerWeights":
+                      kv_heads: int, head_dim: int, ffn: int, scale: float) -> LayerWeights:
         """A decoder layer's constant arguments for `llama_layer`, checked (`boundary`)."""
         weights = tuple(weights)
         boundary.check_layer_weights(in_norm, post_norm, weights, heads, kv_heads, head_dim, ffn)
@@ -166,16 +166,20 @@ class DecodeKernels:
         return LayerWeights(in_norm, post_norm, float(eps), weights, heads, kv_heads, head_dim, ffn, float(scale),
                             tuple(t.data_ptr() for t in tensors))
 
-    def llama_layer(self, h: torch.Tensor, layer: "LayerWeights", cos: torch.Tensor, sin: torch.Tensor,
+    def llama_layer(self, h: torch.Tensor, layer: LayerWeights, cos: torch.Tensor, sin: torch.Tensor,
                     kv, past: int) -> None:
         """One Llama decoder layer for the rows of `h` [1, Q, E] (updated in place: the
         residual stream); cos/sin [1, Q, head_dim]; the new keys and values go to positions
         past .. past+Q-1 of the `GrowingLayer` `kv` (room made by the caller)."""
         if not isinstance(layer, LayerWeights) or layer.pointers != layer.current_pointers():
-            raise boundary.KernelArgumentError("llama_layer", "layer", "must be LayerWeights whose tensors are as checked")
+            raise boundary.KernelArgumentError(
+                "llama_layer", "layer", "must be LayerWeights whose tensors are as checked"
+            )
         k_buf, v_buf = kv._k, kv._v
         threads = torch.get_num_threads()
-        boundary.check_layer_call(h, layer.in_norm.shape[0], layer.kv_heads, layer.head_dim, cos, sin, k_buf, v_buf, past)
+        boundary.check_layer_call(
+            h, layer.in_norm.shape[0], layer.kv_heads, layer.head_dim, cos, sin, k_buf, v_buf, past
+        )
         boundary.check_threads("llama_layer", threads)
         q_len, e = h.shape[1], h.shape[2]
         self._layer(h.data_ptr(), q_len, e, *layer.pointers[:2], layer.eps, *layer.pointers[2:],
@@ -200,7 +204,9 @@ class DecodeKernels:
         """Causal attention of the last Q positions: query [1, H, Q, D] over key/value
         [1, Hkv, L, D] (the Q queries are positions L-Q .. L-1); the output [1, Q, H, D]."""
         if query.dim() != 4 or query.shape[0] != 1:
-            raise boundary.KernelArgumentError("row_attention", "query", f"must have shape [1, H, Q, D], not {list(query.shape)}")
+            raise boundary.KernelArgumentError(
+                "row_attention", "query", f"must have shape [1, H, Q, D], not {list(query.shape)}"
+            )
         _, h, q_len, d = query.shape
         q = query[0].contiguous()
         out = torch.empty((1, q_len, h, d), dtype=torch.float32)
