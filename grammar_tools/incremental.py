@@ -12,8 +12,8 @@ and returns a `PrefixState`:
   indentation typed so far;
 - `recovered`: set when a syntax error before the cursor was skipped (see `recovery`).
 
-The parser keeps checkpoints (parser configurations at statement boundaries) of the last text
-it parsed; parsing a new text re-lexes only from the last checkpoint before the first changed
+The parser keeps checkpoints (parser configurations where lines start, and every
+`CHECKPOINT_EVERY` lexemes inside long lines) of the last text it parsed; parsing a new text re-lexes only from the last checkpoint before the first changed
 byte, so typing at the cursor or editing after it costs a line, not the file.
 
 `IncrementalParser` is the terminal-level API over one configuration set: `feed(terminal)`,
@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from .indentation import newline_width
 from .lexer_automaton import START, LexError, LexerAutomaton, load_lexer_automaton
 from .recognizer import ACCEPTED, Node, Recognizer
 
@@ -71,22 +72,6 @@ class PrefixState:
         return self.end - self.lexeme_start
 
 
-def newline_width(lexeme: bytes) -> tuple[int, int]:
-    """(col, altcol) of the indentation after the last newline of a `_NEWLINE` lexeme:
-    tabs to the next multiple of 8 for col, counted as 1 for altcol (CPython's check)."""
-    i = lexeme.rfind(b"\n")
-    col = alt = 0
-    for b in lexeme[i + 1 :]:
-        if b == 0x20:
-            col += 1
-        elif b == 0x09:
-            col = (col // 8 + 1) * 8
-        else:
-            break  # a comment: the width is what came before it
-        alt += 1
-    return col, alt
-
-
 def _dedupe(configs: list[Node]) -> list[Node]:
     if len(configs) < 2:
         return configs
@@ -95,6 +80,12 @@ def _dedupe(configs: list[Node]) -> list[Node]:
         if not any(_same_stack(c, o) for o in out):
             out.append(c)
     return out
+
+
+def same_configs(a, b) -> bool:
+    """Whether two configuration sets are the same (stacks compared structurally, stopping
+    where they share a node): from here on they parse every text alike."""
+    return len(a) == len(b) and all(any(_same_stack(x, y) for y in b) for x in a)
 
 
 def _same_stack(a: Node, b: Node) -> bool:
@@ -111,6 +102,8 @@ def _same_stack(a: Node, b: Node) -> bool:
 class _Checkpoint:
     offset: int  # a lexeme starts here
     configs: tuple[Node, ...]
+    line: bool = False  # after a newline: a line's code starts here
+    statement: bool = False  # ... outside brackets: a statement starts here
 
 
 @dataclass
@@ -199,29 +192,74 @@ class PrefixParser:
 
     def can_end(self, st: PrefixState, data: bytes) -> bool:
         """Whether the parsed prefix is a complete file (statements closed, brackets balanced)."""
-        held = data[st.lexeme_start : st.end]
-        ends = self.end_configs(st.configs, held, st.lexer_state)
+        return self.can_end_with(st.configs, data[st.lexeme_start : st.end], st.lexer_state)
+
+    def can_end_with(self, configs, held: bytes, lexer_state: int) -> bool:
+        """Whether the text can end after `configs` and the open lexeme `held` (in `lexer_state`)."""
+        ends = self.end_configs(configs, held, lexer_state)
         return any(self.recognizer.feed(c, self.recognizer.END) is ACCEPTED for c in ends)
 
-    def _run(self, data, configs, pos, state, cps) -> PrefixState:
-        try:
-            lexemes, state, start = self.lexer.lex(data, state, pos)
-        except LexError as e:
-            self._data = data[: e.pos]
-            raise
-        since = 0
+    def last_line(self, offset: int, statement: bool = False) -> tuple[int, tuple[Node, ...]]:
+        """Where the last line of the parsed text (or the last statement, outside brackets)
+        whose code starts at or before `offset` starts, and the configurations there (the
+        file's start if no newline came before)."""
+        for cp in reversed(self._checkpoints):
+            if cp.offset <= offset and (cp.statement if statement else cp.line):
+                return cp.offset, cp.configs
+        return 0, (self.recognizer.initial(),)
+
+    def steps(self, data: bytes, configs, pos: int, state: int | None = START):
+        """Lex and parse `data` from `pos`, where a lexeme starts in lexer `state` (None: a
+        fresh document, after its virtual newline), one lexeme at a time: yields
+        `(end, configs, newline)` after each complete lexeme (`newline`: it was a `_NEWLINE`, so
+        the next line's code starts at `end`); returns `(state, start)` of the open lexeme that
+        ends `data`. Raises LexError / ParseError at the first error."""
+        rows = self.lexer.rows
+        accepting = self.lexer.accepting
+        acc_ids = self.lexer.accepting_ids
+        row0 = rows[START]
         nl = self._nl
-        acc = self.lexer.accepting_ids
-        for a, b, d in lexemes:
-            configs = self.feed_lexeme(configs, data, a, b, d)
+        n = len(data)
+        if state is None:
+            state = self.lexer.newline_state
+        start = i = pos
+        while True:
+            while i < n:  # the lexeme grows while it can
+                nxt = rows[state][data[i]]
+                if nxt < 0:
+                    break
+                state = nxt
+                i += 1
+            if i == n:
+                return state, start  # the last lexeme is held back: more text may extend it
+            if not accepting[state]:
+                raise LexError(i)
+            configs = self.feed_lexeme(configs, data, start, i, state)
             if not configs:
-                self._data = data[:a]  # checkpoints beyond here are not valid
-                raise ParseError(a, f"unexpected {data[a:b][:20]!r}")
-            since += 1
-            if (nl in acc[d] and configs[0].depth == 0) or since >= CHECKPOINT_EVERY:
-                cps.append(_Checkpoint(b, tuple(configs)))
-                since = 0
-        nlw = newline_width(data[start:]) if nl in self.lexer.possible_ids[state] else None
+                raise ParseError(start, f"unexpected {data[start:i][:20]!r}")
+            yield i, configs, nl in acc_ids[state]
+            start = i
+            state = row0[data[i]]
+            if state < 0:
+                raise LexError(i)
+            i += 1
+
+    def _run(self, data, configs, pos, state, cps) -> PrefixState:
+        since = 0
+        run = self.steps(data, configs, pos, state)
+        try:
+            while True:
+                end, configs, newline = next(run)
+                since += 1
+                if newline or since >= CHECKPOINT_EVERY:
+                    cps.append(_Checkpoint(end, tuple(configs), newline, newline and configs[0].depth == 0))
+                    since = 0
+        except StopIteration as stop:
+            state, start = stop.value
+        except (ParseError, LexError) as e:
+            self._data = data[: e.pos]  # checkpoints beyond here are not valid
+            raise
+        nlw = newline_width(data[start:]) if self._nl in self.lexer.possible_ids[state] else None
         return PrefixState(tuple(configs), state, start, len(data), nlw)
 
 

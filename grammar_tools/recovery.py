@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 
-from .incremental import ParseError, PrefixParser, PrefixState, Recovery, newline_width
+from .incremental import ParseError, PrefixParser, PrefixState, Recovery
+from .indentation import indent_width
 from .lexer_automaton import LexError
 
 _HEADER_END = re.compile(rb":\s*(#.*)?$")
@@ -47,12 +48,12 @@ def _line_info(lines: list[bytes]) -> list[tuple[int, bytes, bytes] | None]:
     """Per line: (indent col, leading whitespace, stripped text) or None if blank/comment."""
     out = []
     for ln in lines:
-        s = ln.lstrip(b" \t")
+        s = ln.lstrip(b" \t\f")
         if not s.strip() or s.startswith(b"#"):
             out.append(None)
             continue
         lead = ln[: len(ln) - len(s)]
-        col, _ = newline_width(b"\n" + lead)
+        col, _ = indent_width(lead)
         out.append((col, lead, s.rstrip(b"\r")))
     return out
 
@@ -98,7 +99,7 @@ def _recover(parser: PrefixParser, data: bytes, error: Exception) -> PrefixState
     cursor_line = len(lines) - 1
     info = _line_info(lines)
     cur = lines[cursor_line]
-    cur_col = newline_width(b"\n" + cur[: len(cur) - len(cur.lstrip(b" \t"))])[0]
+    cur_col = indent_width(cur)[0]
     headers = enclosing_headers(lines, info, cursor_line, cur_col if cur.strip() else 10**9)
     # the indentation of the cursor's block: the cursor line's, or the next after its header
     block_col = cur_col

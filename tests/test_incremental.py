@@ -115,3 +115,28 @@ def test_can_end(recognizer, lexer):
         (b"x = 'abc", False),
     ]:
         assert parser.can_end(parser.parse(text), text) == ok, text
+
+
+def test_indent_width_follows_cpythons_tokenizer():
+    """One rule for every part (parser, stopping, recovery): a tab moves `col` to the next
+    multiple of 8 and counts 1 in `altcol`; a form feed resets both. CPython compiles a block's
+    first line and a next one exactly when they have the same widths or the next dedents to 0."""
+    from grammar_tools.indentation import indent_width, line_indent, newline_width
+
+    assert indent_width(b"    x") == (4, 4)
+    assert indent_width(b"\t  ") == (10, 3)
+    assert indent_width(b"  \f  ") == (2, 2)
+    assert indent_width(b"\t\f ") == (1, 1)
+    assert newline_width(b"\n  \n\t # note") == (9, 2)
+    assert line_indent("\f    return") == 4
+    prefixes = [b"    ", b"\t", b"\f    ", b"  \f  ", b"\t\f    ", b"    \f", b" \t", b"\f\t", b"\f", b" \f   "]
+    for a in prefixes:
+        for b in prefixes:
+            src = b"if 1:\n" + a + b"x = 1\n" + b + b"y = 2\n"
+            try:
+                compile(src, "<test>", "exec")
+                same = True
+            except SyntaxError:  # IndentationError / TabError included
+                same = False
+            wa, wb = indent_width(a), indent_width(b)
+            assert same == (wa != (0, 0) and wb in (wa, (0, 0))), (a, b)

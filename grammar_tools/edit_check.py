@@ -1,0 +1,281 @@
+"""Checked before offered: whether an edit at a cursor leaves the document without a syntax
+error it did not already have -- the whole rest of the file, read by resynchronisation.
+
+An `EditCheck` holds one document split at a cursor (`before`, as the parser reads it, and
+`after`) and answers for any edit there (`insert` in place of the first `replaced` bytes of
+`after`) whether the edited document is as valid as the document was:
+
+- the edited text is parsed from the cursor's lexeme on, through the insert and into the rest of
+  the file, and must meet no error;
+- at every line start in the rest of the file its configuration (state stacks, indentation,
+  bracket depth; a lexeme starts there) is compared with the one the document's own parse has
+  at the same place in that text (`_Reference`, read from the cursor as far as the checks ask,
+  shared by all the checks of the cursor). Once they are the same, the two parses are the same
+  from there to the end of the file: the edit is compatible, and the rest is not read;
+- if they never meet, the edited text is read to its end, which must end the file.
+
+Stacks are compared structurally, stopping at shared nodes: both parses start from the same
+configuration at the cursor, so a comparison after a statement usually stops after one or two
+nodes. A statement usually brings the two parses together at its end, so a check reads the
+insert and a line or two after it, not the file.
+
+A document that already has a syntax error after the cursor (the statement being typed usually
+does) is read past it the way `_Reference._recover` says: the broken statement is taken as
+`pass`, and parsing goes on at the next line indented no deeper than it. The edited text must
+have no error before it meets that parse; the errors after the meeting point are the same in
+both. Errors before the cursor are the caller's (`recovery.parse_prefix` rewrites the text before
+the cursor so that it parses; give that text as `before`).
+
+Python's compiler rejects a few things the grammar accepts (`f() = 1`, `def f(a=1, b)`):
+this module knows only the grammar.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from .incremental import ParseError, PrefixParser, same_configs
+from .indentation import indent_width
+from .lexer_automaton import START, LexError
+from .recognizer import Node
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check found."""
+
+    ok: bool
+    error: int | None = None  # offset in the edited text of its first error (when not ok)
+    synced: int | None = None  # offset in the edited text where its parse met the document's
+    lexemes: int = 0  # lexemes read after the cursor's (the check's work)
+
+
+class _Reference:
+    """The document's own parse from the cursor on, read as far as the checks ask: the
+    configurations where each line's code starts (the end of a `_NEWLINE` lexeme), read past
+    syntax errors (`_recover`)."""
+
+    def __init__(self, parser: PrefixParser, data: bytes, pos: int, configs, state, line, statement) -> None:
+        self.parser = parser
+        self.data = data
+        self.lines: dict[int, tuple[Node, ...]] = {}
+        self.statements: list[int] = []  # where statements start (line starts outside brackets), in order
+        self.errors: list[int] = []  # where the document's parse met errors (before recovering)
+        self.ends = False  # the parse reached the end of the text, where the file may end
+        self.reached = pos  # the parse has read the text up to here
+        self._line = line  # (offset, configs) where the line being read starts
+        self._statements = [statement]  # the last few statement starts: (offset, configs)
+        self._last = configs  # the configurations after the last lexeme read
+        self._restart = -1  # where the last recovery restarted (the next one restarts after it)
+        self._run = parser.steps(data, configs, pos, state)
+
+    def at(self, offset: int) -> tuple[Node, ...] | None:
+        """The configurations where a line's code starts at `offset` (None: no line of the
+        document's parse starts there)."""
+        while self.reached < offset and self._run is not None:
+            self._advance()
+        return self.lines.get(offset)
+
+    def statement_ends_clean(self, offset: int) -> bool:
+        """Whether the statement that goes on at the line start `offset` (inside brackets) ends
+        without an error: at its end (the next line start outside brackets), or at the end of
+        the file, which must end there."""
+        while self._run is not None and (not self.statements or self.statements[-1] < offset):
+            self._advance()
+        k = bisect.bisect_left(self.statements, offset)
+        if k < len(self.statements):
+            until = self.statements[k]
+        else:
+            until = len(self.data)
+            if not self.ends:
+                return False
+        return not any(offset <= e <= until for e in self.errors)
+
+    def _advance(self) -> None:
+        try:
+            end, configs, newline = next(self._run)
+        except StopIteration as stop:
+            state, start = stop.value
+            self.ends = self.parser.can_end_with(self._last, self.data[start:], state)
+            self._run, self.reached = None, len(self.data)
+            return
+        except (ParseError, LexError) as e:
+            self.errors.append(e.pos)
+            self._recover(e.pos)
+            return
+        self.reached = end
+        self._last = configs
+        if newline:
+            self._new_line(end, configs)
+
+    def _new_line(self, at: int, configs) -> None:
+        self.lines.setdefault(at, configs)  # a restart after an error there: its parse came first
+        self._line = (at, configs)
+        if configs[0].depth == 0:
+            self.statements.append(at)
+            self._statements = self._statements[-7:] + [(at, configs)]
+
+    def _restart_at(self, at: int, configs) -> None:
+        configs = tuple(configs)
+        self._new_line(at, configs)
+        self.reached = self._restart = at
+        self._last = configs
+        self._run = self.parser.steps(self.data, configs, at, START)
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self, pos: int) -> None:
+        """Go on after an error at `pos`, as if the document were fixed in the least way that
+        reads on: inside brackets, without the broken line; a block header left without its
+        body, with `pass` for a body; else the statement it broke (or one that encloses it)
+        taken as `pass`. Which fix is taken only decides how soon checks meet this parse, never
+        a verdict: a check passes only where the edited text parses."""
+        if self._drop_line(pos) or self._empty_block(pos) or self._statement_as_pass(pos):
+            return
+        self._run, self.reached = None, len(self.data)
+
+    def _code_lines(self, pos: int):
+        """(code start, col, altcol) of the lines after the one holding `pos` (or from it, when
+        nothing but indentation comes before `pos` on it) that hold code, past the last restart."""
+        data = self.data
+        n = len(data)
+        line = data.rfind(b"\n", 0, pos) + 1
+        if data[line:pos].strip(b" \t\f"):  # the error is not the first thing on its line
+            nl = data.find(b"\n", pos)
+            line = n if nl < 0 else nl + 1
+        while line < n:
+            nl = data.find(b"\n", line)
+            eol = n if nl < 0 else nl
+            text = data[line:eol]
+            code = text.lstrip(b" \t\f")
+            at = line + len(text) - len(code)
+            if code.strip() and not code.startswith(b"#") and at > self._restart:
+                col, alt = indent_width(text)
+                yield at, col, alt
+            line = eol + 1
+
+    def _drop_line(self, pos: int) -> bool:
+        """Inside brackets (a line of a long call, list or table): go on at the next line as if
+        the broken line were not there, when that line goes on inside them (it is indented
+        deeper than the statement, or closes a bracket)."""
+        start, configs = self._line
+        if configs[0].depth == 0 or start > pos:
+            return False
+        top = configs[0].indent
+        block = top[0] if top else 0
+        for at, col, _ in self._code_lines(pos):
+            if col > block or self.data[at : at + 1] in (b")", b"]", b"}"):
+                self._restart_at(at, configs)
+                return True
+            return False
+        return False
+
+    def _empty_block(self, pos: int) -> bool:
+        """A block header whose body is missing (its only line was cut; the error is the first
+        code of the next line): `pass` for a body, then that line."""
+        data = self.data
+        line = data.rfind(b"\n", 0, pos) + 1
+        if pos <= self._restart or data[line:pos].strip(b" \t\f"):
+            return False
+        rec = self.parser.recognizer
+        pass_id = rec.grammar.term_id["PASS"]
+        col, alt = indent_width(data[line:pos])
+        out = []
+        for c in self._last:
+            if not rec.accepted(c) >> rec.INDENT & 1:
+                continue
+            for t in (rec.INDENT, pass_id, rec.NEWLINE):
+                c = c and rec.feed(c, t)
+            c = c and rec.feed_indentation(c, col, alt)
+            if c is not None:
+                out.append(c)
+        if not out:
+            return False
+        self._restart_at(pos, out)
+        return True
+
+    def _statement_as_pass(self, pos: int) -> bool:
+        """The statement the error broke, or failing that one that encloses it, taken as `pass`:
+        the parse restarts at the first line from the error's on that is indented no deeper
+        than that statement and can follow it."""
+        rec = self.parser.recognizer
+        pass_id = rec.grammar.term_id["PASS"]
+        for _, start_configs in reversed(self._statements):
+            top = start_configs[0].indent
+            limit = top[0] if top else 0
+            after_pass = [n for n in (rec.feed(c, pass_id) for c in start_configs) if n is not None]
+            after_pass = [n for n in (rec.feed_newline(c) for c in after_pass) if n is not None]
+            if not after_pass:
+                continue  # `pass` can't stand there (between `try` and `except`): an enclosing one
+            for at, col, alt in self._code_lines(pos):
+                if col > limit:
+                    continue
+                configs = [n for n in (rec.feed_indentation(c, col, alt) for c in after_pass) if n is not None]
+                if configs:
+                    self._restart_at(at, configs)
+                    return True
+                break  # that line can't follow this statement: try an enclosing one
+        return False
+
+
+class EditCheck:
+    """Whether edits at one cursor keep a document free of new syntax errors (see the module
+    docstring). `before` is the text before the cursor as the parser reads it (it must parse:
+    raises ParseError/LexError otherwise), `after` the rest of the document. Verdicts are
+    memoized: a stop policy asks again about the same cuts as a completion grows."""
+
+    def __init__(self, parser: PrefixParser, before: bytes, after: bytes) -> None:
+        self.parser = parser
+        self.before = before
+        self.after = after
+        st = parser.parse(before)
+        if st.lexeme_start == 0:  # from the document's start (its virtual newline)
+            self._origin = (0, (parser.recognizer.initial(),), None)
+        else:
+            self._origin = (st.lexeme_start, st.configs, START)
+        pos, configs, state = self._origin
+        self.reference = _Reference(parser, before + after, pos, configs, state, parser.last_line(pos),
+                                    parser.last_line(pos, statement=True))
+        self._known: dict[tuple[bytes, int], Verdict] = {}
+        self.checks = 0  # edits checked (not from the memo)
+
+    def ok(self, insert: bytes, replaced: int = 0) -> bool:
+        return self.check(insert, replaced).ok
+
+    def check(self, insert: bytes, replaced: int = 0) -> Verdict:
+        """The verdict for `insert` in place of the first `replaced` bytes after the cursor."""
+        key = (insert, replaced)
+        known = self._known.get(key)
+        if known is None:
+            known = self._known[key] = self._check(insert, replaced)
+        return known
+
+    def _check(self, insert: bytes, replaced: int) -> Verdict:
+        self.checks += 1
+        data = self.before + insert + self.after[replaced:]
+        edit_end = len(self.before) + len(insert)
+        shift = len(insert) - replaced  # an offset after the edit minus the document's same place
+        pos, configs, state = self._origin
+        parser = self.parser
+        run = parser.steps(data, configs, pos, state)
+        n = 0
+        try:
+            while True:
+                end, configs, newline = next(run)
+                n += 1
+                if newline and end >= edit_end:
+                    ref = self.reference.at(end - shift)
+                    if ref is not None and same_configs(configs, ref):
+                        # one parse from here; inside brackets, the statement the edit is in
+                        # must still end cleanly (the document's own may not: its end was cut)
+                        if configs[0].depth == 0 or self.reference.statement_ends_clean(end - shift):
+                            return Verdict(True, synced=end, lexemes=n)
+                        return Verdict(False, error=end, synced=end, lexemes=n)
+        except StopIteration as stop:
+            state, start = stop.value
+        except (ParseError, LexError) as e:
+            return Verdict(False, error=e.pos, lexemes=n)
+        if parser.can_end_with(configs, data[start:], state):
+            return Verdict(True, lexemes=n)
+        return Verdict(False, error=len(data), lexemes=n)

@@ -1,0 +1,141 @@
+"""Checked before offered: an edit's verdict is the whole file's, read by resynchronisation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import read_source, stdlib_files
+
+from grammar_tools.check import check_source
+from grammar_tools.edit_check import EditCheck
+from grammar_tools.incremental import ParseError, PrefixParser
+from grammar_tools.recovery import parse_prefix
+
+
+@pytest.fixture(scope="module")
+def parser_factory(recognizer, lexer):
+    return lambda: PrefixParser(recognizer, lexer)
+
+
+def checked(parser_factory, doc: str, insert: str, replaced: int = 0):
+    """The verdict for `insert` at the `|` of `doc` (in place of `replaced` characters)."""
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    return EditCheck(parser_factory(), before, after).check(insert.encode(), replaced)
+
+
+def statement_start(parser: PrefixParser, data: bytes, pos: int) -> int:
+    """Where the statement that holds offset `pos` of `data` starts (it parses up to there)."""
+    parser.parse(data[: pos + 1])  # the lexeme before the error complete
+    return parser.last_line(pos, statement=True)[0]
+
+
+def test_verdicts_are_the_whole_files_on_cut_stdlib_files(parser_factory):
+    """Cut points of real files (the rest of the cursor's line dropped, as while typing it), and
+    edits there: the line's own rest, prefixes of it, stray closers, a string opener, a block.
+    An edit passes when it leaves a file that parses, or one whose first error is the one the
+    cut file already had, at the same place of the text after the edit, in a statement after
+    the one the edit is in (the cut may have broken a statement that encloses the cursor: a
+    `try` that lost its `except` line fails where the `try` ends, whatever is written at the
+    cursor; but an edit must finish its own statement)."""
+    rng = random.Random(11)
+    files = [p for p in stdlib_files(include_tests=False) if 4_000 < p.stat().st_size < 30_000]
+    rng.shuffle(files)
+    compared = refused = 0
+    for path in files[:16]:
+        data = read_source(path)
+        if data is None or not check_source(data, parser_factory()).ok:
+            continue
+        lines = data.decode().split("\n")
+        for _ in range(3):
+            i = rng.randrange(len(lines))
+            line = lines[i]
+            if not line.strip():
+                continue
+            ch = rng.choice([len(line) - len(line.lstrip()), rng.randrange(len(line) + 1)])
+            before = "\n".join(lines[:i] + [line[:ch]])
+            after = "\n" + "\n".join(lines[i + 1 :])
+            rest = line[ch:]
+            check = EditCheck(parser_factory(), before.encode(), after.encode())
+            cut = check_source((before + after).encode(), parser_factory())
+            for insert in (rest, rest[: rng.randrange(len(rest) + 1)], rest + ")", rest + "]\n",
+                           '"""', "\n", "if x:\n" + " " * (len(line) - len(line.lstrip()) + 4) + "pass"):
+                verdict = check.check(insert.encode())
+                whole = check_source((before + insert + after).encode(), parser_factory())
+                shift = len(insert.encode())
+                same_error = (not whole.ok and not cut.ok and cut.pos >= len(before.encode())
+                              and whole.pos - shift == cut.pos
+                              and statement_start(parser_factory(), (before + insert + after).encode(), whole.pos)
+                              >= len(before.encode()) + shift)
+                assert verdict.ok == (whole.ok or same_error), (path, i, ch, insert, verdict)
+                compared += 1
+                refused += not verdict.ok
+    assert compared >= 100 and 0 < refused < compared  # both answers were exercised
+
+
+def test_a_valid_edit_is_checked_in_a_few_lines_of_a_long_file(parser_factory):
+    body = "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n\n" for i in range(800))
+    doc = body + "x = f1(1, |\n" + body
+    verdict = checked(parser_factory, doc, "2)")
+    assert verdict.ok and verdict.synced is not None
+    assert verdict.lexemes < 20  # the rest of the file (~19,000 lexemes) was not read
+
+
+def test_a_parameter_list_closed_early_is_refused(parser_factory):
+    """The cursor after a parameter name in a multi-line `def f(` whose parameters go on for
+    five more lines: closing the list there makes the remaining parameter lines statements."""
+    doc = ("def check(\n    value|\n    strict,\n    limit,\n    *,\n    key=None,\n    default=0,\n"
+           ") -> bool:\n    return bool(value)\n\n\nx = check(1, 2, 3)\n")
+    assert not checked(parser_factory, doc, ": int) -> bool:\n    return True").ok
+    assert checked(parser_factory, doc, ": int,").ok
+    assert checked(parser_factory, doc, ",").ok
+
+
+def test_a_string_closed_and_reopened_is_refused(parser_factory):
+    """A cursor at column 0 inside a long triple-quoted string: closing it (and opening a string
+    of the other quote) turns every later string of the file inside out."""
+    text = "".join(f"line {i} of the text\n" for i in range(40))
+    cut = text.index("line 10")
+    doc = "DOC = '''\n" + text[:cut] + "|" + text[cut:] + "'''\n\n\ndef f():\n    return \"\"\"b\"\"\"\n"
+    assert not checked(parser_factory, doc, "'''\nTITLE = \"\"\"Title").ok
+    assert not checked(parser_factory, doc, "'''").ok
+    assert checked(parser_factory, doc, "'''\nTITLE = '''Title").ok  # the same quote: balanced
+    assert checked(parser_factory, doc, "more words").ok
+
+
+def test_a_statement_left_unfinished_is_refused_though_the_next_line_fits_it(parser_factory):
+    """The cut removed the end of a call: an argument that the next line can follow (it reads
+    as one more argument) but that leaves the call open to the end of the file is refused."""
+    doc = "x = f(1, |\ny = 2\nz = 3\n"
+    assert not checked(parser_factory, doc, "2,").ok
+    assert checked(parser_factory, doc, "2)").ok
+
+
+def test_errors_the_document_already_had_do_not_count(parser_factory):
+    # a broken statement far below the cursor stays broken; an edit above it is judged alone
+    doc = "a = 1\n|\nb = 2\n\n\ndef g(:\n    pass\n"
+    assert checked(parser_factory, doc, "c = 3").ok
+    assert not checked(parser_factory, doc, "c = (3").ok
+    # and one above the cursor: the text before the cursor is given as recovery reads it
+    doc = "a = 1)\n|\nb = 2\n"
+    with pytest.raises(ParseError):
+        checked(parser_factory, doc, "c = 3")
+    before, after = b"a = 1)\n", b"\nb = 2\n"
+    parser = parser_factory()
+    state = parse_prefix(parser, before)
+    check = EditCheck(parser, state.recovered.rewrite(before), after)
+    assert check.ok(b"c = 3") and not check.ok(b"c = (3")
+
+
+def test_an_edit_at_the_end_of_the_file_must_end_it(parser_factory):
+    assert checked(parser_factory, "def f(x):\n    return |", "x").ok
+    assert not checked(parser_factory, "def f(x):\n    return |", "(x").ok
+    assert checked(parser_factory, "x = [1,|", " 2]").ok
+
+
+def test_replaced_closers_are_supplied_by_the_edit(parser_factory):
+    doc = "y = f(|)\nz = 2\n"
+    assert checked(parser_factory, doc, "g(1))", replaced=1).ok
+    assert not checked(parser_factory, doc, "g(1)", replaced=1).ok
+    assert checked(parser_factory, doc, "g(1)").ok
