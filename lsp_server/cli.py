@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .threads import use_fair_threads
+
+    if "torch" not in sys.modules:  # a caller that imported torch already keeps its own settings
+        use_fair_threads()
     args = build_parser().parse_args(argv)
     return args.func(args)
 
