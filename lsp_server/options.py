@@ -16,6 +16,8 @@ INT_RANGES = {
     "context_tokens": (16, 131072),
     # torch's generator takes 64 bits; JSON clients (JavaScript numbers) hold integers exactly to 2^53 - 1
     "seed": (0, 2**53 - 1),
+    # the documents' KV caches: ~50-100 MB each (prompt_cache.py)
+    "cache_memory_mb": (16, 1 << 20),
 }
 # temperature: 0 is greedy; below MIN_TEMPERATURE the logits divided by it overflow float32
 # (1e-300 gave inf, then NaN probabilities), and the distribution is greedy's anyway
@@ -42,6 +44,7 @@ class EngineOptions:
     canonical: bool = True  # only token sequences the tokenizer itself would produce (mask_store.canonical)
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
+    cache_memory_mb: int = 512  # the documents' KV caches, least recently used out first past this
 
     def validated(self) -> EngineOptions:
         """Self, or OptionError naming the first bad value."""

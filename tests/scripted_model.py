@@ -9,10 +9,17 @@ import torch
 
 
 class CountingCache:
-    """Just enough of a transformers cache: how many positions it holds."""
+    """Just enough of a transformers cache: how many positions it holds (and, for the memory cap,
+    `BYTES_PER_POSITION` bytes each)."""
+
+    BYTES_PER_POSITION = 1 << 14
 
     def __init__(self) -> None:
         self.n = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.BYTES_PER_POSITION
 
     def get_seq_length(self) -> int:
         return self.n

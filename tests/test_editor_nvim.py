@@ -24,6 +24,7 @@ TESTS = [
     "missing server: :SyntaxlockStatus and :checkhealth say what to do",
     "missing server: setup() twice is harmless",
     "server: starts for a Python buffer and gets ready",
+    "server: cursor moves are reported to the server (syntaxlock/cursor)",
     "server: ghost text appears after typing",
     "server: accepting inserts the suggestion and the file parses",
     "server: typing cancels the request in flight",

@@ -63,6 +63,7 @@ class CompletionResult:
     canonical: bool = False  # canonical tokenization applied (mask_store.canonical)
     canonical_fallbacks: int = 0  # steps where it left nothing and the grammar's mask was used alone
     token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included)
+    prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -89,22 +90,36 @@ class _Shown:
     options: EngineOptions
     mode: str | None
     max_tokens: int | None
+    prefetched: bool = False  # made ahead of a request (`prefetch`): served whole to the first one
 
 
 def typed_through(shown: _Shown, before: str, after: str) -> str | None:
     """The rest of the shown completion when the document differs from the one it was made for
     only by text typed at the cursor that the completion starts with (None otherwise). Splicing
-    the rest at the new cursor gives the very file the whole completion gave, so it is as valid."""
+    the rest at the new cursor gives the very file the whole completion gave, so it is as valid.
+    A prefetched completion is also served whole for the very document it was made for."""
     text = shown.result.text
     if after != shown.after or not before.startswith(shown.before):
         return None
     typed = before[len(shown.before) :]
+    if not typed and shown.prefetched:
+        return text
     if not typed or len(typed) >= len(text) or not text.startswith(typed):
         return None
     return text[len(typed) :]
 
 
 Cancel = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Prefilled:
+    """What `CompletionEngine.prefill` did for a prompt of `prompt_tokens` tokens."""
+
+    prompt_tokens: int
+    reused: int  # found in the document's KV cache already
+    computed: int  # run through the model now
+    complete: bool  # False: stopped by a cancellation (what was computed is kept)
 Progress = Callable[[str, "float | None"], None]
 
 
@@ -113,13 +128,15 @@ class CompletionEngine:
 
     def __init__(self, options: EngineOptions, runtime, compiled, draft_runtime=None) -> None:
         from ..model.prompt_cache import PromptCache
+        from .prompt import WindowAnchors
         from .stopping.line_scanner import LineScanner
 
         self.options = options
         self.runtime = runtime
         self.compiled = compiled
         self.tokenizer = runtime.tokenizer
-        self.prompt_cache = PromptCache(runtime, max_documents=4)
+        self.prompt_cache = PromptCache(runtime)
+        self.anchors = WindowAnchors()  # where each document's prompt window started last
         self.scanner = LineScanner(compiled.lexer)
         self._parsers: OrderedDict[str, PrefixParser] = OrderedDict()
         self._shown: OrderedDict[str, _Shown] = OrderedDict()  # last completion per document
@@ -171,6 +188,7 @@ class CompletionEngine:
     def forget(self, document: str) -> None:
         with self._lock:
             self.prompt_cache.forget(document)
+            self.anchors.forget(document)
             self._parsers.pop(document, None)
             self._shown.pop(document, None)
 
@@ -203,7 +221,7 @@ class CompletionEngine:
                     opts, request.mode, request.max_tokens):
                 rest = typed_through(shown, before, after)
                 if rest is not None:
-                    return self._rest_of(shown.result, rest, request)
+                    return replace(self._rest_of(shown.result, rest, request), prefetched=shown.prefetched)
             result = self._complete(request, cancel, opts, before, after)
             if result.text and result.stop_reason != "cancelled":
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
@@ -213,6 +231,64 @@ class CompletionEngine:
             return result
         finally:
             self._lock.release()
+
+    # ------------------------------------------------------------------ working ahead
+
+    def _prompt(self, document: str, before: str, after: str, opts: EngineOptions):
+        """The prompt of a request (its window kept as the document's next anchor)."""
+        from .prompt import build_prompt
+
+        prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
+                              heal=opts.constrained, anchor=self.anchors.get(document))
+        self.anchors.keep(document, prompt)
+        return prompt
+
+    def prefill(self, request: CompletionRequest, cancel: Cancel | None = None,
+                options: EngineOptions | None = None) -> Prefilled:
+        """Prepare a request before it is made: its prompt's KV cache (and the parse of the text
+        before the cursor), so that the request itself only decodes. `cancel()` stops it between
+        decoder layers; what was computed is kept for the request."""
+        from ..model.prompt_cache import PrefillCancelled
+
+        cancel = cancel or (lambda: False)
+        while not self._lock.acquire(timeout=0.05):
+            if cancel():
+                return Prefilled(0, 0, 0, False)
+        try:
+            opts = options or self.options
+            off = offset_at(request.text, request.line, request.character)
+            before, after = request.text[:off], request.text[off:]
+            prompt = self._prompt(request.document, before, after, opts)
+            try:
+                _, _, reused = self.prompt_cache.prefill(request.document, prompt.ids, cancel, opts.cache_memory_mb)
+            except PrefillCancelled as e:
+                return Prefilled(len(prompt.ids), e.reused, e.computed - e.reused, False)
+            if opts.constrained and not cancel():
+                before_b = before.encode()
+                try:
+                    self._parser(request.document).parse(before_b[: len(before_b) - len(prompt.healed)])
+                except (ParseError, LexError):
+                    pass  # the request will say so
+            return Prefilled(len(prompt.ids), reused, len(prompt.ids) - reused, True)
+        finally:
+            self._lock.release()
+
+    def prefetch(self, request: CompletionRequest, cancel: Cancel | None = None,
+                 options: EngineOptions | None = None) -> CompletionResult:
+        """Complete a request before it is made (the next suggestion after an accepted one): the
+        result is kept for the document, and a request for the very same text and cursor gets
+        it without a model call (as does one that typed its first characters)."""
+        opts = options or self.options
+        result = self.complete(request, cancel, opts)
+        if result.stop_reason == "cancelled":
+            return result
+        off = offset_at(request.text, request.line, request.character)
+        shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
+                       prefetched=True)
+        with self._lock:
+            self._shown[request.document] = shown
+            self._shown.move_to_end(request.document)
+        return result
 
     @staticmethod
     def _rest_of(result: CompletionResult, rest: str, req: CompletionRequest) -> CompletionResult:
@@ -236,7 +312,6 @@ class CompletionEngine:
         """The completion between `before` and `after` (the document split at the cursor)."""
         from .loop import ModelStepper, decode
         from .sampling import Sampler
-        from .prompt import build_prompt
         from .stopping.compatibility import Compatibility
         from .stopping.context import cursor_context
         from .stopping.policy import StopPolicy
@@ -246,8 +321,7 @@ class CompletionEngine:
         t0 = time.perf_counter()
 
         # the prompt, with the last token backed off when the grammar can re-create it
-        prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
-                              heal=constrained)
+        prompt = self._prompt(req.document, before, after, opts)
         heal = prompt.healed
         before_b = before.encode()
         parser = self._parser(req.document)
@@ -289,7 +363,8 @@ class CompletionEngine:
         from ..model.prompt_cache import PrefillCancelled
 
         try:
-            logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel)
+            logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel,
+                                                             opts.cache_memory_mb)
         except PrefillCancelled:
             return self._empty(req, "cancelled", opts)
         prompt_ms = (time.perf_counter() - t0) * 1000

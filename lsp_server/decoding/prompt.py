@@ -2,22 +2,38 @@
 models with fill-in-the-middle tokens).
 
 The nearest lines are kept; the file's imports are put back in front when they fall outside the
-window. The window's first line moves in steps of `WINDOW_STEP` lines, so that typing doesn't
-change the start of the prompt and the KV cache of the previous request stays usable.
+window. The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
+the file), and a document's next prompt keeps the start of its previous one while that still
+fits (`anchor`): typing on, adding lines or moving the cursor within the same function leave the
+start of the prompt where it was, so the KV cache of the previous request (or of the prefill
+made ahead of it) stays usable up to the cursor. A line too long for the budget is cut inside,
+at a multiple of `LINE_CUT_STEP` characters from its start, so a 1 MB line gives a prompt of at
+most `budget` tokens like any other text.
+
+Tokenizing is bounded too: the window is found by tokenizing the text before the cursor
+backwards, `WINDOW_STEP` lines at a time, and stops as soon as the budget is spent (a 3,500-line
+file costs ~1,000 tokens of tokenizing, not 35,000); text that cannot fit (more than `budget`
+times the longest token's length in characters) is never tokenized at all.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from mask_store.healing import back_off
-from mask_store.vocabulary import LoadedTokenizer
+from mask_store.vocabulary import LoadedTokenizer, Vocabulary
 
 from ..model.runtime import FimTokens
 
-WINDOW_STEP = 16
-IMPORT_LINE = re.compile(r"^(import\s|from\s+\S+\s+import\s)")
+WINDOW_STEP = 16  # lines: a window starts on a line that is a multiple of this
+LINE_CUT_STEP = 64  # characters from a line's start: where a line too long for the budget is cut
+KEEP_SHARE = 0.5  # a document's previous start is kept while the window from it holds this share of the budget
+REFILL_SHARE = 0.75  # past the budget, the window starts again where it holds at most this share
+IMPORT_SCAN_CHARS = 200_000  # the file's imports are looked for in its first characters only
+IMPORT_LINE = re.compile(r"^(?:import\s|from\s+\S+\s+import\s).*(?:\n|$)", re.M)
 
 
 @dataclass(frozen=True)
@@ -29,42 +45,135 @@ class Prompt:
     healed_ids: tuple[int, ...] = ()  # prompt tokens backed off (token healing)
     healed: bytes = b""  # their bytes: the completion's first tokens must spell them again
     window_start: int = 0  # characters of the text before the cursor that the window leaves out
+    window_line: int = 0  # the document line the window starts in (the document's next anchor)
 
 
-def _tokens(tok: LoadedTokenizer, text: str) -> int:
+@dataclass(frozen=True)
+class Window:
+    text: str  # what the prompt spells: the imports put back in front, then the kept text
+    truncated: bool
+    start: int  # characters of the text before the cursor left out before the kept text
+    line: int  # the document line the kept text starts in
+
+
+@functools.cache
+def _longest_token(vocab: Vocabulary) -> int:
+    """Bytes of the longest token: a text of n characters has at least n / this many tokens."""
+    return max(len(b) for b in vocab.token_bytes)
+
+
+def _count(tok: LoadedTokenizer, text: str) -> int:
     return len(tok.encode(text)) if text else 0
 
 
-def window(tok: LoadedTokenizer, before: str, budget: int) -> tuple[str, bool, int]:
-    """The text before the cursor cut to at most `budget` tokens at a line start (the file's
-    imports put back in front when they fit), whether it was cut, and where the kept lines start."""
-    if _tokens(tok, before) <= budget:
-        return before, False, 0
-    lines = before.splitlines(keepends=True)
-    # the shortest tail that fits, then rounded to a stable start
-    lo, hi = 0, len(lines) - 1
-    while lo < hi:  # smallest start index whose tail fits
-        mid = (lo + hi) // 2
-        if _tokens(tok, "".join(lines[mid:])) <= budget:
-            hi = mid
-        else:
-            lo = mid + 1
-    start = min(-(-lo // WINDOW_STEP) * WINDOW_STEP, len(lines) - 1)
-    kept = "".join(lines[start:])
-    offset = len(before) - len(kept)
-    imports = [ln for ln in lines[:start] if IMPORT_LINE.match(ln)]
-    header = "".join(imports)
-    if header and _tokens(tok, header + kept) <= budget:
+def _line_start(text: str, off: int) -> int:
+    """Where the line before the one starting at `off` starts."""
+    return text.rfind("\n", 0, off - 1) + 1
+
+
+def _tokens_within(tok: LoadedTokenizer, text: str, room: int, limit: int) -> int:
+    """The tokens of `text`, or `room + 1` when it has more than `room`: a text longer than
+    `limit` is not tokenized, and of a long one the tail is tokenized first (enough when the
+    tail alone is over)."""
+    if len(text) > limit:
+        return room + 1
+    if len(text) > 4 * room + 4 and _count(tok, text[-4 * room - 4 :]) > room:
+        return room + 1
+    return _count(tok, text)
+
+
+def _cut_inside(tok: LoadedTokenizer, before: str, line_start: int, budget: int, limit: int) -> int:
+    """Where to start the window inside the cursor's line, too long for the budget: the last
+    `budget` tokens, from a multiple of LINE_CUT_STEP characters after the line's start. Tokenizes
+    at most `limit` characters (4x as many as tried before each time, as long as too few tokens)."""
+    span = 4 * budget
+    while True:
+        a = max(line_start, len(before) - span)
+        a = line_start + -(-(a - line_start) // LINE_CUT_STEP) * LINE_CUT_STEP
+        enc = tok.tokenizer.encode(before[a:], add_special_tokens=False)
+        if len(enc.ids) > budget or a == line_start or span >= limit:
+            break
+        span *= 4
+    if len(enc.ids) <= budget:
+        return a
+    first = a + enc.offsets[len(enc.ids) - budget][0]
+    return line_start + -(-(first - line_start) // LINE_CUT_STEP) * LINE_CUT_STEP
+
+
+def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int) -> Window:
+    """The window when the cursor's group of WINDOW_STEP lines alone is over the budget: whole
+    lines back from the cursor while they fit, else a cut inside the cursor's line."""
+    cursor_line = before.count("\n")
+    off, line, end, total = before.rfind("\n") + 1, cursor_line, len(before), 0
+    while True:
+        n = _tokens_within(tok, before[off:end], budget - total, limit)
+        if total + n > budget:
+            break
+        total, end = total + n, off
+        if line == 0:
+            return Window(before, False, 0, 0)
+        off, line = _line_start(before, off), line - 1
+    if end == len(before):  # the cursor's line itself
+        cut = _cut_inside(tok, before, off, budget, limit)
+        return Window(before[cut:], True, cut, line)
+    return Window(before[end:], True, end, line + 1)
+
+
+def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = None) -> Window:
+    """The text before the cursor cut to at most `budget` tokens (see the module's docstring),
+    with the file's imports put back in front when they fit. The window starts on the first
+    multiple of WINDOW_STEP lines that fits; with `anchor` (the start line of the document's
+    previous window) it starts there again while that fits and holds at least KEEP_SHARE of the
+    budget, and when the cursor has gone on past it, on the first multiple that leaves
+    1 - REFILL_SHARE of the budget for what comes next."""
+    limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
+    cursor_line = before.count("\n")
+    fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
+    end, total, line = len(before), 0, cursor_line
+    off = before.rfind("\n") + 1
+    grid = cursor_line - cursor_line % WINDOW_STEP
+    while True:
+        while line > grid:
+            off, line = _line_start(before, off), line - 1
+        n = _tokens_within(tok, before[off:end], budget - total, limit - (len(before) - end))
+        if total + n > budget:
+            break
+        total, end = total + n, off
+        fits[grid] = (off, total)
+        if grid == 0:
+            return Window(before, False, 0, 0)
+        grid -= WINDOW_STEP
+    if not fits:
+        return _within_lines(tok, before, budget, limit)
+    if anchor is not None and anchor in fits and fits[anchor][1] >= KEEP_SHARE * budget:
+        line = anchor
+    elif anchor is not None and anchor < min(fits):  # typed on past the budget: room for more
+        line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
+    else:
+        line = min(fits)
+    off, total = fits[line]
+    kept = before[off:]
+    header = "".join(m.group(0) for m in IMPORT_LINE.finditer(before, 0, min(off, IMPORT_SCAN_CHARS)))
+    if header and len(header) <= limit and _count(tok, header) + total <= budget:
         kept = header + kept
-    return kept, True, offset
+    return Window(kept, True, off, line)
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
-                 heal: bool = False) -> Prompt:
+                 heal: bool = False, anchor: int | None = None) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
-    unless it is all the prefix has) so that the model may spell the typed text its own way."""
-    text, truncated, window_start = window(tok, before, budget)
-    ids = tok.encode(text)
+    unless it is all the prefix has) so that the model may spell the typed text its own way.
+    `anchor`: the start line of the document's previous window (see `window`)."""
+    w = window(tok, before, budget, anchor)
+    ids = tok.encode(w.text)
+    if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
+        w = window(tok, before, 2 * budget - len(ids), None)
+        ids = tok.encode(w.text)
+        if len(ids) > budget:
+            cut = tok.tokenizer.encode(w.text, add_special_tokens=False).offsets[len(ids) - budget][0]
+            w = Window(w.text[cut:], True, w.start + cut, w.line)
+            ids = tok.encode(w.text)
+    text = w.text
     healed_ids: tuple[int, ...] = ()
     healed = b""
     if heal:
@@ -73,14 +182,35 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
     if fim is None:
-        return Prompt(ids, len(ids), text, truncated, healed_ids, healed, window_start)
-    suffix_text, _, _ = window(tok, after[: 4 * budget], max(budget // 4, 16)) if after else ("", False, 0)
+        return Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
+    suffix_text = window(tok, after[: 4 * budget], max(budget // 4, 16)).text if after else ""
     suffix_ids = tok.encode(suffix_text[: 2000])
     if fim.style == "deepseek" or fim.style == "starcoder" or fim.style == "qwen":
         full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
     else:  # codellama: <PRE> prefix <SUF> suffix <MID>
         full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
-    return Prompt(full, len(ids), text, truncated, healed_ids, healed, window_start)
+    return Prompt(full, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
+
+
+class WindowAnchors:
+    """The start line of each document's last prompt window (the most recent `size` documents):
+    the next prompt of the document starts there again while it fits."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._lines: OrderedDict[str, int] = OrderedDict()
+
+    def get(self, document: str) -> int | None:
+        return self._lines.get(document)
+
+    def keep(self, document: str, prompt: Prompt) -> None:
+        self._lines[document] = prompt.window_line
+        self._lines.move_to_end(document)
+        while len(self._lines) > self.size:
+            self._lines.popitem(last=False)
+
+    def forget(self, document: str) -> None:
+        self._lines.pop(document, None)
 
 
 def lookup_reference(tok: LoadedTokenizer, before: str, after: str, prompt: Prompt,

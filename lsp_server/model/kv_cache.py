@@ -141,3 +141,18 @@ class StopBetweenLayers:
             raise
         finally:
             self._local.cancel = None
+
+
+def cache_bytes(past) -> int:
+    """The memory a cache holds: its layers' key and value buffers (spare room included), or
+    what the cache says (`nbytes`) when it has no layers."""
+    layers = getattr(past, "layers", None)
+    if layers is None:
+        return int(getattr(past, "nbytes", 0))
+    total = 0
+    for layer in layers:
+        for name in ("_k", "_v") if isinstance(layer, GrowingLayer) else ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total

@@ -1,5 +1,12 @@
 """`PromptCache` keeps the KV cache of the last prompt of each document: a new request whose
-prompt shares a prefix with it runs only the tokens after the shared part."""
+prompt shares a prefix with it runs only the tokens after the shared part.
+
+Documents are kept least-recently-used first out under a memory cap (`memory_mb`, the
+`cacheMemoryMB` setting): SmolLM2-135M holds 46 KB per position (30 layers, 3 KV heads of 64
+dims, keys and values in float32), so a 1,024-token prompt and its completion take ~50-95 MB
+(the buffers grow by doubling); the default 512 MB keeps the last five to ten documents the
+user worked in, on a machine where the editor and other work share 24 GB.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +14,21 @@ from dataclasses import dataclass
 
 import torch
 
-from .kv_cache import ForwardCancelled, rewind
+from .kv_cache import ForwardCancelled, cache_bytes, rewind
 from .runtime import ModelRuntime
 
 PREFILL_CHUNK = 128  # prompt tokens per forward pass (a cancellation stops a pass between layers)
+MB = 1 << 20
 
 
 class PrefillCancelled(Exception):
-    """The prompt's forward passes were stopped by a cancellation (`computed` tokens kept)."""
+    """The prompt's forward passes were stopped by a cancellation: the cache holds `computed`
+    positions of the prompt (`reused` of them were there before)."""
 
-    def __init__(self, computed: int) -> None:
+    def __init__(self, computed: int, reused: int = 0) -> None:
         super().__init__(f"prefill cancelled after {computed} tokens")
         self.computed = computed
+        self.reused = reused
 
 
 @dataclass
@@ -29,21 +39,23 @@ class _Entry:
 
 
 class PromptCache:
-    """The KV cache of the last prompt of each document (LRU over documents)."""
+    """The KV cache of the last prompt of each document (LRU over documents, under a memory cap
+    and a count)."""
 
-    def __init__(self, runtime: ModelRuntime, max_documents: int = 4) -> None:
+    def __init__(self, runtime: ModelRuntime, max_documents: int = 64) -> None:
         self.runtime = runtime
         self.max_documents = max_documents
-        self._entries: dict[str, _Entry] = {}
-        self.stats = {"reused_tokens": 0, "computed_tokens": 0}
+        self._entries: dict[str, _Entry] = {}  # least recently used first
+        self.stats = {"reused_tokens": 0, "computed_tokens": 0, "evicted": 0}
         self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
 
-    def prefill(self, key: str, ids: list[int], cancel=None):
-        """(logits after `ids`, a cache holding them): reuses the document's cached prefix.
-        The new tokens run in chunks of PREFILL_CHUNK, and `cancel()` is asked before each
-        decoder layer of each chunk: a cancelled prefill raises `PrefillCancelled` and keeps
-        the chunks it finished for the next request on the document (typing on usually shares
-        that prefix)."""
+    def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None):
+        """(logits after `ids`, a cache holding them, positions reused): reuses the document's
+        cached prefix. The new tokens run in chunks of PREFILL_CHUNK, and `cancel()` is asked
+        before each decoder layer of each chunk: a cancelled prefill raises `PrefillCancelled`
+        and keeps the chunks it finished for the next request on the document (typing on, or
+        the request the prefill was made for, usually shares that prefix). The other documents
+        are then evicted, least recently used first, down to `memory_mb` in all."""
         entry = self._entries.pop(key, None)
         common = 0
         if entry is not None:
@@ -72,18 +84,31 @@ class PromptCache:
                     logits = out[-1]
                     done += len(chunk)
             except ForwardCancelled:
+                self.stats["reused_tokens"] += common
+                self.stats["computed_tokens"] += done - common
                 if done > 0 and past is not None:  # logits None: the next request recomputes the last
-                    self._keep(key, _Entry(list(ids[:done]), past, logits))
-                raise PrefillCancelled(done) from None
+                    self._keep(key, _Entry(list(ids[:done]), past, logits), memory_mb)
+                raise PrefillCancelled(done, common) from None
         self.stats["reused_tokens"] += common
         self.stats["computed_tokens"] += len(ids) - common
-        self._keep(key, _Entry(list(ids), past, logits))
+        self._keep(key, _Entry(list(ids), past, logits), memory_mb)
         return logits, past, common
 
-    def _keep(self, key: str, entry: _Entry) -> None:
+    def _keep(self, key: str, entry: _Entry, memory_mb: float | None) -> None:
         self._entries[key] = entry
-        while len(self._entries) > self.max_documents:
+        cap = None if memory_mb is None else memory_mb * MB
+        while len(self._entries) > 1 and (len(self._entries) > self.max_documents
+                                          or cap is not None and self.memory_bytes() > cap):
             self._entries.pop(next(iter(self._entries)))
+            self.stats["evicted"] += 1
+
+    def memory_bytes(self) -> int:
+        """The memory the documents' KV caches hold."""
+        return sum(cache_bytes(e.past) for e in list(self._entries.values()))
+
+    def documents(self) -> list[str]:
+        """The documents held, least recently used first."""
+        return list(self._entries)
 
     def release(self, key: str, past, length: int) -> None:
         """After decoding with `past`, keep only the prompt's part for the next request."""

@@ -6,8 +6,13 @@ thread, cancellation and superseding.
     ticket = host.ticket(uri, version)        # stops the previous ticket of the same document
     result = await host.complete(request, ticket)   # None: not ready, or stopped before it ran
 
+    done = await host.background(job, uri)    # work ahead: job(engine, options, cancel) when idle
+
 A ticket is stopped by the client (`$/cancelRequest` cancels the awaiting task, which stops its
-ticket) or by a newer request for the same document (`superseded`). The engine polls the ticket
+ticket) or by a newer request for the same document (`superseded`). Background work (a prefill
+or a prefetch made ahead of the user) runs only while no request is queued or running, and a
+request stops it at once (its `cancel()` turns true), so the request waits at most for one
+decoder layer of it. The engine polls the ticket
 between decoding steps, so a stopped request ends within one step. While a new model loads, the
 previous engine keeps answering; if the new one fails to load, the previous one stays and the
 status says why.
@@ -110,6 +115,9 @@ class EngineHost:
         self._status = Status("loading", "starting", None)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntaxlock-complete")
         self._tickets: dict[str, Ticket] = {}
+        self._foreground = 0  # requests queued or running (changed on the event loop only)
+        self._background: Ticket | None = None  # the background job queued or running
+        self._idle_listeners: list[Callable[[], None]] = []
 
     # --- state -------------------------------------------------------------------------------
     @property
@@ -269,12 +277,73 @@ class EngineHost:
                 return None
             return engine.complete(request, cancel=ticket.stopped, options=options)
 
-        fut = asyncio.get_running_loop().run_in_executor(self._executor, work)
+        self._foreground += 1
+        if self._background is not None:
+            self._background.stop()  # the request comes first
         try:
-            return await fut
+            fut = asyncio.get_running_loop().run_in_executor(self._executor, work)
+            try:
+                return await fut
+            except asyncio.CancelledError:
+                ticket.stop()
+                raise
+        finally:
+            self._foreground -= 1
+            if self._foreground == 0:
+                for listener in list(self._idle_listeners):
+                    listener()
+
+    @property
+    def busy(self) -> bool:
+        """A request is queued or running."""
+        return self._foreground > 0
+
+    def on_idle(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` (on the event loop) whenever the last request queued has finished."""
+        self._idle_listeners.append(listener)
+
+    async def background(self, job: Callable[[object, EngineOptions, Callable[[], bool]], object],
+                         uri: str) -> object | None:
+        """Run `job(engine, options, cancel)` on the worker thread unless a request is queued or
+        running (then None); a request made meanwhile, or another background job, stops it
+        (`cancel()` turns true: the engine stops between decoder layers and keeps what it
+        computed). Its result, or None when it did not run."""
+        engine, options = self._engine, self._active
+        if engine is None or options is None or self._foreground:
+            return None
+        if self._background is not None:
+            self._background.stop()
+        ticket = self._background = Ticket(uri, None)
+
+        def cancel() -> bool:
+            return ticket.stopped() or self._foreground > 0
+
+        def work():
+            if cancel():
+                return None
+            return job(engine, options, cancel)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
         except asyncio.CancelledError:
             ticket.stop()
             raise
+        finally:
+            if self._background is ticket:
+                self._background = None
+
+    def stop_background(self) -> None:
+        if self._background is not None:
+            self._background.stop()
+
+    def cache_report(self) -> dict:
+        """The KV caches held: documents, megabytes, tokens reused and computed so far."""
+        engine = self._engine
+        cache = getattr(engine, "prompt_cache", None)
+        if cache is None:
+            return {}
+        return {"documents": len(cache.documents()), "memory_mb": round(cache.memory_bytes() / (1 << 20), 1),
+                **cache.stats}
 
     def forget(self, uri: str) -> None:
         ticket = self._tickets.pop(uri, None)
@@ -294,4 +363,5 @@ class EngineHost:
         for t in list(self._tickets.values()):
             t.stop()
         self._tickets.clear()
+        self.stop_background()
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -33,12 +33,14 @@ from .protocol import RobustProtocol
 from .suggester import Received, Suggester, completion_items, inline_items
 from .settings import SECTION, ServerOptions
 from .telemetry import Telemetry
+from .work_ahead import WorkAhead, end_of_insert, parse_cursor
 
 log = logging.getLogger(__name__)
 
 NAME = "syntaxlock"
 VERSION = "0.1.0"
 STATUS_NOTIFICATION = "syntaxlock/status"
+CURSOR_NOTIFICATION = "syntaxlock/cursor"  # client -> server: where the cursor is (debounced)
 COMMANDS = ("syntaxlock.accepted", "syntaxlock.dismissed", "syntaxlock.stats", "syntaxlock.status")
 FLUSH_INTERVAL_S = 60.0  # telemetry reaches its file at most this often (and at exit)
 COMPLETION_METHODS = (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT_COMPLETION)
@@ -95,8 +97,9 @@ class SyntaxlockServer(LanguageServer):
         self.documents = DocumentStore()
         self.telemetry = Telemetry()
         self.host = EngineHost(self._status_from_any_thread)
+        self.work_ahead = WorkAhead(self.documents, self.host, lambda: self.options.enabled and self.options.work_ahead)
         self.suggester = Suggester(self.documents, self.host, self.telemetry, self.report,
-                                   lambda: self.options.enabled)
+                                   lambda: self.options.enabled, self.work_ahead)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pending_problems: list[str] = []
         self._last_status: Status | None = None
@@ -281,6 +284,8 @@ def on_did_open(ls: SyntaxlockServer, params: types.DidOpenTextDocumentParams) -
     doc = ls.documents.open(d.uri, d.language_id, d.version, d.text)
     if doc.refused:
         ls.report(f"{d.uri}: no completions here: {doc.refused}", types.MessageType.Info)
+        return
+    ls.work_ahead.opened(d.uri)
 
 
 def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -300,13 +305,31 @@ def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParam
         return
     if doc.refused:
         log.debug("%s: %s", uri, doc.refused)
+        return
+    last = params.content_changes[-1] if params.content_changes else None
+    cursor = None
+    if isinstance(last, types.TextDocumentContentChangePartial):
+        cursor = end_of_insert((last.range.start.line, last.range.start.character), last.text)
+    ls.work_ahead.changed(uri, cursor)
 
 
 def on_did_close(ls: SyntaxlockServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
     ls.documents.close(uri)
     ls.suggester.forget(uri)
+    ls.work_ahead.closed(uri)
     ls.host.forget(uri)
+
+
+def on_cursor(ls: SyntaxlockServer, params) -> None:
+    """`syntaxlock/cursor`: the cursor moved (the client debounces it); the server prefills the
+    prompt there when the user pauses."""
+    try:
+        uri, version, line, character = parse_cursor(params)
+    except ValueError as e:
+        log.warning("%s ignored: %s", CURSOR_NOTIFICATION, e)
+        return
+    ls.work_ahead.cursor(uri, version, line, character)
 
 
 async def on_inline_completion(ls: SyntaxlockServer, params: types.InlineCompletionParams):
@@ -336,6 +359,10 @@ def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
     ls.telemetry.flush_every(FLUSH_INTERVAL_S)
     if not ok:
         ls.report(f"syntaxlock.accepted: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
+        return ok
+    after = ls.suggester.accepted(args[0])
+    if after is not None:
+        ls.work_ahead.accepted(*after)
     return ok
 
 
@@ -352,7 +379,8 @@ def cmd_stats(ls: SyntaxlockServer, *args) -> dict:
 
 
 def cmd_status(ls: SyntaxlockServer, *args) -> dict:
-    return ls.host.describe() | {"settings": ls.options.to_json(), "documents": ls.documents.describe()}
+    return ls.host.describe() | {"settings": ls.options.to_json(), "documents": ls.documents.describe(),
+                                 "workAhead": ls.work_ahead.report(), "kvCache": ls.host.cache_report()}
 
 
 def create_server() -> SyntaxlockServer:
@@ -363,6 +391,7 @@ def create_server() -> SyntaxlockServer:
     ls.feature(types.TEXT_DOCUMENT_DID_OPEN)(on_did_open)
     ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)(on_did_change)
     ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)(on_did_close)
+    ls.feature(CURSOR_NOTIFICATION)(on_cursor)
     ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(on_inline_completion)
     ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(on_completion)
     ls.feature(types.SHUTDOWN)(on_shutdown)

@@ -34,15 +34,17 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "canonical": "canonical",
     "draftModel": "draft_model",
     "contextTokens": "context_tokens",
+    "cacheMemoryMB": "cache_memory_mb",
 }
-SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items"}
-_INT_FIELDS = {"max_tokens", "context_tokens", "seed"}
+SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
+_INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}
 
 
 @dataclass(frozen=True)
 class ServerOptions:
     enabled: bool = True  # False: no engine loaded, no completions (state "disabled")
     completion_items: bool = True  # also answer textDocument/completion with the suggestion
+    work_ahead: bool = True  # prefill at the cursor when the user pauses, prefetch after an accept
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def merged(self, raw: Any) -> tuple[ServerOptions, list[str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ from ..positions import PositionError, line_end_of, offset_at, position_of, to_l
 from .documents import DocumentStore
 from .engine_host import EngineHost, Ticket
 from .telemetry import Telemetry
+from .work_ahead import WorkAhead, end_of_insert
 
 Report = Callable[[str, types.MessageType], None]
 
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ACCEPT_COMMAND = "syntaxlock.accepted"
 LABEL_CHARS = 60
+SHOWN_KEPT = 64  # suggestions remembered for their acceptance (the document they were made for)
 
 
 @dataclass(frozen=True)
@@ -71,13 +74,29 @@ class Suggester:
     shared by identical requests, superseded by a different one."""
 
     def __init__(self, documents: DocumentStore, host: EngineHost, telemetry: Telemetry, report: Report,
-                 enabled: Callable[[], bool]) -> None:
+                 enabled: Callable[[], bool], work_ahead: WorkAhead | None = None) -> None:
         self.documents = documents
         self.host = host
         self.telemetry = telemetry
         self.report = report  # (message, type): to the editor and the log
         self.enabled = enabled  # the user's setting, read at each request
+        self.work_ahead = work_ahead
         self._jobs: dict[str, Job] = {}
+        self._shown: OrderedDict[str, tuple[str, str, Suggestion]] = OrderedDict()  # id -> (uri, text, s)
+
+    def accepted(self, sid) -> tuple[str, str, tuple[int, int]] | None:
+        """The document as accepting suggestion `sid` left it, and the cursor after the
+        suggestion: (uri, text, cursor); None for a suggestion not remembered."""
+        entry = self._shown.pop(sid, None) if isinstance(sid, str) else None
+        if entry is None:
+            return None
+        uri, text, s = entry
+        try:
+            a = offset_at(text, s.range.start.line, s.range.start.character)
+            b = offset_at(text, s.range.end.line, s.range.end.character)
+        except PositionError:
+            return None
+        return uri, text[:a] + s.text + text[b:], end_of_insert((s.range.start.line, s.range.start.character), s.text)
 
     def forget(self, uri: str) -> None:
         job = self._jobs.pop(uri, None)
@@ -104,6 +123,8 @@ class Suggester:
         t0 = received.t0 if received else time.perf_counter()
         if not self.enabled() or not self.host.ready:
             return None
+        if self.work_ahead is not None:
+            self.work_ahead.requested(uri)
         doc = self.documents.get(uri)
         if doc is None:
             self.report(f"completion asked for a document that is not open: {uri}", types.MessageType.Warning)
@@ -188,6 +209,8 @@ class Suggester:
 
     async def _run(self, request: CompletionRequest, job: Job) -> CompletionResult | None:
         try:
+            if self.work_ahead is not None:
+                await self.work_ahead.join(request.document, request.text, request.line, request.character)
             result = await self.host.complete(request, job.ticket)
         except asyncio.CancelledError:
             return None
@@ -210,6 +233,8 @@ class Suggester:
                 types.MessageType.Log,
             )
             return None
+        if result.prefetched and self.work_ahead is not None:
+            self.work_ahead.stats["prefetch_served"] += 1
         log.info(
             "completed %s at %s:%s: %s, prompt %d tokens (%d reused) %.0f ms, decode %.0f ms, %d sampled + %d forced",
             request.document, request.line, request.character, result.stop_reason, result.prompt_tokens,
@@ -235,6 +260,9 @@ class Suggester:
         latency_ms = (time.perf_counter() - t0) * 1000
         sid = self.telemetry.shown(latency_ms)
         job.suggestion = Suggestion(sid, insert, rng, result, latency_ms)
+        self._shown[sid] = (job.ticket.uri, original, job.suggestion)
+        while len(self._shown) > SHOWN_KEPT:
+            self._shown.popitem(last=False)
         log.info(
             "suggestion %s in %.0f ms (%s, %d tokens): %r",
             sid, latency_ms, result.stop_reason, result.tokens_generated + result.tokens_forced, insert[:80],

@@ -268,6 +268,46 @@ test("server: starts for a Python buffer and gets ready", function()
   eq("syntaxlock ✓", c:lua("return require('syntaxlock').statusline()"), "statusline")
 end)
 
+test("server: cursor moves are reported to the server (syntaxlock/cursor)", function()
+  local c = live.child
+  c:lua([[
+    local client = require('syntaxlock.util').clients()[1]
+    _G.cursor_reports = {}
+    local orig = client.notify
+    client.notify = function(self, method, params)
+      if method == 'syntaxlock/cursor' then
+        table.insert(_G.cursor_reports, vim.deepcopy(params))
+      end
+      return orig(self, method, params)
+    end
+  ]])
+  c:type("3G")
+  local r = wait_for("a cursor report", 10000, function()
+    local reports = c:lua("return _G.cursor_reports")
+    return #reports > 0 and reports[#reports]
+  end)
+  eq(2, r.position.line, "line of the report")
+  eq(0, r.position.character, "character of the report")
+  ok(vim.endswith(r.textDocument.uri, "/shapes.py"), "the document: " .. vim.inspect(r.textDocument))
+  ok(type(r.textDocument.version) == "number", "with its version")
+  local n = #c:lua("return _G.cursor_reports")
+  c:type("j")
+  c:type("k")
+  c:type("j") -- a burst: one report, with the last position
+  local last = wait_for("a second report", 10000, function()
+    local reports = c:lua("return _G.cursor_reports")
+    return #reports > n and reports[#reports]
+  end)
+  vim.wait(400)
+  eq(n + 1, #c:lua("return _G.cursor_reports"), "one report for the burst")
+  eq(3, last.position.line, "the last position")
+  -- the server used it: it prepared the prompt there (its work-ahead counters)
+  wait_for("the server's prefill", 60000, function()
+    local s = c:lua("return require('syntaxlock').server_command('syntaxlock.status', 5000)")
+    return s and s.workAhead and (s.workAhead.prefill_done or 0) >= 1
+  end)
+end)
+
 test("server: ghost text appears after typing", function()
   local c = live.child
   c:type("5GA ")

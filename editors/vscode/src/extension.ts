@@ -11,6 +11,7 @@ import {
   LspClient,
   makeMiddleware,
 } from "./client";
+import { CURSOR_NOTIFICATION, CursorParams, CursorReporter } from "./cursor";
 import { Environment, nodeEnvironment, resolveServerCommand, ServerCommand } from "./serverCommand";
 import { classifyChange, clientSettings, serverOptions, ServerOptions, SettingsReader } from "./settings";
 import { ClientState, parseServerStatus, statusView } from "./status";
@@ -33,6 +34,7 @@ export class SyntaxlockExtension implements vscode.Disposable {
   readonly output: vscode.LogOutputChannel;
   readonly statusItem: vscode.StatusBarItem;
   readonly tracker = new CompletionTracker();
+  readonly cursor = new CursorReporter((params) => this.sendCursor(params));
   private client: LspClient | undefined;
   private clientDisposables: Disposable[] = [];
   private state: ClientState = { kind: "stopped" };
@@ -54,6 +56,18 @@ export class SyntaxlockExtension implements vscode.Disposable {
       vscode.commands.registerCommand("syntaxlock.showStats", () => this.showStats()),
       vscode.commands.registerCommand("syntaxlock.dismiss", () => this.dismissVisible()),
       vscode.workspace.onDidChangeConfiguration((e) => this.onConfigurationChanged(e)),
+      vscode.window.onDidChangeTextEditorSelection((e) => {
+        const active = e.selections[0]?.active;
+        if (active !== undefined) {
+          this.cursor.moved(e.textEditor.document, active);
+        }
+      }),
+      vscode.window.onDidChangeActiveTextEditor((editor) => {
+        if (editor !== undefined) {
+          this.cursor.moved(editor.document, editor.selection.active);
+        }
+      }),
+      this.cursor,
     );
     this.render();
     this.statusItem.show();
@@ -163,6 +177,23 @@ export class SyntaxlockExtension implements vscode.Disposable {
     if (this.state.kind !== "running") {
       this.setState({ kind: "running" });
     }
+    // the new server learns where the cursor is now
+    this.cursor.reset();
+    const editor = vscode.window.activeTextEditor;
+    if (editor !== undefined) {
+      this.cursor.moved(editor.document, editor.selection.active);
+    }
+  }
+
+  /** Sends a cursor report to the running server (see cursor.ts). */
+  private sendCursor(params: CursorParams): void {
+    const client = this.client;
+    if (client === undefined || !client.isRunning()) {
+      return;
+    }
+    client
+      .sendNotification(CURSOR_NOTIFICATION, params)
+      .catch((err: unknown) => this.output.warn(`${CURSOR_NOTIFICATION}: ${String(err)}`));
   }
 
   private startFailed(command: ServerCommand, err: unknown): void {

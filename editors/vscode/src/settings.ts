@@ -26,6 +26,8 @@ export const SERVER_OPTION_KEYS = [
   "draftModel",
   "contextTokens",
   "completionItems",
+  "workAhead",
+  "cacheMemoryMB",
 ] as const;
 
 export type ServerOptionKey = (typeof SERVER_OPTION_KEYS)[number];
@@ -46,6 +48,8 @@ export interface ServerOptions {
   draftModel: string | null;
   contextTokens: number;
   completionItems: boolean;
+  workAhead: boolean;
+  cacheMemoryMB: number;
 }
 
 /** The server's own defaults (the same values as package.json's `contributes.configuration`). */
@@ -65,6 +69,8 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   draftModel: null,
   contextTokens: 1024,
   completionItems: true,
+  workAhead: true,
+  cacheMemoryMB: 512,
 });
 
 /**

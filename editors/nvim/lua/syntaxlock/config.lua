@@ -19,6 +19,8 @@ M.SETTING_NAMES = {
   draft_model = "draftModel",
   context_tokens = "contextTokens",
   completion_items = "completionItems",
+  work_ahead = "workAhead",
+  cache_memory_mb = "cacheMemoryMB",
 }
 
 ---@class syntaxlock.Config
@@ -53,6 +55,8 @@ M.defaults = {
     draft_model = nil, -- a small model with the same tokenizer, as a draft source for speculation
     context_tokens = nil, -- 1024
     completion_items = nil, -- true: also one item in the completion menu
+    work_ahead = nil, -- true: prefill at the cursor when you pause, prefetch after an accept
+    cache_memory_mb = nil, -- 512: memory for the files' prepared prompts (KV caches)
   },
   keys = {
     --- Accepts the ghost text; without one, the key does what it did before (its previous

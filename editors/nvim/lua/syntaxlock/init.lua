@@ -8,6 +8,7 @@
 --- cursor or typing dismisses. Commands: :SyntaxlockToggle, :SyntaxlockStatus; health:
 --- :checkhealth syntaxlock. Statusline: require("syntaxlock").statusline().
 local config = require("syntaxlock.config")
+local cursor = require("syntaxlock.cursor")
 local ghost = require("syntaxlock.ghost")
 local keys = require("syntaxlock.keys")
 local status = require("syntaxlock.status")
@@ -104,6 +105,7 @@ local function on_attach(client, bufnr)
   if cfg == nil then
     return
   end
+  cursor.attach(bufnr, client.id)
   if M.native() then
     local ic = util.native_inline_completion()
     ic.enable(cfg.enabled, { bufnr = bufnr })
@@ -264,6 +266,7 @@ function M.setup(opts)
       local client = vim.lsp.get_client_by_id(a.data.client_id)
       if client and client.name == "syntaxlock" then
         ghost.detach(a.buf)
+        cursor.detach(a.buf)
         keys.forget(a.buf)
       end
     end,

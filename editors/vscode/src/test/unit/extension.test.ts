@@ -287,6 +287,35 @@ describe("settings changes", () => {
   });
 });
 
+describe("cursor", () => {
+  test("cursor moves in a Python editor reach the server as syntaxlock/cursor", async () => {
+    const clients: FakeClient[] = [];
+    const ed = stub.editor("file:///w/a.py", "python", 3, 0, 0);
+    stub.state.activeTextEditor = ed;
+    const ext = await start(clients);
+    ext.cursor.flush(); // the debounce's end: the active editor's cursor, for the new server
+    const c = clients[0]!;
+    const sent = () => c.notifications.filter((n) => n.method === "syntaxlock/cursor").map((n) => n.params);
+    assert.deepEqual(sent(), [{ textDocument: { uri: "file:///w/a.py", version: 3 }, position: { line: 0, character: 0 } }]);
+    stub.moveCursor(ed, 7, 4);
+    ext.cursor.flush();
+    assert.deepEqual(sent()[1], { textDocument: { uri: "file:///w/a.py", version: 3 }, position: { line: 7, character: 4 } });
+    const other = stub.editor("file:///w/notes.md", "markdown", 1, 2, 2);
+    stub.activate(other);
+    stub.moveCursor(other, 3, 3);
+    ext.cursor.flush();
+    assert.equal(sent().length, 2, "not for other languages");
+    const b = stub.editor("file:///w/b.py", "python", 1, 9, 1);
+    stub.activate(b);
+    ext.cursor.flush();
+    assert.deepEqual(sent()[2], { textDocument: { uri: "file:///w/b.py", version: 1 }, position: { line: 9, character: 1 } });
+    ext.dispose();
+    stub.moveCursor(b, 1, 1);
+    ext.cursor.flush();
+    assert.equal(sent().length, 3, "nothing after dispose");
+  });
+});
+
 describe("commands", () => {
   test("restart stops the client and starts a new one", async () => {
     const clients: FakeClient[] = [];

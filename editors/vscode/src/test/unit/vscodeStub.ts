@@ -89,6 +89,53 @@ class State {
   logs: FakeLog[] = [];
   statusItems: FakeStatusBarItem[] = [];
   workspaceFolders: { uri: { fsPath: string } }[] | undefined = undefined;
+  selectionListeners: Listener<FakeSelectionEvent>[] = [];
+  activeEditorListeners: Listener<FakeEditor | undefined>[] = [];
+  activeTextEditor: FakeEditor | undefined = undefined;
+}
+
+export interface FakeEditor {
+  document: { uri: { toString(): string }; version: number; languageId: string };
+  selection: { active: { line: number; character: number } };
+}
+
+export interface FakeSelectionEvent {
+  textEditor: FakeEditor;
+  selections: { active: { line: number; character: number } }[];
+}
+
+/** An editor of `uri` with its cursor at line:character. */
+export function editor(uri: string, languageId: string, version: number, line: number, character: number): FakeEditor {
+  return { document: { uri: { toString: () => uri }, version, languageId }, selection: { active: { line, character } } };
+}
+
+/** The user moves the cursor of `ed` (VS Code's onDidChangeTextEditorSelection). */
+export function moveCursor(ed: FakeEditor, line: number, character: number): void {
+  ed.selection = { active: { line, character } };
+  for (const l of [...state.selectionListeners]) {
+    l({ textEditor: ed, selections: [ed.selection] });
+  }
+}
+
+/** `ed` comes to the front (onDidChangeActiveTextEditor). */
+export function activate(ed: FakeEditor | undefined): void {
+  state.activeTextEditor = ed;
+  for (const l of [...state.activeEditorListeners]) {
+    l(ed);
+  }
+}
+
+function listen<T>(list: () => Listener<T>[]) {
+  return (listener: Listener<T>): Disposable => {
+    const owner = list();
+    owner.push(listener);
+    return new Disposable(() => {
+      const i = owner.indexOf(listener);
+      if (i >= 0) {
+        owner.splice(i, 1);
+      }
+    });
+  };
 }
 
 export let state = new State();
@@ -164,6 +211,11 @@ export const window = {
     const item = new FakeStatusBarItem(id, alignment, priority);
     state.statusItems.push(item);
     return item;
+  },
+  onDidChangeTextEditorSelection: listen<FakeSelectionEvent>(() => state.selectionListeners),
+  onDidChangeActiveTextEditor: listen<FakeEditor | undefined>(() => state.activeEditorListeners),
+  get activeTextEditor(): FakeEditor | undefined {
+    return state.activeTextEditor;
   },
   showErrorMessage: message("error"),
   showWarningMessage: message("warning"),

@@ -1,0 +1,274 @@
+"""Work done before the user asks: the prompt at the cursor prefilled while the user pauses, and
+the next suggestion after an accepted one computed before the user presses Enter.
+
+    ahead = WorkAhead(documents, host, enabled=lambda: True)
+    ahead.cursor(uri, version, line, character)   # the client's syntaxlock/cursor notification
+    ahead.changed(uri, version, (line, character)) # didChange: the end of the last change
+    ahead.accepted(uri, text_after, (line, character))   # a suggestion was accepted
+    await ahead.join(uri, text, line, character)   # a request: wait for the prefetch made for it
+
+Why: the first suggestion in a file costs its prompt, ~1,000 tokens at ~2.3 ms each on a 2-core
+CPU (the arithmetic limit for SmolLM2-135M there), so it must be computed before it is asked
+for. The rules that keep this from costing the user anything:
+- only the document the user is in (the last one with a cursor report, a change or a request)
+  gets work; a new focus drops the work planned for the previous one and stops what runs;
+- work starts after a pause (`PAUSE_S` without a cursor move or a change) and runs on the
+  engine's worker thread only while no request is queued or running; a request stops it within
+  one decoder layer and reuses what it computed (the KV cache of the prompt's first chunks);
+- a prefill is `CompletionEngine.prefill` (KV cache and parse of the text before the cursor;
+  nothing when the cache holds the prompt already); a prefetch is a whole completion kept for
+  the document (`CompletionEngine.prefetch`), served by the typing-through path to a request
+  for the very same text and cursor (a request that comes while its prefetch runs waits for it
+  instead of stopping it);
+- after an accepted suggestion, the prefetch is made for the document as pressing Enter will
+  leave it: a new line with the accepted line's indentation, one level deeper after a `:`
+  (what VS Code and Neovim do by default);
+- when the work is done nothing more runs: the server is idle a prompt's prefill after the last
+  keystroke at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from ..decoding.engine import CompletionRequest
+from ..positions import PositionError, offset_at, utf16_len
+from .documents import DocumentStore
+from .engine_host import EngineHost
+
+log = logging.getLogger(__name__)
+
+PAUSE_S = 0.25  # no cursor move or change for this long: the user paused
+INDENT_UNIT = "    "
+OPENS_BLOCK = re.compile(r":\s*(#.*)?$")
+
+
+class Work(enum.Enum):
+    PREFILL = "prefill"  # the KV cache of the prompt at a cursor
+    PREFETCH = "prefetch"  # a whole completion at a cursor, kept for the request
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One piece of work for a document: at `line`:`character` of `text` (the document as it
+    is, or as the plan expects it to be), valid while the document's text is one of `valid_for`."""
+
+    work: Work
+    uri: str
+    text: str
+    line: int
+    character: int
+    valid_for: tuple[str, ...]
+
+
+def after_enter(text: str, line: int, character: int) -> tuple[str, int, int]:
+    """The document after pressing Enter at a cursor, as editors indent the new line by default:
+    the cursor line's indentation, one INDENT_UNIT deeper after a line ending with `:` (a tab
+    where the line is indented with tabs); and the new cursor."""
+    off = offset_at(text, line, character)
+    start = text.rfind("\n", 0, off) + 1
+    head = text[start:off]
+    indent = head[: len(head) - len(head.lstrip(" \t"))]
+    if OPENS_BLOCK.search(head):
+        indent += "\t" if indent.startswith("\t") else INDENT_UNIT
+    return text[:off] + "\n" + indent + text[off:], line + 1, utf16_len(indent)
+
+
+def end_of_insert(start: tuple[int, int], inserted: str) -> tuple[int, int]:
+    """The cursor after inserting `inserted` at `start` (LSP positions, UTF-16)."""
+    parts = inserted.split("\n")
+    if len(parts) == 1:
+        return start[0], start[1] + utf16_len(inserted)
+    return start[0] + len(parts) - 1, utf16_len(parts[-1])
+
+
+class WorkAhead:
+    """Plans and runs the background work of one server (see the module's docstring)."""
+
+    def __init__(self, documents: DocumentStore, host: EngineHost, enabled: Callable[[], bool],
+                 pause_s: float = PAUSE_S) -> None:
+        self.documents = documents
+        self.host = host
+        self.enabled = enabled  # the user's settings allow it (read at each step)
+        self.pause_s = pause_s
+        self.focus: str | None = None
+        self._cursors: dict[str, tuple[int, int]] = {}  # the last cursor reported per document
+        self._plans: list[Plan] = []  # for the focused document, in order
+        self._timer: asyncio.TimerHandle | None = None
+        self._running: tuple[Plan, asyncio.Task] | None = None
+        self.stats: Counter = Counter()
+        host.on_idle(self._schedule)
+
+    # --- events --------------------------------------------------------------------------------
+    def cursor(self, uri: str, version: int | None, line: int, character: int) -> None:
+        """The client reported the cursor (it moved, or the editor came to the front)."""
+        self._cursors[uri] = (line, character)
+        self._focus_on(uri)
+        doc = self.documents.get(uri)
+        if doc is None or version is not None and doc.version != version:
+            return  # not open yet (planned at didOpen), or a change is on its way
+        self._plan_prefill(uri)
+
+    def opened(self, uri: str) -> None:
+        if uri in self._cursors:  # the cursor came before the document
+            self._focus_on(uri)
+            self._plan_prefill(uri)
+
+    def changed(self, uri: str, cursor: tuple[int, int] | None) -> None:
+        """The document changed; `cursor`: where the last change ended (the likely cursor)."""
+        if cursor is not None:
+            self._cursors[uri] = cursor
+        self._focus_on(uri)
+        self._plan_prefill(uri)
+
+    def closed(self, uri: str) -> None:
+        self._cursors.pop(uri, None)
+        if self.focus == uri:
+            self.focus = None
+            self._drop_plans()
+
+    def requested(self, uri: str) -> None:
+        """A completion request: the user is in this document."""
+        self._focus_on(uri)
+
+    def accepted(self, uri: str, text: str, cursor: tuple[int, int]) -> None:
+        """A suggestion was accepted: `text` is the document with it, `cursor` after it. The next
+        suggestion is prefetched for the document after Enter."""
+        try:
+            entered, line, character = after_enter(text, *cursor)
+        except PositionError:
+            return
+        self._focus_on(uri)
+        self._plans = [p for p in self._plans if p.work is Work.PREFETCH] + [
+            Plan(Work.PREFETCH, uri, entered, line, character, (text, entered))]
+        self._schedule()
+
+    async def join(self, uri: str, text: str, line: int, character: int) -> None:
+        """Before a request runs: wait for the prefetch running for exactly this text and cursor
+        (its result then serves the request without a model call)."""
+        running = self._running
+        if running is None:
+            return
+        plan, task = running
+        if plan.work is Work.PREFETCH and (plan.uri, plan.text, plan.line, plan.character) == (
+                uri, text, line, character):
+            self.stats["requests_joined_a_prefetch"] += 1
+            await asyncio.shield(task)
+
+    # --- planning ------------------------------------------------------------------------------
+    def _focus_on(self, uri: str) -> None:
+        if self.focus != uri:
+            self.focus = uri
+            self._drop_plans()
+
+    def _drop_plans(self) -> None:
+        self._plans = []
+        if self._running is not None:
+            self.host.stop_background()
+
+    def _plan_prefill(self, uri: str) -> None:
+        doc = self.documents.get(uri)
+        cursor = self._cursors.get(uri)
+        if doc is None or cursor is None or doc.refused:
+            return
+        # a prefetch still valid for this text stays first (its prefill comes with it)
+        keep = [p for p in self._plans if p.work is Work.PREFETCH and doc.text in p.valid_for]
+        self._plans = keep + [Plan(Work.PREFILL, uri, doc.text, cursor[0], cursor[1], (doc.text,))]
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """(Re)start the pause: the first plan runs when nothing happened for `pause_s`."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._plans:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timer = loop.call_later(self.pause_s, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        if self._running is not None or self.host.busy or not self._plans:
+            return
+        if not self.enabled() or not self.host.ready:
+            self._plans = []
+            return
+        plan = self._plans[0]
+        doc = self.documents.get(plan.uri)
+        if plan.uri != self.focus or doc is None or doc.refused or doc.text not in plan.valid_for:
+            self._plans.pop(0)
+            self.stats[f"{plan.work.value}_dropped"] += 1
+            self._schedule()
+            return
+        task = asyncio.ensure_future(self._run(plan))
+        self._running = (plan, task)
+
+    async def _run(self, plan: Plan) -> None:
+        request = CompletionRequest(plan.text, plan.line, plan.character, document=plan.uri)
+        t0 = time.perf_counter()
+        done = False
+        try:
+            if plan.work is Work.PREFILL:
+                out = await self.host.background(lambda e, o, c: e.prefill(request, c, o), plan.uri)
+                done = out is not None and out.complete
+                if out is not None:
+                    self.stats["prefill_tokens_computed"] += out.computed
+                    log.info("prefilled %s at %d:%d: %d tokens (%d reused, %d computed) in %.0f ms%s",
+                             plan.uri, plan.line, plan.character, out.prompt_tokens, out.reused, out.computed,
+                             (time.perf_counter() - t0) * 1000, "" if done else ", stopped")
+            else:
+                out = await self.host.background(lambda e, o, c: e.prefetch(request, c, o), plan.uri)
+                done = out is not None and out.stop_reason != "cancelled"
+                if out is not None:
+                    log.info("prefetched %s at %d:%d: %s, %r in %.0f ms", plan.uri, plan.line, plan.character,
+                             out.stop_reason, out.text[:60], (time.perf_counter() - t0) * 1000)
+        except Exception:
+            log.exception("%s of %s failed", plan.work.value, plan.uri)
+            done = True  # not again
+        finally:
+            self._running = None
+        if done:
+            self.stats[f"{plan.work.value}_done"] += 1
+            if self._plans and self._plans[0] is plan:
+                self._plans.pop(0)
+        else:
+            self.stats[f"{plan.work.value}_stopped"] += 1
+        if not self.host.busy:
+            self._schedule()
+
+    def report(self) -> dict:
+        return {"focus": self.focus, "planned": len(self._plans), "running": self._running is not None,
+                **dict(self.stats)}
+
+
+def _field(obj, name: str):
+    """A member of a notification's params: a dict, or the namedtuple pygls makes of it."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def parse_cursor(params) -> tuple[str, int | None, int, int]:
+    """(uri, version, line, character) of a `syntaxlock/cursor` notification:
+    `{"textDocument": {"uri", "version"?}, "position": {"line", "character"}}` (UTF-16).
+    Raises ValueError saying what is wrong."""
+    doc, pos = _field(params, "textDocument"), _field(params, "position")
+    uri = _field(doc, "uri") if doc is not None else None
+    if not isinstance(uri, str) or pos is None:
+        raise ValueError("expected {textDocument: {uri, version}, position: {line, character}}")
+    version = _field(doc, "version")
+    line, character = _field(pos, "line"), _field(pos, "character")
+    for name, v in (("line", line), ("character", character)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"position.{name} must be an integer >= 0, not {v!r}")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise ValueError(f"textDocument.version must be an integer, not {version!r}")
+    return uri, version, line, character

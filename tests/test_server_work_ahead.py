@@ -1,0 +1,102 @@
+"""Working ahead through the real server (tiny random-weight model): a `syntaxlock/cursor`
+notification makes the server prefill the prompt there, which the request then reuses whole; an
+accepted suggestion makes it prefetch the next one for the document after Enter, which the
+request after Enter gets without running the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json.decoder
+
+import pytest
+import pytest_lsp
+from pytest_lsp import LanguageClient
+
+from lsp_server.positions import offset_at
+from lsp_server.server.work_ahead import after_enter
+from server_support import apply_item, command, config, edit, initialize, inline, items_of, open_doc
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SOURCE = open(json.decoder.__file__, encoding="utf-8").read()
+LINES = SOURCE.splitlines(keepends=True)
+
+
+@pytest_lsp.fixture(config=config(), scope="module")
+async def client(lsp_client: LanguageClient, tiny_model_dir):
+    # a sampling seed with which the random model ends its lines (its greedy choice runs on)
+    await initialize(lsp_client, {"model": str(tiny_model_dir), "maxTokens": 64, "mode": "single",
+                                  "temperature": 1, "seed": 0})
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def status_until(client: LanguageClient, test) -> dict:
+    """The server's status once `test(status)` holds."""
+    async def _wait():
+        while True:
+            s = await command(client, "syntaxlock.status")
+            if test(s):
+                return s
+            await asyncio.sleep(0.05)
+
+    return await asyncio.wait_for(_wait(), 120)  # a guard against hangs, not a timing check
+
+
+def cursor(client: LanguageClient, uri: str, version: int, line: int, character: int) -> None:
+    client.protocol.notify("syntaxlock/cursor", {"textDocument": {"uri": uri, "version": version},
+                                                 "position": {"line": line, "character": character}})
+
+
+async def test_a_cursor_report_prefills_the_prompt_the_request_then_reuses(client: LanguageClient):
+    line = next(i for i, ln in enumerate(LINES) if i > 200 and ln.startswith("        return "))
+    character = len("        return ")
+    text = "".join(LINES[:line]) + LINES[line][:character] + "\n" + "".join(LINES[line + 1 :])
+    uri = "file:///ahead/decoder.py"
+    before = await command(client, "syntaxlock.status")
+    open_doc(client, uri, text)
+    cursor(client, uri, 1, line, character)
+    s = await status_until(client, lambda s: s["workAhead"].get("prefill_done", 0)
+                           > before["workAhead"].get("prefill_done", 0))
+    computed = s["kvCache"]["computed_tokens"]
+    assert computed > before["kvCache"]["computed_tokens"] + 200  # the prompt, ahead of the request
+    assert s["workAhead"]["focus"] == uri
+    await inline(client, uri, line, character)
+    after = await command(client, "syntaxlock.status")
+    assert after["kvCache"]["computed_tokens"] == computed  # nothing of the prompt computed again
+    assert after["kvCache"]["reused_tokens"] >= s["kvCache"]["reused_tokens"] + 200
+    # a malformed report is ignored (logged), the server goes on
+    client.protocol.notify("syntaxlock/cursor", {"position": "nowhere"})
+    assert (await command(client, "syntaxlock.status"))["state"] == "ready"
+
+
+async def test_after_an_accept_the_suggestion_after_enter_is_prefetched(client: LanguageClient):
+    found = None
+    candidates = [i for i, ln in enumerate(LINES) if ln.startswith("    ") and " = " in ln]
+    for n, line in enumerate(candidates[:24]):
+        character = LINES[line].index(" = ") + 3
+        uri = f"file:///ahead/accept_{n}.py"
+        text = "".join(LINES[:line]) + LINES[line][:character] + "\n" + "".join(LINES[line + 1 :])
+        open_doc(client, uri, text)
+        items = items_of(await inline(client, uri, line, character))
+        if items and "\n" not in items[0].insert_text:
+            found = uri, text, items[0]
+            break
+    assert found, "no single-line suggestion to accept"
+    uri, text, item = found
+    r = item.range
+    edit(client, uri, 2, (r.start.line, r.start.character), (r.end.line, r.end.character), item.insert_text)
+    accepted = apply_item(text, item)
+    before = await command(client, "syntaxlock.status")
+    assert await command(client, "syntaxlock.accepted", item.command.arguments[0]) is True
+    s = await status_until(client, lambda s: s["workAhead"].get("prefetch_done", 0)
+                           > before["workAhead"].get("prefetch_done", 0))
+    # the user presses Enter: the editor indents the new line
+    end = (r.start.line, r.start.character + len(item.insert_text))
+    entered, line, character = after_enter(accepted, *end)
+    off = offset_at(accepted, *end)
+    edit(client, uri, 3, end, end, entered[off : off + len(entered) - len(accepted)])
+    await inline(client, uri, line, character)
+    after = await command(client, "syntaxlock.status")
+    assert after["workAhead"].get("prefetch_served", 0) == s["workAhead"].get("prefetch_served", 0) + 1
+    assert after["kvCache"]["computed_tokens"] == s["kvCache"]["computed_tokens"]  # no model call

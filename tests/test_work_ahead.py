@@ -1,0 +1,300 @@
+"""Working ahead of the user: prompt windows bounded in tokens and stable while typing, prefill
+stopped by a request with its work reused, the KV caches' memory cap, prefetch served without a
+model call, background work in the engine host, the Enter prediction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest, CompletionResult
+from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, window
+from lsp_server.model.prompt_cache import MB, PromptCache
+from lsp_server.options import EngineOptions
+from lsp_server.server.engine_host import EngineHost
+from lsp_server.server.work_ahead import after_enter, end_of_insert, parse_cursor
+
+from scripted_model import CountingCache, ScriptedRuntime
+
+BUDGET = 1024
+TYPING_PY = open(os.path.join(os.path.dirname(json.__file__), "..", "typing.py"), encoding="utf-8").read()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from mask_store.vocabulary import load_tokenizer
+
+    return load_tokenizer("default")
+
+
+def spelled(tok, ids) -> str:
+    return b"".join(tok.vocab.token_bytes[i] for i in ids).decode("utf-8", errors="replace")
+
+
+# --- prompt windows ---------------------------------------------------------------------------
+
+
+class _CountingEncoder:
+    def __init__(self, inner, counter):
+        self.inner, self.counter = inner, counter
+
+    def encode(self, text, add_special_tokens=False):
+        self.counter["chars"] += len(text)
+        return self.inner.encode(text, add_special_tokens=add_special_tokens)
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the characters it is given to tokenize."""
+
+    def __init__(self, tok):
+        self.counter = {"chars": 0}
+        self.vocab = tok.vocab
+        self.tokenizer = _CountingEncoder(tok.tokenizer, self.counter)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    @property
+    def chars(self) -> int:
+        return self.counter["chars"]
+
+
+@pytest.mark.parametrize("name", ["code", "line 20k", "line 1MB", "no spaces 1MB", "blank lines"])
+def test_the_prompt_is_bounded_in_tokens_whatever_the_line_lengths(tok, name):
+    before = {
+        "code": TYPING_PY,
+        "line 20k": "x = [" + ", ".join(str(i) for i in range(4000)),
+        "line 1MB": "import os\nx = '" + "abcdefgh " * 110_000,
+        "no spaces 1MB": "y = 1\n" + "z" * 1_000_000,
+        "blank lines": "x = 1\n" + (" " * 2000 + "\n") * 100 + "y = ",
+    }[name]
+    counting = CountingTokenizer(tok)
+    p = build_prompt(counting, before, "", BUDGET, None, heal=True)
+    assert len(p.ids) + len(p.healed_ids) <= BUDGET
+    assert p.truncated and before.endswith(p.text[-200:])
+    assert spelled(tok, list(p.ids) + list(p.healed_ids)) == p.text
+    assert before[p.window_start:] == p.text or p.text.endswith(before[p.window_start:])  # imports in front
+    # what was tokenized to find the window is bounded by the budget, not the document
+    longest = max(len(b) for b in tok.vocab.token_bytes)
+    assert counting.chars <= 2 * BUDGET * longest, counting.chars
+
+
+def test_a_short_text_is_the_whole_prompt(tok):
+    before = "import os\n\ndef f(x):\n    return "
+    p = build_prompt(tok, before, "", BUDGET, None)
+    assert not p.truncated and p.text == before and p.window_start == 0
+
+
+def test_the_window_start_stays_while_typing_on_and_moving_within(tok):
+    lines = TYPING_PY.splitlines(keepends=True)
+    start = 1500
+    anchor, prev, changes, typed_tokens = None, None, 0, 0
+    for k in range(start, start + 200):  # the user types 200 lines, one at a time
+        before = "".join(lines[:k])
+        p = build_prompt(tok, before, "", BUDGET, None, anchor=anchor)
+        assert len(p.ids) <= BUDGET
+        if prev is not None:
+            typed_tokens += len(tok.encode(lines[k - 1]))
+            if p.window_line != prev.window_line:
+                changes += 1
+                # only when the window from the previous start no longer fits
+                assert len(tok.encode(before[prev.window_start:])) > BUDGET - 64
+        anchor, prev = p.window_line, p
+    # after a move the window leaves (1 - REFILL_SHARE) of the budget for what comes next
+    assert 1 <= changes <= typed_tokens / ((1 - REFILL_SHARE) * BUDGET - 64) + 1, (changes, typed_tokens)
+    # moving the cursor up within what the window holds keeps its start
+    end = start + 199
+    for k in range(end - 1, end - 40, -1):
+        before = "".join(lines[:k])
+        p = build_prompt(tok, before, "", BUDGET, None, anchor=anchor)
+        if len(tok.encode(before[prev.window_start:])) >= KEEP_SHARE * BUDGET + 64:
+            assert p.window_line == prev.window_line, k
+        anchor, prev = p.window_line, p
+    # without an anchor the same cursor gets the fullest window (the first request of a document)
+    fresh = window(tok, before, BUDGET)
+    assert fresh.line <= p.window_line
+
+
+# --- prefill ahead, prefetch, the memory cap (scripted model: exact counts of forward tokens) --------
+
+
+@pytest.fixture(scope="module")
+def compiled(compiled_full):
+    return compiled_full
+
+
+DOC = "import os\n\n\ndef size(path):\n    info = os.stat(path)\n    return info.st_size\n\n\ndef names(folder):\n    return "
+INTENDED = DOC + "sorted(os.listdir(folder))\n"
+
+
+def request(text: str = DOC) -> CompletionRequest:
+    line = text.count("\n")
+    return CompletionRequest(text, line, len(text) - (text.rfind("\n") + 1), document="file:///d.py")
+
+
+def engine_of(compiled, runtime, **opts) -> CompletionEngine:
+    comp, _ = compiled
+    return CompletionEngine(EngineOptions(speculative=False, **opts), runtime, comp)
+
+
+def test_a_prefilled_prompt_is_not_computed_again(compiled):
+    comp, tok = compiled
+    plain = engine_of(compiled, ScriptedRuntime(tok, INTENDED.encode())).complete(request())
+    runtime = ScriptedRuntime(tok, INTENDED.encode())
+    engine = engine_of(compiled, runtime)
+    out = engine.prefill(request())
+    assert out.complete and out.computed == out.prompt_tokens > 10 and out.reused == 0
+    computed = sum(runtime.calls)
+    assert computed == out.prompt_tokens  # the prompt, in one pass (the scripted model's chunk)
+    result = engine.complete(request())
+    assert result.prompt_reused == result.prompt_tokens == out.prompt_tokens
+    assert engine.prompt_cache.stats["computed_tokens"] == out.prompt_tokens
+    assert result.text == plain.text == "sorted(os.listdir(folder))"  # the same completion as without it
+    assert engine.prefill(request()).computed == 0  # nothing more to do
+
+
+def test_a_request_stops_the_prefill_and_reuses_what_it_computed(compiled):
+    comp, tok = compiled
+    runtime = ScriptedRuntime(tok, INTENDED.encode(), prefill_chunk=8)
+    engine = engine_of(compiled, runtime, max_tokens=4)
+    stop = threading.Event()
+
+    def cancel():  # a request arrives after the prefill's third chunk
+        if len(runtime.calls) >= 3:
+            stop.set()
+        return stop.is_set()
+
+    out = engine.prefill(request(), cancel)
+    assert not out.complete and out.computed == 24 and sum(runtime.calls) == 24
+    result = engine.complete(request())
+    assert result.prompt_reused == 24 < result.prompt_tokens
+    # every prompt token ran through the model once, before or during the request
+    assert engine.prompt_cache.stats["computed_tokens"] == result.prompt_tokens
+    assert engine.prompt_cache.stats["reused_tokens"] == 24
+
+
+def test_a_prefetched_completion_is_served_without_a_model_call(compiled):
+    comp, tok = compiled
+    runtime = ScriptedRuntime(tok, INTENDED.encode())
+    engine = engine_of(compiled, runtime)
+    ahead = engine.prefetch(request())
+    assert ahead.text == "sorted(os.listdir(folder))"
+    calls = len(runtime.calls)
+    served = engine.complete(request())
+    assert served.prefetched and served.text == ahead.text and served.start == ahead.start
+    assert served.prompt_tokens == 0 and len(runtime.calls) == calls
+    typed = request(DOC + "sor")  # and typing its first characters serves the rest
+    rest = engine.complete(typed)
+    assert rest.text == "ted(os.listdir(folder))" and rest.typed_through == 3 and len(runtime.calls) == calls
+    other = request(DOC + "len(")  # anything else is a new completion
+    engine.complete(other)
+    assert len(runtime.calls) > calls
+
+
+def test_the_memory_cap_evicts_the_least_recent_documents(compiled):
+    comp, tok = compiled
+    cache = PromptCache(ScriptedRuntime(tok, b""))
+    per_doc = 100 * CountingCache.BYTES_PER_POSITION
+    cap_mb = 2.5 * per_doc / MB  # two documents fit, not three
+    ids = list(range(100, 200))
+    for doc in ("a", "b", "c"):
+        cache.prefill(doc, ids, memory_mb=cap_mb)
+    assert cache.documents() == ["b", "c"] and cache.stats["evicted"] == 1
+    cache.prefill("b", ids, memory_mb=cap_mb)  # b used again: c is now the least recent
+    cache.prefill("d", ids, memory_mb=cap_mb)
+    assert cache.documents() == ["b", "d"]
+    assert cache.memory_bytes() == 2 * per_doc <= cap_mb * MB
+    # the document being filled stays even when it alone is over the cap
+    cache.prefill("e", list(range(1000)), memory_mb=cap_mb)
+    assert cache.documents() == ["e"]
+
+
+# --- the engine host: background work yields to requests -----------------------------------
+
+
+class BackgroundEngine:
+    """A stand-in engine: its prefill runs until cancelled (recording how it ended)."""
+
+    def __init__(self, options):
+        self.options = options
+        self.prefills: list[str] = []
+        self.started = threading.Event()
+
+    def prefill(self, request, cancel, options=None):
+        self.started.set()
+        for _ in range(2000):
+            if cancel():
+                self.prefills.append("stopped")
+                return "stopped"
+            time.sleep(0.005)
+        self.prefills.append("done")
+        return "done"
+
+    def complete(self, request, cancel, options=None):
+        pos = (request.line, request.character)
+        return CompletionResult("x", pos, pos, "line-end", "single", True)
+
+    def describe(self):
+        return {"model": "m", "device": "cpu", "store": "memory"}
+
+
+async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
+    engines = []
+
+    def loader(options, progress):
+        engines.append(BackgroundEngine(options))
+        return engines[-1]
+
+    host = EngineHost(lambda s: None, loader=loader)
+    host.configure(EngineOptions(model="m"))
+    while not host.ready:
+        await asyncio.sleep(0.01)
+    idle = []
+    host.on_idle(lambda: idle.append(True))
+    job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
+    await asyncio.to_thread(engines[0].started.wait, 10)
+    req = CompletionRequest("x = ", 0, 4, document="u")
+    result = await host.complete(req, host.ticket("u", 1))
+    assert result.text == "x"
+    assert await job == "stopped" and engines[0].prefills == ["stopped"]
+    assert idle == [True]  # the work-ahead hears that the requests are done
+    # while a request is queued or running, background work does not start
+    gate = threading.Event()
+    engines[0].complete = lambda r, cancel, options=None: gate.wait(10) and CompletionResult(
+        "y", (0, 4), (0, 4), "line-end", "single", True)
+    running = asyncio.ensure_future(host.complete(req, host.ticket("u", 2)))
+    await asyncio.sleep(0.05)
+    assert host.busy
+    assert await host.background(lambda e, o, c: e.prefill(None, c, o), "u") is None
+    gate.set()
+    assert (await running).text == "y"
+    assert engines[0].prefills == ["stopped"]
+    host.shutdown()
+
+
+# --- small parts ------------------------------------------------------------------------------
+
+
+def test_enter_is_predicted_as_editors_indent():
+    text = "def f(x):\n    if x:\n        return 1\n"
+    assert after_enter(text, 1, 9) == ("def f(x):\n    if x:\n        \n        return 1\n", 2, 8)
+    assert after_enter(text, 2, 16) == ("def f(x):\n    if x:\n        return 1\n        \n", 3, 8)
+    assert after_enter("x = 1  # note", 0, 13) == ("x = 1  # note\n", 1, 0)
+    assert after_enter("\tif y:  # why", 0, 13) == ("\tif y:  # why\n\t\t", 1, 2)
+
+
+def test_end_of_insert_and_cursor_params():
+    assert end_of_insert((3, 4), "abc") == (3, 7)
+    assert end_of_insert((3, 4), "a\n  bé𝔘") == (4, 6)
+    params = {"textDocument": {"uri": "file:///a.py", "version": 2}, "position": {"line": 1, "character": 0}}
+    assert parse_cursor(params) == ("file:///a.py", 2, 1, 0)
+    for bad in ({}, {"textDocument": {"uri": 1}, "position": {"line": 0, "character": 0}},
+                {"textDocument": {"uri": "u"}, "position": {"line": -1, "character": 0}},
+                {"textDocument": {"uri": "u", "version": "2"}, "position": {"line": 0, "character": 0}}):
+        with pytest.raises(ValueError):
+            parse_cursor(bad)
