@@ -12,9 +12,10 @@ CPU (the arithmetic limit for SmolLM2-135M there), so it must be computed before
 for. The rules that keep this from costing the user anything:
 - only the document the user is in (the last one with a cursor report, a change or a request)
   gets work; a new focus drops the work planned for the previous one and stops what runs;
-- work starts after a pause (`PAUSE_S` without a cursor move or a change) and runs on the
-  engine's worker thread only while no request is queued or running; a request stops it within
-  one decoder layer and reuses what it computed (the KV cache of the prompt's first chunks);
+- a prefill starts after a pause (`PAUSE_S` without a cursor move or a change), a prefetch as
+  soon as no request runs; both run on the engine's worker thread only while no request is
+  queued or running, and a request stops them within one decoder layer and reuses what they
+  computed (the KV cache of the prompt's first chunks);
 - a prefill is `CompletionEngine.prefill` (KV cache and parse of the text before the cursor;
   nothing when the cache holds the prompt already); a prefetch is a whole completion kept for
   the document (`CompletionEngine.prefetch`), served by the typing-through path to a request
@@ -184,7 +185,8 @@ class WorkAhead:
         self._schedule()
 
     def _schedule(self) -> None:
-        """(Re)start the pause: the first plan runs when nothing happened for `pause_s`."""
+        """(Re)start the pause: the first plan runs when nothing happened for `pause_s` (a
+        prefetch as soon as no request runs: the accept said what comes next)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -194,7 +196,8 @@ class WorkAhead:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._timer = loop.call_later(self.pause_s, self._start)
+        delay = 0.0 if self._plans[0].work is Work.PREFETCH else self.pause_s
+        self._timer = loop.call_later(delay, self._start)
 
     def _start(self) -> None:
         self._timer = None
