@@ -1,21 +1,31 @@
 """End-to-end inline completion latency through the real server over stdio (prints JSON).
 
-    .venv/bin/python bench/lsp_latency.py [--cuts 100] [--model default] [--typing-docs 10]
+    .venv/bin/python bench/lsp_latency.py [--cuts 40] [--scenarios cuts,typing,two,busy]
+                                          [--code both|stdlib|thirdparty] [--idle 3] [--no-work-ahead]
 
-Starts `syntaxlock serve`, waits for it to be ready, then for each stdlib cut point (a line in a
-function body cut at a random column; the rest of the line removed, the following lines kept):
-- cold: open the document and ask for an inline completion (the first request on a document);
-- warm: type the next 1-3 characters of the real line and ask again (the prompt cache is warm).
-Latency is measured in the client, from sending the request to receiving the answer (the very
-first request of the server process, which pays one-time costs, is reported apart). Items are
-spliced in and the file is checked with `ast.parse`.
-Then a simulated typing session types the rest of real lines at `--cps` characters per second,
-one didChange + inlineCompletion per key, without waiting for answers: the share of requests
-superseded, how long a superseded request takes to answer after the newer one was sent, and
-(from the server's log) how long the engine took to stop after the supersede (a prompt's
-forward passes run in chunks of 128 tokens, decoding one token at a time, with the stop flag
-read between them) and how many tokens it had decoded by then. Warm answers that were the rest
-of the previous suggestion (the user typed its first characters: no model call) are counted.
+Each scenario starts its own `syntaxlock serve` (the CLI's fair thread settings included) and
+waits for it to be ready. Latency is measured in the client, from sending a request to its
+answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
+
+- `cuts`: for each cut point (a line inside a function cut at a random column, the rest of the
+  line removed, the following lines kept; from the stdlib and/or third-party wheels):
+  - first: open the document, report the cursor (`syntaxlock/cursor`, as both editor clients
+    do), stay idle `--idle` seconds, ask (the server prefilled the prompt meanwhile);
+  - warm: type the next 1-3 characters of the real line and ask again;
+  - after_accept: accept that suggestion (the edit and `syntaxlock.accepted`) and ask at the end
+    of it (editors ask again after an accept); after_enter: `--enter-after` seconds after the
+    accept, press Enter (the new line indented as editors do by default) and ask.
+  The very first request of the process (one-time costs) is reported apart.
+- `typing`: a typing session of `--typing-docs` documents: the rest of a real line typed at
+  `--cps` characters per second, one didChange + cursor + request per key without waiting for
+  answers. Reports the share of prompt tokens served from the KV cache (from the server's log),
+  how soon a superseded request is answered, the wait after the last key of each line for its
+  answer, when the server's CPU goes idle after the session's last key (its CPU time from
+  /proc), its peak memory and the KV caches' memory against the cap.
+- `two`: the typing session in two servers at once, against the same session in one server
+  alone (fresh servers each time): each one's wait after the last key, alone and together.
+- `busy`: cold first requests without working ahead (`workAhead: false`, a whole prompt each),
+  on a quiet machine and while two CPU-bound processes run (load 2-4 on 2 cores).
 """
 
 from __future__ import annotations
@@ -27,70 +37,161 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import STDLIB, read_source, stats_ms, stdlib_files  # noqa: E402
+from _util import STDLIB, read_source, stats_ms, stdlib_files, thirdparty_files  # noqa: E402
 
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
 from lsp_server.positions import offset_at  # noqa: E402
+from lsp_server.server.work_ahead import after_enter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cut_points(n: int, seed: int) -> list[tuple[str, str, int, int, str]]:
-    """(name, document, line, character, rest of the real line) for n cut points."""
+@dataclass(frozen=True)
+class Cut:
+    name: str  # code set and path
+    doc: str  # the document, the cursor's line cut at the cursor
+    line: int
+    col: int
+    rest: str  # the rest of the real line
+
+
+def cut_points(n: int, seed: int, code: str, min_before: int = 0) -> list[Cut]:
+    """n cut points, half from each code set with `both` (with at least `min_before` characters
+    before the cursor)."""
+    sets = {"stdlib": [(f, STDLIB) for f in stdlib_files()]}
+    if code in ("both", "thirdparty"):
+        files = thirdparty_files()
+        sets["thirdparty"] = [(f, _wheel_root(f).parent) for f in files]
+    if code != "both":
+        sets = {code: sets[code]}
     rng = random.Random(seed)
-    files = stdlib_files()
-    rng.shuffle(files)
+    per = {k: -(-n // len(sets)) for k in sets}
     out = []
-    for path in files:
-        if len(out) >= n:
-            break
-        data = read_source(path)
-        if data is None or len(data) > 200_000:
-            continue
-        lines = data.decode().splitlines(keepends=True)
-        body = [i for i, ln in enumerate(lines)
-                if ln.startswith("        ") and ln.strip() and not ln.lstrip().startswith(("#", '"', "'"))
-                and len(ln.strip()) >= 8]
-        if not body:
-            continue
-        i = rng.choice(body)
-        ln = lines[i].rstrip("\r\n")
-        indent = len(ln) - len(ln.lstrip())
-        col = rng.randint(indent + 1, len(ln) - 3)
-        doc = "".join(lines[:i]) + ln[:col] + "\n" + "".join(lines[i + 1 :])
-        name = str(path.relative_to(STDLIB))
-        out.append((name, doc, i, col, ln[col:]))
+    for kind, files in sets.items():
+        files = list(files)
+        rng.shuffle(files)
+        got = 0
+        for path, root in files:
+            if got >= per[kind] or len(out) >= n:
+                break
+            data = read_source(path)
+            if data is None or len(data) > 200_000:
+                continue
+            lines = data.decode().splitlines(keepends=True)
+            body = [i for i, ln in enumerate(lines)
+                    if ln.startswith("        ") and ln.strip() and not ln.lstrip().startswith(("#", '"', "'"))
+                    and len(ln.strip()) >= 8 and sum(map(len, lines[:i])) >= min_before]
+            if not body:
+                continue
+            i = rng.choice(body)
+            ln = lines[i].rstrip("\r\n")
+            indent = len(ln) - len(ln.lstrip())
+            col = rng.randint(indent + 1, len(ln) - 3)
+            doc = "".join(lines[:i]) + ln[:col] + "\n" + "".join(lines[i + 1 :])
+            out.append(Cut(f"{kind}/{path.relative_to(root)}", doc, i, col, ln[col:]))
+            got += 1
     return out
+
+
+def _wheel_root(path: Path) -> Path:
+    """The unpacked wheel's folder of a third-party file (`thirdparty/<name-version>/`)."""
+    p = path
+    while p.parent.name != "thirdparty":
+        p = p.parent
+    return p
 
 
 def utf16(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
 
-class Bench:
-    def __init__(self, client: LanguageClient) -> None:
-        self.client = client
+# --- a client driving one server ---------------------------------------------------------------
+
+
+class Server:
+    """One `syntaxlock serve` over stdio and the client that drives it."""
+
+    def __init__(self, args, options: dict, env: dict | None = None, tag: str = "") -> None:
+        self.args, self.options, self.env, self.tag = args, options, env, tag
+        self.client = LanguageClient("syntaxlock-bench", "0")
         self.version: dict[str, int] = {}
+        self.log_file = Path(tempfile.mkdtemp(prefix="syntaxlock-bench-")) / "server.log"
+
+    async def start(self) -> float:
+        ready, failed = asyncio.Event(), []
+
+        @self.client.feature("syntaxlock/status")
+        def _status(ls, params):
+            state = params["state"] if isinstance(params, dict) else params.state
+            msg = params["message"] if isinstance(params, dict) else params.message
+            if state == "ready":
+                ready.set()
+            elif state == "error":
+                failed.append(msg)
+                ready.set()
+
+        @self.client.feature(types.WINDOW_LOG_MESSAGE)
+        def _log(ls, params):  # the server's log is read from its log file instead
+            pass
+
+        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def _show(ls, params):
+            print(f"server says: {params.message}", file=sys.stderr)
+
+        cmd = [sys.executable, "-m", "lsp_server.cli", "serve", "--log-level", "INFO", "--log-file", str(self.log_file)]
+        t0 = time.perf_counter()
+        await self.client.start_io(*cmd, env=self.env or dict(os.environ), cwd=str(ROOT))
+        self.drain = asyncio.ensure_future(self._drain(self.client._server.stderr))
+        await self.client.initialize_async(types.InitializeParams(
+            capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=False)),
+            initialization_options=self.options, process_id=os.getpid()))
+        self.client.initialized(types.InitializedParams())
+        await asyncio.wait_for(ready.wait(), 1800)
+        if failed:
+            raise SystemExit(f"the server could not load the model: {failed[0]}")
+        return time.perf_counter() - t0
+
+    @property
+    def pid(self) -> int:
+        return self.client._server.pid
+
+    async def _drain(self, stream) -> None:
+        """Read the server's stderr so that the pipe never fills up."""
+        while line := await stream.readline():
+            if self.args.verbose:
+                sys.stderr.buffer.write(line)
+
+    async def stop(self) -> None:
+        await self.client.shutdown_async(None)
+        self.client.exit(None)
+        await self.client.stop()
+        self.drain.cancel()
 
     def open(self, uri: str, text: str) -> None:
         self.version[uri] = 1
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
             text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
 
-    def type(self, uri: str, line: int, col: int, s: str) -> None:
+    def edit(self, uri: str, start: tuple[int, int], end: tuple[int, int], s: str) -> None:
         self.version[uri] += 1
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.version[uri]),
             content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(types.Position(line, col), types.Position(line, col)), text=s)]))
+                range=types.Range(types.Position(*start), types.Position(*end)), text=s)]))
+
+    def cursor(self, uri: str, line: int, col: int) -> None:
+        self.client.protocol.notify("syntaxlock/cursor", {
+            "textDocument": {"uri": uri, "version": self.version[uri]}, "position": {"line": line, "character": col}})
 
     def close(self, uri: str) -> None:
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(
@@ -110,42 +211,53 @@ class Bench:
         return await self.client.workspace_execute_command_async(
             types.ExecuteCommandParams(command=name, arguments=list(args)))
 
+    def log(self) -> str:
+        return self.log_file.read_text(encoding="utf-8", errors="replace")
+
+
+def options_of(args, **extra) -> dict:
+    return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | extra
+
 
 COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+), prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
                        r"decode (\d+) ms, (\d+) sampled \+ (\d+) forced")
-STOPPED = re.compile(r"completion in file:///typing/\S+ stopped \(superseded\) "
-                     r"(?:after (\d+) decoding steps|before it started), "
+STOPPED = re.compile(r"completion in (\S+) stopped \(superseded\) (?:after (\d+) decoding steps|before it started), "
                      r"(\d+) ms after the stop")
+PREFILLED = re.compile(r"prefilled (\S+) at \d+:\d+: (\d+) tokens \((\d+) reused, (\d+) computed\)")
 
 
-def engine_figures(log: str) -> dict:
-    """What the server's log says about the engine: prompt and decoding time of the completed
-    runs (benchmark part), and how soon superseded runs stopped (typing part)."""
-    prompt_ms, step_ms, reused, warm_runs = [], [], [], []
-    typed_through = 0
+def engine_figures(log: str, prefix: str) -> dict:
+    """What the server's log says about the runs on documents whose URI starts with `prefix`."""
+    prompt, reused, prompt_ms, step_ms, without_model = 0, 0, [], [], 0
     for m in COMPLETED.finditer(log):
-        if m.group(1).startswith("file:///bench/") and int(m.group(3)) == 0:
-            typed_through += 1  # the rest of the previous suggestion, no model call
-        elif m.group(1).startswith("file:///bench/"):
-            prompt_ms.append(int(m.group(5)) / 1000)
-            reused.append(int(m.group(4)) / max(1, int(m.group(3))))
-            if int(m.group(7)):
-                step_ms.append(int(m.group(6)) / int(m.group(7)) / 1000)
-            if int(m.group(4)) >= int(m.group(3)) // 2:  # a warm request that ran the model
-                warm_runs.append((int(m.group(5)) + int(m.group(6))) / 1000)
+        if not m.group(1).startswith(prefix):
+            continue
+        n, r = int(m.group(3)), int(m.group(4))
+        if n == 0:
+            without_model += 1  # the rest of a suggestion (typed through) or a prefetched one
+            continue
+        prompt, reused = prompt + n, reused + r
+        prompt_ms.append(int(m.group(5)) / 1000)
+        if int(m.group(7)):
+            step_ms.append(int(m.group(6)) / int(m.group(7)) / 1000)
+    ahead = [(int(m.group(2)), int(m.group(4))) for m in PREFILLED.finditer(log) if m.group(1).startswith(prefix)]
     lag, steps = [], []
     for m in STOPPED.finditer(log):
-        lag.append(int(m.group(2)) / 1000)
-        steps.append(int(m.group(1) or 0))
+        if m.group(1).startswith(prefix):
+            lag.append(int(m.group(3)) / 1000)
+            steps.append(int(m.group(2) or 0))
     return {
+        "requests_that_ran_the_model": len(prompt_ms),
+        "answered_without_the_model": without_model,
+        "prompt_tokens": prompt,
+        "prompt_tokens_reused": reused,
+        "prompt_reused_share": round(reused / prompt, 3) if prompt else None,
+        "prefills_ahead": len(ahead),
+        "prefill_tokens_computed_ahead": sum(c for _, c in ahead),
         "prompt_ms": stats_ms(prompt_ms) if prompt_ms else None,
-        "prompt_reused_share_mean": round(sum(reused) / len(reused), 3) if reused else None,
         "decode_ms_per_sampled_token": stats_ms(step_ms) if step_ms else None,
-        "typed_through_answers": typed_through,
-        # warm requests the model answered (not typed through): the engine's prompt + decoding
-        "warm_model_runs_ms": stats_ms(warm_runs) if warm_runs else None,
-        "stop_lag": stats_ms(lag) if lag else None,
-        "stop_steps": {"mean": round(sum(steps) / len(steps), 2), "max": max(steps)} if steps else None,
+        "engine_stop_after_supersede_ms": stats_ms(lag) if lag else None,
+        "engine_steps_before_the_stop": {"mean": round(sum(steps) / len(steps), 2), "max": max(steps)} if steps else None,
     }
 
 
@@ -155,161 +267,294 @@ def items_of(r) -> list:
     return list(r.items if isinstance(r, types.InlineCompletionList) else r)
 
 
-def parses_after_accept(doc: str, item) -> bool:
+def apply_item(doc: str, item) -> tuple[str, tuple[int, int]]:
+    """The document with the item accepted, and the cursor after it."""
     r = item.range
     a = offset_at(doc, r.start.line, r.start.character)
     b = offset_at(doc, r.end.line, r.end.character)
+    text = doc[:a] + item.insert_text + doc[b:]
+    lines = item.insert_text.split("\n")
+    end = (r.start.line + len(lines) - 1, (r.start.character if len(lines) == 1 else 0) + utf16(lines[-1]))
+    return text, end
+
+
+def parses(doc: str) -> bool:
     try:
-        ast.parse(doc[:a] + item.insert_text + doc[b:])
+        ast.parse(doc)
         return True
     except SyntaxError:
         return False
 
 
-async def _drain(stream, show: bool) -> None:
-    """Read the server's stderr (its log) so that the pipe never fills up."""
-    while line := await stream.readline():
-        if show:
-            sys.stderr.buffer.write(line)
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kb(pid: int) -> dict:
+    out = {}
+    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k, _, v = ln.partition(":")
+        if k in ("VmHWM", "VmRSS"):
+            out[k] = int(v.split()[0])
+    return out
+
+
+async def idle_after(pid: int, horizon: float = 10.0, window: float = 0.5, busy_share: float = 0.05) -> float | None:
+    """Seconds from now until the server's CPU use stays under `busy_share` of a core in every
+    later `window` up to `horizon` (None: still busy at the horizon)."""
+    t0 = time.perf_counter()
+    samples = [(0.0, cpu_seconds(pid))]
+    while samples[-1][0] < horizon:
+        await asyncio.sleep(0.1)
+        samples.append((time.perf_counter() - t0, cpu_seconds(pid)))
+    last_busy = None
+    for (ta, ca), (tb, cb) in zip(samples, samples[5:]):  # 0.5 s windows
+        if (cb - ca) / max(1e-9, tb - ta) > busy_share:
+            last_busy = tb
+    if last_busy is None:
+        return 0.0
+    return None if last_busy >= horizon - window else round(last_busy, 2)
+
+
+# --- scenarios ---------------------------------------------------------------------------------
+
+
+async def warmup(s: Server, args) -> float:
+    """The first completion of a process pays one-time costs (lazy initialisation)."""
+    w = cut_points(1, args.seed + 1, "stdlib")[0]
+    s.open("file:///warmup.py", w.doc)
+    _, dt = await s.timed("file:///warmup.py", w.line, w.col)
+    s.close("file:///warmup.py")
+    return dt
+
+
+async def scenario_cuts(args, cuts: list[Cut]) -> dict:
+    s = Server(args, options_of(args))
+    ready_s = await s.start()
+    first_s = await warmup(s, args)
+    first, warm, accept, enter = {}, [], [], []
+    counts = {"first_items": 0, "first_parse": 0, "warm_items": 0, "accepted": 0, "enter_items": 0}
+    for k, c in enumerate(cuts):
+        uri = f"file:///bench/{k}/{c.name}"
+        kind = c.name.split("/", 1)[0]
+        s.open(uri, c.doc)
+        s.cursor(uri, c.line, c.col)
+        await asyncio.sleep(args.idle)
+        r, dt = await s.timed(uri, c.line, c.col)
+        first.setdefault(kind, []).append(dt)
+        items = items_of(r)
+        counts["first_items"] += bool(items)
+        counts["first_parse"] += sum(parses(apply_item(c.doc, it)[0]) for it in items[:1])
+        doc, typed = c.doc, c.rest[: 1 + k % 3]
+        col = c.col
+        if typed:
+            s.edit(uri, (c.line, col), (c.line, col), typed)
+            doc = doc[: offset_at(doc, c.line, col)] + typed + doc[offset_at(doc, c.line, col):]
+            col += utf16(typed)
+            r, dt = await s.timed(uri, c.line, col)
+            warm.append(dt)
+            items = items_of(r)
+            counts["warm_items"] += bool(items)
+        if items:  # accept what is shown, ask at its end, then press Enter
+            it = items[0]
+            rng = it.range
+            accepted, end = apply_item(doc, it)
+            s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
+            t_accept = time.perf_counter()
+            await s.command("syntaxlock.accepted", it.command.arguments[0])
+            counts["accepted"] += 1
+            _, dt = await s.timed(uri, *end)
+            accept.append(dt)
+            await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
+            entered, line, character = after_enter(accepted, *end)
+            off = offset_at(accepted, *end)
+            s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
+            r, dt = await s.timed(uri, line, character)
+            enter.append(dt)
+            counts["enter_items"] += bool(items_of(r))
+        s.close(uri)
+        if args.verbose:
+            print(f"{k:3d} first {first[kind][-1] * 1000:7.0f} ms warm {warm[-1] * 1000 if warm else 0:7.0f} ms "
+                  f"enter {enter[-1] * 1000 if enter else 0:7.0f} ms {c.name}:{c.line + 1}:{c.col}", file=sys.stderr)
+    status = await s.command("syntaxlock.status")
+    log = s.log()
+    await s.stop()
+    all_first = [x for v in first.values() for x in v]
+    return {
+        "server_ready_s": round(ready_s, 2),
+        "first_request_of_the_process_ms": round(first_s * 1000, 1),
+        "cut_points": len(cuts),
+        "idle_s_before_the_first_request": args.idle,
+        "first": stats_ms(all_first),
+        "first_by_code": {k: stats_ms(v) for k, v in first.items()},
+        "warm": stats_ms(warm) if warm else None,
+        "after_accept": stats_ms(accept) if accept else None,
+        "enter_after_s": args.enter_after,
+        "after_accept_and_enter": stats_ms(enter) if enter else None,
+        "counts": counts,
+        "engine": engine_figures(log, "file:///bench/"),
+        "work_ahead": status.get("workAhead"),
+        "kv_cache": status.get("kvCache"),
+        "server_log": str(s.log_file),
+    }
+
+
+async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
+    """Type the rest of real lines, one key at a time, without waiting for answers."""
+    before = await s.command("syntaxlock.stats")
+    stop_ms, final_wait, answered, requests = [], [], 0, 0
+    peak_cache_mb = 0.0
+    for k, c in enumerate(cuts):
+        uri = f"file:///typing/{tag}/{k}/{c.name}"
+        s.open(uri, c.doc)
+        s.cursor(uri, c.line, c.col)
+        pending: list[asyncio.Future] = []
+        col = c.col
+        for ch in c.rest[:24]:
+            s.edit(uri, (c.line, col), (c.line, col), ch)
+            col += utf16(ch)
+            sent = time.perf_counter()
+            fut = asyncio.ensure_future(s.ask(uri, c.line, col))
+            requests += 1
+            if pending and not pending[-1].done():  # superseded now: time its answer
+                pending[-1].add_done_callback(lambda f, t=sent: stop_ms.append(time.perf_counter() - t))
+            pending.append(fut)
+            await asyncio.sleep(1 / args.cps)
+        last_key = time.perf_counter() - 1 / args.cps
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        final_wait.append(time.perf_counter() - last_key)
+        answered += sum(1 for r in results if not isinstance(r, BaseException) and items_of(r))
+        status = await s.command("syntaxlock.status")
+        peak_cache_mb = max(peak_cache_mb, status.get("kvCache", {}).get("memory_mb", 0.0))
+        if k < len(cuts) - 1:
+            s.close(uri)
+    idle_s = await idle_after(s.pid)  # after the session's last key (and its answer)
+    after = await s.command("syntaxlock.stats")
+    status = await s.command("syntaxlock.status")
+    return {
+        "documents": len(cuts),
+        "chars_per_second": args.cps,
+        "requests": requests,
+        "superseded": after["superseded"] - before["superseded"],
+        "with_item": answered,
+        "superseded_answer_ms": stats_ms(stop_ms) if stop_ms else None,
+        "wait_after_the_last_key_ms": stats_ms(final_wait),
+        "server_idle_s_after_the_last_answer": idle_s,
+        "kv_cache_peak_mb": peak_cache_mb,
+        "kv_cache_cap_mb": status["settings"]["cacheMemoryMB"],
+        "server_memory_kb": memory_kb(s.pid),
+        "engine": engine_figures(s.log(), f"file:///typing/{tag}/"),
+    }
+
+
+async def scenario_typing(args, cuts: list[Cut]) -> dict:
+    s = Server(args, options_of(args))
+    await s.start()
+    await warmup(s, args)
+    out = await typing_session(s, args, cuts, "one")
+    await s.stop()
+    return out
+
+
+async def scenario_two(args, cuts: list[Cut]) -> dict:
+    """The typing session alone, then in two servers at once (each on its own documents)."""
+    half = len(cuts) // 2
+    alone = []
+    for tag, part in (("a", cuts[:half]), ("b", cuts[half:])):
+        s = Server(args, options_of(args))
+        await s.start()
+        await warmup(s, args)
+        alone.append(await typing_session(s, args, part, f"alone-{tag}"))
+        await s.stop()
+    servers = [Server(args, options_of(args)) for _ in range(2)]
+    await asyncio.gather(*(s.start() for s in servers))
+    await asyncio.gather(*(warmup(s, args) for s in servers))
+    together = await asyncio.gather(typing_session(servers[0], args, cuts[:half], "together-a"),
+                                    typing_session(servers[1], args, cuts[half:], "together-b"))
+    await asyncio.gather(*(s.stop() for s in servers))
+
+    def p(d, q):
+        return d["wait_after_the_last_key_ms"][q]
+
+    return {
+        "alone": [{"wait_after_the_last_key_ms": a["wait_after_the_last_key_ms"], "engine": a["engine"]} for a in alone],
+        "together": [{"wait_after_the_last_key_ms": t["wait_after_the_last_key_ms"], "engine": t["engine"]}
+                     for t in together],
+        "slowdown_p50": [round(p(t, "p50_ms") / max(1e-9, p(a, "p50_ms")), 2) for a, t in zip(alone, together)],
+        "slowdown_p90": [round(p(t, "p90_ms") / max(1e-9, p(a, "p90_ms")), 2) for a, t in zip(alone, together)],
+    }
+
+
+async def scenario_busy(args, cuts: list[Cut]) -> dict:
+    """Cold prompts (no work ahead) on a quiet machine, then with two CPU-bound processes."""
+    s = Server(args, options_of(args, workAhead=False))
+    await s.start()
+    await warmup(s, args)
+    out = {}
+    for phase in ("quiet", "two_cpu_bound_processes"):
+        hogs = []
+        if phase != "quiet":
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+            await asyncio.sleep(1.0)
+        try:
+            times = []
+            load0 = os.getloadavg()[0]
+            for k, c in enumerate(cuts):
+                uri = f"file:///busy/{phase}/{k}/{c.name}"
+                s.open(uri, c.doc)
+                _, dt = await s.timed(uri, c.line, c.col)
+                times.append(dt)
+                s.close(uri)
+            out[phase] = {"first_request": stats_ms(times), "load_average_1m": [round(load0, 2),
+                                                                                 round(os.getloadavg()[0], 2)],
+                          "engine": engine_figures(s.log(), f"file:///busy/{phase}/")}
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+    await s.stop()
+    q, b = out["quiet"]["first_request"], out["two_cpu_bound_processes"]["first_request"]
+    out["slowdown"] = {"p50": round(b["p50_ms"] / q["p50_ms"], 2), "p90": round(b["p90_ms"] / q["p90_ms"], 2)}
+    out["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE (the CLI's default)")
+    return out
 
 
 async def run(args) -> dict:
-    client = LanguageClient("syntaxlock-bench", "0")
-    ready = asyncio.Event()
-    failed: list[str] = []
-
-    @client.feature("syntaxlock/status")
-    def _status(ls, params):
-        state = params["state"] if isinstance(params, dict) else params.state
-        msg = params["message"] if isinstance(params, dict) else params.message
-        if state == "ready":
-            ready.set()
-        elif state == "error":
-            failed.append(msg)
-            ready.set()
-
-    @client.feature(types.WINDOW_LOG_MESSAGE)
-    def _log(ls, params):  # the server's log is read from its log file instead
-        pass
-
-    @client.feature(types.WINDOW_SHOW_MESSAGE)
-    def _show(ls, params):
-        print(f"server says: {params.message}", file=sys.stderr)
-
-    env = dict(os.environ)
-    log_file = Path(tempfile.mkdtemp(prefix="syntaxlock-bench-")) / "server.log"
-    cmd = [sys.executable, "-m", "lsp_server.cli", "serve", "--log-level", "INFO", "--log-file", str(log_file)]
-    t0 = time.perf_counter()
-    await client.start_io(*cmd, env=env, cwd=str(ROOT))
-    drain = asyncio.ensure_future(_drain(client._server.stderr, args.verbose))
-    options = {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode}
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=False)),
-        initialization_options=options, process_id=os.getpid()))
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), 1800)
-    if failed:
-        raise SystemExit(f"the server could not load the model: {failed[0]}")
-    ready_s = time.perf_counter() - t0
-    b = Bench(client)
-    status = await b.command("syntaxlock.status")
-    # the first completion of a process pays one-time costs (lazy initialisation): measured apart
-    warmup = cut_points(1, args.seed + 1)[0]
-    b.open("file:///warmup.py", warmup[1])
-    _, first_s = await b.timed("file:///warmup.py", warmup[2], warmup[3])
-    b.close("file:///warmup.py")
-
-    cold, warm, n_items, n_parse, n_warm_items = [], [], 0, 0, 0
-    cuts = cut_points(args.cuts, args.seed)
-    for k, (name, doc, line, col, rest) in enumerate(cuts):
-        uri = f"file:///bench/{k}/{name}"
-        b.open(uri, doc)
-        r, dt = await b.timed(uri, line, col)
-        cold.append(dt)
-        items = items_of(r)
-        n_items += bool(items)
-        n_parse += sum(parses_after_accept(doc, it) for it in items[:1])
-        typed = rest[: 1 + k % 3]
-        if typed:
-            b.type(uri, line, col, typed)
-            r, dt = await b.timed(uri, line, col + utf16(typed))
-            warm.append(dt)
-            n_warm_items += bool(items_of(r))
-        b.close(uri)
-        if args.verbose:
-            print(f"{k:3d} cold {cold[-1] * 1000:7.0f} ms warm {warm[-1] * 1000 if warm else 0:7.0f} ms "
-                  f"{name}:{line + 1}:{col} {items[0].insert_text[:50] if items else ''!r}", file=sys.stderr)
-
-    # a typing session: the rest of real lines, one key at a time, without waiting for answers
-    before = await b.command("syntaxlock.stats")
-    stop_ms, answered, requests = [], 0, 0
-    for k, (name, doc, line, col, rest) in enumerate(cuts[: args.typing_docs]):
-        uri = f"file:///typing/{k}/{name}"
-        b.open(uri, doc)
-        pending: list[tuple[asyncio.Future, float]] = []
-        c = col
-        for ch in rest[:24]:
-            b.type(uri, line, c, ch)
-            c += utf16(ch)
-            sent = time.perf_counter()
-            fut = asyncio.ensure_future(b.ask(uri, line, c))
-            requests += 1
-            if pending:  # the previous one is superseded now (if still running): time its answer
-                prev, _ = pending[-1]
-                if not prev.done():
-                    prev.add_done_callback(lambda f, s=sent: stop_ms.append(time.perf_counter() - s))
-            pending.append((fut, sent))
-            await asyncio.sleep(1 / args.cps)
-        results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
-        answered += sum(1 for r in results if not isinstance(r, BaseException) and items_of(r))
-        b.close(uri)
-    after = await b.command("syntaxlock.stats")
-    superseded = after["superseded"] - before["superseded"]
-    engine = engine_figures(log_file.read_text(encoding="utf-8", errors="replace"))
-
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-    drain.cancel()
-    return {
-        "model": status.get("model"),
-        "device": status.get("device"),
-        "server_ready_s": round(ready_s, 2),
-        "first_request_ms": round(first_s * 1000, 1),
-        "cut_points": len(cuts),
-        "max_tokens": args.max_tokens,
-        "mode": args.mode,
-        "cold": stats_ms(cold),
-        "warm": stats_ms(warm) if warm else None,
-        "items_share_cold": round(n_items / len(cuts), 3),
-        "items_share_warm": round(n_warm_items / max(1, len(warm)), 3),
-        "parses_after_accept": round(n_parse / max(1, n_items), 3),
-        "typing": {
-            "documents": min(args.typing_docs, len(cuts)),
-            "chars_per_second": args.cps,
-            "requests": requests,
-            "superseded": superseded,
-            "superseded_share": round(superseded / max(1, requests), 3),
-            "with_item": answered,
-            "superseded_answer_ms": stats_ms(stop_ms) if stop_ms else None,
-            "engine_stop_after_supersede_ms": engine["stop_lag"],
-            "engine_steps_before_the_stop": engine["stop_steps"],  # tokens decoded when it stopped
-        },
-        "engine": {k: v for k, v in engine.items() if not k.startswith("stop_")},
-        "server_log": str(log_file),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
+    cuts = cut_points(args.cuts, args.seed, args.code)
+    out = {
+        "model": args.model, "max_tokens": args.max_tokens, "mode": args.mode, "work_ahead": args.work_ahead,
+        "code": args.code, "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
+    scenarios = args.scenarios.split(",")
+    if "cuts" in scenarios:
+        out["cuts"] = await scenario_cuts(args, cuts)
+    typing_cuts = cut_points(args.typing_docs, args.seed + 7, args.code)
+    if "typing" in scenarios:
+        out["typing"] = await scenario_typing(args, typing_cuts)
+    if "two" in scenarios:
+        out["two_servers"] = await scenario_two(args, typing_cuts)
+    if "busy" in scenarios:
+        # prompts of ~1,000 tokens: at least 6,000 characters before the cursor
+        out["busy_machine"] = await scenario_busy(args, cut_points(args.busy_cuts, args.seed + 11, args.code, 6000))
+    out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cuts", type=int, default=100)
+    ap.add_argument("--cuts", type=int, default=40)
+    ap.add_argument("--scenarios", default="cuts,typing,two,busy")
+    ap.add_argument("--code", default="both", choices=["both", "stdlib", "thirdparty"])
     ap.add_argument("--model", default="default")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--mode", default="single", choices=["auto", "single", "multi"])
+    ap.add_argument("--idle", type=float, default=3.0, help="seconds between the cursor report and the first request")
+    ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")
+    ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
     ap.add_argument("--typing-docs", type=int, default=10)
     ap.add_argument("--cps", type=float, default=8.0, help="typing speed, characters per second")
+    ap.add_argument("--busy-cuts", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verbose", action="store_true", help="one line per cut point on stderr")
     args = ap.parse_args()
