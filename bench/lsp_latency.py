@@ -429,7 +429,7 @@ async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
         peak_cache_mb = max(peak_cache_mb, status.get("kvCache", {}).get("memory_mb", 0.0))
         if k < len(cuts) - 1:
             s.close(uri)
-    idle_s = await idle_after(s.pid)  # after the session's last key (and its answer)
+    idle_s = await idle_after(s.pid)  # from the session's last answer on
     after = await s.command("syntaxlock.stats")
     status = await s.command("syntaxlock.status")
     return {
@@ -440,7 +440,7 @@ async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
         "with_item": answered,
         "superseded_answer_ms": stats_ms(stop_ms) if stop_ms else None,
         "wait_after_the_last_key_ms": stats_ms(final_wait),
-        "server_idle_s_after_the_last_answer": idle_s,
+        "server_idle_s_after_the_last_key": None if idle_s is None else round(final_wait[-1] + idle_s, 2),
         "kv_cache_peak_mb": peak_cache_mb,
         "kv_cache_cap_mb": status["settings"]["cacheMemoryMB"],
         "server_memory_kb": memory_kb(s.pid),

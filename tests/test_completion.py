@@ -366,7 +366,10 @@ def test_typing_reuses_the_prompt_cache(tiny_engine):
     assert r2.prompt_reused >= r1.prompt_tokens - 2
 
 
-def test_a_cancelled_prompt_stops_between_layers_and_keeps_its_finished_chunks(tiny_engine, monkeypatch):
+def test_a_cancelled_prefill_stops_between_layers_and_a_request_keeps_its_chunk(tiny_engine, monkeypatch):
+    """Work ahead (`prefill`) stops inside a chunk, between two layers; a request's prompt is cut
+    only between chunks, so that the chunk it was running is kept for the request that
+    superseded it (see PromptCache.prefill)."""
     from lsp_server.model.prompt_cache import PREFILL_CHUNK
 
     runtime = tiny_engine.runtime
@@ -382,22 +385,32 @@ def test_a_cancelled_prompt_stops_between_layers_and_keeps_its_finished_chunks(t
 
     def counting_forward(ids, past=None, keep=1, cancel=None):
         asked_in_chunk.append(0)
-        return forward(ids, past, keep, cancel=cancel)
+        return forward(ids, past, keep, cancel=None if cancel is None else lambda: count(cancel))
 
-    def cancel() -> bool:  # stop the second chunk before its last layer (the others ran)
-        if len(asked_in_chunk) != 2:
-            return False
+    def count(cancel):
         asked_in_chunk[-1] += 1
-        return asked_in_chunk[-1] >= layers
+        return cancel()
+
+    def cancel() -> bool:  # stop during the second chunk, before its last layer (the others ran)
+        return len(asked_in_chunk) == 2 and asked_in_chunk[-1] >= layers or len(asked_in_chunk) > 2
 
     monkeypatch.setattr(runtime, "forward", counting_forward)
-    r = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"), cancel=cancel)
-    assert r.stop_reason == "cancelled" and r.text == ""
-    assert asked_in_chunk == [0, layers]  # asked before each layer, stopped at once
+    out = tiny_engine.prefill(CompletionRequest(doc, i, 4, document="chunks"), cancel=cancel)
+    assert not out.complete and out.computed == PREFILL_CHUNK
+    assert asked_in_chunk == [layers, layers]  # asked before each layer, stopped at once
     again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
     assert again.prompt_tokens > 2 * PREFILL_CHUNK
     assert again.prompt_reused == PREFILL_CHUNK  # the chunk finished before the cancellation
     assert again.text == reference.text  # the half-run chunk left nothing behind
+    # a request cancelled while its second chunk runs finishes that chunk and keeps it
+    asked_in_chunk.clear()
+    tiny_engine.forget("chunks")
+    r = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"),
+                             cancel=lambda: len(asked_in_chunk) >= 2)
+    assert r.stop_reason == "cancelled" and r.text == ""
+    assert asked_in_chunk == [0, 0]  # not asked inside a chunk
+    again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
+    assert again.prompt_reused == 2 * PREFILL_CHUNK and again.text == reference.text
 
 
 def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkeypatch):

@@ -84,6 +84,12 @@ def test_the_prompt_is_bounded_in_tokens_whatever_the_line_lengths(tok, name):
     assert counting.chars <= 2 * BUDGET * longest, counting.chars
 
 
+def test_a_huge_line_above_the_cursor_is_left_out_and_the_imports_kept(tok):
+    before = "import os\nx = '" + "abcdefgh " * 110_000 + "'\ny = os."
+    p = build_prompt(tok, before, "", BUDGET, None)
+    assert p.text == "import os\ny = os." and p.truncated
+
+
 def test_a_short_text_is_the_whole_prompt(tok):
     before = "import os\n\ndef f(x):\n    return "
     p = build_prompt(tok, before, "", BUDGET, None)

@@ -5,8 +5,9 @@
     result.text, result.start, result.end   # insert `text` in place of start..end (LSP positions)
 
 `complete` is synchronous and thread-safe (one completion at a time per engine); `cancel` is
-polled between decoding steps and between the decoder layers of every forward pass (prompt
-chunks included), so a cancelled request stops within one layer's work.
+polled between decoding steps and between the decoder layers of every decoding pass, and between
+the prompt's chunks (a chunk started is finished and kept for the request that superseded this
+one: see `PromptCache.prefill`); `prefill` (work ahead of a request) stops between layers.
 """
 
 from __future__ import annotations
@@ -364,7 +365,7 @@ class CompletionEngine:
 
         try:
             logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel,
-                                                             opts.cache_memory_mb)
+                                                             opts.cache_memory_mb, between_layers=False)
         except PrefillCancelled:
             return self._empty(req, "cancelled", opts)
         prompt_ms = (time.perf_counter() - t0) * 1000

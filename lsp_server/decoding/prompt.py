@@ -116,7 +116,17 @@ def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int) ->
     if end == len(before):  # the cursor's line itself
         cut = _cut_inside(tok, before, off, budget, limit)
         return Window(before[cut:], True, cut, line)
-    return Window(before[end:], True, end, line + 1)
+    return Window(_with_imports(tok, before, end, total, budget, limit), True, end, line + 1)
+
+
+def _with_imports(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int) -> str:
+    """The kept text `before[off:]` (of `tokens` tokens) with the file's imports before it put
+    in front, when they fit in the budget with it."""
+    kept = before[off:]
+    header = "".join(m.group(0) for m in IMPORT_LINE.finditer(before, 0, min(off, IMPORT_SCAN_CHARS)))
+    if header and len(header) <= limit and _count(tok, header) + tokens <= budget:
+        return header + kept
+    return kept
 
 
 def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = None) -> Window:
@@ -152,11 +162,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     else:
         line = min(fits)
     off, total = fits[line]
-    kept = before[off:]
-    header = "".join(m.group(0) for m in IMPORT_LINE.finditer(before, 0, min(off, IMPORT_SCAN_CHARS)))
-    if header and len(header) <= limit and _count(tok, header) + total <= budget:
-        kept = header + kept
-    return Window(kept, True, off, line)
+    return Window(_with_imports(tok, before, off, total, budget, limit), True, off, line)
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,

@@ -49,13 +49,18 @@ class PromptCache:
         self.stats = {"reused_tokens": 0, "computed_tokens": 0, "evicted": 0}
         self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
 
-    def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None):
+    def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
+                between_layers: bool = True):
         """(logits after `ids`, a cache holding them, positions reused): reuses the document's
         cached prefix. The new tokens run in chunks of PREFILL_CHUNK, and `cancel()` is asked
-        before each decoder layer of each chunk: a cancelled prefill raises `PrefillCancelled`
-        and keeps the chunks it finished for the next request on the document (typing on, or
-        the request the prefill was made for, usually shares that prefix). The other documents
-        are then evicted, least recently used first, down to `memory_mb` in all."""
+        before each chunk, and with `between_layers` before each decoder layer of a chunk too:
+        a cancelled prefill raises `PrefillCancelled` and keeps the chunks it finished for the
+        next request on the document (typing on, or the request the prefill was made for,
+        usually shares that prefix). Without `between_layers` a chunk once started is finished
+        (at most PREFILL_CHUNK tokens, ~0.3 s): a request superseded by the next keystroke then
+        still leaves its chunk to the next request, where stopping inside it would lose it (at
+        8 keys a second no chunk of 128 tokens would ever be finished). The other documents are
+        then evicted, least recently used first, down to `memory_mb` in all."""
         entry = self._entries.pop(key, None)
         common = 0
         if entry is not None:
@@ -80,7 +85,7 @@ class PromptCache:
                     if cancel is not None and cancel():
                         raise ForwardCancelled()
                     chunk = ids[done : done + self.chunk]
-                    out, past = self.runtime.forward(chunk, past, cancel=cancel)
+                    out, past = self.runtime.forward(chunk, past, cancel=cancel if between_layers else None)
                     logits = out[-1]
                     done += len(chunk)
             except ForwardCancelled:

@@ -7,7 +7,6 @@
 local util = require("syntaxlock.util")
 
 local api = vim.api
-local uv = vim.uv or vim.loop
 
 local M = {}
 
@@ -52,41 +51,21 @@ local function moved(bufnr)
   if st == nil then
     return
   end
-  st.timer = st.timer or uv.new_timer()
-  st.timer:stop()
-  st.timer:start(
-    M.opts.debounce_ms,
-    0,
-    vim.schedule_wrap(function()
-      if buffers[bufnr] == st then
-        M.send(bufnr)
-      end
-    end)
-  )
+  util.debounce(st, M.opts.debounce_ms, function()
+    if buffers[bufnr] == st then
+      M.send(bufnr)
+    end
+  end)
 end
 
 --- Reports the cursor of `bufnr` to client `client_id` from now on. Idempotent.
 function M.attach(bufnr, client_id)
-  local st = buffers[bufnr]
-  if st then
-    st.client_id = client_id
+  local _, new = util.buffer_state(buffers, bufnr, client_id)
+  if not new then
     return
   end
-  buffers[bufnr] = { client_id = client_id }
-  api.nvim_create_autocmd({ "CursorMoved", "CursorMovedI", "InsertEnter", "BufEnter" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function()
-      moved(bufnr)
-    end,
-  })
-  api.nvim_create_autocmd({ "BufUnload", "BufWipeout" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function()
-      M.detach(bufnr)
-    end,
-  })
+  util.on_buffer(group, bufnr, { "CursorMoved", "CursorMovedI", "InsertEnter", "BufEnter" }, moved)
+  util.on_buffer(group, bufnr, { "BufUnload", "BufWipeout" }, M.detach)
   moved(bufnr)
 end
 

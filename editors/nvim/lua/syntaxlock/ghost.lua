@@ -12,7 +12,6 @@
 local util = require("syntaxlock.util")
 
 local api = vim.api
-local uv = vim.uv or vim.loop
 
 local M = {}
 
@@ -303,16 +302,11 @@ local function on_change(bufnr)
   if not M.opts.enabled then
     return
   end
-  st.timer = st.timer or uv.new_timer()
-  st.timer:start(
-    M.opts.debounce_ms,
-    0,
-    vim.schedule_wrap(function()
-      if buffers[bufnr] == st then
-        M.request(bufnr, false)
-      end
-    end)
-  )
+  util.debounce(st, M.opts.debounce_ms, function()
+    if buffers[bufnr] == st then
+      M.request(bufnr, false)
+    end
+  end)
 end
 
 local function on_cursor(bufnr)
@@ -407,31 +401,14 @@ end
 
 --- Starts ghost text in `bufnr`, served by client `client_id`. Idempotent.
 function M.attach(bufnr, client_id)
-  local st = buffers[bufnr]
-  if st then
-    st.client_id = client_id
+  local _, new = util.buffer_state(buffers, bufnr, client_id)
+  if not new then
     return
   end
-  buffers[bufnr] = { client_id = client_id }
-  local function au(events, fn)
-    api.nvim_create_autocmd(events, {
-      group = group,
-      buffer = bufnr,
-      callback = function()
-        fn(bufnr)
-      end,
-    })
-  end
-  au({ "TextChangedI", "TextChangedP" }, on_change)
-  au("CursorMovedI", on_cursor)
-  au({ "InsertLeave", "BufLeave" }, on_leave)
-  api.nvim_create_autocmd({ "BufUnload", "BufWipeout" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function()
-      M.detach(bufnr)
-    end,
-  })
+  util.on_buffer(group, bufnr, { "TextChangedI", "TextChangedP" }, on_change)
+  util.on_buffer(group, bufnr, "CursorMovedI", on_cursor)
+  util.on_buffer(group, bufnr, { "InsertLeave", "BufLeave" }, on_leave)
+  util.on_buffer(group, bufnr, { "BufUnload", "BufWipeout" }, M.detach)
 end
 
 --- Stops ghost text in `bufnr`.

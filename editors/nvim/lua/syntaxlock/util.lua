@@ -56,6 +56,37 @@ function M.byte_col(bufnr, row, character, encoding)
   return #line
 end
 
+--- The state of `bufnr` in `buffers` (served by client `client_id`), made when missing; true
+--- when it was made now.
+function M.buffer_state(buffers, bufnr, client_id)
+  local st = buffers[bufnr]
+  if st then
+    st.client_id = client_id
+    return st, false
+  end
+  st = { client_id = client_id }
+  buffers[bufnr] = st
+  return st, true
+end
+
+--- Runs `fn(bufnr)` on `events` in buffer `bufnr` (autocommands of `group`).
+function M.on_buffer(group, bufnr, events, fn)
+  vim.api.nvim_create_autocmd(events, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      fn(bufnr)
+    end,
+  })
+end
+
+--- Runs `fn` (scheduled) `ms` after the last call for `owner`, which keeps the timer in `owner.timer`.
+function M.debounce(owner, ms, fn)
+  owner.timer = owner.timer or (vim.uv or vim.loop).new_timer()
+  owner.timer:stop()
+  owner.timer:start(ms, 0, vim.schedule_wrap(fn))
+end
+
 --- Neovim's own inline completion (0.12+), or nil.
 function M.native_inline_completion()
   local ok, mod = pcall(function()
