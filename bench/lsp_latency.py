@@ -16,9 +16,11 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
     of it (editors ask again after an accept); after_enter: `--enter-after` seconds after the
     accept, press Enter (the new line indented as editors do by default) and ask.
   The very first request of the process (one-time costs) is reported apart.
-- `typing`: a typing session of `--typing-docs` documents: the rest of a real line typed at
-  `--cps` characters per second, one didChange + cursor + request per key without waiting for
-  answers. Reports the share of prompt tokens served from the KV cache (from the server's log),
+- `typing`: a typing session of `--typing-docs` documents: each opened, its cursor reported,
+  `--typing-idle` seconds of looking, then the rest of a real line typed at `--cps` characters
+  per second, one didChange + request per key without waiting for answers. Reports the share of
+  the prompt tokens the engine prepared (for every request, superseded ones included, and the
+  work ahead) that it found in the KV cache,
   how soon a superseded request is answered, the wait after the last key of each line for its
   answer, when the server's CPU goes idle after the session's last key (its CPU time from
   /proc), its peak memory and the KV caches' memory against the cap.
@@ -403,12 +405,14 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
 async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
     """Type the rest of real lines, one key at a time, without waiting for answers."""
     before = await s.command("syntaxlock.stats")
+    cache_before = (await s.command("syntaxlock.status"))["kvCache"]
     stop_ms, final_wait, answered, requests = [], [], 0, 0
     peak_cache_mb = 0.0
     for k, c in enumerate(cuts):
         uri = f"file:///typing/{tag}/{k}/{c.name}"
         s.open(uri, c.doc)
         s.cursor(uri, c.line, c.col)
+        await asyncio.sleep(args.typing_idle)  # the user looks before typing
         pending: list[asyncio.Future] = []
         col = c.col
         for ch in c.rest[:24]:
@@ -432,9 +436,17 @@ async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
     idle_s = await idle_after(s.pid)  # from the session's last answer on
     after = await s.command("syntaxlock.stats")
     status = await s.command("syntaxlock.status")
+    reused = status["kvCache"]["reused_tokens"] - cache_before["reused_tokens"]
+    computed = status["kvCache"]["computed_tokens"] - cache_before["computed_tokens"]
     return {
         "documents": len(cuts),
         "chars_per_second": args.cps,
+        "idle_s_before_typing": args.typing_idle,
+        # every prompt the engine prepared (requests, superseded ones included, and work ahead):
+        # the share of their tokens found in the KV cache
+        "prompt_tokens_reused_share": round(reused / max(1, reused + computed), 3),
+        "prompt_tokens_reused": reused,
+        "prompt_tokens_computed": computed,
         "requests": requests,
         "superseded": after["superseded"] - before["superseded"],
         "with_item": answered,
@@ -554,6 +566,7 @@ def main() -> None:
     ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
     ap.add_argument("--typing-docs", type=int, default=10)
     ap.add_argument("--cps", type=float, default=8.0, help="typing speed, characters per second")
+    ap.add_argument("--typing-idle", type=float, default=1.0, help="seconds between opening a document and typing")
     ap.add_argument("--busy-cuts", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verbose", action="store_true", help="one line per cut point on stderr")
