@@ -297,6 +297,7 @@ def test_enter_is_predicted_as_editors_indent():
 def test_end_of_insert_and_cursor_params():
     assert end_of_insert((3, 4), "abc") == (3, 7)
     assert end_of_insert((3, 4), "a\n  bé𝔘") == (4, 6)
+    assert end_of_insert((3, 4), "a\r\nb\rcd") == end_of_insert((3, 4), "a\nb\ncd") == (5, 2)
     params = {"textDocument": {"uri": "file:///a.py", "version": 2}, "position": {"line": 1, "character": 0}}
     assert parse_cursor(params) == ("file:///a.py", 2, 1, 0)
     for bad in ({}, {"textDocument": {"uri": 1}, "position": {"line": 0, "character": 0}},

@@ -85,8 +85,9 @@ class Suggester:
         self._shown: OrderedDict[str, tuple[str, str, Suggestion]] = OrderedDict()  # id -> (uri, text, s)
 
     def accepted(self, sid) -> tuple[str, str, tuple[int, int]] | None:
-        """The document as accepting suggestion `sid` left it, and the cursor after the
-        suggestion: (uri, text, cursor); None for a suggestion not remembered."""
+        """The document as accepting suggestion `sid` left it ("\n" line ends, as the engine
+        reads it), and the cursor after the suggestion: (uri, text, cursor); None for a suggestion
+        not remembered."""
         entry = self._shown.pop(sid, None) if isinstance(sid, str) else None
         if entry is None:
             return None
@@ -96,7 +97,8 @@ class Suggester:
             b = offset_at(text, s.range.end.line, s.range.end.character)
         except PositionError:
             return None
-        return uri, text[:a] + s.text + text[b:], end_of_insert((s.range.start.line, s.range.start.character), s.text)
+        return (uri, to_lf(text[:a] + s.text + text[b:]),
+                end_of_insert((s.range.start.line, s.range.start.character), s.text))
 
     def forget(self, uri: str) -> None:
         job = self._jobs.pop(uri, None)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..decoding.engine import CompletionRequest
-from ..positions import PositionError, offset_at, utf16_len
+from ..positions import PositionError, offset_at, to_lf, utf16_len
 from .documents import DocumentStore
 from .engine_host import EngineHost
 
@@ -83,8 +83,9 @@ def after_enter(text: str, line: int, character: int) -> tuple[str, int, int]:
 
 
 def end_of_insert(start: tuple[int, int], inserted: str) -> tuple[int, int]:
-    """The cursor after inserting `inserted` at `start` (LSP positions, UTF-16)."""
-    parts = inserted.split("\n")
+    """The cursor after inserting `inserted` at `start` (LSP positions, UTF-16; \n, \r\n and a
+    lone \r each end a line)."""
+    parts = to_lf(inserted).split("\n")
     if len(parts) == 1:
         return start[0], start[1] + utf16_len(inserted)
     return start[0] + len(parts) - 1, utf16_len(parts[-1])
@@ -140,8 +141,9 @@ class WorkAhead:
         self._focus_on(uri)
 
     def accepted(self, uri: str, text: str, cursor: tuple[int, int]) -> None:
-        """A suggestion was accepted: `text` is the document with it, `cursor` after it. The next
-        suggestion is prefetched for the document after Enter."""
+        """A suggestion was accepted: `text` is the document with it ("\n" line ends, as the
+        engine reads it), `cursor` after it. The next suggestion is prefetched for the document
+        after Enter."""
         try:
             entered, line, character = after_enter(text, *cursor)
         except PositionError:
@@ -180,8 +182,9 @@ class WorkAhead:
         if doc is None or cursor is None or doc.refused:
             return
         # a prefetch still valid for this text stays first (its prefill comes with it)
-        keep = [p for p in self._plans if p.work is Work.PREFETCH and doc.text in p.valid_for]
-        self._plans = keep + [Plan(Work.PREFILL, uri, doc.text, cursor[0], cursor[1], (doc.text,))]
+        text = doc.lf_text  # as the engine reads it (a request's text too)
+        keep = [p for p in self._plans if p.work is Work.PREFETCH and text in p.valid_for]
+        self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor[0], cursor[1], (text,))]
         self._schedule()
 
     def _schedule(self) -> None:
@@ -208,7 +211,7 @@ class WorkAhead:
             return
         plan = self._plans[0]
         doc = self.documents.get(plan.uri)
-        if plan.uri != self.focus or doc is None or doc.refused or doc.text not in plan.valid_for:
+        if plan.uri != self.focus or doc is None or doc.refused or doc.lf_text not in plan.valid_for:
             self._plans.pop(0)
             self.stats[f"{plan.work.value}_dropped"] += 1
             self._schedule()
