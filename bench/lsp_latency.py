@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import STDLIB, read_source, stats_ms, stdlib_files, thirdparty_files  # noqa: E402
+from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
 
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
@@ -70,12 +70,7 @@ class Cut:
 def cut_points(n: int, seed: int, code: str, min_before: int = 0) -> list[Cut]:
     """n cut points, half from each code set with `both` (with at least `min_before` characters
     before the cursor)."""
-    sets = {"stdlib": [(f, STDLIB) for f in stdlib_files()]}
-    if code in ("both", "thirdparty"):
-        files = thirdparty_files()
-        sets["thirdparty"] = [(f, _wheel_root(f).parent) for f in files]
-    if code != "both":
-        sets = {code: sets[code]}
+    sets = {kind: code_files(kind) for kind in (CODE_SETS if code == "both" else (code,))}
     rng = random.Random(seed)
     per = {k: -(-n // len(sets)) for k in sets}
     out = []
@@ -83,7 +78,7 @@ def cut_points(n: int, seed: int, code: str, min_before: int = 0) -> list[Cut]:
         files = list(files)
         rng.shuffle(files)
         got = 0
-        for path, root in files:
+        for path in files:
             if got >= per[kind] or len(out) >= n:
                 break
             data = read_source(path)
@@ -100,17 +95,9 @@ def cut_points(n: int, seed: int, code: str, min_before: int = 0) -> list[Cut]:
             indent = len(ln) - len(ln.lstrip())
             col = rng.randint(indent + 1, len(ln) - 3)
             doc = "".join(lines[:i]) + ln[:col] + "\n" + "".join(lines[i + 1 :])
-            out.append(Cut(f"{kind}/{path.relative_to(root)}", doc, i, col, ln[col:]))
+            out.append(Cut(f"{kind}/{relative_name(path)}", doc, i, col, ln[col:]))
             got += 1
     return out
-
-
-def _wheel_root(path: Path) -> Path:
-    """The unpacked wheel's folder of a third-party file (`thirdparty/<name-version>/`)."""
-    p = path
-    while p.parent.name != "thirdparty":
-        p = p.parent
-    return p
 
 
 def utf16(s: str) -> int:

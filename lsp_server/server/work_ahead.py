@@ -37,7 +37,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ..decoding.engine import CompletionRequest
 from ..positions import PositionError, offset_at, to_lf, utf16_len
