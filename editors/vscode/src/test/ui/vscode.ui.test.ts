@@ -160,22 +160,28 @@ before(async () => {
 });
 
 after(async () => {
-  // the logs, for a failure: code-server's, the extension's output channel, the LSP record
-  if (codeServer !== undefined) {
-    fs.writeFileSync(path.join(OUT, "code-server.log"), codeServer.log);
+  try {
+    // the logs, for a failure: code-server's, the extension's output channel, the LSP record
+    if (codeServer !== undefined) {
+      fs.writeFileSync(path.join(OUT, "code-server.log"), codeServer.log);
+    }
+    const logs = path.join(dirs.userData, "logs");
+    const channel = fs.existsSync(logs)
+      ? fs
+          .readdirSync(logs, { recursive: true, encoding: "utf8" })
+          .filter((f) => f.endsWith(path.join("syntaxlock.syntaxlock", "syntaxlock.log")))
+      : [];
+    for (const [i, f] of channel.entries()) {
+      fs.copyFileSync(path.join(logs, f), path.join(OUT, `output-channel-${i}.log`));
+    }
+    if (fs.existsSync(recordFile)) {
+      fs.copyFileSync(recordFile, path.join(OUT, "lsp.jsonl"));
+    }
+    console.log(`# screenshots and logs: ${OUT}`);
+  } finally {
+    await wb?.close();
+    await codeServer?.stop();
   }
-  const channel = fs
-    .readdirSync(path.join(dirs.userData, "logs"), { recursive: true, encoding: "utf8" })
-    .filter((f) => f.endsWith(path.join("syntaxlock.syntaxlock", "syntaxlock.log")));
-  for (const [i, f] of channel.entries()) {
-    fs.copyFileSync(path.join(dirs.userData, "logs", f), path.join(OUT, `output-channel-${i}.log`));
-  }
-  if (fs.existsSync(recordFile)) {
-    fs.copyFileSync(recordFile, path.join(OUT, "lsp.jsonl"));
-  }
-  await wb?.close();
-  await codeServer?.stop();
-  console.log(`# screenshots and logs: ${OUT}`);
 });
 
 test("code-server has the extension installed", () => {
