@@ -35,11 +35,9 @@ protocol does not depend on the model; latencies are that model's.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
-import re
 import struct
 import subprocess
 import sys
@@ -50,8 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "tests"))
-from _util import stats_ms  # noqa: E402
-from raw_lsp import RawServer, frame, server_command  # noqa: E402
+from _util import stats_ms
+from raw_lsp import RawServer, frame, lsp_lines, lsp_offset, server_command, text_digest
 
 STATS = {"command": "syntaxlock.stats"}
 ANSWER_S = 120.0  # a guard: a request unanswered this long is a failure
@@ -65,29 +63,6 @@ def vm_kib(pid: int, key: str) -> int:
     except OSError:
         pass
     return 0
-
-
-def digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def lsp_lines(text: str) -> list[tuple[int, int]]:
-    """(start, end of content) of each line: "\\n", "\\r\\n" and "\\r" end a line."""
-    out, start = [], 0
-    for m in re.finditer(r"\r\n|\r|\n", text):
-        out.append((start, m.start()))
-        start = m.end()
-    out.append((start, len(text)))
-    return out
-
-
-def lsp_offset(text: str, line: int, character: int) -> int:
-    start, end = lsp_lines(text)[line]
-    i, units = start, 0
-    while i < end and units < character:
-        units += 2 if ord(text[i]) > 0xFFFF else 1
-        i += 1
-    return i
 
 
 class Campaign:
@@ -134,7 +109,7 @@ class Campaign:
     # ------------------------------------------------------------------ categories
 
     def frames(self, s: RawServer) -> None:
-        good = lambda i: {"jsonrpc": "2.0", "id": f"f{i}", "method": "workspace/executeCommand", "params": STATS}  # noqa: E731
+        good = lambda i: {"jsonrpc": "2.0", "id": f"f{i}", "method": "workspace/executeCommand", "params": STATS}
         fixed = {
             "short": frame(good(0), length=10), "long": frame(good(1), length=400), "zero": frame(good(2), length=0),
             "missing": b"Content-Type: application/vscode-jsonrpc\r\n\r\n" + json.dumps(good(3)).encode(),
@@ -303,7 +278,7 @@ class Campaign:
             if k % 500 == 0 or k == self.args.edits:
                 def same(k=k):
                     held = s.call("workspace/executeCommand", {"command": "syntaxlock.status"}, ANSWER_S)["result"]["documents"]
-                    return all(held[u]["blake2b"] == digest(t) and held[u]["lines"] == len(lsp_lines(t)) for u, t in docs.items())
+                    return all(held[u]["blake2b"] == text_digest(t) and held[u]["lines"] == len(lsp_lines(t)) for u, t in docs.items())
                 self.check("edits", f"in sync after {k} edits", same)
         self.probe("edits", "every edit applied", "not applied" not in s.log_text())
 

@@ -10,6 +10,7 @@ frames that no LSP client library would send, and every message the server write
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lsp_server.server.framing import Frame, FrameParser  # noqa: E402
+from lsp_server.server.framing import Frame, FrameParser
 
 WAIT_S = 120.0  # a guard against hangs, not a timing check
 
@@ -34,6 +35,41 @@ def frame(obj, length: int | str | None = None, header: str = "Content-Length", 
     body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
     n = len(body) if length is None else length
     return f"{header}: {n}".encode() + eol + eol + body
+
+
+def lsp_lines(text: str) -> list[tuple[int, int]]:
+    """(start, end of content) of each line as an LSP client counts them, written out plainly
+    (the oracle the server's positions are checked against): "\n", "\r\n" and a lone "\r"
+    each end a line, nothing else does."""
+    out, start, i = [], 0, 0
+    while i < len(text):
+        if text[i] == "\r" and text[i + 1 : i + 2] == "\n":
+            out.append((start, i))
+            i += 2
+            start = i
+        elif text[i] in "\r\n":
+            out.append((start, i))
+            i += 1
+            start = i
+        else:
+            i += 1
+    out.append((start, len(text)))
+    return out
+
+
+def lsp_offset(text: str, line: int, character: int) -> int:
+    """The string index of an LSP position (UTF-16 character, clamped to its line's end)."""
+    start, end = lsp_lines(text)[line]
+    i, units = start, 0
+    while i < end and units < character:
+        units += 2 if ord(text[i]) > 0xFFFF else 1
+        i += 1
+    return i
+
+
+def text_digest(text: str) -> str:
+    """The digest syntaxlock.status gives of a document's text."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def server_command(*extra: str) -> list[str]:

@@ -8,7 +8,6 @@ end."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 import re
 
@@ -22,36 +21,9 @@ from lsp_server.server.documents import DocumentStore
 from lsp_server.server.engine_host import EngineHost
 from lsp_server.server.suggester import Suggester
 from lsp_server.server.telemetry import Telemetry
-from raw_lsp import RawServer
+from raw_lsp import RawServer, lsp_lines, lsp_offset, text_digest
 
 PIECES = ["a", "b", " ", "é", "😀", "\n", "\r", "\r\n", "\u2028", "\x0c", "\x0b", "\x85", "("]
-
-
-def lsp_lines(text: str) -> list[tuple[int, int]]:
-    """(start, end of content) of each line, by LSP's rule written out plainly."""
-    out, start, i = [], 0, 0
-    while i < len(text):
-        if text[i] == "\r" and text[i + 1 : i + 2] == "\n":
-            out.append((start, i))
-            i += 2
-            start = i
-        elif text[i] in "\r\n":
-            out.append((start, i))
-            i += 1
-            start = i
-        else:
-            i += 1
-    out.append((start, len(text)))
-    return out
-
-
-def lsp_offset(text: str, line: int, character: int) -> int:
-    start, end = lsp_lines(text)[line]
-    i, units = start, 0
-    while i < end and units < character:
-        units += 2 if ord(text[i]) > 0xFFFF else 1
-        i += 1
-    return i
 
 
 def random_text(rng: random.Random, n: int) -> str:
@@ -104,10 +76,6 @@ def test_mirrored_edits_in_the_document_store():
             assert doc.starts == line_starts(client)
 
 
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
 def test_mirrored_edits_over_the_wire():
     """300 random edits to a CR-only and a mixed document, sent as the client would: the
     server's copy (its digest in syntaxlock.status) is the client's, no change is refused."""
@@ -129,7 +97,7 @@ def test_mirrored_edits_over_the_wire():
                      {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]})
         held = s.call("workspace/executeCommand", {"command": "syntaxlock.status"})["result"]["documents"]
         for uri, text in docs.items():
-            assert held[uri]["blake2b"] == _digest(text), uri
+            assert held[uri]["blake2b"] == text_digest(text), uri
             assert held[uri]["lines"] == len(lsp_lines(text)) and held[uri]["refused"] is None
         assert "not applied" not in s.log_text() and "outside the document" not in s.log_text()
 
@@ -193,7 +161,8 @@ def _json_decoder_cuts() -> tuple[list[str], list[tuple[int, int]]]:
     `x = NAME` statements (as test_server_completion has them)."""
     import json.decoder
 
-    lines = open(json.decoder.__file__, encoding="utf-8").read().splitlines(keepends=True)
+    with open(json.decoder.__file__, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
     cuts = []
     for i, ln in enumerate(lines):
         m = re.match(r"^(\s{4,}(?:return |\w+ = ))([A-Za-z_]\w*)\b", ln)

@@ -17,9 +17,10 @@ DOC_CHARS = 9_990_000  # just under the store's 10 MiB limit
 
 
 def _kib(pid: int, key: str) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
     raise AssertionError(f"no {key} in /proc/{pid}/status")
 
 

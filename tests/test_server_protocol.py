@@ -85,9 +85,10 @@ def test_an_absurd_length_is_refused_without_allocating_it(server: RawServer):
 
 
 def _peak_rss_kib(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
     raise AssertionError("no VmHWM in /proc")
 
 
@@ -122,6 +123,16 @@ def test_frames_do_not_depend_on_how_the_stream_is_cut():
     for _ in range(20):
         cuts = [rng.randint(1, 200) for _ in range(len(stream) // 50)]
         assert _events(stream, cuts) == whole
+
+
+def test_a_frame_cut_anywhere_loses_only_itself():
+    """A frame cut short at any byte (in its header or its body), then good frames: every good
+    frame is read as it was sent."""
+    cut = frame(stats_request("cut"))
+    goods = b"".join(frame(stats_request(i)) for i in range(3))
+    for k in range(1, len(cut)):
+        frames = [e for e in _events(cut[:k] + goods, []) if isinstance(e, Frame) and e.problem is None]
+        assert [json.loads(f.body)["id"] for f in frames[-3:]] == [0, 1, 2], k
 
 
 def test_a_large_body_is_one_frame_in_any_chunks():

@@ -244,16 +244,23 @@ class FrameParser:
             if self._headers:
                 self._end_header(out)
             return True
-        m = find_anchor(buf, 0, nl + 1)
-        if m is not None and buf[: m.start()].strip(b" \t"):
-            # garbage (the rest of a short body, a stray line) and then a header on the same line
-            self._drop_header(out, m.start(), "bytes before a header")
+        last = None
+        for last in _HEADER_NAME.finditer(buf, 0, nl):
+            pass
+        if last is not None and buf[: last.start()].strip(b" \t"):
+            # garbage (the rest of a short body, a stray line, a header cut short) and then a
+            # header on the same line: the last one is where the next frame starts
+            self._drop_header(out, last.start(), "bytes before a header")
             return True
         h = _HEADER_LINE.fullmatch(line)
         if h is None:
             self._drop_header(out, nl + 1, "not a header line")
             return True
-        self._headers.append((h.group(1).lower(), h.group(2)))
+        name = h.group(1).lower()
+        if name == b"content-length" and any(k == name for k, _ in self._headers):
+            # a second length in one header: the first frame was cut short, a new one begins here
+            self._drop_header(out, 0, "a header cut short")
+        self._headers.append((name, h.group(2)))
         self._header_bytes += nl + 1
         del buf[: nl + 1]
         if self._header_bytes > MAX_HEADER_BYTES:
@@ -275,9 +282,6 @@ class FrameParser:
         self._header_bytes = 0
         if not lengths:
             self._start_body(None, "a header without Content-Length")
-            return
-        if len(set(lengths)) > 1:
-            self._start_body(None, f"Content-Length given {len(lengths)} times, differently")
             return
         value = lengths[0]
         if not _DIGITS.fullmatch(value):

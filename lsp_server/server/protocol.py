@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+
 import attrs
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError

@@ -22,9 +22,8 @@ import os
 import select
 import stat
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import BinaryIO
-from collections.abc import Callable
 
 from .framing import FrameParser
 from .protocol import RobustProtocol
