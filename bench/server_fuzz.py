@@ -48,8 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "tests"))
-from _util import stats_ms
-from raw_lsp import RawServer, frame, lsp_lines, lsp_offset, server_command, text_digest
+from _util import stats_ms  # noqa: E402
+from raw_lsp import RawServer, frame, lsp_lines, lsp_offset, server_command, text_digest  # noqa: E402
 
 STATS = {"command": "syntaxlock.stats"}
 ANSWER_S = 120.0  # a guard: a request unanswered this long is a failure
@@ -109,7 +109,9 @@ class Campaign:
     # ------------------------------------------------------------------ categories
 
     def frames(self, s: RawServer) -> None:
-        good = lambda i: {"jsonrpc": "2.0", "id": f"f{i}", "method": "workspace/executeCommand", "params": STATS}
+        def good(i) -> dict:
+            return {"jsonrpc": "2.0", "id": f"f{i}", "method": "workspace/executeCommand", "params": STATS}
+
         fixed = {
             "short": frame(good(0), length=10), "long": frame(good(1), length=400), "zero": frame(good(2), length=0),
             "missing": b"Content-Type: application/vscode-jsonrpc\r\n\r\n" + json.dumps(good(3)).encode(),

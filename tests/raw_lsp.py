@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lsp_server.server.framing import Frame, FrameParser
+from lsp_server.server.framing import Frame, FrameParser  # noqa: E402
 
 WAIT_S = 120.0  # a guard against hangs, not a timing check
 

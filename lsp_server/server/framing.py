@@ -244,13 +244,11 @@ class FrameParser:
             if self._headers:
                 self._end_header(out)
             return True
-        last = None
-        for last in _HEADER_NAME.finditer(buf, 0, nl):
-            pass
-        if last is not None and buf[: last.start()].strip(b" \t"):
+        names = [m.start() for m in _HEADER_NAME.finditer(buf, 0, nl)]
+        if names and buf[: names[-1]].strip(b" \t"):
             # garbage (the rest of a short body, a stray line, a header cut short) and then a
             # header on the same line: the last one is where the next frame starts
-            self._drop_header(out, last.start(), "bytes before a header")
+            self._drop_header(out, names[-1], "bytes before a header")
             return True
         h = _HEADER_LINE.fullmatch(line)
         if h is None:
