@@ -14,6 +14,7 @@ with a reusable KV cache.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -66,6 +67,10 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 @dataclass(eq=False)
 class ModelRuntime:
     model: torch.nn.Module
@@ -81,6 +86,12 @@ class ModelRuntime:
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
+    @property
+    def cache_keyword(self) -> str:
+        """The name the model's forward takes its KV cache by (and its output holds it by):
+        `cache` from transformers 5.24, `past_key_values` before."""
+        return cache_keyword(self.model)
+
     @torch.inference_mode()
     def forward(self, ids: list[int], past=None, keep: int = 1, cancel=None):
         """Logits for the last `keep` positions of `ids` (fed after `past`, a new `GrowingCache`
@@ -93,13 +104,13 @@ class ModelRuntime:
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
 
         def run():
-            return self.model(inp, past_key_values=past, use_cache=True, logits_to_keep=keep)
+            return self.model(inp, **{self.cache_keyword: past}, use_cache=True, logits_to_keep=keep)
 
         if cancel is not None and self.stopper is not None:
             out = self.stopper.run(cancel, run, past)
         else:
             out = run()
-        return out.logits[0].float(), out.past_key_values
+        return out.logits[0].float(), getattr(out, self.cache_keyword)
 
 
 def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None,

@@ -49,10 +49,11 @@ def layer_fits(layer, config) -> bool:
 
 
 def _fused_forward(layer, kernels: DecodeKernels, weights: LayerWeights, original, hidden_states: torch.Tensor,
-                   attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
-                   position_embeddings=None, **kwargs):
+                   attention_mask=None, position_ids=None, use_cache=False, position_embeddings=None,
+                   **kwargs):
     attn = layer.self_attn
-    cache = past_key_values
+    # transformers >= 5.24 hands the layer its cache as `cache`, earlier 5.x as `past_key_values`
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
     kv = None
     if (isinstance(cache, GrowingCache) and hidden_states.shape[0] == 1
             and hidden_states.shape[1] <= MAX_ATTENTION_ROWS and hidden_states.dtype == torch.float32
@@ -60,8 +61,7 @@ def _fused_forward(layer, kernels: DecodeKernels, weights: LayerWeights, origina
         kv = cache.layers[attn.layer_idx]
     if not isinstance(kv, GrowingLayer) or kv.get_seq_length() == 0:
         return original(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
-                        past_key_values=past_key_values, use_cache=use_cache,
-                        position_embeddings=position_embeddings, **kwargs)
+                        use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     q_len = hidden_states.shape[1]
     past = kv.get_seq_length()
     kv.grow_to(past + q_len)
