@@ -171,8 +171,22 @@ export class Workbench {
     await this.page.waitForFunction(`${GHOST_TEXT_JS} === null`, undefined, { timeout: timeoutMs, polling: 50 });
   }
 
-  /** The cursor, 0-based, from the status bar's `Ln 5, Col 12` (the test's files have no tabs). */
+  /**
+   * Resolves once the page has drawn two frames after this call. VS Code draws some of what a
+   * key changes at the next animation frame, not at the key: the status bar's `Ln, Col` among
+   * them (its editor-status part schedules its render with `scheduleAtNextAnimationFrame`).
+   */
+  async rendered(): Promise<void> {
+    await this.page.evaluate("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(null))))");
+  }
+
+  /**
+   * The cursor, 0-based, from the status bar's `Ln 5, Col 12` (the test's files have no tabs),
+   * once the status bar has drawn the keys pressed so far: read at once after typing, it can
+   * still show the column before the last key.
+   */
   async cursor(): Promise<{ line: number; character: number }> {
+    await this.rendered();
     const text = (await this.page.locator('[id="status.editor.selection"]').textContent()) ?? "";
     const m = /Ln (\d+), Col (\d+)/.exec(text);
     if (!m) {
