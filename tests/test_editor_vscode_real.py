@@ -35,6 +35,7 @@ TESTS = [
     "Escape hides the ghost text and the dismissal is reported",
     "Toggle Completions from the Command Palette stops suggestions, and again brings them back",
     "a bad setting shows the server's message, and the server goes on",
+    "each line the server logs shows once in the output channel",
 ]
 
 

@@ -71,7 +71,8 @@ async def test_status_progress_and_log(client: LanguageClient, tiny_model_dir):
 
 async def test_tcp_transport_and_disabled_start(tmp_path):
     """`serve --tcp HOST:PORT` with enabled: false: capabilities at once, status "disabled",
-    an empty answer, the log in --log-file and nothing on stdout."""
+    an empty answer, the log in --log-file (the lines sent as window/logMessage under their own
+    logger) and nothing on stdout."""
     import asyncio
     import socket
     import subprocess
@@ -108,4 +109,12 @@ async def test_tcp_transport_and_disabled_start(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.stdout.read() == b""
-    assert "disabled" in log_file.read_text()
+    log = log_file.read_text()
+    assert "disabled" in log
+    # what the client got as window/logMessage is logged under the one logger an editor that shows
+    # both in one place leaves out of the server's log (the VS Code extension: serverLog.ts)
+    sent = [m.message for m in client.log_messages]
+    assert any("disabled" in m for m in sent)
+    for m in sent:
+        holding = [line for line in log.splitlines() if m in line]
+        assert holding and all(line.endswith(f" lsp_server.logMessage: {m}") for line in holding), (m, holding)

@@ -36,6 +36,9 @@ from .telemetry import Telemetry
 from .work_ahead import WorkAhead, end_of_insert, parse_cursor
 
 log = logging.getLogger(__name__)
+# the lines the client also gets as window/logMessage: an editor that shows the server's stderr and
+# its log messages in one place (VS Code's output channel) leaves this logger's lines out of the first
+sent_log = logging.getLogger("lsp_server.logMessage")
 
 NAME = "syntaxlock"
 VERSION = "0.1.0"
@@ -132,7 +135,7 @@ class SyntaxlockServer(LanguageServer):
         """Log locally and in the client's log (window/logMessage). Event-loop thread only."""
         levels = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}
         level = levels.get(kind, logging.INFO)
-        log.log(level, "%s", message)
+        sent_log.log(level, "%s", message)
         try:
             self.window_log_message(types.LogMessageParams(type=kind, message=message))
         except Exception:
@@ -147,11 +150,10 @@ class SyntaxlockServer(LanguageServer):
 
     def report_server_error(self, error: Exception, source) -> None:
         """pygls' hook for errors outside a request's answer: logged, never a pop-up."""
-        log.error("%s: %s", getattr(source, "__name__", source), error)
+        message = f"syntaxlock: {getattr(source, '__name__', source)}: {error}"
+        sent_log.error("%s", message)
         try:
-            self.window_log_message(
-                types.LogMessageParams(type=types.MessageType.Error, message=f"syntaxlock: {error}")
-            )
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=message))
         except Exception:
             pass
 

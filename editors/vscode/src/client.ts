@@ -6,6 +6,7 @@
 import type * as vscode from "vscode";
 import type { Middleware } from "vscode-languageclient/node";
 import type { ServerCommand } from "./serverCommand";
+import { pipeLines, pipeServerStderr } from "./serverLog";
 import type { ServerOptions } from "./settings";
 import { ACCEPTED_COMMAND, CompletionTracker, resultIds } from "./telemetry";
 
@@ -97,6 +98,12 @@ export const createLanguageClient: ClientFactory = (command, options) => {
         { language: "python", scheme: "untitled" },
       ],
       outputChannel: options.outputChannel,
+      // stderr: each line once, at its level (serverLog.ts); stdout (the protocol's over stdio) as
+      // the library would write it
+      stdioOptions: {
+        stdout: (input, channel) => pipeLines(input, (line) => channel.info(line)),
+        stderr: (input, channel) => pipeServerStderr(input, channel),
+      },
       initializationOptions: options.initializationOptions,
       middleware: options.middleware,
     },

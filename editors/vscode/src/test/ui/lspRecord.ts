@@ -110,6 +110,11 @@ export class LspRecord {
       .map((m) => (m.params?.arguments as unknown[] | undefined) ?? []);
   }
 
+  /** The server's window/logMessage texts, in order. */
+  loggedMessages(): string[] {
+    return this.sent("server", "window/logMessage").map((m) => String(m.params?.message));
+  }
+
   /** The server's window/showMessage texts, in order. */
   shownMessages(): string[] {
     return this.sent("server", "window/showMessage").map((m) => String(m.params?.message));

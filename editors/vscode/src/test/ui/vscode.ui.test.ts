@@ -159,20 +159,25 @@ before(async () => {
   await wb.runCommand("View: Close Primary Side Bar");
 });
 
+/** The files VS Code writes the extension's output channel to (one per extension host). */
+function outputChannelFiles(): string[] {
+  const logs = path.join(dirs.userData, "logs");
+  return fs.existsSync(logs)
+    ? fs
+        .readdirSync(logs, { recursive: true, encoding: "utf8" })
+        .filter((f) => f.endsWith(path.join("syntaxlock.syntaxlock", "syntaxlock.log")))
+        .map((f) => path.join(logs, f))
+    : [];
+}
+
 after(async () => {
   try {
     // the logs, for a failure: code-server's, the extension's output channel, the LSP record
     if (codeServer !== undefined) {
       fs.writeFileSync(path.join(OUT, "code-server.log"), codeServer.log);
     }
-    const logs = path.join(dirs.userData, "logs");
-    const channel = fs.existsSync(logs)
-      ? fs
-          .readdirSync(logs, { recursive: true, encoding: "utf8" })
-          .filter((f) => f.endsWith(path.join("syntaxlock.syntaxlock", "syntaxlock.log")))
-      : [];
-    for (const [i, f] of channel.entries()) {
-      fs.copyFileSync(path.join(logs, f), path.join(OUT, `output-channel-${i}.log`));
+    for (const [i, f] of outputChannelFiles().entries()) {
+      fs.copyFileSync(f, path.join(OUT, `output-channel-${i}.log`));
     }
     if (fs.existsSync(recordFile)) {
       fs.copyFileSync(recordFile, path.join(OUT, "lsp.jsonl"));
@@ -316,4 +321,21 @@ test("a bad setting shows the server's message, and the server goes on", async (
   fs.writeFileSync(settingsFile, JSON.stringify(settings, null, 2));
   const status = await wb.statusItem();
   assert.equal(status?.icon, "check", `the server is still ready: ${JSON.stringify(status)}`);
+});
+
+test("each line the server logs shows once in the output channel", async () => {
+  const sent = LspRecord.read(recordFile).loggedMessages();
+  assert.ok(sent.some((m) => m.includes("syntaxlock disabled")), `window/logMessage: ${JSON.stringify(sent)}`);
+  const times = (text: string, m: string) => text.split(m).length - 1;
+  const expected = (m: string) => sent.filter((s) => s === m).length;
+  // VS Code writes the channel's file behind: wait until it holds every message, then count
+  const channel = await poll("the output channel's file holding every window/logMessage", 60_000, () => {
+    const text = outputChannelFiles()
+      .map((f) => fs.readFileSync(f, "utf8"))
+      .join("\n");
+    return sent.every((m) => times(text, m) >= expected(m)) ? text : undefined;
+  });
+  for (const m of new Set(sent)) {
+    assert.equal(times(channel, m), expected(m), `${JSON.stringify(m)} in the output channel`);
+  }
 });
