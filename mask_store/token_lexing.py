@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grammar_tools.indentation import indent_width
 from grammar_tools.lexer_automaton import START, LexerAutomaton
 
 
@@ -36,14 +37,7 @@ class Indent:
     ws: bytes
 
     def width(self, start: tuple[int, int] | None) -> tuple[int, int]:
-        col, alt = start if (self.relative and start is not None) else (0, 0)
-        for b in self.ws:
-            if b == 0x09:
-                col = (col // 8 + 1) * 8
-            else:
-                col += 1
-            alt += 1
-        return col, alt
+        return indent_width(self.ws, start if self.relative else None)
 
 
 def indent_of(lexeme_part: bytes, relative_ok: bool) -> Indent:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from collections.abc import Callable
 
-from grammar_tools.incremental import ParseError, PrefixParser, newline_width
+from grammar_tools.incremental import ParseError, PrefixParser
 from grammar_tools.lexer_automaton import START, LexError
 from mask_store import canonical as canonical_tokenization
 from mask_store.matcher import GrammarMatcher
@@ -28,6 +28,7 @@ from mask_store.store import MaskStoreError
 
 from ..options import EngineOptions
 from ..positions import offset_at, utf16_len
+from .stopping.decision import StopReason
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class CompletionResult:
     text: str  # what to insert
     start: tuple[int, int]  # replace range, LSP coordinates; start is the cursor
     end: tuple[int, int]  # past the auto-closed brackets/quotes the text supplies again
-    stop_reason: str  # see STOP_REASONS
+    stop_reason: StopReason  # see STOP_REASONS
     mode: str  # single | multi
     constrained: bool
     tokens_generated: int = 0  # sampled from the model
@@ -67,18 +68,10 @@ class CompletionResult:
     prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"stop_reason": str(self.stop_reason)}
 
 
-STOP_REASONS = {
-    "line-end": "the logical line is complete",
-    "block-end": "the code dedented below the block it started in, or a blank line followed a complete statement",
-    "suffix": "the completion joins the text after the cursor",
-    "eos": "the model ended the sequence where the code can end",
-    "max-tokens": "the token limit",
-    "cancelled": "the request was cancelled",
-    "no-continuation": "the grammar allows nothing the model would say",
-}
+STOP_REASONS = {str(r): r.description for r in StopReason}
 
 
 @dataclass(frozen=True)
@@ -211,7 +204,7 @@ class CompletionEngine:
         cancel = cancel or (lambda: False)
         while not self._lock.acquire(timeout=0.05):
             if cancel():
-                return self._empty(request, "cancelled", options or self.options)
+                return self._empty(request, StopReason.CANCELLED, options or self.options)
         try:
             opts = options or self.options
             text = request.text
@@ -224,7 +217,7 @@ class CompletionEngine:
                 if rest is not None:
                     return replace(self._rest_of(shown.result, rest, request), prefetched=shown.prefetched)
             result = self._complete(request, cancel, opts, before, after)
-            if result.text and result.stop_reason != "cancelled":
+            if result.text and result.stop_reason != StopReason.CANCELLED:
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
                 self._shown.move_to_end(request.document)
                 while len(self._shown) > 8:
@@ -281,7 +274,7 @@ class CompletionEngine:
         it without a model call (as does one that typed its first characters)."""
         opts = options or self.options
         result = self.complete(request, cancel, opts)
-        if result.stop_reason == "cancelled":
+        if result.stop_reason == StopReason.CANCELLED:
             return result
         off = offset_at(request.text, request.line, request.character)
         shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
@@ -304,7 +297,7 @@ class CompletionEngine:
             typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],
         )
 
-    def _empty(self, req: CompletionRequest, reason: str, opts: EngineOptions) -> CompletionResult:
+    def _empty(self, req: CompletionRequest, reason: StopReason, opts: EngineOptions) -> CompletionResult:
         pos = (req.line, req.character)
         return CompletionResult("", pos, pos, reason, req.mode or opts.mode, opts.constrained)
 
@@ -313,11 +306,8 @@ class CompletionEngine:
         """The completion between `before` and `after` (the document split at the cursor)."""
         from .loop import ModelStepper, decode
         from .sampling import Sampler
-        from .stopping.compatibility import Compatibility
-        from .stopping.context import cursor_context
-        from .stopping.policy import StopPolicy
+        from .stopping.factory import stop_policy
 
-        ctx = cursor_context(before, after, req.mode or opts.mode, self.compiled.lexer)
         constrained = opts.constrained
         t0 = time.perf_counter()
 
@@ -335,31 +325,19 @@ class CompletionEngine:
                                                      canonical=self._canonical_state(prompt, opts))
             except (ParseError, LexError) as e:
                 log.info("no completion: the text before the cursor does not parse (%s)", e)
-                return self._empty(req, "no-continuation", opts)
+                return self._empty(req, StopReason.NO_CONTINUATION, opts)
             st = matcher.prefix_state
             recovery = st.recovered
             parsed_before = recovery.rewrite(before_b) if recovery else before_b
             prefix_len = len(before_b) - len(heal)
             held = before_b[st.lexeme_start : prefix_len]
             depth = st.configs[0].depth if st.configs else 0
-            compat = Compatibility(parser, parsed_before, ctx)
+            policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
+                                 parser, parsed_before)
         else:
-            held, depth, compat = self._lexeme_before(before_b)
-        cursor_depth = self.scanner.depth_after(held + heal, depth)
-        if ctx.mode == "multi" and (cursor_depth > 0 or self.scanner.inside_string(held + heal)):
-            # inside brackets or a string, lines end where the physical line does
-            ctx = replace(ctx, mode="single")
-        line_before = before[before.rfind("\n") + 1 :]
-        line_col = newline_width(b"\n" + line_before[: len(line_before) - len(line_before.lstrip(" \t"))].encode())[0]
-        policy = StopPolicy(ctx, self.scanner, compat, held, heal, depth, line_col, not line_before.strip(),
-                            cursor_depth)
-        if cursor_depth > 0 and compat is not None:
-            policy.bracket_continues = compat.continues(after[len(ctx.covered) :])
-        if compat is not None and cursor_depth == 0:
-            compat.top_level = True
-            # the head's last byte starts a lexeme the parser does not read yet
-            head = ctx.follow.rsplit("\n", 1)[-1].lstrip(" \t\f").encode()[:-1]
-            compat.head_depth = self.scanner.depth_after(head) if "\n" in ctx.follow else 0
+            held, depth = self._lexeme_before(before_b)
+            policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth)
+        ctx = policy.ctx
 
         from ..model.prompt_cache import PrefillCancelled
 
@@ -367,7 +345,7 @@ class CompletionEngine:
             logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel,
                                                              opts.cache_memory_mb, between_layers=False)
         except PrefillCancelled:
-            return self._empty(req, "cancelled", opts)
+            return self._empty(req, StopReason.CANCELLED, opts)
         prompt_ms = (time.perf_counter() - t0) * 1000
         stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
                                on_forward=self.spec_stats.record_forward)
@@ -393,7 +371,7 @@ class CompletionEngine:
         log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
 
         start = (req.line, req.character)
-        if outcome.stop.reason == "cancelled":
+        if outcome.stop.reason == StopReason.CANCELLED:
             body = ""
         else:
             cut = outcome.stop.cut
@@ -433,12 +411,13 @@ class CompletionEngine:
         start = 1 if self.runtime.fim else 0  # the prefix text's ids come after the FIM prefix token
         return pairs.state_after(prompt.ids[start : start + prompt.prefix_ids], canonical_tokenization.START)
 
-    def _lexeme_before(self, before: bytes):
-        """Unconstrained mode: the open lexeme at the cursor for the line scanner (no parse)."""
+    def _lexeme_before(self, before: bytes) -> tuple[bytes, int]:
+        """Unconstrained mode: the open lexeme at the cursor for the line scanner (no parse), and
+        the bracket depth where it starts."""
         lexer = self.compiled.lexer
         start = max(before.rfind(b"\n"), 0)
         try:
             _, _, s = lexer.lex(before, START, start)
-            return before[s:], 0, None
+            return before[s:], 0
         except LexError:
-            return b"", 0, None
+            return b"", 0

@@ -25,7 +25,8 @@ from mask_store.matcher import GrammarMatcher
 from ..model.kv_cache import ForwardCancelled, rewind
 from .fast_forward import forced_token
 from .sampling import Sampler, choose
-from .stopping.policy import REJECT, Stop, StopPolicy
+from .stopping.decision import Decision, Stop, StopReason, Verdict
+from .stopping.policy import StopPolicy
 
 MAX_REJECTS = 4  # tokens banned at one step before the completion ends where it can
 
@@ -103,21 +104,21 @@ def decode(
     speculator=None,
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation."""
-    out = DecodeOutcome([], b"", Stop(0, "max-tokens"))
+    out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
 
-    def commit(token: int, forced: bool):
-        """Accept `token`: matcher, bytes, stop policy (REJECT undoes it)."""
+    def commit(token: int, forced: bool) -> Decision:
+        """Accept `token`: matcher, bytes, stop policy (Verdict.REJECT undoes it)."""
         if matcher is not None and not matcher.accept_token(token):
             raise RuntimeError(f"token {token} passed the mask but the matcher rejected it")
         generated.extend(token_bytes[token])
         decision = policy.after_token(bytes(generated))
-        if decision == REJECT:
+        if decision is Verdict.REJECT:
             if matcher is not None:
                 matcher.rollback(1)
             del generated[len(generated) - len(token_bytes[token]) :]
             out.rejected += 1
-            return REJECT
+            return Verdict.REJECT
         out.tokens.append(token)
         if forced:
             out.forced += 1
@@ -127,7 +128,7 @@ def decode(
 
     def at_eos() -> Stop | None:
         """The model ended: the stop if the text may end here (None: try another token)."""
-        stop = policy.fallback(bytes(generated), "eos", at_end=True)
+        stop = policy.fallback(bytes(generated), StopReason.EOS, at_end=True)
         if matcher is None or stop.cut + policy.cursor - len(policy.held) >= len(generated):
             return stop
         out.rejected += 1
@@ -135,7 +136,7 @@ def decode(
 
     def position(row, mask, draft_token=None, q=None, forced=False):
         """Decide one position from its logits row: (token, decision) where decision is a
-        Stop, CONTINUE, or a Stop from giving up."""
+        Stop, Verdict.CONTINUE, or a Stop from giving up."""
         banned: set[int] = set()
         while True:
             if forced:
@@ -143,7 +144,7 @@ def decode(
             else:
                 token = choose(sampler, row, mask, banned, draft_token if not banned else None, q)
             if token is None:
-                return None, policy.fallback(bytes(generated), "no-continuation", at_end=False)
+                return None, policy.fallback(bytes(generated), StopReason.NO_CONTINUATION, at_end=False)
             if token in stop_tokens:
                 stop = at_eos()
                 if stop is not None:
@@ -151,20 +152,20 @@ def decode(
                 banned.add(token)
             else:
                 decision = commit(token, forced)
-                if decision != REJECT:
+                if decision is not Verdict.REJECT:
                     return token, decision
                 banned.add(token)
                 forced = False
             if len(banned) > MAX_REJECTS:
-                return None, policy.fallback(bytes(generated), "line-end", at_end=False)
+                return None, policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
 
     try:  # a cancellation is also seen between the layers of a forward pass
         while True:
             if cancel():
-                out.stop = Stop(0, "cancelled")
+                out.stop = Stop(0, StopReason.CANCELLED)
                 break
             if len(out.tokens) >= max_tokens:
-                out.stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
+                out.stop = policy.fallback(bytes(generated), StopReason.MAX_TOKENS, at_end=False)
                 break
             step_start, step_tokens = time.perf_counter(), len(out.tokens)  # for the step tallies
             mask = None
@@ -173,15 +174,15 @@ def decode(
                 mask = matcher.next_token_mask()
                 out.mask_ms.append((time.perf_counter() - t0) * 1000)
                 if not mask.any():
-                    out.stop = policy.fallback(bytes(generated), "no-continuation", at_end=False)
+                    out.stop = policy.fallback(bytes(generated), StopReason.NO_CONTINUATION, at_end=False)
                     break
                 token = forced_token(mask, stop_tokens)
                 if token is not None:  # fast-forward: the grammar leaves one token; the model isn't asked
                     stepper.feed(token)
                     decision = commit(token, True)
-                    if decision == REJECT:
+                    if decision is Verdict.REJECT:
                         stepper.unfeed()
-                        out.stop = policy.fallback(bytes(generated), "line-end", at_end=False)
+                        out.stop = policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
                         break
                     if isinstance(decision, Stop):
                         out.stop = decision
@@ -208,7 +209,7 @@ def decode(
             n = len(draft.tokens)
             for j in range(n + 1):
                 if len(out.tokens) >= max_tokens:
-                    stop = policy.fallback(bytes(generated), "max-tokens", at_end=False)
+                    stop = policy.fallback(bytes(generated), StopReason.MAX_TOKENS, at_end=False)
                     break
                 d = draft.tokens[j] if j < n else None
                 is_forced = j < n and draft.forced[j]
@@ -234,7 +235,7 @@ def decode(
                 out.stop = stop
                 break
     except ForwardCancelled:
-        out.stop = Stop(0, "cancelled")
+        out.stop = Stop(0, StopReason.CANCELLED)
     out.generated = bytes(generated)
     out.forward_ms = stepper.forward_ms
     return out

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from lsprotocol import types
 
 from ..decoding.engine import CompletionRequest, CompletionResult
+from ..decoding.stopping.decision import StopReason
 from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
 from .documents import DocumentStore
 from .engine_host import EngineHost, Ticket
@@ -225,7 +226,7 @@ class Suggester:
             return None
         finally:
             self.host.release(job.ticket)
-        if result is None or result.stop_reason == "cancelled" or job.ticket.stopped():
+        if result is None or result.stop_reason == StopReason.CANCELLED or job.ticket.stopped():
             ticket = job.ticket
             why = "superseded" if ticket.superseded else "cancelled"
             steps = "before it started" if result is None else f"after {result.tokens_generated} decoding steps"

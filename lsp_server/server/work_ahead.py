@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 from ..decoding.engine import CompletionRequest
+from ..decoding.stopping.decision import StopReason
 from ..positions import PositionError, offset_at, to_lf, utf16_len
 from .documents import DocumentStore
 from .engine_host import EngineHost
@@ -234,7 +235,7 @@ class WorkAhead:
                              (time.perf_counter() - t0) * 1000, "" if done else ", stopped")
             else:
                 out = await self.host.background(lambda e, o, c: e.prefetch(request, c, o), plan.uri)
-                done = out is not None and out.stop_reason != "cancelled"
+                done = out is not None and out.stop_reason != StopReason.CANCELLED
                 if out is not None:
                     log.info("prefetched %s at %d:%d: %s, %r in %.0f ms", plan.uri, plan.line, plan.character,
                              out.stop_reason, out.text[:60], (time.perf_counter() - t0) * 1000)

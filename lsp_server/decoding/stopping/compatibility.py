@@ -9,11 +9,18 @@ from grammar_tools.lexer_automaton import LexError
 from .context import CursorContext
 
 
+def following_lines(after: str, lines: int = 30) -> tuple[bytes, bool]:
+    """The text after the cursor cut after its next `lines` lines, and whether that is all of it."""
+    rest = after.split("\n")
+    return "\n".join(rest[: lines + 1]).encode(), len(rest) <= lines + 1
+
+
 class Compatibility:
     """Whether a completion leaves the file parseable: the parser must continue from the end of
     the completion into what follows (and end there, when nothing follows)."""
 
-    def __init__(self, parser: PrefixParser, before: bytes, ctx: CursorContext) -> None:
+    def __init__(self, parser: PrefixParser, before: bytes, ctx: CursorContext, top_level: bool = False,
+                 head_depth: int = 0, rest: bytes | None = None, rest_ends_file: bool = False) -> None:
         self.parser = parser
         self.before = before
         self.follow = ctx.follow.encode()
@@ -21,26 +28,19 @@ class Compatibility:
         # the cursor is outside brackets: the next statement's first words (which end the
         # follow) must be read outside brackets too, or the completion left one open that the
         # next lines would wrongly continue (`f(1,` + `y = 1` reads as a keyword argument)
-        self.top_level = False
-        self.head_depth = 0  # brackets the next statement's first words open themselves
+        self.top_level = top_level
+        self.head_depth = head_depth  # brackets the next statement's first words open themselves
+        self.rest = rest  # the next lines after the cursor (`following_lines`), read by `goes_on_with`
+        self.rest_ends_file = rest_ends_file  # and nothing comes after them
         self.checks = 0
         self._known: dict[bytes, bool] = {}
-        self.rest: bytes | None = None  # the next lines after the cursor (`continues` reads them)
-        self.rest_ends_file = False
-
-    def continues(self, after: str, lines: int = 30) -> bool:
-        """Whether the text after the cursor (its next `lines` lines) parses after the prefix
-        as it is: the cursor sits inside a construct the file goes on with."""
-        rest = after.split("\n")
-        self.rest = "\n".join(rest[: lines + 1]).encode()
-        self.rest_ends_file = len(rest) <= lines + 1
-        return self.goes_on_with(b"")
 
     def goes_on_with(self, completion: bytes) -> bool:
         """Whether the file's next lines (`rest`, not only the next statement's first words)
         parse after `completion`, and the file can end there when they are its end: a cut
         `f(1, 0,` before a new statement `g(x)` passes `ok` (`g` reads as one more argument)
-        but not this."""
+        but not this. With the empty completion: whether the cursor sits inside a construct
+        (brackets) that the file goes on with."""
         data = self.before + completion + self.rest
         try:
             st = self.parser.parse(data)

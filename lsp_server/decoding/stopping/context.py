@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from grammar_tools.indentation import line_indent
 from grammar_tools.lexer_automaton import START, LexError, LexerAutomaton
 
 CLOSERS = frozenset(")]}\"'")
@@ -44,7 +45,7 @@ def first_words(text: str, lexer: LexerAutomaton | None = None, lexemes: int = 2
         if not s or s.startswith("#"):
             out.append("")
             continue
-        if indent is not None and _indent_width(ln) > indent and deeper < FOLLOW_LINES:
+        if indent is not None and line_indent(ln) > indent and deeper < FOLLOW_LINES:
             out.append(ln)
             deeper += 1
             continue
@@ -53,21 +54,6 @@ def first_words(text: str, lexer: LexerAutomaton | None = None, lexemes: int = 2
     if deeper:
         return "\n".join(out).rstrip(" \t\n") + "\n", True, True
     return lines[0], True, False
-
-
-def _indent_width(line: str) -> int:
-    """Width of a line's indentation, tabs to the next multiple of 8 (as CPython)."""
-    w = 0
-    for ch in line:
-        if ch == " ":
-            w += 1
-        elif ch == "\t":
-            w = (w // 8 + 1) * 8
-        elif ch == "\f":
-            w = 0
-        else:
-            break
-    return w
 
 
 def _line_head(line: str, lexer: LexerAutomaton | None, lexemes: int) -> str:
@@ -101,7 +87,7 @@ def cursor_context(before: str, after: str, mode: str = "auto", lexer: LexerAuto
         infix = not stripped.startswith("#")
     line_before = before[before.rfind("\n") + 1 :]
     # the statement at the cursor is indented as its line (or up to the cursor on a blank line)
-    follow, at_eof, continued = first_words(after[len(covered) :], lexer, indent=_indent_width(line_before))
+    follow, at_eof, continued = first_words(after[len(covered) :], lexer, indent=line_indent(line_before))
     if mode == "auto":
         mode = "single"
         if not infix and not rest.strip():

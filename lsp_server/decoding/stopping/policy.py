@@ -22,28 +22,19 @@ line ends.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from .compatibility import Compatibility
 from .context import CursorContext
+from .decision import Decision, Stop, StopReason, Verdict
 from .line_scanner import LineScanner
 
 _OPENER_BYTES = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
 
 
-@dataclass(frozen=True)
-class Stop:
-    cut: int  # completion length in bytes (None-free: 0 is the empty completion)
-    reason: str
-
-
-CONTINUE = None
-REJECT = "reject"  # the last token ends the line where the file can't go on: try another
-
-
 class StopPolicy:
     """Decides, after every accepted token, whether the completion is done (`Stop`), must go
-    on (`CONTINUE`) or took a token that ends it incompatibly (`REJECT`).
+    on (`Verdict.CONTINUE`) or took a token that ends it incompatibly (`Verdict.REJECT`). Built
+with every field set by `factory.stop_policy` from the cursor's context.
 
     Scanned bytes are `held + generated`: `held` is the open lexeme before the cursor (the
     scanner starts at a lexeme start), `generated` starts with the healed bytes (typed text
@@ -51,7 +42,7 @@ class StopPolicy:
 
     def __init__(self, ctx: CursorContext, scanner: LineScanner, compat: Compatibility | None,
                  held: bytes, heal: bytes, start_depth: int, line_col: int, line_blank: bool = False,
-                 cursor_depth: int | None = None) -> None:
+                 cursor_depth: int | None = None, bracket_continues: bool = False) -> None:
         self.ctx = ctx
         self.scanner = scanner
         self.compat = compat  # None: unconstrained (no compatibility constraint)
@@ -61,7 +52,7 @@ class StopPolicy:
         self.cursor_depth = start_depth if cursor_depth is None else cursor_depth
         # the file goes on inside the brackets open at the cursor (a multi-line call, list...):
         # a newline inside them may end the completion
-        self.bracket_continues = False
+        self.bracket_continues = bracket_continues
         self.line_col = line_col
         self.mode = ctx.mode
         self.line_blank = line_blank  # nothing but indentation before the cursor on its line
@@ -70,46 +61,46 @@ class StopPolicy:
     def _ok(self, data: bytes, cut: int) -> bool:
         return self.compat is None or self.compat.ok(data[self.cursor : cut])
 
-    def after_token(self, generated: bytes):
+    def after_token(self, generated: bytes) -> Decision:
         data = self.held + generated
         k = self.cursor
         if len(data) <= k:  # still re-creating typed text
-            return CONTINUE
+            return Verdict.CONTINUE
         scan = self.scanner.line_ends(data, self.start_depth)
         if scan is None:  # not Python: the first newline ends it
             i = data.find(b"\n", k)
-            return CONTINUE if i < 0 else Stop(i - k, "line-end")
+            return Verdict.CONTINUE if i < 0 else Stop(i - k, StopReason.LINE_END)
         ends, _ = scan
         ctx = self.ctx
         if ctx.infix:
             if any(e.cut >= k for e in ends) or data.find(b"\n", k) >= 0:
-                return self.fallback(generated, "suffix", at_end=False)
-            return CONTINUE
+                return self.fallback(generated, StopReason.SUFFIX, at_end=False)
+            return Verdict.CONTINUE
         if self._blank_so_far(data, k):
-            return CONTINUE if self.compat is None else REJECT
+            return Verdict.CONTINUE if self.compat is None else Verdict.REJECT
         if self.mode == "single":
             i = data.find(b"\n", k)
             if i >= 0 and self._inside_held_lexeme(i, ends, scan[1]):
                 # a newline in a string or comment that began before the cursor ends the line
-                return Stop(i - k, "line-end") if self._ok(data, i) else REJECT
+                return Stop(i - k, StopReason.LINE_END) if self._ok(data, i) else Verdict.REJECT
             for e in ends:
                 if e.cut < k:
                     continue
                 if e.depth == 0:
                     if self._ok(data, e.cut):
-                        return Stop(e.cut - k, "line-end")
+                        return Stop(e.cut - k, StopReason.LINE_END)
                     if self._opens_block(data, e.cut):
                         # a block opener: its body follows, then the completion ends
                         self.mode, self.body_from = "multi", e.cut
                         break
-                    return REJECT
+                    return Verdict.REJECT
                 if 0 < e.depth <= self.cursor_depth and self.bracket_continues and self._ok(data, e.cut):
-                    return Stop(e.cut - k, "line-end")
+                    return Stop(e.cut - k, StopReason.LINE_END)
                 if e.depth > self.cursor_depth and ctx.continued and self._ok(data, e.cut):
                     # brackets the completion opened, which the file's next lines go on with
-                    return Stop(e.cut - k, "line-end")
+                    return Stop(e.cut - k, StopReason.LINE_END)
             else:
-                return CONTINUE
+                return Verdict.CONTINUE
         base = None
         for e in ends:
             if e.depth != 0 or e.end <= self.body_from:
@@ -120,8 +111,8 @@ class StopPolicy:
                 continue
             if e.cut > k and ((e.closed and e.col < base.col) or e.blank):
                 if self._ok(data, e.cut):
-                    return Stop(e.cut - k, "block-end")
-        return CONTINUE
+                    return Stop(e.cut - k, StopReason.BLOCK_END)
+        return Verdict.CONTINUE
 
     def _goes_on(self, data: bytes, cut: int) -> bool:
         """A cut the token limit (or the model's end) left inside the cursor's brackets: the
@@ -156,7 +147,7 @@ class StopPolicy:
         line = data[: cut].rsplit(b"\n", 1)[-1]
         return bool(_OPENER_BYTES.search(line))
 
-    def fallback(self, generated: bytes, reason: str, at_end: bool) -> Stop:
+    def fallback(self, generated: bytes, reason: StopReason, at_end: bool) -> Stop:
         """The longest compatible end at or before the end of `generated`: at a line end, or
         (single-line and infix) at a lexeme boundary; `at_end` when the text may end as it is
         (the model ended it)."""
@@ -186,5 +177,5 @@ class StopPolicy:
             if cut in inside and not self._goes_on(data, cut):
                 continue
             if cut == k or self._ok(data, cut):
-                return Stop(cut - k, reason if cut > k else reason)
+                return Stop(cut - k, reason)
         return Stop(0, reason)

@@ -1,0 +1,53 @@
+"""What the stop policy says after a token (`Verdict` or a `Stop`), and why a completion ended
+(`StopReason`, reported as `stop_reason`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+
+class StopReason(StrEnum):
+    """Why a completion ended (the value is what `--json` and the logs say)."""
+
+    LINE_END = "line-end"
+    BLOCK_END = "block-end"
+    SUFFIX = "suffix"
+    EOS = "eos"
+    MAX_TOKENS = "max-tokens"
+    CANCELLED = "cancelled"
+    NO_CONTINUATION = "no-continuation"
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    StopReason.LINE_END: "the logical line is complete",
+    StopReason.BLOCK_END: "the code dedented below the block it started in, or a blank line followed a complete "
+                          "statement",
+    StopReason.SUFFIX: "the completion joins the text after the cursor",
+    StopReason.EOS: "the model ended the sequence where the code can end",
+    StopReason.MAX_TOKENS: "the token limit",
+    StopReason.CANCELLED: "the request was cancelled",
+    StopReason.NO_CONTINUATION: "the grammar allows nothing the model would say",
+}
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The completion ends: its first `cut` bytes (0 is the empty completion) are kept."""
+
+    cut: int
+    reason: StopReason
+
+
+class Verdict(Enum):
+    """The policy's answer after a token when it does not stop the completion."""
+
+    CONTINUE = "continue"  # the completion goes on
+    REJECT = "reject"  # the token ends the line where the file can't go on: roll it back, try another
+
+
+Decision = Verdict | Stop
