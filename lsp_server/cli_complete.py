@@ -36,6 +36,9 @@ def add_complete_parser(sub) -> None:
     p.add_argument("--no-canonical", action="store_true",
                    help="allow token sequences the tokenizer would not produce for the text (for comparison)")
     p.add_argument("--draft-model", help="a small model directory with the same tokenizer, as a draft source")
+    p.add_argument("--python-version", metavar="3.X",
+                   help="the Python the file targets (3.8-3.14; default: its project's requires-python or "
+                        ".python-version, else 3.14)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_complete)
 
@@ -47,7 +50,7 @@ def _options(args) -> EngineOptions:
             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
             constrained=not args.unconstrained, mode=args.mode,
             speculative=not args.no_speculative, canonical=not args.no_canonical, context_tokens=args.context_tokens,
-            draft_model=args.draft_model,
+            draft_model=args.draft_model, python_version=args.python_version,
         ).validated()
     except OptionError as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
+from grammar_tools.versions import VersionError, parse_version
+
 MODES = ("auto", "single", "multi")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -45,6 +47,9 @@ class EngineOptions:
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
     cache_memory_mb: int = 512  # the documents' KV caches, least recently used out first past this
+    # the Python the documents target ("3.8".."3.14"): the syntax the masks allow; None: each
+    # document's project says (target_version.py), else the newest
+    python_version: str | None = None
 
     def validated(self) -> EngineOptions:
         """Self, or OptionError naming the first bad value."""
@@ -74,6 +79,13 @@ class EngineOptions:
             raise OptionError(f"draft_model must be a model directory or null, not {self.draft_model!r}")
         if self.store is not None and not isinstance(self.store, str):
             raise OptionError(f"store must be a path or null, not {self.store!r}")
+        if self.python_version is not None:
+            if not isinstance(self.python_version, str):
+                raise OptionError(f"python_version must be a string such as \"3.12\" or null, not {_shown(self.python_version)}")
+            try:
+                parse_version(self.python_version)
+            except VersionError as e:
+                raise OptionError(f"python_version: {e}") from None
         return self
 
     def updated(self, **changes) -> EngineOptions:

@@ -56,6 +56,15 @@ class Config:
     width: tuple[int, int] | None  # the open newline's indentation so far
 
 
+def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
+    """(dead sets, V) booleans: the usable tokens whose first byte ends a lexeme in each dead set."""
+    V = store.vocab_size
+    first = np.array([b[0] if b else 0 for b in vocab.token_bytes[:V]], dtype=np.int64)
+    bits = np.unpackbits(store.dead_sets, axis=1, bitorder="little").astype(bool)  # (S, 256)
+    usable = np.array([bool(b) and i not in vocab.special for i, b in enumerate(vocab.token_bytes[:V])])
+    return bits[:, first] & usable
+
+
 class CompiledGrammar:
     """A mask store made ready to serve: immutable, thread-safe to share."""
 
@@ -67,6 +76,7 @@ class CompiledGrammar:
         lexer: LexerAutomaton | None = None,
         cache_size: int = 4096,
         canonical: CanonicalPairs | None = None,
+        _dead_masks: np.ndarray | None = None,  # `for_version`: the same store's
     ) -> None:
         self.store = store
         self.vocab = vocab
@@ -94,14 +104,8 @@ class CompiledGrammar:
             store.sparse_ids[store.sparse_start[k] : store.sparse_start[k + 1]]
             for k in range(store.sparse_start.shape[0] - 1)
         ]
-        # tokens whose first byte ends a lexeme in each dead set
-        first = np.array([b[0] if b else 0 for b in vocab.token_bytes[: self.V]], dtype=np.int64)
-        bits = np.unpackbits(store.dead_sets, axis=1, bitorder="little").astype(bool)  # (S, 256)
-        self._dead_masks = bits[:, first]  # (S, V)
-        usable = np.array(
-            [bool(b) and i not in vocab.special for i, b in enumerate(vocab.token_bytes[: self.V])]
-        )
-        self._dead_masks &= usable
+        # (S, V): tokens whose first byte ends a lexeme in each dead set; the store's, whatever the version
+        self._dead_masks = _dead_masks if _dead_masks is not None else dead_token_masks(store, vocab)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
         self._mask_cache: OrderedDict = OrderedDict()
@@ -111,6 +115,16 @@ class CompiledGrammar:
         # streamlining lowers
         self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0,
                       "canonical_masks": 0, "canonical_fallbacks": 0}
+
+    def for_version(self, python_version) -> CompiledGrammar:
+        """The same store serving another target Python version (`grammar_tools.versions`):
+        one store serves them all, the recognizer of the version decides. Own caches."""
+        if tuple(python_version) == self.recognizer.python_version:
+            return self
+        rec = Recognizer(self.recognizer.grammar, python_version=python_version,
+                         semantic_checks=self.recognizer.semantic_checks)
+        return CompiledGrammar(self.store, self.vocab, rec, self.lexer, self._cache_size, self.canonical,
+                               _dead_masks=self._dead_masks)
 
     # ------------------------------------------------------------------ rows
 

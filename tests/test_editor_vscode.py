@@ -87,6 +87,7 @@ def test_package_vsix():
 def test_settings_mirror_the_server_options():
     """package.json has one setting per server option, with the server's default and choices."""
     from lsp_server.options import DEVICES, INT_RANGES, MAX_TEMPERATURE, MODES
+    from grammar_tools.versions import SUPPORTED, format_version
     from lsp_server.server.settings import ENGINE_KEYS, SERVER_KEYS, ServerOptions
 
     props = json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]
@@ -103,6 +104,7 @@ def test_settings_mirror_the_server_options():
         key = next(k for k, v in ENGINE_KEYS.items() if v == name)
         assert (mirrored[key]["minimum"], mirrored[key]["maximum"]) == (lo, hi), key
     assert mirrored["temperature"]["maximum"] == MAX_TEMPERATURE
+    assert mirrored["pythonVersion"]["enum"] == [None] + [format_version(v) for v in SUPPORTED]
     # and the extension sends exactly those keys
     src = (EXT / "src" / "settings.ts").read_text()
     keys = re.search(r"SERVER_OPTION_KEYS = \[(.*?)\] as const", src, re.S).group(1)

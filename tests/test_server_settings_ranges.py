@@ -21,6 +21,7 @@ REFUSED = [
     ("topP", 0), ("topP", math.nan), ("topP", 1.0000001),
     ("maxTokens", 4096), ("maxTokens", 0), ("maxTokens", 1e300),
     ("contextTokens", 10**9), ("contextTokens", 8.5),
+    ("pythonVersion", "3.7"), ("pythonVersion", "3.15"), ("pythonVersion", 3.12), ("pythonVersion", "three"),
 ]
 EXTREMES = {"seed": INT_RANGES["seed"][1], "temperature": MIN_TEMPERATURE, "topP": 1e-9}
 

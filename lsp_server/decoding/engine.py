@@ -22,12 +22,14 @@ from collections.abc import Callable
 
 from grammar_tools.incremental import ParseError, PrefixParser
 from grammar_tools.lexer_automaton import START, LexError
+from grammar_tools.versions import format_version
 from mask_store import canonical as canonical_tokenization
 from mask_store.matcher import GrammarMatcher
 from mask_store.store import MaskStoreError
 
 from ..options import EngineOptions
 from ..positions import offset_at, utf16_len
+from ..target_version import target_version
 from .stopping.decision import StopReason
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class CompletionResult:
     canonical_fallbacks: int = 0  # steps where it left nothing and the grammar's mask was used alone
     token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included)
     prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
+    python_version: str = ""  # the Python the document targets, whose syntax the masks allowed ("3.12")
 
     def to_json(self) -> dict:
         return asdict(self) | {"stop_reason": str(self.stop_reason)}
@@ -127,7 +130,8 @@ class CompletionEngine:
 
         self.options = options
         self.runtime = runtime
-        self.compiled = compiled
+        self.compiled = compiled  # the loaded store with the newest Python's recognizer
+        self._versions = {compiled.recognizer.python_version: compiled}  # the same store, per target version
         self.tokenizer = runtime.tokenizer
         self.prompt_cache = PromptCache(runtime)
         self.anchors = WindowAnchors()  # where each document's prompt window started last
@@ -186,10 +190,19 @@ class CompletionEngine:
             self._parsers.pop(document, None)
             self._shown.pop(document, None)
 
-    def _parser(self, document: str) -> PrefixParser:
+    def _compiled_for(self, document: str, opts: EngineOptions):
+        """The compiled grammar of the Python version `document` targets (`target_version`):
+        the loaded store with that version's recognizer, made on first use."""
+        version = target_version(opts.python_version, document)
+        compiled = self._versions.get(version)
+        if compiled is None:
+            compiled = self._versions[version] = self.compiled.for_version(version)
+        return compiled
+
+    def _parser(self, document: str, compiled) -> PrefixParser:
         p = self._parsers.pop(document, None)
-        if p is None:
-            p = PrefixParser(self.compiled.recognizer, self.compiled.lexer)
+        if p is None or p.recognizer is not compiled.recognizer:  # new, or the target version changed
+            p = PrefixParser(compiled.recognizer, compiled.lexer)
         self._parsers[document] = p
         while len(self._parsers) > 8:
             self._parsers.popitem(last=False)
@@ -260,7 +273,7 @@ class CompletionEngine:
             if opts.constrained and not cancel():
                 before_b = before.encode()
                 try:
-                    self._parser(request.document).parse(before_b[: len(before_b) - len(prompt.healed)])
+                    self._parser(request.document, self._compiled_for(request.document, opts)).parse(before_b[: len(before_b) - len(prompt.healed)])
                 except (ParseError, LexError):
                     pass  # the request will say so
             return Prefilled(len(prompt.ids), reused, len(prompt.ids) - reused, True)
@@ -308,6 +321,7 @@ class CompletionEngine:
         from .sampling import Sampler
         from .stopping.factory import stop_policy
 
+        compiled = self._compiled_for(req.document, opts)
         constrained = opts.constrained
         t0 = time.perf_counter()
 
@@ -315,14 +329,14 @@ class CompletionEngine:
         prompt = self._prompt(req.document, before, after, opts)
         heal = prompt.healed
         before_b = before.encode()
-        parser = self._parser(req.document)
+        parser = self._parser(req.document, compiled)
         matcher = None
         recovery = None
         if constrained:
             try:
-                matcher = GrammarMatcher.from_prefix(self.compiled, before_b[: len(before_b) - len(heal)],
+                matcher = GrammarMatcher.from_prefix(compiled, before_b[: len(before_b) - len(heal)],
                                                      heal=heal, parser=parser,
-                                                     canonical=self._canonical_state(prompt, opts))
+                                                     canonical=self._canonical_state(compiled, prompt, opts))
             except (ParseError, LexError) as e:
                 log.info("no completion: the text before the cursor does not parse (%s)", e)
                 return self._empty(req, StopReason.NO_CONTINUATION, opts)
@@ -361,9 +375,9 @@ class CompletionEngine:
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
         max_tokens = req.max_tokens or opts.max_tokens
         t1 = time.perf_counter()
-        fallbacks = self.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
+        fallbacks = compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
         try:
-            outcome = decode(stepper, matcher, self.compiled.tokens, self._stop_tokens, sampler, policy,
+            outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
                              max_tokens, cancel, speculator)
         finally:
             self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
@@ -397,15 +411,16 @@ class CompletionEngine:
             recovery=str(recovery.restart_line) if recovery else None,
             speculation=speculator.to_json() if speculator else None,
             canonical=matcher is not None and matcher.canonical.active,
-            canonical_fallbacks=self.compiled.stats["canonical_fallbacks"] - fallbacks,
+            canonical_fallbacks=compiled.stats["canonical_fallbacks"] - fallbacks,
             token_ids=list(outcome.tokens),
+            python_version=format_version(compiled.recognizer.python_version),
         )
 
-    def _canonical_state(self, prompt, opts: EngineOptions):
+    def _canonical_state(self, compiled, prompt, opts: EngineOptions):
         """Canonical tokenization (on by default): its state after the prompt's tokens kept,
         which the healed and generated tokens then follow (OFF when turned off, or when the
         tokenizer is not one whose canonical pairs are known; loading said why)."""
-        pairs = self.compiled.canonical
+        pairs = compiled.canonical
         if not opts.canonical or pairs is None:
             return canonical_tokenization.OFF
         start = 1 if self.runtime.fim else 0  # the prefix text's ids come after the FIM prefix token

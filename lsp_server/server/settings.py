@@ -35,6 +35,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "draftModel": "draft_model",
     "contextTokens": "context_tokens",
     "cacheMemoryMB": "cache_memory_mb",
+    "pythonVersion": "python_version",
 }
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
 _INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}

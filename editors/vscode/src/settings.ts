@@ -28,6 +28,7 @@ export const SERVER_OPTION_KEYS = [
   "completionItems",
   "workAhead",
   "cacheMemoryMB",
+  "pythonVersion",
 ] as const;
 
 export type ServerOptionKey = (typeof SERVER_OPTION_KEYS)[number];
@@ -50,6 +51,7 @@ export interface ServerOptions {
   completionItems: boolean;
   workAhead: boolean;
   cacheMemoryMB: number;
+  pythonVersion: string | null;
 }
 
 /** The server's own defaults (the same values as package.json's `contributes.configuration`). */
@@ -71,6 +73,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   completionItems: true,
   workAhead: true,
   cacheMemoryMB: 512,
+  pythonVersion: null,
 });
 
 /**
@@ -78,7 +81,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
  * workspace/didChangeConfiguration). Values are passed through as the user wrote them: the
  * server validates them and says what is wrong with window/showMessage. Settings left unset
  * (undefined) take the server's defaults; an empty string for `store` means null (VS Code's
- * settings editor can't clear a string back to null); so does an empty `draftModel`.
+ * settings editor can't clear a string back to null); so does an empty `draftModel` or `pythonVersion`.
  */
 export function serverOptions(read: SettingsReader): ServerOptions {
   const out: Record<string, unknown> = {};
@@ -87,7 +90,7 @@ export function serverOptions(read: SettingsReader): ServerOptions {
     if (value === undefined) {
       value = SERVER_DEFAULTS[key];
     }
-    if ((key === "store" || key === "seed" || key === "draftModel") && value === "") {
+    if ((key === "store" || key === "seed" || key === "draftModel" || key === "pythonVersion") && value === "") {
       value = null;
     }
     if (key === "model" && value === "") {

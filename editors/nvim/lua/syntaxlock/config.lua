@@ -21,6 +21,7 @@ M.SETTING_NAMES = {
   completion_items = "completionItems",
   work_ahead = "workAhead",
   cache_memory_mb = "cacheMemoryMB",
+  python_version = "pythonVersion",
 }
 
 ---@class syntaxlock.Config
@@ -57,6 +58,8 @@ M.defaults = {
     completion_items = nil, -- true: also one item in the completion menu
     work_ahead = nil, -- true: prefill at the cursor when you pause, prefetch after an accept
     cache_memory_mb = nil, -- 512: memory for the files' prepared prompts (KV caches)
+    python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
+    -- requires-python lower bound or .python-version, else 3.14
   },
   keys = {
     --- Accepts the ghost text; without one, the key does what it did before (its previous
