@@ -2,26 +2,24 @@
 
 One grammar (and one mask store) serves every target from 3.8 to 3.14: the recognizer of a
 version removes from the parse table the shifts into constructs newer than it
-(`guards.build_guard_tables`), and applies the lexical rules of f-strings before PEP 701
-(`fstrings.old_field_restriction`). A construct is named here by the nonterminals whose states
-only it reaches, or by terminals only it shifts, so the table below is all there is to say
-about a version:
+(`guards.build_guard_tables`). A construct is named here by the nonterminals whose states only
+it reaches, or by terminals only it shifts, so the table below is all there is to say about a
+version:
 
     3.9   parenthesized with-items        `with (a as b, c as d):`
     3.10  match statement (PEP 634)       `match x:` / `case ...:`
     3.11  except* (PEP 654)               `except* E:`
     3.11  star unpacking (PEP 646)        `x[*a]`, `def f(*args: *Ts)`
     3.12  type parameters (PEP 695)       `type X = ...`, `def f[T]()`, `class C[T]:`
-    3.12  f-strings (PEP 701)             the same quote, backslashes, comments and line breaks
-                                          inside replacement fields; a third level of nested
-                                          fields in format specs
     3.13  type parameter defaults (696)   `def f[T = int]()`
     3.14  except without parentheses (758) `except A, B:`
-    3.14  template strings (PEP 750)      `t"hello {name}"`
 
 What changed in 3.8 itself (the walrus, positional-only parameters, `f"{x=}"`) is the floor.
 Not modelled: PEP 614 decorators (3.9) and unparenthesized walrus in set displays and indexes
-(3.10) are accepted from 3.8 on.
+(3.10) are accepted from 3.8 on. Not accepted yet (notes/issue20.md): template strings (PEP 750,
+3.14), and PEP 701's same quote, backslashes, comments and line breaks inside f-string
+replacement fields (3.12): f-strings are single lexemes read with the rules of 3.11 at every
+version (`string_automata`).
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ PythonVersion = tuple[int, int]
 OLDEST: PythonVersion = (3, 8)
 NEWEST: PythonVersion = (3, 14)
 SUPPORTED: tuple[PythonVersion, ...] = tuple((3, minor) for minor in range(OLDEST[1], NEWEST[1] + 1))
-PEP701: PythonVersion = (3, 12)  # f-string fields parsed as code, with the rules of PEP 701
 
 _VERSION = re.compile(r"\s*(\d+)\.(\d+)\s*")
 
@@ -74,12 +71,6 @@ class Feature:
     terminals: tuple[str, ...] = ()  # terminals only this construct shifts
 
 
-def _kinds(*prefixes: str, lower: bool = False) -> tuple[str, ...]:
-    from .fstrings import KINDS
-
-    return tuple(f"{p}{k.name.lower() if lower else k.name}" for p in prefixes for k in KINDS)
-
-
 FEATURES: tuple[Feature, ...] = (
     Feature("parenthesized with-items", (3, 9), rules=("with_as_item",)),
     Feature("match statement (PEP 634)", (3, 10), terminals=("MATCH",)),
@@ -88,10 +79,8 @@ FEATURES: tuple[Feature, ...] = (
         "star unpacking in subscripts and *args annotations (PEP 646)", (3, 11), rules=("star_slice", "star_annotation")
     ),
     Feature("type parameters and the type statement (PEP 695)", (3, 12), rules=("type_params", "type_alias")),
-    Feature("a third level of nested replacement fields (PEP 701)", (3, 12), rules=_kinds("fspec_field2_", lower=True)),
     Feature("type parameter defaults (PEP 696)", (3, 13), rules=("type_param_default", "type_param_star_default")),
     Feature("except without parentheses (PEP 758)", (3, 14), rules=("except_types",)),
-    Feature("template strings (PEP 750)", (3, 14), terminals=("TEMPTY",) + _kinds("TSTART_")),
 )
 
 

@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from grammar_tools.versions import NEWEST, format_version
+
 
 def _err(msg: str) -> int:
     print(f"mask-store: {msg}", file=sys.stderr)
@@ -98,7 +100,14 @@ def cmd_verify(args) -> int:
             pairs, canonical = load_canonical(tok), START
         except CanonicalUnsupported as e:
             return _err(str(e))
-    compiled = CompiledGrammar(store, tok.vocab, canonical=pairs)
+    from grammar_tools.recognizer import Recognizer
+    from grammar_tools.versions import VersionError, parse_version
+
+    try:
+        version = parse_version(args.python_version)
+    except VersionError as e:
+        return _err(str(e))
+    compiled = CompiledGrammar(store, tok.vocab, Recognizer(python_version=version), canonical=pairs)
     other = CompiledGrammar(full, tok.vocab, compiled.recognizer, compiled.lexer, canonical=pairs) if full else None
     report = verify_files(compiled, tok.encode, args.files, compare=other,
                           progress=not args.json and sys.stderr.isatty(),
@@ -144,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--compare-full", metavar="FULL_STORE", help="also check that this store gives identical masks")
     v.add_argument("--canonical", action="store_true",
                    help="with canonical tokenization: the masks also keep the token sequence the tokenizer's own")
+    v.add_argument("--python-version", default=format_version(NEWEST), metavar="3.X",
+                   help="the Python the files target, whose syntax the masks allow (default: %(default)s)")
     v.add_argument("--json", action="store_true")
     v.add_argument("files", nargs="+")
     v.set_defaults(func=cmd_verify)
