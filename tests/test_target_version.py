@@ -142,3 +142,23 @@ def test_the_target_decides_whether_match_is_completed(compiled_full, tmp_path: 
     from_project = _complete(compiled_full, MATCH_DOC, doc)
     assert from_project.python_version == "3.9" and from_project.text == old.text
     assert _complete(compiled_full, MATCH_DOC, (tmp_path / "app.py").as_uri(), python_version="3.14").text == new.text
+
+
+def test_typing_through_follows_the_project_version(compiled_full, tmp_path: Path):
+    """A suggestion made for 3.14 is not served on after the project moved to 3.9."""
+    comp, tok = compiled_full
+    engine = CompletionEngine(EngineOptions(mode="single"), ScriptedRuntime(tok, MATCH_SCRIPT.encode()), comp)
+    _project(tmp_path, {".python-version": "3.14\n"})
+    doc = str(tmp_path / "app.py")
+
+    def ask(text: str):
+        lines = text.split("\n")
+        return engine.complete(CompletionRequest(text, len(lines) - 1, len(lines[-1]), document=doc))
+
+    first = ask(MATCH_DOC)
+    assert first.text.startswith("match command:")
+    assert ask(MATCH_DOC + "ma").typed_through == 2
+    (tmp_path / ".python-version").write_text("3.9.1\n")
+    later = ask(MATCH_DOC + "ma")
+    assert later.typed_through == 0 and later.python_version == "3.9"
+    assert not later.text.startswith("tch command"), later.text

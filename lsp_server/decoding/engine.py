@@ -224,8 +224,9 @@ class CompletionEngine:
             off = offset_at(text, request.line, request.character)
             before, after = text[:off], text[off:]
             shown = self._shown.get(request.document)
-            if shown is not None and (shown.options, shown.mode, shown.max_tokens) == (
-                    opts, request.mode, request.max_tokens):
+            if shown is not None and (shown.options, shown.mode, shown.max_tokens, shown.result.python_version) == (
+                    opts, request.mode, request.max_tokens,
+                    format_version(target_version(opts.python_version, request.document))):  # the project's may change
                 rest = typed_through(shown, before, after)
                 if rest is not None:
                     return replace(self._rest_of(shown.result, rest, request), prefetched=shown.prefetched)

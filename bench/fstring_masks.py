@@ -1,0 +1,83 @@
+"""Mask time inside f-strings vs outside, for a target Python version (prints JSON).
+
+    .venv/bin/python bench/fstring_masks.py [--python-version 3.14] [--tokens 60000] [FILES...]
+
+Walks files token by token (teacher forcing) with the cached streamlined store and times every
+mask that is computed (not a cache hit), split by where the position is: inside an f-string
+lexeme (every configuration of the matcher is in an FSTRING/LONG_FSTRING state) or outside.
+Without FILES: stdlib files (tests excluded) that hold f-strings, shuffled, until `--tokens`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import read_source, stats_ms, stdlib_files  # noqa: E402
+
+from grammar_tools.versions import NEWEST, format_version, parse_version  # noqa: E402
+from mask_store.loading import load_compiled  # noqa: E402
+from mask_store.matcher import GrammarMatcher  # noqa: E402
+
+
+def _files(tok, tokens: int, seed: int) -> list[Path]:
+    files = stdlib_files(include_tests=False)
+    random.Random(seed).shuffle(files)
+    chosen, total = [], 0
+    for p in files:
+        data = read_source(p)
+        if data is None or b'f"' not in data and b"f'" not in data:
+            continue
+        chosen.append(p)
+        total += len(tok.encode(data.decode()))
+        if total >= tokens:
+            break
+    return chosen
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="*", type=Path)
+    ap.add_argument("--python-version", default=format_version(NEWEST))
+    ap.add_argument("--tokens", type=int, default=60_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    compiled, tok = load_compiled("default")
+    compiled = compiled.for_version(parse_version(args.python_version))
+    g = compiled.recognizer.grammar
+    fstring = {g.term_id["FSTRING"], g.term_id["LONG_FSTRING"]}
+    files = args.files or _files(tok, args.tokens, args.seed)
+    times: dict[str, list[float]] = {"inside_fstring": [], "outside": []}
+    positions = {"inside_fstring": 0, "outside": 0}
+    rejections = 0
+    for path in files:
+        ids = tok.encode(path.read_text())
+        m = GrammarMatcher.from_prefix(compiled, b"")
+        for t in ids:
+            where = ("inside_fstring" if m.configs and all(compiled.q_term[c.q] in fstring for c in m.configs)
+                     else "outside")
+            positions[where] += 1
+            before = compiled.stats["masks"]
+            t0 = time.perf_counter()
+            mask = m.next_token_mask()
+            dt = time.perf_counter() - t0
+            if compiled.stats["masks"] > before:
+                times[where].append(dt)
+            if not mask[t] or not m.accept_token(t):
+                rejections += 1
+                break
+    print(json.dumps({
+        "benchmark": "fstring_masks", "python_version": args.python_version, "files": len(files),
+        "rejections": rejections, "positions": positions,
+        "mask_ms_computed": {k: stats_ms(v) for k, v in times.items()},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
