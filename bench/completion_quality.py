@@ -49,6 +49,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from lsp_server.threads import use_fair_threads  # noqa: E402
+
+use_fair_threads()  # before torch loads libgomp, as the CLI does: waiting threads sleep on a busy machine
+
 import numpy as np  # noqa: E402
 from _util import CODE_SETS, code_files, relative_name  # noqa: E402
 
@@ -381,6 +385,8 @@ def main(argv=None) -> int:
             if out:
                 out.write(json.dumps({**cut, "file": relative_name(Path(cut["path"])), "mode": mode, **{k2: v for k2, v in row.items() if k2 != "mask_ms"}}) + "\n")
         engine.forget(cut["path"])
+        if out:
+            out.flush()  # whole cut points on disk: a run stopped early still has its rows
         if (k + 1) % 25 == 0:
             print(f"{k + 1}/{len(cuts)} cut points", file=sys.stderr, flush=True)
     report = {
