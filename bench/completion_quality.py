@@ -28,8 +28,8 @@ class and by draft source (`by_source`: the steps each source drafted, timed in 
 Canonical tokenization (mask_store.canonical, on by default) is on in the constrained modes;
 `--canonical-ab` also runs each constrained mode with it off (`.../no-canonical`) on the same cut
 points. Per mode: `noncanonical`, the share of completions whose generated tokens differ from the
-tokenizer's own encoding of the prompt's kept text followed by their text (the last token left
-out: where the text ends is not where the document does), `canonical_fallbacks` (steps whose
+tokenizer's own encoding of the prompt's kept text followed by their text and a letter (the last
+token left out: where the text ends is not where the document does), `canonical_fallbacks` (steps whose
 canonical AND left nothing, over all mask steps), tokens per completion and, with speculation, α
 (accepted over drafted positions).
 """
@@ -139,7 +139,9 @@ MODES = {  # name: (constrained, speculative, canonical)
 
 def noncanonical(tok, kept: list[int], generated: list[int]) -> bool | None:
     """Whether `generated` (after the prompt's `kept` ids) differs from the tokenizer's own
-    encoding of that text, its last token left out (None: fewer than two tokens)."""
+    encoding of that text followed by a letter (the document goes on: a whitespace run at the
+    end is cut as before a statement, not as at the end of a file), its last token left out
+    (the letter may merge with it; None: fewer than two tokens)."""
     tb = tok.vocab.token_bytes
     gen = list(generated)
     while gen:  # a completion cut inside a multi-byte character: its whole characters only
@@ -150,7 +152,7 @@ def noncanonical(tok, kept: list[int], generated: list[int]) -> bool | None:
             gen.pop()
     if len(gen) < 2:
         return None
-    enc = tok.encode(text)
+    enc = tok.encode(text + "x")
     n = len(kept)
     return enc[:n] != kept or enc[n : n + len(gen) - 1] != gen[:-1]
 
@@ -172,7 +174,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     latency = (time.perf_counter() - t0) * 1000
     before = "\n".join(lines[:i] + [lines[i][:ch]])
     prompt = build_prompt(engine.tokenizer, before, doc[len(before) :], opts.context_tokens, engine.runtime.fim,
-                          heal=constrained)
+                          heal=constrained, heal_pretoken=r.canonical)  # as the engine built it
     start = 1 if engine.runtime.fim else 0
     kept = prompt.ids[start : start + prompt.prefix_ids]
     # the cut document has nothing after the cursor on its line: the replace range is empty
@@ -195,6 +197,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "speculation": (r.speculation or {}).get("request"),
         "noncanonical": noncanonical(engine.tokenizer, kept, r.token_ids),
         "canonical_fallbacks": r.canonical_fallbacks,
+        "token_ids": r.token_ids,
     }
 
 

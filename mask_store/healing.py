@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PRETOKEN_SCAN = 1024  # characters at the end of a prompt in which its last pre-token is looked for
+
 
 @dataclass(frozen=True)
 class Healing:
@@ -30,3 +32,29 @@ def back_off(token_bytes: list[bytes], text: bytes, ids: list[int], n: int = 1) 
     if not k or not tail or not text.endswith(tail):
         return Healing(list(ids), (), b"")
     return Healing(list(ids[: len(ids) - k]), tuple(ids[len(ids) - k :]), tail)
+
+
+def last_pretoken_tokens(token_bytes: list[bytes], pre_tokenizer, text: str, ids: list[int]) -> int:
+    """How many of the last `ids` (the tokenization of `text`) spell the text's last pre-token
+    (1 where the tokenizer has no pre-tokenizer or the tokens do not end on its start).
+
+    With canonical tokenization (mask_store.canonical) the whole last pre-token must be backed
+    off, not only its last token: its encoding depends on what follows it. A prompt ending in a
+    blank line and an indentation, `x\\n\\n        `, is `x` `\\n` `\\n        ` at the end of the
+    text, but `x` `\\n\\n       ` ` #` once a comment follows: after the kept `\\n` no canonical
+    continuation exists (every step falls back to the grammar's mask), while with both newline
+    tokens backed off the model writes `\\n\\n       ` ` #` itself. Likewise ` retu` is ` ret` `u`
+    and only ` return` continues it canonically."""
+    if pre_tokenizer is None or not ids or not text:
+        return 1
+    tail = text[-PRETOKEN_SCAN:]  # the scan of a tail finds the same cuts a few pieces in
+    pieces = pre_tokenizer.pre_tokenize_str(tail)
+    start = pieces[-1][1][0] if pieces else 0
+    if start == 0 and len(tail) < len(text):
+        return 1  # a pre-token longer than the scan: its last token only
+    want = len(tail[start:].encode())
+    n = total = 0
+    while total < want and n < len(ids):
+        n += 1
+        total += len(token_bytes[ids[-n]])
+    return n if total == want and n else 1

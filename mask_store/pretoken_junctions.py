@@ -155,7 +155,10 @@ def head(data: bytes, classes: dict[str, CharClass]) -> Head:
     try:
         s = data.decode()
     except UnicodeDecodeError:
-        return Head.UNKNOWN
+        # a space, then a character the token does not complete (` \xe5`): it starts with
+        # whitespace whatever that character is (a whitespace run that must end refuses it; a
+        # space run never straddles a junction, so nothing canonical is refused for it)
+        return Head.SPACE_RUN if data[:1] == b" " and len(data) > 1 else Head.UNKNOWN
     if not s:
         return Head.UNKNOWN
     c0 = classes[s[0]]

@@ -198,6 +198,14 @@ def test_the_rules_on_examples(default_pairs):
     assert allowed([" =", " '"], "self")
     # a token never produced for its own text is never allowed: none in SmolLM2's vocabulary
     assert pairs.tables.reachable.all()
+    # a run that must end refuses every token starting with whitespace, those that are not whole
+    # UTF-8 included (` \xe5`: a space, then the first byte of a CJK character)
+    state = _state(pairs, vocab, ["x", "\n", "\n"])
+    assert state.continuation is C.Continuation.ENDS_WHITESPACE_RUN
+    row = pairs.allowed_after(state)
+    assert b" \xe5" in by and not row[by[b" \xe5"]]
+    assert not any(row[i] for i, b in enumerate(vocab.token_bytes) if b[:1] in b" \t\n\r" and b)
+    assert row[by[b"def"]] and row[by[b"#"]]
 
 
 def test_cached_tables_equal_built_ones(default_pairs, tmp_path, monkeypatch):
@@ -340,7 +348,8 @@ def test_engine_generates_canonical_sequences_with_a_real_forward_pass(tiny_mode
             "# a comment about ", "msg = 'the quick brown", 'def g():\n    """Return the ']
     for k, doc in enumerate(docs):
         line, ch = doc.count("\n"), len(doc) - doc.rfind("\n") - 1
-        prompt = build_prompt(engine.tokenizer, doc, "", engine.options.context_tokens, None, heal=True)
+        prompt = build_prompt(engine.tokenizer, doc, "", engine.options.context_tokens, None, heal=True,
+                              heal_pretoken=True)
         r = engine.complete(CompletionRequest(doc, line, ch, document=f"d{k}"))
         assert r.canonical and len(r.token_ids) == 24
         assert _replay(pairs, prompt.ids, r.token_ids) <= r.canonical_fallbacks
@@ -374,3 +383,90 @@ def test_a_model_that_spells_against_its_tokenizer_is_stopped_unless_turned_off(
     pairs = list(zip(spelled[False], spelled[False][1:]))
     assert (b"\n ", b"3") in pairs
     assert (b"\n ", b"3") not in list(zip(spelled[True], spelled[True][1:])) and b"\n " in spelled[True]
+
+
+# ---------------------------------------------------------------------------------- turning it off
+
+
+def test_on_by_default_and_turned_off_by_the_setting_and_the_cli_flag():
+    import argparse
+
+    from lsp_server.cli_complete import _options, add_complete_parser
+    from lsp_server.options import EngineOptions
+    from lsp_server.server.settings import ServerOptions
+
+    assert EngineOptions().canonical is True
+    opts, problems = ServerOptions().merged({"syntaxlock": {"canonical": False}})
+    assert problems == [] and opts.engine.canonical is False
+    again, problems = opts.merged({"canonical": "no"})  # not a boolean: refused, the previous value kept
+    assert again.engine.canonical is False and len(problems) == 1 and "syntaxlock.canonical" in problems[0]
+    assert again.merged({"canonical": None})[0].engine.canonical is True  # null: back to the default
+    ap = argparse.ArgumentParser()
+    add_complete_parser(ap.add_subparsers())
+    assert _options(ap.parse_args(["complete", "f.py"])).canonical is True
+    assert _options(ap.parse_args(["complete", "f.py", "--no-canonical"])).canonical is False
+
+
+def test_a_grammar_without_canonical_pairs_completes_without_them(compiled_full):
+    """A tokenizer whose canonical pairs are unknown (CanonicalUnsupported at load: the pairs are
+    None) serves plain constrained completions with the option on, and says so in the result."""
+    from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+    from lsp_server.options import EngineOptions
+    from mask_store.matcher import CompiledGrammar
+    from scripted_model import ScriptedRuntime
+
+    comp, tok = compiled_full
+    without = CompiledGrammar(comp.store, comp.vocab, comp.recognizer, comp.lexer, canonical=None)
+    doc = "def f(x):\n    return x\n\ny = f(\n"
+    runtime = ScriptedRuntime(tok, (doc[:-1] + "1)\n").encode())
+    engine = CompletionEngine(EngineOptions(speculative=False), runtime, without)
+    r = engine.complete(CompletionRequest(doc, 3, 6))
+    assert engine.options.canonical and not r.canonical and r.canonical_fallbacks == 0
+    assert r.text == "1)"
+
+
+# ---------------------------------------------------------------------------------- the prompt's end
+
+
+def test_healing_backs_off_the_whole_last_pretoken():
+    from mask_store.healing import last_pretoken_tokens
+
+    tok = load_tokenizer("default")
+    cases = {"x = f(a\n\n        ": 2, "y = x.retu": 2, "os.pa": 1, "x = [\n    0": 2, "a = b  ": 1, "x": 1,
+             "t = '\u4e2d\u6587": 2, "y" * 3000 + " " * 1500: 1}
+    for text, n in cases.items():
+        ids = tok.encode(text)
+        assert last_pretoken_tokens(tok.vocab.token_bytes, tok.tokenizer.pre_tokenizer, text, ids) == n, text
+        if n > 1:  # they spell one pre-token, which the tokenizer cut in several tokens
+            tail = b"".join(tok.vocab.token_bytes[i] for i in ids[-n:]).decode()
+            assert len(tok.tokenizer.pre_tokenizer.pre_tokenize_str(tail)) == 1
+    assert last_pretoken_tokens(tok.vocab.token_bytes, None, "abc", tok.encode("abc")) == 1
+
+
+def test_a_prompt_ending_in_a_blank_line_and_indentation_continues_canonically(compiled_full):
+    """`...\n\n        ` ends the prompt as `\n` `\n        `; the document goes on with a
+    comment, which the tokenizer spells `\n\n       ` ` #`. Backing off only the last token
+    kept the `\n` before it, after which nothing canonical exists (each step fell back to the
+    grammar, and a real model wrote CJK text there, taking ` \xe5` after a run that had to
+    end); with the whole last pre-token backed off, the model spells it its own way."""
+    from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+    from lsp_server.decoding.prompt import build_prompt
+    from lsp_server.options import EngineOptions
+    from scripted_model import ScriptedRuntime
+
+    comp, tok = compiled_full
+    before = "class A:\n    def f(self):\n        x = self.annotation\n\n        "
+    tb = tok.vocab.token_bytes
+    assert [tb[i] for i in tok.encode(before)[-2:]] == [b"\n", b"\n        "]
+    results = {}
+    for canonical in (True, False):
+        runtime = ScriptedRuntime(tok, (before + "# noqa\n        return x\n").encode())
+        engine = CompletionEngine(EngineOptions(canonical=canonical, speculative=False), runtime, comp)
+        r = engine.complete(CompletionRequest(before, 4, 8))
+        prompt = build_prompt(tok, before, "", engine.options.context_tokens, None, heal=True, heal_pretoken=canonical)
+        results[canonical] = r
+        assert r.text.startswith("# noqa"), r.text
+        assert r.tokens_healed == (2 if canonical else 1)
+        if canonical:
+            assert r.canonical_fallbacks == 0 and _replay(comp.canonical, prompt.ids, r.token_ids) == 0
+            assert [tb[i] for i in r.token_ids[:2]] == [b"\n\n       ", b" #"]

@@ -247,7 +247,8 @@ class CompletionEngine:
         from .prompt import build_prompt
 
         prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
-                              heal=opts.constrained, anchor=self.anchors.get(document))
+                              heal=opts.constrained, anchor=self.anchors.get(document),
+                              heal_pretoken=self._canonical_on(opts))
         self.anchors.keep(document, prompt)
         return prompt
 
@@ -417,12 +418,18 @@ class CompletionEngine:
             python_version=format_version(compiled.recognizer.python_version),
         )
 
+    def _canonical_on(self, opts: EngineOptions) -> bool:
+        """Canonical tokenization applies: asked for, constrained, and the tokenizer's pairs known
+        (its prompts then back off the whole last pre-token: build_prompt's `heal_pretoken`;
+        every target version's grammar shares the one tokenizer's pairs)."""
+        return opts.canonical and opts.constrained and self.compiled.canonical is not None
+
     def _canonical_state(self, compiled, prompt, opts: EngineOptions):
         """Canonical tokenization (on by default): its state after the prompt's tokens kept,
         which the healed and generated tokens then follow (OFF when turned off, or when the
         tokenizer is not one whose canonical pairs are known; loading said why)."""
         pairs = compiled.canonical
-        if not opts.canonical or pairs is None:
+        if not self._canonical_on(opts) or pairs is None:
             return canonical_tokenization.OFF
         start = 1 if self.runtime.fim else 0  # the prefix text's ids come after the FIM prefix token
         return pairs.state_after(prompt.ids[start : start + prompt.prefix_ids], canonical_tokenization.START)

@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from mask_store.healing import back_off
+from mask_store.healing import back_off, last_pretoken_tokens
 from mask_store.vocabulary import LoadedTokenizer, Vocabulary
 
 from ..model.runtime import FimTokens
@@ -166,10 +166,12 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
-                 heal: bool = False, anchor: int | None = None) -> Prompt:
+                 heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
-    unless it is all the prefix has) so that the model may spell the typed text its own way.
-    `anchor`: the start line of the document's previous window (see `window`)."""
+    unless it is all the prefix has) so that the model may spell the typed text its own way;
+    with `heal_pretoken` too, all the tokens of the text's last pre-token (canonical
+    tokenization: mask_store.healing.last_pretoken_tokens). `anchor`: the start line of the
+    document's previous window (see `window`)."""
     w = window(tok, before, budget, anchor)
     ids = tok.encode(w.text)
     if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
@@ -183,7 +185,8 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     healed_ids: tuple[int, ...] = ()
     healed = b""
     if heal:
-        h = back_off(tok.vocab.token_bytes, text.encode(), ids)
+        n = last_pretoken_tokens(tok.vocab.token_bytes, tok.tokenizer.pre_tokenizer, text, ids) if heal_pretoken else 1
+        h = back_off(tok.vocab.token_bytes, text.encode(), ids, n)
         ids, healed_ids, healed = h.kept, h.healed_ids, h.healed
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
