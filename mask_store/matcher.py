@@ -406,6 +406,8 @@ class GrammarMatcher:
         comp = self.compiled
         comp.stats["canonical_masks"] += 1
         mask = grammar_mask & comp.canonical.allowed_after(self.canonical)
+        if self.heal:
+            self._drop_dead_ends(mask)
         end = mask[comp.eos]  # the end of sequence: the grammar's to allow (rows leave it alone)
         mask[comp.eos] = False
         if mask.any():
@@ -417,6 +419,33 @@ class GrammarMatcher:
             return mask
         comp.stats["canonical_fallbacks"] += 1  # nothing but the end left: the grammar decides alone
         return grammar_mask
+
+    def _drop_dead_ends(self, mask: np.ndarray) -> None:
+        """While healing: a token spelling only part of the healed bytes must leave a rest that
+        tokens can go on spelling canonically after it. `\\n\\n   ` for a healed
+        `\\n\\n        ` leaves five spaces that, after a whitespace run, only a lone space may
+        start, after which the run must end; `un` for `undeclar` leaves `declar`, which every
+        token would merge across (`und` `ecl` `ared`): taken, each would be followed by fallbacks.
+        The tokenizer's own spelling of the healed bytes always goes on, so it is never dropped
+        (the grammar is not asked about the rest)."""
+        comp = self.compiled
+        pairs, heal, tb, by = comp.canonical, self.heal, comp.tokens, comp.vocab.by_bytes
+        memo: dict = {}
+
+        def goes_on(state, rest: bytes) -> bool:  # tokens allowed from `state` spell `rest`, then more
+            key = (state, rest)
+            if key not in memo:
+                memo[key] = False  # (a state and rest never recur inside their own search)
+                ids = comp.vocab.tokens_compatible_with(rest)
+                ids = ids[pairs.allowed_after(state)[ids]]
+                memo[key] = any(len(tb[u]) >= len(rest) for u in ids.tolist()) or any(
+                    goes_on(pairs.after(state, u), rest[len(tb[u]) :]) for u in ids.tolist())
+            return memo[key]
+
+        for k in range(1, len(heal)):
+            t = by.get(heal[:k])
+            if t is not None and mask[t] and not goes_on(pairs.after(self.canonical, t), heal[k:]):
+                mask[t] = False
 
     def is_complete(self) -> bool:
         """The text so far can end here: statements closed, brackets balanced."""

@@ -301,8 +301,9 @@ def test_healed_first_tokens_and_what_follows_are_canonical(compiled_full):
 
 def test_a_space_ending_the_indentation_may_only_be_followed_by_what_it_does_not_merge_with(compiled_full):
     """`\\n   ` + ` ` is canonical before a digit (` 0` is not a token): the prompt `x = [\\n    0`
-    keeps it; before a healed `ret` nothing canonical is left after it: that step falls back to
-    the grammar's mask, counted."""
+    keeps it; before a healed `ret` nothing canonical is left after it, so while healing ` ret`
+    the space is not offered (else that step and the next would fall back to the grammar's
+    mask); taken anyway (the plain pair rows allow it), the next step falls back, counted."""
     comp, tok = compiled_full
     by = tok.vocab.by_bytes
     text = "x = [\n    0"
@@ -315,7 +316,9 @@ def test_a_space_ending_the_indentation_may_only_be_followed_by_what_it_does_not
     text = "def f(x):\n    ret"
     m, kept = _healed(comp, tok, text, C.START)
     assert m.heal == b" ret" and tok.vocab.token_bytes[kept[-1]] == b"\n   "
-    assert m.next_token_mask()[by[b" "]] and m.accept_token(by[b" "])
+    mask = m.next_token_mask()
+    assert not mask[by[b" "]] and mask[by[b" ret"]] and mask[by[b" return"]]
+    assert comp.canonical.allowed_after(m.canonical)[by[b" "]] and m.accept_token(by[b" "])
     assert m.canonical.continuation is C.Continuation.ENDS_WHITESPACE_RUN
     mask = m.next_token_mask()
     assert comp.stats["canonical_fallbacks"] == before + 1 and mask[by[b"ret"]]
@@ -470,3 +473,32 @@ def test_a_prompt_ending_in_a_blank_line_and_indentation_continues_canonically(c
         if canonical:
             assert r.canonical_fallbacks == 0 and _replay(comp.canonical, prompt.ids, r.token_ids) == 0
             assert [tb[i] for i in r.token_ids[:2]] == [b"\n\n       ", b" #"]
+
+
+def test_healing_offers_no_token_after_which_the_healed_rest_cannot_be_spelled_canonically(compiled_full):
+    """A token spelling part of the healed bytes must leave a rest that some token may follow
+    canonically: `\\n\\n   ` (then five spaces no token spells after a whitespace run) and `un`
+    (then `declar`, merged across by every token) are dropped; the tokenizer's own spellings of
+    the healed bytes before each continuation stay allowed."""
+    from lsp_server.decoding.prompt import build_prompt
+    from mask_store.matcher import GrammarMatcher
+
+    comp, tok = compiled_full
+    tb, by = tok.vocab.token_bytes, tok.vocab.by_bytes
+    cases = {"class A:\n    def f(self):\n        x = 1\n\n        ": (b"\n\n   ", ["# c\n", "return x\n", "y = 2\n"]),
+             "import jinja2\nv = meta.undeclar": (b"un", ["ed_variables(ast)\n", "ed\n", "ation = 1\n"])}
+    for before, (dead, continuations) in cases.items():
+        prompt = build_prompt(tok, before, "", 1024, None, heal=True, heal_pretoken=True)
+        state = comp.canonical.state_after(prompt.ids)
+        data = before.encode()
+        m = GrammarMatcher.from_prefix(comp, data[: len(data) - len(prompt.healed)], heal=prompt.healed,
+                                       canonical=state)
+        before_fallbacks = comp.stats["canonical_fallbacks"]
+        mask = m.next_token_mask()
+        assert comp.stats["canonical_fallbacks"] == before_fallbacks
+        assert prompt.healed.lstrip(b" ").startswith(dead) and not mask[by[dead]], before
+        plain = GrammarMatcher.from_prefix(comp, data[: len(data) - len(prompt.healed)], heal=prompt.healed)
+        assert plain.next_token_mask()[by[dead]]  # the grammar and the healed bytes allow it
+        for c in continuations:
+            own = tok.encode(before + c)[len(prompt.ids)]
+            assert mask[own], (before, c, tb[own])
