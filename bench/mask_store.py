@@ -37,7 +37,7 @@ read_source, stats_ms, stdlib_files = _util.read_source, _util.stats_ms, _util.s
 
 import numpy as np  # noqa: E402
 
-from grammar_tools import cache, never_legal  # noqa: E402
+from grammar_tools import bar_hillel, cache  # noqa: E402
 from grammar_tools.contexts import after  # noqa: E402
 from grammar_tools.lexer_automaton import load_lexer_automaton  # noqa: E402
 from grammar_tools.recognizer import Recognizer  # noqa: E402
@@ -213,7 +213,7 @@ def main() -> None:
         ]
         _with_cache_dir(tmp / "cache-bh")
         t0 = time.perf_counter()
-        answers = never_legal.decide(g, sample, processes=2)
+        answers = bar_hillel.decide(g, sample, processes=2)
         bh_s = time.perf_counter() - t0
         out["bar_hillel_sample"] = {
             "queries": len(sample),
