@@ -92,6 +92,32 @@ class _Reference:
                 return False
         return not any(offset <= e <= until for e in self.errors)
 
+    def clean_through_shallow_line(self, offset: int, col: int, met: int) -> bool:
+        """Whether the text from `met` (a line start at or after `offset`) reads without an
+        error through the first logical line from `offset` on whose indentation is `col` or
+        less (the rest of the block a cut at a line indented `col` may have broken: its body
+        left hanging, its `else:` left without its `if`); the file, if it ends before such a
+        line, must end cleanly."""
+        data = self.data
+        k = bisect.bisect_left(self.statements, offset)
+        while True:
+            while self._run is not None and len(self.statements) <= k + 1:
+                self._advance()
+            if k >= len(self.statements):
+                until = len(data)
+                break
+            at = self.statements[k]
+            if indent_width(data[data.rfind(b"\n", 0, at) + 1 : at])[0] <= col:
+                while self._run is not None and self.statements[-1] <= at:
+                    self._advance()
+                j = bisect.bisect_right(self.statements, at)  # (a restart there repeats `at`)
+                until = self.statements[j] if j < len(self.statements) else len(data)
+                break
+            k += 1
+        if until == len(data) and not self.ends:
+            return False
+        return not any(met <= e < until for e in self.errors)
+
     def _advance(self) -> None:
         try:
             end, configs, newline = next(self._run)
@@ -223,10 +249,17 @@ class EditCheck:
     """Whether edits at one cursor keep a document free of new syntax errors (see the module
     docstring). `before` is the text before the cursor as the parser reads it (it must parse:
     raises ParseError/LexError otherwise), `after` the rest of the document. Verdicts are
-    memoized: a stop policy asks again about the same cuts as a completion grows."""
+    memoized: a stop policy asks again about the same cuts as a completion grows.
 
-    def __init__(self, parser: PrefixParser, before: bytes, after: bytes) -> None:
+    `strict`: an error the document already had after the point where the edited parse met
+    the document's (outside brackets), up to the end of the first logical line after the edit
+    indented no deeper than the cursor's line, counts as the edit's: the edit must mend what a
+    cut there broke (a statement whose first line was cut away, a block header whose body or
+    `else:` is left hanging). Errors further on are still the document's own."""
+
+    def __init__(self, parser: PrefixParser, before: bytes, after: bytes, strict: bool = False) -> None:
         self.parser = parser
+        self.strict = strict
         self.before = before
         self.after = after
         st = parser.parse(before)
@@ -238,6 +271,8 @@ class EditCheck:
         self.reference = _Reference(parser, before + after, pos, configs, state, parser.last_line(pos),
                                     parser.last_line(pos, statement=True))
         self._known: dict[tuple[bytes, int], Verdict] = {}
+        line = before[before.rfind(b"\n") + 1 :]
+        self._col = indent_width(line)[0]  # the cursor's line's indentation (for `strict`)
         self.checks = 0  # edits checked (not from the memo)
 
     def ok(self, insert: bytes, replaced: int = 0) -> bool:
@@ -269,7 +304,12 @@ class EditCheck:
                     if ref is not None and same_configs(configs, ref):
                         # one parse from here; inside brackets, the statement the edit is in
                         # must still end cleanly (the document's own may not: its end was cut)
-                        if configs[0].depth == 0 or self.reference.statement_ends_clean(end - shift):
+                        if configs[0].depth == 0:
+                            clean = not self.strict or self.reference.clean_through_shallow_line(
+                                len(self.before) + replaced, self._col, end - shift)
+                        else:
+                            clean = self.reference.statement_ends_clean(end - shift)
+                        if clean:
                             return Verdict(True, synced=end, lexemes=n)
                         return Verdict(False, error=end, synced=end, lexemes=n)
         except StopIteration as stop:

@@ -105,7 +105,8 @@ def _show(path: str, text: str, result) -> str:
     shown = head + green + result.text + plain + rest
     total = result.prompt_ms + result.decode_ms
     summary = (
-        f"{path}:{line_no + 1}:{ch + 1}: {result.mode}-line, stopped: {result.stop_reason}; "
+        f"{path}:{line_no + 1}:{ch + 1}: {result.mode}-line, stopped: {result.stop_reason}, "
+        f"offered by: {result.offer_path}; "
         f"{result.tokens_generated} sampled + {result.tokens_forced} forced tokens "
         f"({result.tokens_healed} healed) in {total:.0f} ms "
         f"(prompt {result.prompt_ms:.0f} ms, {result.prompt_reused}/{result.prompt_tokens} reused)"

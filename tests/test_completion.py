@@ -261,8 +261,8 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     matcher = GrammarMatcher.from_prefix(comp, prefix)
     st = matcher.prefix_state
     ctx = cursor_context(prefix.decode(), "\n")
-    policy = StopPolicy(ctx, LineScanner(comp.lexer), Compatibility(matcher_parser(comp), prefix, ctx),
-                        prefix[st.lexeme_start :], b"", 0, 0)
+    compat = Compatibility(matcher_parser(comp), prefix, b"\n", b"")
+    policy = StopPolicy(ctx, LineScanner(comp.lexer), compat, prefix[st.lexeme_start :], b"", 0, 0)
     out = decode(ModelStepper(runtime.forward, logits[-1], past), matcher, comp.tokens, {0, 2},
                  Sampler(), policy, 16)
     assert out.tokens[0] == tok.vocab.by_bytes[b"e"] and out.forced >= 1

@@ -114,6 +114,14 @@ def test_a_statement_left_unfinished_is_refused_though_the_next_line_fits_it(par
 
 def test_errors_the_document_already_had_do_not_count(parser_factory):
     # a broken statement far below the cursor stays broken; an edit above it is judged alone
+    # a block header cut away: its body and its `else:` hang (the `else:` is the first line
+    # no deeper than the cursor's)
+    doc = "if a:\n    pass\nelse:\n    |\n        out = 1\n    else:\n        out = 2\n"
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    assert EditCheck(parser_factory(), before, after).ok(b"# a note")
+    strict = EditCheck(parser_factory(), before, after, strict=True)
+    assert not strict.ok(b"# a note") and strict.ok(b"if b:")
     doc = "a = 1\n|\nb = 2\n\n\ndef g(:\n    pass\n"
     assert checked(parser_factory, doc, "c = 3").ok
     assert not checked(parser_factory, doc, "c = (3").ok
@@ -139,3 +147,21 @@ def test_replaced_closers_are_supplied_by_the_edit(parser_factory):
     assert checked(parser_factory, doc, "g(1))", replaced=1).ok
     assert not checked(parser_factory, doc, "g(1)", replaced=1).ok
     assert checked(parser_factory, doc, "g(1)").ok
+
+
+def test_strict_mode_counts_an_error_in_the_statement_right_after_the_edit(parser_factory):
+    """A line cut at its indentation, leaving its continuation line dangling: an edit that does
+    not mend it (a comment) leaves the file as broken as it was, which the default mode lets
+    pass and the strict mode (the engine's) refuses; an error further on is still excused."""
+    doc = "def f(x):\n    |\n        1))\n    return x\n\n\nz = 1\n"
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    lenient = EditCheck(parser_factory(), before, after)
+    strict = EditCheck(parser_factory(), before, after, strict=True)
+    assert lenient.ok(b"# a note")
+    assert not strict.ok(b"# a note") and not strict.ok(b"y = 2")
+    assert strict.ok(b"y = (f(0,") and lenient.ok(b"y = (f(0,")  # mends it
+    doc = "a = 1\n|\nb = 2\n\n\ndef g(:\n    pass\n"
+    at = doc.index("|")
+    strict = EditCheck(parser_factory(), doc[:at].encode(), doc[at + 1 :].encode(), strict=True)
+    assert strict.ok(b"c = 3") and not strict.ok(b"c = (3")

@@ -68,6 +68,8 @@ class CompletionResult:
     canonical_fallbacks: int = 0  # steps where it left nothing and the grammar's mask was used alone
     token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included)
     prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
+    offer_path: str = "empty"  # which search step gave the text (decoding.offer.PATHS)
+    check_ms: float = 0.0  # spent checking the offered text against the whole file (and searching)
     python_version: str = ""  # the Python the document targets, whose syntax the masks allowed ("3.12")
 
     def to_json(self) -> dict:
@@ -320,6 +322,7 @@ class CompletionEngine:
                   after: str) -> CompletionResult:
         """The completion between `before` and `after` (the document split at the cursor)."""
         from .loop import ModelStepper, decode
+        from .offer import Offer, choose_offer, offered_text
         from .sampling import Sampler
         from .stopping.factory import stop_policy
 
@@ -348,8 +351,12 @@ class CompletionEngine:
             prefix_len = len(before_b) - len(heal)
             held = before_b[st.lexeme_start : prefix_len]
             depth = st.configs[0].depth if st.configs else 0
-            policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
-                                 parser, parsed_before)
+            try:
+                policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
+                                     parser, parsed_before)
+            except (ParseError, LexError) as e:
+                log.info("no completion: the text before the cursor does not parse with its typed part (%s)", e)
+                return self._empty(req, "no-continuation", opts)
         else:
             held, depth = self._lexeme_before(before_b)
             policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth)
@@ -388,18 +395,22 @@ class CompletionEngine:
 
         start = (req.line, req.character)
         if outcome.stop.reason == StopReason.CANCELLED:
-            body = ""
+            body, offer = "", Offer(0, "empty", 0, 0.0)
         else:
-            cut = outcome.stop.cut
-            body = outcome.generated[len(heal) : len(heal) + cut].decode("utf-8", errors="replace")
-            if not ctx.infix:
-                body = body.rstrip(" \t")
+            completion = outcome.generated[len(heal) :]
+            offer = choose_offer(policy.compat, self.scanner, held + heal, completion, depth, outcome.stop.cut,
+                                 strip=not ctx.infix)
+            body = offered_text(completion, offer.cut, not ctx.infix).decode("utf-8", errors="replace")
+        log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
+                  offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
         end = (req.line, req.character + utf16_len(ctx.covered))
         return CompletionResult(
             text=body,
             start=start,
             end=end if body or not ctx.covered else start,
             stop_reason=outcome.stop.reason,
+            offer_path=offer.path,
+            check_ms=round(offer.ms, 2),
             mode=ctx.mode,
             constrained=constrained,
             tokens_generated=outcome.sampled,

@@ -236,12 +236,16 @@ class Suggester:
                 types.MessageType.Log,
             )
             return None
+        if not result.typed_through and not (result.prefetched and not result.tokens_generated):
+            self.telemetry.count(f"offer:{result.offer_path}")
         if result.prefetched and self.work_ahead is not None:
             self.work_ahead.stats["prefetch_served"] += 1
         log.info(
-            "completed %s at %s:%s: %s, prompt %d tokens (%d reused) %.0f ms, decode %.0f ms, %d sampled + %d forced",
-            request.document, request.line, request.character, result.stop_reason, result.prompt_tokens,
-            result.prompt_reused, result.prompt_ms, result.decode_ms, result.tokens_generated, result.tokens_forced,
+            "completed %s at %s:%s: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
+            "decode %.0f ms, %d sampled + %d forced",
+            request.document, request.line, request.character, result.stop_reason, result.offer_path,
+            result.check_ms, result.prompt_tokens, result.prompt_reused, result.prompt_ms, result.decode_ms,
+            result.tokens_generated, result.tokens_forced,
         )
         return result
 

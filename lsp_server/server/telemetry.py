@@ -22,9 +22,12 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from ..decoding.offer import PATHS as OFFER_PATHS  # which step of the validity search gave a completion
+
 log = logging.getLogger(__name__)
 
-COUNTS = ("shown", "accepted", "dismissed", "requests", "cancelled", "superseded")
+COUNTS = ("shown", "accepted", "dismissed", "requests", "cancelled", "superseded") + tuple(
+    f"offer:{p}" for p in OFFER_PATHS)
 PENDING_LIMIT = 4096  # suggestions remembered for an accept/dismiss report
 
 
@@ -42,6 +45,7 @@ def summary(counts: dict) -> dict:
     out["meanLatencyMs"] = round(counts.get("latency_ms_sum", 0.0) / shown, 1) if shown else 0.0
     for k in ("requests", "cancelled", "superseded"):
         out[k] = int(counts.get(k, 0))
+    out["offeredBy"] = {p: int(counts.get(f"offer:{p}", 0)) for p in OFFER_PATHS}
     return out
 
 
@@ -59,7 +63,7 @@ class Telemetry:
         self._last_flush = time.monotonic()
 
     def count(self, name: str) -> None:
-        """One more request / cancelled / superseded request."""
+        """One more request / cancelled / superseded request / completion offered by a path."""
         with self._lock:
             self._counts[name] += 1
 

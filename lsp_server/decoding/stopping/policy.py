@@ -10,10 +10,9 @@ The cursor's surroundings decide the policy (`CursorContext`):
 - infix (the rest of the line holds code other than closing brackets/quotes): the completion must
   join that code; it ends at the longest point where completion + rest of line parses.
 
-Whatever the policy, a stop is taken only where the file stays valid: the parser must be able to
-continue from the end of the completion into the text that follows (the rest of the line after
-the auto-closed brackets the completion supplies again, then the next line's indentation and
-first word). `LineScanner` finds the line ends by lexing the completion with the grammar's lexer
+Whatever the policy, a stop is taken only where the file stays valid: the document with the
+completion in place of the auto-closed brackets it supplies again has no syntax error it did not
+already have, the whole rest of the file read (`Compatibility`, over `EditCheck`). `LineScanner` finds the line ends by lexing the completion with the grammar's lexer
 automaton (never a regex guess): newlines inside strings, brackets or after a backslash are not
 line ends.
 """
@@ -114,15 +113,6 @@ with every field set by `factory.stop_policy` from the cursor's context.
                     return Stop(e.cut - k, StopReason.BLOCK_END)
         return Verdict.CONTINUE
 
-    def _goes_on(self, data: bytes, cut: int) -> bool:
-        """A cut the token limit (or the model's end) left inside the cursor's brackets: the
-        file's next lines must go on inside them, read in full (the rest of the cursor's line,
-        which closed them, may be gone), unless it is infix (the line's rest joins it)."""
-        c = self.compat
-        if c is None or c.rest is None or self.ctx.infix:
-            return True
-        return c.goes_on_with(data[self.cursor : cut])
-
     def _blank_so_far(self, data: bytes, k: int) -> bool:
         """Nothing but whitespace after the cursor yet, and already a line ended where a
         statement was expected (an empty line) or a blank line: constrained decoding asks the
@@ -153,7 +143,6 @@ with every field set by `factory.stop_policy` from the cursor's context.
         (the model ended it)."""
         data = self.held + generated
         k = self.cursor
-        inside: set[int] = set()  # cuts inside the cursor's brackets
         scan = self.scanner.line_ends(data, self.start_depth)
         if scan is None:
             cands = {k}
@@ -163,7 +152,6 @@ with every field set by `factory.stop_policy` from the cursor's context.
             if self.mode == "single" or self.ctx.infix:
                 # not inside brackets the completion opened: the file's next lines can't close them
                 cands |= {b for b, depth in bounds if b >= k and depth <= self.cursor_depth}
-                inside = {b for b, depth in bounds if b > k and depth > 0}
             cands.add(k)
             if at_end or self._inside_held_lexeme(len(data) - 1, ends, bounds):
                 # the model ended it, or the cut falls inside a string that goes on in the file
@@ -174,8 +162,6 @@ with every field set by `factory.stop_policy` from the cursor's context.
                 if first is not None:
                     cands = {c for c in cands if c <= first}
         for cut in sorted(cands, reverse=True)[:48]:
-            if cut in inside and not self._goes_on(data, cut):
-                continue
             if cut == k or self._ok(data, cut):
                 return Stop(cut - k, reason)
         return Stop(0, reason)
