@@ -69,7 +69,7 @@ class CompletionResult:
     token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included)
     prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
     offer_path: str = "empty"  # which search step gave the text (decoding.offer.PATHS)
-    check_ms: float = 0.0  # spent checking the offered text against the whole file (and searching)
+    check_ms: float = 0.0  # spent checking edits against the whole file: set-up, the stop policy's checks, the search
     python_version: str = ""  # the Python the document targets, whose syntax the masks allowed ("3.12")
 
     def to_json(self) -> dict:
@@ -410,7 +410,7 @@ class CompletionEngine:
             end=end if body or not ctx.covered else start,
             stop_reason=outcome.stop.reason,
             offer_path=offer.path,
-            check_ms=round(offer.ms, 2),
+            check_ms=round(policy.compat.ms, 2) if policy.compat is not None else 0.0,
             mode=ctx.mode,
             constrained=constrained,
             tokens_generated=outcome.sampled,

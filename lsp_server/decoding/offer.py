@@ -63,9 +63,10 @@ def choose_offer(compat: Compatibility | None, scanner: LineScanner, held: bytes
         return Offer(cut, "unchecked" if cut else "empty", 0, 0.0)
     t0 = time.perf_counter()
     checks = 0
-    if cut > 0:
+    first = offered_text(completion, cut, strip)
+    if first:
         checks += 1
-        if compat.ok(offered_text(completion, cut, strip)):
+        if compat.ok(first):
             return Offer(cut, "model", checks, (time.perf_counter() - t0) * 1000)
     ends, cuts = _cuts(scanner, held, completion, depth)
     order = [(c, "earlier-stop") for c in reversed(cuts) if c < cut]
@@ -74,7 +75,7 @@ def choose_offer(compat: Compatibility | None, scanner: LineScanner, held: bytes
     order += [(c, "later-stop") for c in ends if c > cut]
     line_end = min((c for c in ends if c > cut), default=len(completion))
     order += [(c, "later-stop") for c in reversed(cuts) if cut < c < line_end]
-    seen = {offered_text(completion, cut, strip)} if cut > 0 else set()
+    seen = {first}
     for c, path in order:
         text = offered_text(completion, c, strip)
         if not text or text in seen:

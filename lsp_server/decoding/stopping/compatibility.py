@@ -4,6 +4,8 @@ has errors after the cursor is judged by "no new error"."""
 
 from __future__ import annotations
 
+import time
+
 from grammar_tools.edit_check import EditCheck
 from grammar_tools.incremental import PrefixParser
 
@@ -13,12 +15,15 @@ class Compatibility:
     supplies again (`covered`), leaves the document without a syntax error it did not already
     have, and none in the statement right after it (`EditCheck`'s strict mode: a completion
     must mend what the cut at the cursor broke). `before` is the text before the cursor as the
-    parser reads it (its recovery applied), `after` the rest of the document. Verdicts are memoized: the stop policy asks again about
-    the same cuts as tokens arrive."""
+    parser reads it (its recovery applied), `after` the rest of the document. Verdicts are
+    memoized: the stop policy asks again about the same cuts as tokens arrive; `ms` adds up
+    the time spent (set-up and checks)."""
 
     def __init__(self, parser: PrefixParser, before: bytes, after: bytes, covered: bytes) -> None:
+        t0 = time.perf_counter()
         self.edit_check = EditCheck(parser, before, after, strict=True)
         self.replaced = len(covered)
+        self.ms = (time.perf_counter() - t0) * 1000  # the time spent: set-up and checks
 
     @property
     def checks(self) -> int:
@@ -27,9 +32,15 @@ class Compatibility:
 
     def ok(self, completion: bytes) -> bool:
         """Whether the file stays valid with `completion` at the cursor."""
-        return self.edit_check.ok(completion, self.replaced if completion else 0)
+        return self._timed(completion, self.replaced if completion else 0)
 
     def continues(self) -> bool:
         """Whether the file goes on after the cursor inside the construct the cursor sits in
         (the covered closers left out): a newline there may end a completion."""
-        return self.edit_check.ok(b"", self.replaced)
+        return self._timed(b"", self.replaced)
+
+    def _timed(self, completion: bytes, replaced: int) -> bool:
+        t0 = time.perf_counter()
+        verdict = self.edit_check.ok(completion, replaced)
+        self.ms += (time.perf_counter() - t0) * 1000
+        return verdict
