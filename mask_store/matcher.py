@@ -25,6 +25,7 @@ there is never a silent fallback to unconstrained decoding.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -110,6 +111,9 @@ class CompiledGrammar:
         self.tokens = vocab.token_bytes
         self._mask_cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
+        # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
+        # bytes repeat (indentations above all)
+        self.heal_goes_on = functools.lru_cache(maxsize=cache_size)(self._heal_goes_on)
         # parser_checks: recognizer calls (`accepted`, `feed`) made to compute masks; with
         # masks (computed, not from the cache) it gives the checks per mask, the figure that
         # streamlining lowers
@@ -125,6 +129,15 @@ class CompiledGrammar:
                          semantic_checks=self.recognizer.semantic_checks)
         return CompiledGrammar(self.store, self.vocab, rec, self.lexer, self._cache_size, self.canonical,
                                _dead_masks=self._dead_masks)
+
+    def _heal_goes_on(self, state: CanonicalState, rest: bytes) -> bool:
+        """Whether tokens the canonical rows allow from `state` can spell `rest` and then go on
+        (a token that starts with `rest` ends the search: the grammar decides what follows)."""
+        pairs, tb = self.canonical, self.tokens
+        ids = self.vocab.tokens_compatible_with(rest)
+        ids = ids[pairs.allowed_after(state)[ids]].tolist()
+        return any(len(tb[u]) >= len(rest) for u in ids) or any(
+            self.heal_goes_on(pairs.after(state, u), rest[len(tb[u]) :]) for u in ids)
 
     # ------------------------------------------------------------------ rows
 
@@ -427,24 +440,13 @@ class GrammarMatcher:
         start, after which the run must end; `un` for `undeclar` leaves `declar`, which every
         token would merge across (`und` `ecl` `ared`): taken, each would be followed by fallbacks.
         The tokenizer's own spelling of the healed bytes always goes on, so it is never dropped
-        (the grammar is not asked about the rest)."""
+        (the grammar is not asked about the rest; `CompiledGrammar.heal_goes_on` searches, memoized
+        by state and rest across requests)."""
         comp = self.compiled
-        pairs, heal, tb, by = comp.canonical, self.heal, comp.tokens, comp.vocab.by_bytes
-        memo: dict = {}
-
-        def goes_on(state, rest: bytes) -> bool:  # tokens allowed from `state` spell `rest`, then more
-            key = (state, rest)
-            if key not in memo:
-                memo[key] = False  # (a state and rest never recur inside their own search)
-                ids = comp.vocab.tokens_compatible_with(rest)
-                ids = ids[pairs.allowed_after(state)[ids]]
-                memo[key] = any(len(tb[u]) >= len(rest) for u in ids.tolist()) or any(
-                    goes_on(pairs.after(state, u), rest[len(tb[u]) :]) for u in ids.tolist())
-            return memo[key]
-
+        pairs, heal, by = comp.canonical, self.heal, comp.vocab.by_bytes
         for k in range(1, len(heal)):
             t = by.get(heal[:k])
-            if t is not None and mask[t] and not goes_on(pairs.after(self.canonical, t), heal[k:]):
+            if t is not None and mask[t] and not comp.heal_goes_on(pairs.after(self.canonical, t), heal[k:]):
                 mask[t] = False
 
     def is_complete(self) -> bool:
