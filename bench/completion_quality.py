@@ -10,6 +10,9 @@ request on the same document first, as when the user is typing). Reported per mo
   file, which rarely parses, as it is);
 - exact_match / edit_similarity of the completion's first line against the original rest of line;
 - empty: the share of empty answers;
+- echoes_next_line: the share of cut points whose completion's last non-blank line (read whole:
+  the cursor's line before it when it is the completion's first) equals the file's next non-blank
+  line, both stripped -- accepting it would repeat that line (issue 23; target 0), and its count;
 - tokens_per_s (decoding only), mask_ms p50/p99 per step, latency_ms p50/p90 (request end to end),
   also per stopping policy (single-line / multi-line: a line-start cut inside a block is a
   blank line there, where the engine writes the block's next lines);
@@ -75,6 +78,15 @@ def edit_similarity(a: str, b: str) -> float:
             cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
         prev = cur
     return 1.0 - prev[-1] / max(len(a), len(b))
+
+
+def echoes_next_line(lines: list[str], i: int, ch: int, text: str) -> bool:
+    """Whether the completion `text` at line `i`, column `ch` ends with the file's next
+    non-blank line (the completion's last non-blank line read whole, both stripped)."""
+    if not text.strip():
+        return False
+    last = next(ln.strip() for ln in reversed((lines[i][:ch] + text).split("\n")) if ln.strip())
+    return last == next((ln.strip() for ln in lines[i + 1 :] if ln.strip()), None)
 
 
 def parses(text: str) -> bool:
@@ -187,6 +199,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "exact": first == ref_first,
         "similarity": edit_similarity(first, ref_first),
         "empty": not r.text.strip(),
+        "echo": echoes_next_line(lines, i, ch, r.text),
         "tokens": n_tokens,
         "decode_ms": r.decode_ms,
         "mask_ms": r.mask_ms,
@@ -223,6 +236,8 @@ def summarize(rows: list[dict]) -> dict:
         "exact_match": round(sum(r["exact"] for r in rows) / n, 4),
         "edit_similarity": round(sum(r["similarity"] for r in rows) / n, 4),
         "empty": round(sum(r["empty"] for r in rows) / n, 4),
+        "echoes_next_line": round(sum(r["echo"] for r in rows) / n, 4),
+        "echoes_next_line_count": f"{sum(r['echo'] for r in rows)}/{n}",
         "tokens_per_s": round(tokens / decode_s, 2) if decode_s else None,
         "mask_ms_p50": round(percentile(masks, 50), 4) if masks else None,
         "mask_ms_p99": round(percentile(masks, 99), 4) if masks else None,

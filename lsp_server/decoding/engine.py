@@ -108,6 +108,15 @@ def typed_through(shown: _Shown, before: str, after: str) -> str | None:
     return text[len(typed) :]
 
 
+def no_op_dropped(result: CompletionResult, text: str, cursor: int) -> CompletionResult:
+    """`result`, or no completion (stop reason `echo`) when its text is what its replace range
+    already holds (`))` over the auto-closed `))`, the rest of a suggestion typed up to its
+    closers): an item that changes nothing is never offered."""
+    if not result.text or text[cursor : offset_at(text, *result.end)] != result.text:
+        return result
+    return replace(result, text="", end=result.start, stop_reason=StopReason.ECHO)
+
+
 Cancel = Callable[[], bool]
 
 
@@ -231,8 +240,9 @@ class CompletionEngine:
                     format_version(target_version(opts.python_version, request.document))):  # the project's may change
                 rest = typed_through(shown, before, after)
                 if rest is not None:
-                    return replace(self._rest_of(shown.result, rest, request), prefetched=shown.prefetched)
-            result = self._complete(request, cancel, opts, before, after)
+                    return no_op_dropped(replace(self._rest_of(shown.result, rest, request),
+                                                 prefetched=shown.prefetched), text, off)
+            result = no_op_dropped(self._complete(request, cancel, opts, before, after), text, off)
             if result.text and result.stop_reason != StopReason.CANCELLED:
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
                 self._shown.move_to_end(request.document)

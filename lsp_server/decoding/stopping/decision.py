@@ -17,6 +17,7 @@ class StopReason(StrEnum):
     MAX_TOKENS = "max-tokens"
     CANCELLED = "cancelled"
     NO_CONTINUATION = "no-continuation"
+    ECHO = "echo"
 
     @property
     def description(self) -> str:
@@ -32,6 +33,8 @@ _DESCRIPTIONS = {
     StopReason.MAX_TOKENS: "the token limit",
     StopReason.CANCELLED: "the request was cancelled",
     StopReason.NO_CONTINUATION: "the grammar allows nothing the model would say",
+    StopReason.ECHO: "the completion stopped where it began to repeat the text after the cursor (the file's next "
+                     "lines, the rest of the line), or it was that text already",
 }
 
 

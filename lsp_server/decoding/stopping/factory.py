@@ -11,6 +11,7 @@ from grammar_tools.indentation import line_indent
 
 from .compatibility import Compatibility
 from .context import cursor_context
+from .echo import following_text
 from .line_scanner import LineScanner
 from .policy import StopPolicy
 
@@ -39,4 +40,4 @@ def stop_policy(before: str, after: str, mode: str, scanner: LineScanner, held: 
         # the file goes on inside the brackets open at the cursor (a multi-line call, list...)
         bracket_continues = cursor_depth > 0 and compat.continues()
     return StopPolicy(ctx, scanner, compat, held, heal, depth, line_indent(line_before), not line_before.strip(),
-                      cursor_depth, bracket_continues)
+                      cursor_depth, bracket_continues, following_text(before, after, ctx.infix))

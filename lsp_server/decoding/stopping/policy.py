@@ -25,6 +25,7 @@ import re
 from .compatibility import Compatibility
 from .context import CursorContext
 from .decision import Decision, Stop, StopReason, Verdict
+from .echo import FollowingText
 from .line_scanner import LineScanner
 
 _OPENER_BYTES = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
@@ -33,7 +34,7 @@ _OPENER_BYTES = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
 class StopPolicy:
     """Decides, after every accepted token, whether the completion is done (`Stop`), must go
     on (`Verdict.CONTINUE`) or took a token that ends it incompatibly (`Verdict.REJECT`). Built
-with every field set by `factory.stop_policy` from the cursor's context.
+    with every field set by `factory.stop_policy` from the cursor's context.
 
     Scanned bytes are `held + generated`: `held` is the open lexeme before the cursor (the
     scanner starts at a lexeme start), `generated` starts with the healed bytes (typed text
@@ -41,7 +42,8 @@ with every field set by `factory.stop_policy` from the cursor's context.
 
     def __init__(self, ctx: CursorContext, scanner: LineScanner, compat: Compatibility | None,
                  held: bytes, heal: bytes, start_depth: int, line_col: int, line_blank: bool = False,
-                 cursor_depth: int | None = None, bracket_continues: bool = False) -> None:
+                 cursor_depth: int | None = None, bracket_continues: bool = False,
+                 follow: FollowingText | None = None) -> None:
         self.ctx = ctx
         self.scanner = scanner
         self.compat = compat  # None: unconstrained (no compatibility constraint)
@@ -56,6 +58,7 @@ with every field set by `factory.stop_policy` from the cursor's context.
         self.mode = ctx.mode
         self.line_blank = line_blank  # nothing but indentation before the cursor on its line
         self.body_from = self.cursor  # multi-line: the block's indentation is its first line's after this
+        self.follow = follow  # the file's text after the cursor, which the completion must not repeat (None: unchecked)
 
     def _ok(self, data: bytes, cut: int) -> bool:
         return self.compat is None or self.compat.ok(data[self.cursor : cut])
@@ -69,8 +72,12 @@ with every field set by `factory.stop_policy` from the cursor's context.
         if scan is None:  # not Python: the first newline ends it
             i = data.find(b"\n", k)
             return Verdict.CONTINUE if i < 0 else Stop(i - k, StopReason.LINE_END)
-        ends, _ = scan
+        ends, bounds = scan
         ctx = self.ctx
+        if not ctx.infix:
+            echo = self._echo(data, ends, bounds, at_end=False)
+            if echo is not None:
+                return echo
         if ctx.infix:
             if any(e.cut >= k for e in ends) or data.find(b"\n", k) >= 0:
                 return self.fallback(generated, StopReason.SUFFIX, at_end=False)
@@ -101,8 +108,12 @@ with every field set by `factory.stop_policy` from the cursor's context.
             else:
                 return Verdict.CONTINUE
         base = None
+        # on a blank line the completion starts the block's next line: the newline before the
+        # cursor gives the block's indentation (a dedent or a blank line ends it at once);
+        # after an opener, the first line end the completion writes does
+        first = self.body_from - (self.line_blank and self.body_from == self.cursor)
         for e in ends:
-            if e.depth != 0 or e.end <= self.body_from:
+            if e.depth != 0 or e.end <= first:
                 continue
             if base is None:
                 if e.closed:
@@ -112,6 +123,21 @@ with every field set by `factory.stop_policy` from the cursor's context.
                 if self._ok(data, e.cut):
                     return Stop(e.cut - k, StopReason.BLOCK_END)
         return Verdict.CONTINUE
+
+    def _echo(self, data: bytes, ends, bounds, at_end: bool) -> Stop | None:
+        """The earliest valid stop where the generated text starts to repeat the text after the
+        cursor (the file's next lines; infix: the rest of the cursor's line), if any."""
+        if self.follow is None:
+            return None
+        k = self.cursor
+        if self.ctx.infix:
+            cuts = self.follow.rest_echoes(data, k, [b for b, _ in bounds])
+        else:
+            cuts = self.follow.line_echoes(data, k, [e.cut for e in ends], at_end)
+        for cut in cuts:
+            if self._ok(data, cut):
+                return Stop(cut - k, StopReason.ECHO)
+        return None
 
     def _blank_so_far(self, data: bytes, k: int) -> bool:
         """Nothing but whitespace after the cursor yet, and already a line ended where a
@@ -148,6 +174,9 @@ with every field set by `factory.stop_policy` from the cursor's context.
             cands = {k}
         else:
             ends, bounds = scan
+            echo = self._echo(data, ends, bounds, at_end)
+            if echo is not None:
+                return echo
             cands = {e.cut for e in ends if e.cut >= k and e.depth == 0}
             if self.mode == "single" or self.ctx.infix:
                 # not inside brackets the completion opened: the file's next lines can't close them
