@@ -19,7 +19,7 @@ request on the same document first, as when the user is typing). Reported per mo
 and by cut class (line-start/mid-line x top-level/in-block).
 
     .venv/bin/python bench/completion_quality.py --cuts 300 [--code stdlib|thirdparty] [--model default]
-        [--out cuts.jsonl] [--speculation [--draft-model DIR]]
+        [--out cuts.jsonl] [--speculation [--draft-model DIR]] [--modes constrained --replay cuts.jsonl]
 
 `--code thirdparty` cuts the files of pinned third-party wheels (bench/_util.py: downloaded into
 the user cache on first use) instead of the stdlib: mechanisms are decided on the stdlib and
@@ -372,6 +372,10 @@ def main(argv=None) -> int:
     ap.add_argument("--draft-model", help="a draft model directory (same tokenizer) as another draft source")
     ap.add_argument("--canonical-ab", action="store_true",
                     help="also run each constrained mode with canonical tokenization off, on the same cut points")
+    ap.add_argument("--replay", metavar="RUN.jsonl",
+                    help="no model run: each cut point's completion is the tokens an earlier run (--out, same "
+                         "cut points) generated, stopped by this code's rules (replay_model.py); quality "
+                         "figures only")
     ap.add_argument("--modes", nargs="+", choices=list(MODES),
                     help="run only these modes (default: as the flags above select)")
     args = ap.parse_args(argv)
@@ -383,12 +387,26 @@ def main(argv=None) -> int:
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,
                                                  draft_model=args.draft_model))
     cuts = cut_points(args.cuts, args.seed, args.code)
+    recorded = {}
+    if args.replay:
+        from replay_model import ReplayRuntime
+
+        with open(args.replay) as f:
+            for line in f:
+                row = json.loads(line)
+                recorded[(row["path"], row["line"], row["character"], row["mode"])] = row["token_ids"]
+        real = engine
     modes = args.modes or [m for m in MODES if (args.speculation or "speculative" not in m)
                            and (args.canonical_ab or "no-canonical" not in m)]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     by_class: dict[str, dict[str, list[dict]]] = {}
     out = open(args.out, "w") if args.out else None
+    diverged = 0
     for k, cut in enumerate(cuts):
+        if args.replay:
+            (mode,) = modes
+            ids = recorded[(cut["path"], cut["line"], cut["character"], mode)]
+            engine = CompletionEngine(real.options, ReplayRuntime(real.runtime, ids), real.compiled)
         # warm the document's KV cache as typing would
         lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
         i, ch = cut["line"], cut["character"]
@@ -397,6 +415,8 @@ def main(argv=None) -> int:
         for mode in modes:
             constrained, speculative, canonical = MODES[mode]
             row = run(engine, cut, constrained, args.max_tokens, speculative, canonical)
+            if args.replay and row["token_ids"] != ids[: len(row["token_ids"])]:
+                diverged += 1  # the replay took another token than the real model: not what it would write
             results[mode].append(row)
             cls = f'{cut["kind"]}/{cut["block"]}'
             by_class.setdefault(cls, {m: [] for m in modes})[mode].append(row)
@@ -414,6 +434,7 @@ def main(argv=None) -> int:
         "kernels": kernels.isa if (kernels := load_kernels()) else None,  # avx512 / avx2 / PyTorch's
         "max_tokens": args.max_tokens,
         "seed": args.seed,
+        **({"replay": args.replay, "replay_diverged": diverged} if args.replay else {}),
         **{m: summarize(results[m]) for m in modes},
         "by_class": {c: {m: summarize(v) for m, v in d.items()} for c, d in sorted(by_class.items())},
     }

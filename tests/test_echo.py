@@ -100,10 +100,11 @@ def test_a_repeated_line_where_the_completion_cannot_stop_before_it_is_kept(comp
 
 
 def test_a_repeated_line_the_file_does_not_go_on_with_is_kept(compiled):
-    # two `pass` in different blocks: the file goes on with `x = 1`, not `pass`
-    doc = "def f(a):\n    |\n\nx = 1\n"
-    text, off, r = complete_at_marker(compiled, doc, "if a:\n        pass\n    else:\n        pass\n\nx = 1\n")
-    assert r.text == "if a:\n        pass\n    else:\n        pass" and r.stop_reason == "block-end"
+    # two `pass` in different methods: the file goes on with `def g`, then its `pass`
+    doc = "class A:\n    def f(self):\n        |\n\n    def g(self):\n        pass\n"
+    text, off, r = complete_at_marker(compiled, doc, "x = 1\n        pass\n\n    def g(self):\n        pass\n")
+    assert r.text == "x = 1\n        pass" and r.stop_reason == "block-end"
+    assert parses(accept(text, off, r))
 
 
 def test_a_multi_line_completion_stops_at_the_blank_line_before_a_new_definition(compiled):

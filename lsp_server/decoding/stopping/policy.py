@@ -108,16 +108,18 @@ class StopPolicy:
             else:
                 return Verdict.CONTINUE
         base = None
-        # on a blank line the completion starts the block's next line: the newline before the
-        # cursor gives the block's indentation (a dedent or a blank line ends it at once);
-        # after an opener, the first line end the completion writes does
-        first = self.body_from - (self.line_blank and self.body_from == self.cursor)
+        # on an empty line the completion writes the next line of the cursor's block: its first
+        # line end may already leave that block (a dedent below the cursor's line, or a blank
+        # line: the function's `return` after a loop body, a new `def`)
+        on_empty_line = self.line_blank and self.body_from == self.cursor
         for e in ends:
-            if e.depth != 0 or e.end <= first:
+            if e.depth != 0 or e.end <= self.body_from:
                 continue
             if base is None:
                 if e.closed:
                     base = e
+                    if on_empty_line and e.cut > k and (e.blank or e.col < self.line_col) and self._ok(data, e.cut):
+                        return Stop(e.cut - k, StopReason.BLOCK_END)
                 continue
             if e.cut > k and ((e.closed and e.col < base.col) or e.blank):
                 if self._ok(data, e.cut):
