@@ -20,6 +20,7 @@ and by cut class (line-start/mid-line x top-level/in-block).
 
     .venv/bin/python bench/completion_quality.py --cuts 300 [--code stdlib|thirdparty] [--model default]
         [--out cuts.jsonl] [--speculation [--draft-model DIR]] [--modes constrained --replay cuts.jsonl]
+        [--modes constrained --oracle]
 
 `--code thirdparty` cuts the files of pinned third-party wheels (bench/_util.py: downloaded into
 the user cache on first use) instead of the stdlib: mechanisms are decided on the stdlib and
@@ -376,6 +377,10 @@ def main(argv=None) -> int:
                     help="no model run: each cut point's completion is the tokens an earlier run (--out, same "
                          "cut points) generated, stopped by this code's rules (replay_model.py); quality "
                          "figures only")
+    ap.add_argument("--oracle", action="store_true",
+                    help="no model: a scripted model (tests/scripted_model.py) writes the file's own text from the "
+                         "cursor on (the dropped rest of the line, then the lines the file goes on with), the "
+                         "echo at its purest; no speed figures")
     ap.add_argument("--modes", nargs="+", choices=list(MODES),
                     help="run only these modes (default: as the flags above select)")
     args = ap.parse_args(argv)
@@ -384,8 +389,17 @@ def main(argv=None) -> int:
     from lsp_server.model.kernels.library import load as load_kernels
     from lsp_server.options import EngineOptions
 
-    engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,
-                                                 draft_model=args.draft_model))
+    if args.oracle:
+        from mask_store.loading import load_compiled
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from scripted_model import ScriptedRuntime
+
+        compiled, tok = load_compiled(args.model)
+        engine = CompletionEngine(EngineOptions(max_tokens=args.max_tokens), ScriptedRuntime(tok, b""), compiled)
+    else:
+        engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,
+                                                     draft_model=args.draft_model))
     cuts = cut_points(args.cuts, args.seed, args.code)
     recorded = {}
     if args.replay:
@@ -407,6 +421,9 @@ def main(argv=None) -> int:
             (mode,) = modes
             ids = recorded[(cut["path"], cut["line"], cut["character"], mode)]
             engine = CompletionEngine(real.options, ReplayRuntime(real.runtime, ids), real.compiled)
+        elif args.oracle:
+            original = Path(cut["path"]).read_bytes()
+            engine = CompletionEngine(engine.options, ScriptedRuntime(tok, original), compiled)
         # warm the document's KV cache as typing would
         lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
         i, ch = cut["line"], cut["character"]
@@ -422,6 +439,7 @@ def main(argv=None) -> int:
             by_class.setdefault(cls, {m: [] for m in modes})[mode].append(row)
             if out:
                 out.write(json.dumps({**cut, "file": relative_name(Path(cut["path"])), "mode": mode, **{k2: v for k2, v in row.items() if k2 != "mask_ms"}}) + "\n")
+                out.flush()  # a run stopped early keeps its cut points (replayable with --cuts N)
         engine.forget(cut["path"])
         if out:
             out.flush()  # whole cut points on disk: a run stopped early still has its rows
