@@ -409,7 +409,7 @@ class CompletionEngine:
         else:
             completion = outcome.generated[len(heal) :]
             offer = choose_offer(policy.compat, self.scanner, held + heal, completion, depth, outcome.stop.cut,
-                                 strip=not ctx.infix)
+                                 strip=not ctx.infix, later=outcome.stop.reason != StopReason.ECHO)
             body = offered_text(completion, offer.cut, not ctx.infix).decode("utf-8", errors="replace")
         log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
                   offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
