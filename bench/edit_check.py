@@ -1,6 +1,6 @@
 """The cost of "checked before offered" on long files (prints JSON).
 
-    .venv/bin/python bench/edit_check.py [--code stdlib|thirdparty] [--min-lines 2000] [--cuts 20] [--strict] [--cpu]
+    .venv/bin/python bench/edit_check.py [--code stdlib|thirdparty] [--min-lines 2000] [--cuts 20] [--strict] [--reach N] [--cpu]
 
 For each file of the code set with at least `--min-lines` lines, `--cuts` cut points (line-start
 and mid-line; the file cut at the cursor and the rest of the line removed, as
@@ -85,6 +85,7 @@ def main() -> None:
     ap.add_argument("--cuts", type=int, default=20, help="cut points per file")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--strict", action="store_true", help="the engine's mode (EditCheck strict=True)")
+    ap.add_argument("--reach", type=int, help="EditCheck's reach (the engine's: 16384)")
     ap.add_argument("--cpu", action="store_true",
                     help="time by the process's CPU time (a loaded, shared machine) instead of the wall clock")
     args = ap.parse_args()
@@ -125,7 +126,7 @@ def main() -> None:
             done += 1
             parsed = state.recovered.rewrite(before.encode()) if state.recovered else before.encode()
             t0 = clock()
-            check = EditCheck(parser, parsed, after.encode(), strict=args.strict)
+            check = EditCheck(parser, parsed, after.encode(), strict=args.strict, reach=args.reach)
             setup = clock() - t0
             total = setup
             for insert in edits(line[ch:]):
@@ -154,6 +155,7 @@ def main() -> None:
         "files": files,
         "min_lines": args.min_lines,
         "strict": args.strict,
+        "reach": args.reach,
         "clock": "process CPU time" if args.cpu else "wall",
         "by_file_lines": {
             size: {

@@ -255,11 +255,18 @@ class EditCheck:
     the document's (outside brackets), up to the end of the first logical line after the edit
     indented no deeper than the cursor's line, counts as the edit's: the edit must mend what a
     cut there broke (a statement whose first line was cut away, a block header whose body or
-    `else:` is left hanging). Errors further on are still the document's own."""
+    `else:` is left hanging). Errors further on are still the document's own.
 
-    def __init__(self, parser: PrefixParser, before: bytes, after: bytes, strict: bool = False) -> None:
+    `reach` bounds a check's cost: an edited parse that has not met the document's within
+    `reach` bytes after the edit (a string opened that swallows the file, brackets left open)
+    is refused without reading further (a refusal is always safe; the edits that need more are
+    rare)."""
+
+    def __init__(self, parser: PrefixParser, before: bytes, after: bytes, strict: bool = False,
+                 reach: int | None = None) -> None:
         self.parser = parser
         self.strict = strict
+        self.reach = reach
         self.before = before
         self.after = after
         st = parser.parse(before)
@@ -290,6 +297,9 @@ class EditCheck:
         self.checks += 1
         data = self.before + insert + self.after[replaced:]
         edit_end = len(self.before) + len(insert)
+        cut_short = self.reach is not None and len(data) > edit_end + self.reach
+        if cut_short:
+            data = data[: edit_end + self.reach]
         shift = len(insert) - replaced  # an offset after the edit minus the document's same place
         pos, configs, state = self._origin
         parser = self.parser
@@ -316,6 +326,8 @@ class EditCheck:
             state, start = stop.value
         except (ParseError, LexError) as e:
             return Verdict(False, error=e.pos, lexemes=n)
+        if cut_short:  # not met within reach: refused
+            return Verdict(False, error=len(data), lexemes=n)
         if parser.can_end_with(configs, data[start:], state):
             return Verdict(True, lexemes=n)
         return Verdict(False, error=len(data), lexemes=n)

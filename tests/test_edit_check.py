@@ -165,3 +165,19 @@ def test_strict_mode_counts_an_error_in_the_statement_right_after_the_edit(parse
     at = doc.index("|")
     strict = EditCheck(parser_factory(), doc[:at].encode(), doc[at + 1 :].encode(), strict=True)
     assert strict.ok(b"c = 3") and not strict.ok(b"c = (3")
+
+
+def test_reach_bounds_what_a_check_reads(parser_factory):
+    """An edit that opens a string swallowing the rest of a long file is refused once its parse
+    has gone `reach` bytes past the edit without meeting the document's; edits that meet it
+    within reach are judged as without a bound."""
+    body = "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n\n" for i in range(400))
+    doc = "x = |\n" + body + "y = '''\n"
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    unbounded = EditCheck(parser_factory(), before, after)
+    bounded = EditCheck(parser_factory(), before, after, reach=4096)
+    assert unbounded.ok(b"'''") and not bounded.ok(b"'''")  # the string ends at the file's last line
+    for insert in (b"1", b"(1,", b"f0(1, 2)"):
+        assert bounded.ok(insert) == unbounded.ok(insert)
+    assert bounded.ok(b"1") and not bounded.ok(b"(1,")

@@ -10,6 +10,9 @@ from grammar_tools.edit_check import EditCheck
 from grammar_tools.incremental import PrefixParser
 
 
+REACH = 16_384  # bytes after a completion within which its parse must meet the document's (the cost's bound)
+
+
 class Compatibility:
     """Whether a completion at the cursor, put in place of the auto-closed brackets/quotes it
     supplies again (`covered`), leaves the document without a syntax error it did not already
@@ -21,7 +24,7 @@ class Compatibility:
 
     def __init__(self, parser: PrefixParser, before: bytes, after: bytes, covered: bytes) -> None:
         t0 = time.perf_counter()
-        self.edit_check = EditCheck(parser, before, after, strict=True)
+        self.edit_check = EditCheck(parser, before, after, strict=True, reach=REACH)
         self.replaced = len(covered)
         self.ms = (time.perf_counter() - t0) * 1000  # the time spent: set-up and checks
 
