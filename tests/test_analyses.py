@@ -272,6 +272,7 @@ def test_are_jointly_legal(python_grammar):
 @pytest.mark.parametrize(
     "text,max_len", [(TOY, 12), (SUMS, 11), (BRACKETS, 8)], ids=["anbn", "sums", "brackets"]
 )
+@pytest.mark.slow
 def test_accepted_alike_agrees_with_brute_force(text, max_len):
     """Sequences that the lockstep test finds accepted alike after X are legal after exactly
     the same prefixes ending in X (every prefix of the sentences up to `max_len`), for every

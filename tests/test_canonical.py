@@ -336,6 +336,7 @@ def _replay(pairs: C.CanonicalPairs, kept: list[int], generated: list[int]) -> i
     return bad
 
 
+@pytest.mark.slow
 def test_engine_generates_canonical_sequences_with_a_real_forward_pass(tiny_model_dir):
     """A random-weight model writes whatever its logits say: with canonical tokenization on
     (the default; speculation and token healing on too) every generated token is allowed by the

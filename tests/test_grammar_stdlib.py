@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import STDLIB, _is_test_file, read_source, stdlib_files
 
 from grammar_tools.check import check_source
 from grammar_tools.incremental import PrefixParser
 
 
+@pytest.mark.slow
 def test_parses_the_standard_library(recognizer, lexer):
     parser = PrefixParser(recognizer, lexer)
     results = {}

@@ -67,6 +67,7 @@ def _sample_files(n_tokens: int, seed: int):
     return files
 
 
+@pytest.mark.slow
 def test_soundness_on_stdlib_sample(compiled_full):
     """At every position of real files the true next token is allowed (>= 100,000 tokens), with
     canonical tokenization on (its masks are within the grammar's: sound with it off too)."""

@@ -89,6 +89,7 @@ def _replay(rec: Recognizer, lexer, data: bytes):
     return lexemes, after
 
 
+@pytest.mark.slow
 def test_cut_points_agree_with_full_lex_and_lark(recognizer, lexer, lark_parser):
     rec_plain = Recognizer(python_version=NEWEST, semantic_checks=False)
     g = recognizer.grammar
