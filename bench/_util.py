@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import subprocess
 import sys
 import sysconfig
@@ -130,6 +131,23 @@ def code_files(code: str) -> list[Path]:
     if code == "thirdparty":
         return thirdparty_files()
     raise ValueError(f"unknown code set {code!r}: one of {', '.join(CODE_SETS)}")
+
+
+def files_until_tokens(files, tok, tokens: int, seed: int, keep=None) -> list[tuple[Path, bytes]]:
+    """`files` shuffled (seeded), read (unreadable ones and those `keep(data)` refuses skipped),
+    until their text holds `tokens` tokens of `tok`: (path, data) pairs."""
+    files = list(files)
+    random.Random(seed).shuffle(files)
+    chosen, total = [], 0
+    for p in files:
+        data = read_source(p)
+        if data is None or (keep is not None and not keep(data)):
+            continue
+        chosen.append((p, data))
+        total += len(tok.encode(data.decode()))
+        if total >= tokens:
+            break
+    return chosen
 
 
 def relative_name(path: Path) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -29,24 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
+from _util import CODE_SETS, code_files, files_until_tokens, relative_name, stats_ms  # noqa: E402
 
 
 def choose_files(tok, code: str, tokens: int, seed: int) -> list[tuple[Path, str]]:
     """Files of the code set in a shuffled order (seeded), until `tokens` tokens."""
-    files = list(code_files(code))
-    random.Random(seed).shuffle(files)
-    chosen, total = [], 0
-    for p in files:
-        data = read_source(p)
-        if data is None:
-            continue
-        text = data.decode()
-        chosen.append((p, text))
-        total += len(tok.encode(text))
-        if total >= tokens:
-            break
-    return chosen
+    return [(p, data.decode()) for p, data in files_until_tokens(code_files(code), tok, tokens, seed)]
 
 
 def walk(off, on, tok, files) -> dict:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import read_source, stats_ms, stdlib_files  # noqa: E402
+from _util import files_until_tokens, stats_ms, stdlib_files  # noqa: E402
 
 from grammar_tools.versions import NEWEST, format_version, parse_version  # noqa: E402
 from mask_store.loading import load_compiled  # noqa: E402
@@ -26,18 +25,9 @@ from mask_store.matcher import GrammarMatcher  # noqa: E402
 
 
 def _files(tok, tokens: int, seed: int) -> list[Path]:
-    files = stdlib_files(include_tests=False)
-    random.Random(seed).shuffle(files)
-    chosen, total = [], 0
-    for p in files:
-        data = read_source(p)
-        if data is None or b'f"' not in data and b"f'" not in data:
-            continue
-        chosen.append(p)
-        total += len(tok.encode(data.decode()))
-        if total >= tokens:
-            break
-    return chosen
+    """Stdlib files with an f-string, shuffled (seeded), until `tokens` tokens."""
+    return [p for p, _ in files_until_tokens(stdlib_files(include_tests=False), tok, tokens, seed,
+                                             keep=lambda data: b'f"' in data or b"f'" in data)]
 
 
 def main() -> None:

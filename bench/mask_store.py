@@ -19,7 +19,6 @@ import argparse
 import importlib.util
 import json
 import os
-import random
 import sys
 import tempfile
 import time
@@ -33,7 +32,8 @@ sys.modules.pop("mask_store", None)
 _spec = importlib.util.spec_from_file_location("_bench_util", _HERE / "_util.py")
 _util = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_util)
-read_source, stats_ms, stdlib_files = _util.read_source, _util.stats_ms, _util.stdlib_files
+files_until_tokens, read_source = _util.files_until_tokens, _util.read_source
+stats_ms, stdlib_files = _util.stats_ms, _util.stdlib_files
 
 import numpy as np  # noqa: E402
 
@@ -135,18 +135,7 @@ def _walk(full: CompiledGrammar, stream: CompiledGrammar, tok, files) -> dict:
 
 def _choose(tok, tokens: int, seed: int) -> list[Path]:
     """Stdlib files (tests excluded) in a shuffled order, until `tokens` tokens."""
-    files = stdlib_files(include_tests=False)
-    random.Random(seed).shuffle(files)
-    chosen, total = [], 0
-    for p in files:
-        data = read_source(p)
-        if data is None:
-            continue
-        chosen.append(p)
-        total += len(tok.encode(data.decode()))
-        if total >= tokens:
-            break
-    return chosen
+    return [p for p, _ in files_until_tokens(stdlib_files(include_tests=False), tok, tokens, seed)]
 
 
 def main() -> None:
