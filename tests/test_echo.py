@@ -129,3 +129,13 @@ def test_an_item_equal_to_what_it_replaces_is_not_offered(compiled):
     typed = "print(circle_area(radius))\n"
     r = engine.complete(CompletionRequest(typed, 0, 24))
     assert r.text == "" and r.stop_reason == "echo"
+
+
+def test_a_word_finished_inside_a_multi_line_parameter_list_ends_at_its_line(compiled):
+    # the cursor is mid-word inside a `def f(` whose parameters go on below: the text before and
+    # after the cursor alone does not parse (`cli: B` then `ctx: int,`), the completed word does;
+    # the completion ends at its line's end (not at the token limit, and not with new parameters)
+    doc = "def f(\n    cli: B|\n    ctx: int,\n) -> None:\n    pass\n"
+    text, off, r = complete_at_marker(compiled, doc, "aseCommand,\n    extra: str,\n    more: int,\n")
+    assert r.text == "aseCommand," and r.stop_reason == "line-end"
+    assert accept(text, off, r) == "def f(\n    cli: BaseCommand,\n    ctx: int,\n) -> None:\n    pass\n"

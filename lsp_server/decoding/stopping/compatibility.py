@@ -37,11 +37,6 @@ class Compatibility:
         """Whether the file stays valid with `completion` at the cursor."""
         return self._timed(completion, self.replaced if completion else 0)
 
-    def continues(self) -> bool:
-        """Whether the file goes on after the cursor inside the construct the cursor sits in
-        (the covered closers left out): a newline there may end a completion."""
-        return self._timed(b"", self.replaced)
-
     def _timed(self, completion: bytes, replaced: int) -> bool:
         t0 = time.perf_counter()
         verdict = self.edit_check.ok(completion, replaced)

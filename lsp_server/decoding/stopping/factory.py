@@ -32,12 +32,9 @@ def stop_policy(before: str, after: str, mode: str, scanner: LineScanner, held: 
         ctx = replace(ctx, mode="single")
     line_before = before[before.rfind("\n") + 1 :]
     compat = None
-    bracket_continues = False
     if parser is not None:
         # the whole rest of the file is read (raises ParseError/LexError when `parsed_before`
         # does not parse)
         compat = Compatibility(parser, parsed_before, after.encode(), ctx.covered.encode())
-        # the file goes on inside the brackets open at the cursor (a multi-line call, list...)
-        bracket_continues = cursor_depth > 0 and compat.continues()
     return StopPolicy(ctx, scanner, compat, held, heal, depth, line_indent(line_before), not line_before.strip(),
-                      cursor_depth, bracket_continues, following_text(before, after, ctx.infix))
+                      cursor_depth, following_text(before, after, ctx.infix))

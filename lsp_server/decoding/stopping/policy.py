@@ -42,8 +42,7 @@ class StopPolicy:
 
     def __init__(self, ctx: CursorContext, scanner: LineScanner, compat: Compatibility | None,
                  held: bytes, heal: bytes, start_depth: int, line_col: int, line_blank: bool = False,
-                 cursor_depth: int | None = None, bracket_continues: bool = False,
-                 follow: FollowingText | None = None) -> None:
+                 cursor_depth: int | None = None, follow: FollowingText | None = None) -> None:
         self.ctx = ctx
         self.scanner = scanner
         self.compat = compat  # None: unconstrained (no compatibility constraint)
@@ -51,9 +50,6 @@ class StopPolicy:
         self.cursor = len(held) + len(heal)
         self.start_depth = start_depth  # bracket depth where `held` starts
         self.cursor_depth = start_depth if cursor_depth is None else cursor_depth
-        # the file goes on inside the brackets open at the cursor (a multi-line call, list...):
-        # a newline inside them may end the completion
-        self.bracket_continues = bracket_continues
         self.line_col = line_col
         self.mode = ctx.mode
         self.line_blank = line_blank  # nothing but indentation before the cursor on its line
@@ -100,7 +96,11 @@ class StopPolicy:
                         self.mode, self.body_from = "multi", e.cut
                         break
                     return Verdict.REJECT
-                if 0 < e.depth <= self.cursor_depth and self.bracket_continues and self._ok(data, e.cut):
+                if 0 < e.depth <= self.cursor_depth and self._ok(data, e.cut):
+                    # a newline inside the brackets open at the cursor, where the file's next lines
+                    # go on inside them (a multi-line call, list, parameter list: the check reads
+                    # them); whether the text after the cursor alone parses does not matter (a
+                    # word cut at the cursor does not)
                     return Stop(e.cut - k, StopReason.LINE_END)
                 if e.depth > self.cursor_depth and ctx.continued and self._ok(data, e.cut):
                     # brackets the completion opened, which the file's next lines go on with
