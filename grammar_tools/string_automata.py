@@ -7,6 +7,8 @@ so the six string terminals are built here directly as byte NFAs:
     LONG_STRING   the same, triple-quoted
     FSTRING       prefix f | fr | rf (any case), quoted with ' or "
     LONG_FSTRING  the same, triple-quoted
+    TSTRING       prefix t | tr | rt (any case): a template string (PEP 750, 3.14), read as an f-string
+    LONG_TSTRING  the same, triple-quoted
     BYTES         prefix b | br | rb (any case), quoted with ' or "
     LONG_BYTES    the same, triple-quoted
 
@@ -45,6 +47,7 @@ def _case_variants(prefix: str) -> set[bytes]:
 PREFIXES = {
     "str": ["", "u", "r"],
     "fstr": ["f", "fr", "rf"],
+    "tstr": ["t", "tr", "rt"],
     "bytes": ["b", "br", "rb"],
 }
 
@@ -53,7 +56,8 @@ class _Builder:
     """Adds string bodies to one NFA."""
 
     def __init__(self, kind: str, long: bool) -> None:
-        self.kind = kind  # "str" | "fstr" | "bytes"
+        self.kind = kind  # "str" | "fstr" | "tstr" | "bytes"
+        self.fields = kind in ("fstr", "tstr")  # replacement fields
         self.long = long
         self.nfa = ByteNFA()
         self.start = self.nfa.add_state()
@@ -97,7 +101,7 @@ class _Builder:
         if braces is not None:
             nfa.add_edge(bs, ord("{"), ord("{"), braces[0])
             nfa.add_edge(bs, ord("}"), ord("}"), braces[1])
-        braces = b"{}" if self.kind == "fstr" else b""
+        braces = b"{}" if self.fields else b""
         if raw:
             # the backslash and any one character stay; \r alone is a newline too
             self.chars(bs, dst, self.except_(b"\n\r" + braces))
@@ -139,7 +143,7 @@ class _Builder:
             nfa.add_edge(q2, quote, quote, self.end)
             sources = (body, q1, q2)
         newlines = b"" if self.long else b"\n\r"
-        if self.kind == "fstr":
+        if self.fields:
             self._fstring_body(body, sources, quote, raw)
             return
         for s in sources:
@@ -219,7 +223,7 @@ class _Builder:
 
 
 def string_dfa(kind: str, long: bool) -> ByteDFA:
-    """The byte automaton of one string terminal (`kind` in str/fstr/bytes)."""
+    """The byte automaton of one string terminal (`kind` in str/fstr/tstr/bytes)."""
     b = _Builder(kind, long)
     for prefix in PREFIXES[kind]:
         for variant in _case_variants(prefix):
@@ -233,6 +237,8 @@ STRING_TERMINALS = {
     "LONG_STRING": ("str", True),
     "FSTRING": ("fstr", False),
     "LONG_FSTRING": ("fstr", True),
+    "TSTRING": ("tstr", False),
+    "LONG_TSTRING": ("tstr", True),
     "BYTES": ("bytes", False),
     "LONG_BYTES": ("bytes", True),
 }

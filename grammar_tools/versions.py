@@ -13,13 +13,13 @@ version:
     3.12  type parameters (PEP 695)       `type X = ...`, `def f[T]()`, `class C[T]:`
     3.13  type parameter defaults (696)   `def f[T = int]()`
     3.14  except without parentheses (758) `except A, B:`
+    3.14  template strings (PEP 750)      `t"hello {name}"`, concatenated with template strings only
 
 What changed in 3.8 itself (the walrus, positional-only parameters, `f"{x=}"`) is the floor.
 Not modelled: PEP 614 decorators (3.9) and unparenthesized walrus in set displays and indexes
-(3.10) are accepted from 3.8 on. Not accepted yet (notes/issue20.md): template strings (PEP 750,
-3.14), and PEP 701's same quote, backslashes, comments and line breaks inside f-string
-replacement fields (3.12): f-strings are single lexemes read with the rules of 3.11 at every
-version (`string_automata`).
+(3.10) are accepted from 3.8 on. Not accepted yet (notes/issue20.md): PEP 701's same quote,
+backslashes, comments and line breaks inside f-string and t-string replacement fields (3.12):
+they are single lexemes read with the rules of 3.11 at every version (`string_automata`).
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("type parameters and the type statement (PEP 695)", (3, 12), rules=("type_params", "type_alias")),
     Feature("type parameter defaults (PEP 696)", (3, 13), rules=("type_param_default", "type_param_star_default")),
     Feature("except without parentheses (PEP 758)", (3, 14), rules=("except_types",)),
+    Feature("template strings (PEP 750)", (3, 14), terminals=("TSTRING", "LONG_TSTRING")),
 )
 
 

@@ -5,9 +5,9 @@
 Sections are filled from templates with random names and values: the walrus and positional-only
 parameters (3.8), PEP 614 decorators and parenthesized with-items (3.9), every kind of match
 pattern (3.10), `except*` and PEP 646 stars (3.11), PEP 695 type parameters and aliases (3.12),
-PEP 696 defaults (3.13), PEP 758 `except A, B:` (3.14), f-strings (nested specs, conversions,
-`=`) and the soft keywords used as names. With `--beyond`, also what the grammar does not accept
-yet (`BEYOND`): template strings (PEP 750, 3.14), and the f-strings whose replacement fields the
+PEP 696 defaults (3.13), PEP 758 `except A, B:` and PEP 750 template strings (3.14), f-strings
+(nested specs, conversions, `=`) and the soft keywords used as names. With `--beyond`, also what
+the grammar does not accept yet (`BEYOND`): the f-strings whose replacement fields the
 single-lexeme f-string automaton does not read: the same quote inside a field, backslashes,
 comments and line breaks there (PEP 701, 3.12), and set and dict displays in a field.
 
@@ -204,12 +204,10 @@ SECTIONS: dict[str, tuple[Callable[[_Gen], str], tuple[int, int]]] = {  # genera
     "PEP 695": (pep695, (3, 12)),
     "PEP 696": (pep696, (3, 13)),
     "PEP 758": (pep758, (3, 14)),
+    "PEP 750 template strings": (template_strings, (3, 14)),
 }
 # what the grammar does not accept yet (notes/issue20.md): `--beyond` adds them
-BEYOND = {
-    "PEP 750 template strings": (template_strings, (3, 14)),
-    "PEP 701 f-strings, displays in fields": (fstrings_pep701, (3, 12)),
-}
+BEYOND = {"PEP 701 f-strings, displays in fields": (fstrings_pep701, (3, 12))}
 
 
 def cpython_accepts(src: str) -> bool:

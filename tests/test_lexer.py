@@ -88,6 +88,8 @@ def test_string_literal_as_cpython(literal, lexer):
         ("f", {"NAME", "FSTRING", "LONG_FSTRING", "FOR", "FROM", "FINALLY"}),
         ("F", {"NAME", "FSTRING", "LONG_FSTRING", "FALSE"}),
         ("rb", {"NAME", "BYTES", "LONG_BYTES"}),
+        ("tr", {"NAME", "TSTRING", "LONG_TSTRING", "TRY"}),
+        ("Rt", {"NAME", "TSTRING", "LONG_TSTRING"}),
         ("1.", {"FLOAT_NUMBER", "IMAG_NUMBER"}),
         ("..", {"DOTDOT", "ELLIPSIS"}),
         ("#", {"COMMENT", "_NEWLINE"}),

@@ -78,6 +78,16 @@ SNIPPETS: dict[str, tuple[tuple[int, int], list[str], list[str]]] = {
         ],
         ["try:\n    pass\nexcept A, B as e:\n    pass\n", "try:\n    pass\nexcept , A:\n    pass\n"],
     ),
+    "PEP 750 template strings": (
+        (3, 14),
+        [
+            't"hello {name}"\n',
+            "x = rt'a{x!r:>{w}}\\d'\n",
+            'y = T"""b\n{y=}"""\n',
+            "f(Rt'{a}', RT'')\n",
+        ],
+        ['bt"x"\n', 'ft"x{y}"\n', 't"{}"\n'],
+    ),
 }
 
 
@@ -142,6 +152,16 @@ def test_every_feature_has_snippets():
     covered = {since for since, _, _ in SNIPPETS.values()}
     for f in FEATURES:
         assert f.since in covered, f.name
+
+
+def test_template_strings_are_concatenated_with_template_strings_only():
+    """PEP 750: a t-string joins other t-strings, never a str or f-string literal (CPython 3.14
+    says "cannot mix t-string literals with string literals"); the `tr` prefix as `rt`. libcst
+    1.9 is no oracle here: it accepts the mixes, fails on t-string concatenation and refuses `tr`."""
+    assert accepts('t"a" T"b" rt"""c"""\n', NEWEST) and accepts("tr'{x}' TR'y'\n", NEWEST)
+    assert not accepts('t"a" T"b"\n', (3, 13))
+    for src in ('t"a" "b"\n', '"a" t"b"\n', 't"a" f"b"\n', 'f"a" t"b"\n', 't"a" b"b"\n'):
+        assert not any(accepts(src, v) for v in SUPPORTED), src
 
 
 def test_versions_parse_and_refuse_clearly():

@@ -29,7 +29,8 @@ MAX_ATTEMPTS = 1000
 MAX_TOKENS = 200
 FREE_TOKENS = 48
 CLOSERS = re.compile(rb"[)\]}'\"\n :\t,]+| pass| 0| in| x")
-LITERALS = {"STRING", "LONG_STRING", "FSTRING", "LONG_FSTRING", "BYTES", "LONG_BYTES", "COMMENT"}
+LITERALS = {"STRING", "LONG_STRING", "FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING", "BYTES", "LONG_BYTES",
+            "COMMENT"}
 
 
 def _compiles(src: str) -> str | None:
