@@ -4,8 +4,10 @@
 
 Walks files token by token (teacher forcing) with the cached streamlined store and times every
 mask that is computed (not a cache hit), split by where the position is: inside an f-string
-lexeme (every configuration of the matcher is in an FSTRING/LONG_FSTRING state) or outside.
-Without FILES: stdlib files (tests excluded) that hold f-strings, shuffled, until `--tokens`.
+lexeme (every configuration of the matcher is in a state of FSTRING, LONG_FSTRING, or of the
+template strings TSTRING, LONG_TSTRING) or outside. Without FILES: stdlib files (tests excluded)
+that hold f-strings, shuffled, until `--tokens`; t-strings are in the modern corpus
+(`tests/modern_corpus.py DIR`, then its files as FILES).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def main() -> None:
     compiled, tok = load_compiled("default")
     compiled = compiled.for_version(parse_version(args.python_version))
     g = compiled.recognizer.grammar
-    fstring = {g.term_id["FSTRING"], g.term_id["LONG_FSTRING"]}
+    fstring = {g.term_id[n] for n in ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")}
     files = args.files or _files(tok, args.tokens, args.seed)
     times: dict[str, list[float]] = {"inside_fstring": [], "outside": []}
     positions = {"inside_fstring": 0, "outside": 0}
