@@ -370,7 +370,7 @@ def test_a_cancelled_prefill_stops_between_layers_and_a_request_keeps_its_chunk(
     """Work ahead (`prefill`) stops inside a chunk, between two layers; a request's prompt is cut
     only between chunks, so that the chunk it was running is kept for the request that
     superseded it (see PromptCache.prefill)."""
-    from lsp_server.model.prompt_cache import PREFILL_CHUNK
+    from lsp_server.model.prompt_cache import AHEAD_CHUNK, PREFILL_CHUNK
 
     runtime = tiny_engine.runtime
     layers = runtime.stopper.layers
@@ -396,11 +396,11 @@ def test_a_cancelled_prefill_stops_between_layers_and_a_request_keeps_its_chunk(
 
     monkeypatch.setattr(runtime, "forward", counting_forward)
     out = tiny_engine.prefill(CompletionRequest(doc, i, 4, document="chunks"), cancel=cancel)
-    assert not out.complete and out.computed == PREFILL_CHUNK
+    assert not out.complete and out.computed == AHEAD_CHUNK
     assert asked_in_chunk == [layers, layers]  # asked before each layer, stopped at once
     again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
-    assert again.prompt_tokens > 2 * PREFILL_CHUNK
-    assert again.prompt_reused == PREFILL_CHUNK  # the chunk finished before the cancellation
+    assert again.prompt_tokens > 2 * AHEAD_CHUNK
+    assert again.prompt_reused == AHEAD_CHUNK  # the chunk finished before the cancellation
     assert again.text == reference.text  # the half-run chunk left nothing behind
     # a request cancelled while its second chunk runs finishes that chunk and keeps it
     asked_in_chunk.clear()
