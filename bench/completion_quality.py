@@ -206,6 +206,8 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "mask_ms": r.mask_ms,
         "latency_ms": latency,
         "stop": r.stop_reason,
+        "offer_path": r.offer_path,  # which step of the validity search gave the text (decoding/offer.py)
+        "check_ms": r.check_ms,  # the whole-file checks' time in the request
         "policy": r.mode,  # the engine's stopping mode: single-line or multi-line
         "text": r.text,
         "speculation": (r.speculation or {}).get("request"),
@@ -223,8 +225,11 @@ def summarize(rows: list[dict]) -> dict:
     decode_s = sum(r["decode_ms"] for r in rows) / 1000
     lat = [r["latency_ms"] for r in rows]
     stops: dict[str, int] = {}
+    paths: dict[str, int] = {}
     for r in rows:
         stops[r["stop"]] = stops.get(r["stop"], 0) + 1
+        paths[r["offer_path"]] = paths.get(r["offer_path"], 0) + 1
+    checks = [r["check_ms"] for r in rows]
     judged = [r["noncanonical"] for r in rows if r["noncanonical"] is not None]
     drafted = sum((r["speculation"] or {}).get("drafted", 0) for r in rows)
     accepted = sum((r["speculation"] or {}).get("accepted", 0) for r in rows)
@@ -250,6 +255,9 @@ def summarize(rows: list[dict]) -> dict:
             for p, v in sorted(_by_policy(rows).items())
         },
         "stops": stops,
+        "offer_paths": paths,
+        "check_ms_p50": round(percentile(checks, 50), 2),
+        "check_ms_p90": round(percentile(checks, 90), 2),
         "tokens_per_completion": round(tokens / n, 2),
         "noncanonical": round(sum(judged) / len(judged), 4) if judged else None,
         "noncanonical_completions": f"{sum(judged)}/{len(judged)}",

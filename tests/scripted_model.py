@@ -117,3 +117,40 @@ def _common(a: bytes, b: bytes) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+@dataclass(eq=False)
+class SecondChoiceRuntime:
+    """A model of two minds: `first`'s script is its first choice wherever that script still
+    applies, `second`'s its second choice (every token `second` favours scores below every token
+    `first` favours, above the rest). Once the text leaves `first`'s script it follows `second`'s
+    (a scripted model scores nothing above the floor where the text left its script)."""
+
+    first: ScriptedRuntime
+    second: ScriptedRuntime
+    name: str = "second-choice"
+    device: torch.device = torch.device("cpu")
+    load_seconds: float = 0.0
+
+    @property
+    def tokenizer(self):
+        return self.first.tokenizer
+
+    @property
+    def fim(self):
+        return self.first.fim
+
+    @property
+    def vocab_size(self) -> int:
+        return self.first.vocab_size
+
+    @property
+    def prefill_chunk(self) -> int:
+        return self.first.prefill_chunk
+
+    def forward(self, ids, past=None, keep: int | None = None, cancel=None):
+        a, past = self.first.forward(ids, past, keep)
+        past.n -= len(ids)  # one cache: both read the same positions
+        b, _ = self.second.forward(ids, past, keep)
+        floor = -10.0  # ScriptedRuntime's score of the tokens it does not favour
+        return torch.where(a > floor, a + 1000.0, torch.maximum(a, b)), past

@@ -331,9 +331,12 @@ class CompletionEngine:
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
                   after: str) -> CompletionResult:
         """The completion between `before` and `after` (the document split at the cursor)."""
-        from .loop import ModelStepper, decode
+        from . import redecode
+        from .loop import DecodeOutcome, ModelStepper, decode
         from .offer import Offer, choose_offer, offered_text
+        from .redecode import Pass
         from .sampling import Sampler
+        from .stopping.decision import Stop
         from .stopping.factory import stop_policy
 
         compiled = self._compiled_for(req.document, opts)
@@ -349,9 +352,7 @@ class CompletionEngine:
         recovery = None
         if constrained:
             try:
-                matcher = GrammarMatcher.from_prefix(compiled, before_b[: len(before_b) - len(heal)],
-                                                     heal=heal, parser=parser,
-                                                     canonical=self._canonical_state(compiled, prompt, opts))
+                matcher = self._matcher(compiled, before_b, heal, parser, prompt, opts)
             except (ParseError, LexError) as e:
                 log.info("no completion: the text before the cursor does not parse (%s)", e)
                 return self._empty(req, StopReason.NO_CONTINUATION, opts)
@@ -380,37 +381,65 @@ class CompletionEngine:
         except PrefillCancelled:
             return self._empty(req, StopReason.CANCELLED, opts)
         prompt_ms = (time.perf_counter() - t0) * 1000
-        stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
-                               on_forward=self.spec_stats.record_forward)
-        speculator = None
-        if opts.speculative:
-            from .prompt import lookup_reference
-            from .speculation.lookup import PromptLookup
-            from .speculation.speculator import Speculator
-
-            reference = partial(lookup_reference, self.tokenizer, before, after, prompt)
-            speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,
-                                    PromptLookup(reference=reference), draft_model=self.draft_model)
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
         max_tokens = req.max_tokens or opts.max_tokens
         t1 = time.perf_counter()
         fallbacks = compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
-        try:
-            outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
-                             max_tokens, cancel, speculator)
-        finally:
-            self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
+        speculators = []
+
+        def decode_pass(matcher, policy, logits, past, replay=(), avoid=frozenset(), limit=max_tokens) -> Pass:
+            """One decoding pass from the prompt (after `replay`, `avoid` banned at the next
+            step: redecode.py) and the offer search over its text."""
+            stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
+                                   on_forward=self.spec_stats.record_forward)
+            speculator = None
+            if opts.speculative:
+                from .prompt import lookup_reference
+                from .speculation.lookup import PromptLookup
+                from .speculation.speculator import Speculator
+
+                reference = partial(lookup_reference, self.tokenizer, before, after, prompt)
+                speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,
+                                        PromptLookup(reference=reference), draft_model=self.draft_model)
+                speculators.append(speculator)
+            try:
+                outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
+                                 limit, cancel, speculator, replay=replay, avoid=avoid)
+            finally:
+                self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
+            log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
+            if outcome.stop.reason == StopReason.CANCELLED:
+                return Pass(outcome, Offer(0, "empty", 0, 0.0))
+            offer = choose_offer(policy.compat, self.scanner, held + heal, outcome.generated[len(heal) :], depth,
+                                 outcome.stop.cut, strip=not ctx.infix,
+                                 later=outcome.stop.reason != StopReason.ECHO)
+            return Pass(outcome, offer)
+
+        chosen = decode_pass(matcher, policy, logits, past)
+        if chosen.offer.path == "empty" and constrained and chosen.outcome.stop.reason != StopReason.CANCELLED:
+
+            def decode_from(replay, avoid, limit) -> Pass:
+                try:
+                    logits, past, _ = self.prompt_cache.prefill(req.document, prompt.ids, cancel,
+                                                                opts.cache_memory_mb, between_layers=False)
+                except PrefillCancelled:
+                    return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), Offer(0, "empty", 0, 0.0))
+                again = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
+                                    parser, parsed_before, compat=policy.compat)
+                p = decode_pass(self._matcher(compiled, before_b, heal, parser, prompt, opts), again, logits, past,
+                                replay, avoid, limit)
+                return Pass(p.outcome, replace(p.offer, path="redecode")) if p.offer.cut else p
+
+            found = redecode.search(chosen, decode_from, compiled.tokens, self.tokenizer.vocab.by_bytes, len(heal),
+                                    self._stop_tokens, max_tokens, cancel)
+            chosen = found or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
-        log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
+        outcome, offer = chosen.outcome, chosen.offer
+        speculator = speculators[-1] if speculators else None
 
         start = (req.line, req.character)
-        if outcome.stop.reason == StopReason.CANCELLED:
-            body, offer = "", Offer(0, "empty", 0, 0.0)
-        else:
-            completion = outcome.generated[len(heal) :]
-            offer = choose_offer(policy.compat, self.scanner, held + heal, completion, depth, outcome.stop.cut,
-                                 strip=not ctx.infix, later=outcome.stop.reason != StopReason.ECHO)
-            body = offered_text(completion, offer.cut, not ctx.infix).decode("utf-8", errors="replace")
+        completion = outcome.generated[len(heal) :]
+        body = offered_text(completion, offer.cut, not ctx.infix).decode("utf-8", errors="replace")
         log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
                   offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
         end = (req.line, req.character + utf16_len(ctx.covered))
@@ -438,6 +467,12 @@ class CompletionEngine:
             token_ids=list(outcome.tokens),
             python_version=format_version(compiled.recognizer.python_version),
         )
+
+    def _matcher(self, compiled, before: bytes, heal: bytes, parser: PrefixParser, prompt, opts: EngineOptions):
+        """The grammar matcher after the text before the cursor, the `heal` bytes still to
+        re-create (raises ParseError/LexError when that text does not parse)."""
+        return GrammarMatcher.from_prefix(compiled, before[: len(before) - len(heal)], heal=heal, parser=parser,
+                                          canonical=self._canonical_state(compiled, prompt, opts))
 
     def _canonical_on(self, opts: EngineOptions) -> bool:
         """Canonical tokenization applies: asked for, constrained, and the tokenizer's pairs known

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -102,10 +102,17 @@ def decode(
     max_tokens: int,
     cancel: Callable[[], bool] = lambda: False,
     speculator=None,
+    replay: Sequence[int] = (),
+    avoid: frozenset[int] = frozenset(),
 ) -> DecodeOutcome:
-    """Generate until the policy stops, the model ends, the guard or a cancellation."""
+    """Generate until the policy stops, the model ends, the guard or a cancellation.
+
+    A re-decoding (`redecode.py`) first takes the `replay` tokens an earlier pass accepted (fed
+    to the model with the next forward pass, not asked for), and the step after them may not
+    take a token of `avoid` (the earlier passes' choices there): the model's next-best."""
     out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
+    first_banned = [set(avoid)]  # consumed by the first position decided after the replay
 
     def commit(token: int, forced: bool) -> Decision:
         """Accept `token`: matcher, bytes, stop policy (Verdict.REJECT undoes it)."""
@@ -137,7 +144,10 @@ def decode(
     def position(row, mask, draft_token=None, q=None, forced=False):
         """Decide one position from its logits row: (token, decision) where decision is a
         Stop, Verdict.CONTINUE, or a Stop from giving up."""
-        banned: set[int] = set()
+        banned: set[int] = first_banned.pop() if first_banned else set()
+        avoided = len(banned)
+        if banned and forced and draft_token in banned:
+            return None, Stop(0, StopReason.NO_CONTINUATION)  # no other token at this step
         while True:
             if forced:
                 token = draft_token
@@ -156,9 +166,17 @@ def decode(
                     return token, decision
                 banned.add(token)
                 forced = False
-            if len(banned) > MAX_REJECTS:
+            if len(banned) - avoided > MAX_REJECTS:
                 return None, policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
 
+    for token in replay:
+        stepper.feed(token)
+        if commit(token, True) is not Verdict.CONTINUE:  # the earlier pass went on after it: never
+            out.stop = Stop(0, StopReason.NO_CONTINUATION)
+            out.generated = bytes(generated)
+            return out
+    if not avoid:
+        first_banned.clear()
     try:  # a cancellation is also seen between the layers of a forward pass
         while True:
             if cancel():
@@ -177,6 +195,10 @@ def decode(
                     out.stop = policy.fallback(bytes(generated), StopReason.NO_CONTINUATION, at_end=False)
                     break
                 token = forced_token(mask, stop_tokens)
+                if token is not None and first_banned:
+                    if token in first_banned.pop():  # the grammar leaves no other token at this step
+                        out.stop = Stop(0, StopReason.NO_CONTINUATION)
+                        break
                 if token is not None:  # fast-forward: the grammar leaves one token; the model isn't asked
                     stepper.feed(token)
                     decision = commit(token, True)

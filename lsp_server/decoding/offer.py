@@ -7,10 +7,12 @@ the model's own order, within a budget of checks:
    lexeme boundaries);
 3. `later-stop`: in what the model generated past the stop, the nearest line end after it that
    passes, else the longest cut of the line that follows the stop;
-4. `empty`: nothing passes (or nothing was generated).
+4. `redecode`: (the engine, `redecode.py`) the text of a new decoding pass from the step where
+   validity was lost, with the model's next-best tokens there, searched the same way;
+5. `empty`: nothing passes (or nothing was generated).
 
-(The next-best tokens at the step where validity was lost are tried during decoding: the stop
-policy rejects a token that ends a line where the file can't go on, and the loop samples another.)
+(Within a pass, the next-best tokens at a step are also tried: the stop policy rejects a token
+that ends a line where the file can't go on, and the loop samples another.)
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from .stopping.compatibility import Compatibility
 from .stopping.line_scanner import LineScanner
 
-PATHS = ("model", "earlier-stop", "later-stop", "empty", "unchecked")
+PATHS = ("model", "earlier-stop", "later-stop", "redecode", "empty", "unchecked")
 MAX_CHECKS = 64  # cuts tried at most per request
 BUDGET_MS = 40.0  # and for at most this long (the first check always runs)
 

@@ -1,0 +1,93 @@
+"""Search, don't give up: when no cut of what the model wrote keeps the file valid (the offer
+search of `offer.py` found none), decode again from the step where validity was lost with the
+model's next-best tokens there, before answering nothing.
+
+The step is the one where the completion's first byte was chosen (the tokens before it re-create
+the healed text): no cut of the text passed the check, not even of its first line, so the
+completion went wrong with its first token (a `return` where the lines after the cursor are a
+block's body and need its header, code where they are a docstring's text). Each new pass takes
+the tokens before that step again, and there the best token the earlier passes did not take (nor
+a shorter spelling of its start: `retur` is not another choice than `return`), in the model's
+own order; it then decodes as usual, under a stop policy that reads the rest of the
+file: a line may end only where the file can go on (a block header the deeper lines need, a
+closing bracket, a dedent), so the following lines steer its last steps. Its text goes through
+the offer search like the first pass's; the first pass that offers something is the answer
+(`redecode`).
+
+Bounded: at most `TRIES` passes, and all of them together generate at most the request's token
+limit (the search at most doubles a request's decoding work, and only for answers that would
+otherwise be empty); a cancellation ends it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .loop import DecodeOutcome
+from .offer import Offer
+from .stopping.decision import StopReason
+
+TRIES = 3  # next-best tokens tried at the step where validity was lost
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One decoding pass and what the offer search made of it."""
+
+    outcome: DecodeOutcome
+    offer: Offer
+
+
+def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
+    """The index in `tokens` of the step that chose the completion's first byte: the tokens
+    before it re-create the `healed` bytes (len(tokens) if none went past them)."""
+    n = 0
+    for i, t in enumerate(tokens):
+        n += len(token_bytes[t])
+        if n > healed:
+            return i
+    return len(tokens)
+
+
+def same_start(token: bytes, by_bytes: Mapping[bytes, int]) -> set[int]:
+    """The tokens spelling `token`'s bytes or a shorter start of them with code in it (`retur`
+    for `return`): another spelling of the same text is not another choice."""
+    out = set()
+    for k in range(1, len(token) + 1):
+        t = by_bytes.get(token[:k])
+        if t is not None and token[:k].strip():
+            out.add(t)
+    return out
+
+
+def search(first: Pass, decode_from: Callable[[list[int], frozenset[int], int], Pass],
+           token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int, stop_tokens: set[int],
+           max_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Pass | None:
+    """The first re-decoded pass that offers something (None: none did within the bounds).
+    `decode_from(replay, avoid, max_tokens)` decodes after taking the `replay` tokens, with
+    `avoid` banned at the next step."""
+    tokens = first.outcome.tokens
+    step = restart_step(tokens, token_bytes, healed)
+    replay = list(tokens[:step])
+    # the model's choice at the step (and its shorter spellings); it ended there (nothing past
+    # the healed text): its end
+    if step < len(tokens):
+        avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
+    else:
+        avoid = frozenset(stop_tokens)
+    budget = max_tokens
+    for _ in range(TRIES):
+        if budget <= 0 or cancel():
+            return None
+        p = decode_from(replay, avoid, len(replay) + budget)
+        budget -= len(p.outcome.tokens) - len(replay)
+        if p.outcome.stop.reason == StopReason.CANCELLED:
+            return None
+        if p.offer.cut > 0:
+            return p
+        if len(p.outcome.tokens) <= step:  # no other token at the step
+            return None
+        t = p.outcome.tokens[step]
+        avoid = avoid | same_start(token_bytes[t], by_bytes) | {t}
+    return None

@@ -1,0 +1,83 @@
+"""Search, don't give up (issue 17): when no cut of the model's text keeps the file valid, the
+engine decodes again from the step where validity was lost with the model's next-best tokens
+there (`lsp_server.decoding.redecode`), and only then answers nothing."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from lsp_server.decoding import redecode
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+from lsp_server.options import EngineOptions
+
+from scripted_model import ScriptedRuntime, SecondChoiceRuntime
+
+
+@pytest.fixture(scope="module")
+def compiled(compiled_full):
+    return compiled_full
+
+
+def compiles(text: str) -> bool:
+    try:
+        compile(text, "<doc>", "exec", flags=ast.PyCF_ONLY_AST)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def complete(compiled, doc: str, first: str, second: str, **opts):
+    """Complete `doc` at its `|` with a model whose first choice writes `first` there and whose
+    second choice writes `second`; the result and the document with it applied."""
+    comp, tok = compiled
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    before = text[:off]
+    runtime = SecondChoiceRuntime(ScriptedRuntime(tok, (before + first).encode()),
+                                  ScriptedRuntime(tok, (before + second).encode()))
+    engine = CompletionEngine(EngineOptions(**opts), runtime, comp)
+    line = before.count("\n")
+    r = engine.complete(CompletionRequest(text, line, off - (before.rfind("\n") + 1)))
+    end = off + (r.end[1] - r.start[1])
+    return r, text[:off] + r.text + text[end:]
+
+
+# the line at the cursor was a block's header: the lines after it are its body, indented deeper
+LOOP = ("def total(items):\n    result = 0\n    |\n        result += item\n    return result\n\n\n"
+        "print(total([1, 2]))\n")
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_the_next_best_first_token_gives_the_header_the_next_lines_need(compiled, speculative):
+    """The model's first choice writes a statement (no cut of it keeps the file valid: the
+    deeper lines after it need a block header), its second choice the loop's header: that is
+    offered, reported as `redecode`."""
+    r, applied = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n",
+                          speculative=speculative)
+    assert (r.text, r.offer_path) == ("for item in items:", "redecode")
+    assert compiles(applied)
+
+
+def test_without_redecoding_that_answer_is_empty(compiled, monkeypatch):
+    """The same request with the search's re-decoding turned off gets nothing: what the
+    first choice wrote has no valid cut (so the test above needs the mechanism)."""
+    monkeypatch.setattr(redecode, "TRIES", 0)
+    r, _ = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n")
+    assert (r.text, r.offer_path) == ("", "empty")
+
+
+def test_empty_when_no_choice_fits(compiled):
+    """Both choices write statements the deeper lines can't follow: after the bounded search,
+    nothing is offered."""
+    r, applied = complete(compiled, LOOP, "return result\n", "result = 1\n")
+    assert (r.text, r.offer_path) == ("", "empty")
+
+
+def test_the_restart_step_is_the_first_past_the_healed_text():
+    token_bytes = [b"\n", b"    ", b"\n    ", b"for", b" x"]
+    assert redecode.restart_step([2, 3, 4], token_bytes, healed=5) == 1
+    assert redecode.restart_step([0, 1, 3], token_bytes, healed=5) == 2
+    assert redecode.restart_step([0, 1], token_bytes, healed=5) == 2  # nothing past it: the next step
+    assert redecode.restart_step([3, 4], token_bytes, healed=0) == 0
