@@ -81,3 +81,13 @@ def test_the_restart_step_is_the_first_past_the_healed_text():
     assert redecode.restart_step([0, 1, 3], token_bytes, healed=5) == 2
     assert redecode.restart_step([0, 1], token_bytes, healed=5) == 2  # nothing past it: the next step
     assert redecode.restart_step([3, 4], token_bytes, healed=0) == 0
+
+
+def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compiled):
+    """At the end of a complete line (the request after accepting a suggestion) the model's
+    first choice ends the line: its answer is "nothing to add here", which keeps the file
+    valid, so no other start (a trailing comment, a `+ ...`) is forced on the line."""
+    doc = "def f(x):\n    y = x + 1|\n"
+    r, applied = complete(compiled, doc, "\n", "  # add one\n")
+    assert (r.text, r.offer_path) == ("", "empty")
+    assert compiles(applied)

@@ -416,7 +416,8 @@ class CompletionEngine:
             return Pass(outcome, offer)
 
         chosen = decode_pass(matcher, policy, logits, past)
-        if chosen.offer.path == "empty" and constrained and chosen.outcome.stop.reason != StopReason.CANCELLED:
+        if (chosen.offer.path == "empty" and constrained and chosen.outcome.stop.reason != StopReason.CANCELLED
+                and not redecode.ended_where_valid(chosen, len(heal), policy.compat)):
 
             def decode_from(replay, avoid, limit) -> Pass:
                 try:

@@ -61,6 +61,16 @@ def same_start(token: bytes, by_bytes: Mapping[bytes, int]) -> set[int]:
     return out
 
 
+def ended_where_valid(first: Pass, healed: int, compat) -> bool:
+    """Whether the model's own answer was "nothing here": its first pass ended the line (a
+    newline or its end) before writing any code past the `healed` bytes, and the file is valid
+    without a completion (the end of a complete line, as after accepting a suggestion). That
+    answer fits the file, so there is nothing to search past: forcing its next-best start
+    there writes what the model did not want (a trailing comment, a `+ ...` on a done line)."""
+    text = first.outcome.generated[healed:]
+    return not text.split(b"\n", 1)[0].strip() and compat is not None and compat.ok(b"")
+
+
 def search(first: Pass, decode_from: Callable[[list[int], frozenset[int], int], Pass],
            token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int, stop_tokens: set[int],
            max_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Pass | None:
