@@ -208,11 +208,25 @@ def options_of(args, **extra) -> dict:
     return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | extra
 
 
-COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+), prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
+COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
                        r"decode (\d+) ms, (\d+) sampled \+ (\d+) forced")
 STOPPED = re.compile(r"completion in (\S+) stopped \(superseded\) (?:after (\d+) decoding steps|before it started), "
                      r"(\d+) ms after the stop")
 PREFILLED = re.compile(r"prefilled (\S+) at \d+:\d+: (\d+) tokens \((\d+) reused, (\d+) computed\)")
+
+
+def opening_tokens(log: str, prefix: str) -> int:
+    """The tokens of each document's first prompt (work ahead's or a request's), summed over the
+    documents whose URI starts with `prefix`: what opening them costs once, however they are
+    edited afterwards."""
+    first: dict[str, tuple[int, int]] = {}  # document -> (offset in the log, tokens)
+    for m in PREFILLED.finditer(log):
+        if m.group(1).startswith(prefix):
+            first.setdefault(m.group(1), (m.start(), int(m.group(2))))
+    for m in COMPLETED.finditer(log):
+        if m.group(1).startswith(prefix) and int(m.group(3)) and m.start() < first.get(m.group(1), (1 << 62, 0))[0]:
+            first[m.group(1)] = (m.start(), int(m.group(3)))
+    return sum(n for _, n in first.values())
 
 
 def engine_figures(log: str, prefix: str) -> dict:
@@ -425,6 +439,7 @@ async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
     status = await s.command("syntaxlock.status")
     reused = status["kvCache"]["reused_tokens"] - cache_before["reused_tokens"]
     computed = status["kvCache"]["computed_tokens"] - cache_before["computed_tokens"]
+    opening = min(computed, opening_tokens(s.log(), f"file:///typing/{tag}/"))
     return {
         "documents": len(cuts),
         "chars_per_second": args.cps,
@@ -434,6 +449,10 @@ async def typing_session(s: Server, args, cuts: list[Cut], tag: str) -> dict:
         "prompt_tokens_reused_share": round(reused / max(1, reused + computed), 3),
         "prompt_tokens_reused": reused,
         "prompt_tokens_computed": computed,
+        # the same without each document's first prompt (computed once when it is opened, however
+        # it is edited): what editing costs, i.e. whether the prompt window survives typing
+        "opening_prompt_tokens": opening,
+        "prompt_tokens_reused_share_after_opening": round(reused / max(1, reused + computed - opening), 3),
         "requests": requests,
         "superseded": after["superseded"] - before["superseded"],
         "with_item": answered,
