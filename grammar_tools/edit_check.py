@@ -77,19 +77,25 @@ class _Reference:
             self._advance()
         return self.lines.get(offset)
 
-    def statement_ends_clean(self, offset: int) -> bool:
+    def statement_ends_clean(self, offset: int, reach: int | None = None) -> bool:
         """Whether the statement that goes on at the line start `offset` (inside brackets) ends
         without an error: at its end (the next line start outside brackets), or at the end of
-        the file, which must end there."""
-        while self._run is not None and (not self.statements or self.statements[-1] < offset):
+        the file, which must end there. With `reach`, a statement still going on `reach` bytes
+        after `offset` (a table of thousands of lines) is judged by those bytes: no error in
+        them (the two parses are the same from `offset` on, so whatever comes later is the
+        document's own), and they are all that is read."""
+        limit = len(self.data) if reach is None else offset + reach
+        while self._run is not None and self.reached < limit and (not self.statements or self.statements[-1] < offset):
             self._advance()
         k = bisect.bisect_left(self.statements, offset)
         if k < len(self.statements):
             until = self.statements[k]
-        else:
+        elif self.reached >= len(self.data):
             until = len(self.data)
             if not self.ends:
                 return False
+        else:  # still inside the statement at `limit`
+            until = self.reached
         return not any(offset <= e <= until for e in self.errors)
 
     def clean_through_shallow_line(self, offset: int, col: int, met: int) -> bool:
@@ -260,7 +266,9 @@ class EditCheck:
     `reach` bounds a check's cost: an edited parse that has not met the document's within
     `reach` bytes after the edit (a string opened that swallows the file, brackets left open)
     is refused without reading further (a refusal is always safe; the edits that need more are
-    rare)."""
+    rare); and where it met the document's parse inside brackets, the statement it is in is read
+    at most `reach` bytes further for errors (`_Reference.statement_ends_clean`: from the
+    meeting point the two parses are one, so the edit adds no error past them either)."""
 
     def __init__(self, parser: PrefixParser, before: bytes, after: bytes, strict: bool = False,
                  reach: int | None = None) -> None:
@@ -318,7 +326,7 @@ class EditCheck:
                             clean = not self.strict or self.reference.clean_through_shallow_line(
                                 len(self.before) + replaced, self._col, end - shift)
                         else:
-                            clean = self.reference.statement_ends_clean(end - shift)
+                            clean = self.reference.statement_ends_clean(end - shift, self.reach)
                         if clean:
                             return Verdict(True, synced=end, lexemes=n)
                         return Verdict(False, error=end, synced=end, lexemes=n)

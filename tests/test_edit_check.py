@@ -181,3 +181,20 @@ def test_reach_bounds_what_a_check_reads(parser_factory):
     for insert in (b"1", b"(1,", b"f0(1, 2)"):
         assert bounded.ok(insert) == unbounded.ok(insert)
     assert bounded.ok(b"1") and not bounded.ok(b"(1,")
+
+
+def test_reach_bounds_the_read_of_a_long_statement(parser_factory):
+    """An edit that meets the document's parse inside a table of thousands of lines: the
+    statement it is in is read for errors `reach` bytes on, not to its far end; the verdicts
+    are those of the unbounded check (an error the edit leaves in its own line still refuses)."""
+    rows = "".join(f"    'key{i}': {{'id': 'K{i}', 'old': False}},\n" for i in range(3000))
+    doc = "TABLE = {\n|\n" + rows + "}\n\n\nx = 1\n"
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    unbounded = EditCheck(parser_factory(), before, after, strict=True)
+    bounded = EditCheck(parser_factory(), before, after, strict=True, reach=4096)
+    for insert in (b"    'new': 1,", b"    'new': {'id': 'N'},", b"    'new': 1", b"    'new': (1,"):
+        assert bounded.ok(insert) == unbounded.ok(insert), insert
+    assert bounded.ok(b"    'new': 1,") and not bounded.ok(b"    'new': 1")
+    assert bounded.reference.reached < at + 2 * 4096 < len(doc) // 10  # not the table's far end
+    assert unbounded.reference.reached > len(doc) - 20  # read to the table's end
