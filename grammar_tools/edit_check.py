@@ -41,6 +41,10 @@ from .lexer_automaton import START, LexError
 from .recognizer import Node
 
 
+STATEMENTS_KEPT = 8  # statement starts the reference's recovery may take as `pass` (the last ones)
+LOOKAHEAD_LINES = 3  # statements a recovery's restart must read without an error to be taken at once
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What a check found."""
@@ -56,7 +60,7 @@ class _Reference:
     configurations where each line's code starts (the end of a `_NEWLINE` lexeme), read past
     syntax errors (`_recover`)."""
 
-    def __init__(self, parser: PrefixParser, data: bytes, pos: int, configs, state, line, statement) -> None:
+    def __init__(self, parser: PrefixParser, data: bytes, pos: int, configs, state, line, statements) -> None:
         self.parser = parser
         self.data = data
         self.lines: dict[int, tuple[Node, ...]] = {}
@@ -65,7 +69,7 @@ class _Reference:
         self.ends = False  # the parse reached the end of the text, where the file may end
         self.reached = pos  # the parse has read the text up to here
         self._line = line  # (offset, configs) where the line being read starts
-        self._statements = [statement]  # the last few statement starts: (offset, configs)
+        self._statements = list(statements)  # the last few statement starts: (offset, configs)
         self._last = configs  # the configurations after the last lexeme read
         self._restart = -1  # where the last recovery restarted (the next one restarts after it)
         self._run = parser.steps(data, configs, pos, state)
@@ -146,7 +150,7 @@ class _Reference:
         self._line = (at, configs)
         if configs[0].depth == 0:
             self.statements.append(at)
-            self._statements = self._statements[-7:] + [(at, configs)]
+            self._statements = self._statements[1 - STATEMENTS_KEPT :] + [(at, configs)]
 
     def _restart_at(self, at: int, configs) -> None:
         configs = tuple(configs)
@@ -230,9 +234,12 @@ class _Reference:
     def _statement_as_pass(self, pos: int) -> bool:
         """The statement the error broke, or failing that one that encloses it, taken as `pass`:
         the parse restarts at the first line from the error's on that is indented no deeper
-        than that statement and can follow it."""
+        than that statement and can follow it. A restart whose next lines read into an error at
+        once (`pass` for the body line before an `except` left without its `try` clause) gives
+        way to an enclosing statement's; if every one does, the first is taken."""
         rec = self.parser.recognizer
         pass_id = rec.grammar.term_id["PASS"]
+        first = None
         for _, start_configs in reversed(self._statements):
             top = start_configs[0].indent
             limit = top[0] if top else 0
@@ -245,10 +252,29 @@ class _Reference:
                     continue
                 configs = [n for n in (rec.feed_indentation(c, col, alt) for c in after_pass) if n is not None]
                 if configs:
-                    self._restart_at(at, configs)
-                    return True
+                    if self._reads_on(at, configs):
+                        self._restart_at(at, configs)
+                        return True
+                    first = first or (at, configs)
                 break  # that line can't follow this statement: try an enclosing one
+        if first is not None:
+            self._restart_at(*first)
+            return True
         return False
+
+    def _reads_on(self, at: int, configs) -> bool:
+        """Whether a parse restarted at `at` reads its first `LOOKAHEAD_LINES` statements (or to
+        the end of the text) without an error."""
+        lines = 0
+        try:
+            for _, c, newline in self.parser.steps(self.data, configs, at, START):
+                if newline and c[0].depth == 0:
+                    lines += 1
+                    if lines >= LOOKAHEAD_LINES:
+                        return True
+        except (ParseError, LexError):
+            return False
+        return True
 
 
 class EditCheck:
@@ -284,7 +310,7 @@ class EditCheck:
             self._origin = (st.lexeme_start, st.configs, START)
         pos, configs, state = self._origin
         self.reference = _Reference(parser, before + after, pos, configs, state, parser.last_line(pos),
-                                    parser.last_line(pos, statement=True))
+                                    parser.last_statements(pos, STATEMENTS_KEPT))
         self._known: dict[tuple[bytes, int], Verdict] = {}
         line = before[before.rfind(b"\n") + 1 :]
         self._col = indent_width(line)[0]  # the cursor's line's indentation (for `strict`)

@@ -208,6 +208,17 @@ class PrefixParser:
                 return cp.offset, cp.configs
         return 0, (self.recognizer.initial(),)
 
+    def last_statements(self, offset: int, n: int) -> list[tuple[int, tuple[Node, ...]]]:
+        """The last `n` statement starts (outside brackets) of the parsed text at or before
+        `offset`, in order, with their configurations (the file's start if none)."""
+        out = []
+        for cp in reversed(self._checkpoints):
+            if len(out) == n:
+                break
+            if cp.offset <= offset and cp.statement:
+                out.append((cp.offset, cp.configs))
+        return out[::-1] or [(0, (self.recognizer.initial(),))]
+
     def steps(self, data: bytes, configs, pos: int, state: int | None = START):
         """Lex and parse `data` from `pos`, where a lexeme starts in lexer `state` (None: a
         fresh document, after its virtual newline), one lexeme at a time: yields

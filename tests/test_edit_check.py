@@ -198,3 +198,25 @@ def test_reach_bounds_the_read_of_a_long_statement(parser_factory):
     assert bounded.ok(b"    'new': 1,") and not bounded.ok(b"    'new': 1")
     assert bounded.reference.reached < at + 2 * 4096 < len(doc) // 10  # not the table's far end
     assert unbounded.reference.reached > len(doc) - 20  # read to the table's end
+
+
+def test_recovery_takes_the_enclosing_statement_when_the_inner_one_reads_into_an_error(parser_factory):
+    """A cut `except` clause (`except Exce|`): `pass` can't stand for it (a `try` needs a
+    clause), and `pass` for the body line before it reads into the next error at once (the
+    `try` still has no clause at the dedent), so the document's parse takes the whole `try` as
+    `pass` and goes on at the next line. Checks then meet it there instead of reading the long
+    rest of the file, and a bounded check accepts what mends the clause."""
+    body = "".join(f"def f{i}(a, b):\n    return a + b * {i}\n\n\n" for i in range(400))
+    doc = ("def guarded(func):\n    def wrapper(*args):\n        try:\n            return func(*args)\n"
+           "        except Exce|\n            pass\n        return None\n\n    return wrapper\n\n\n" + body)
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    bounded = EditCheck(parser_factory(), before, after, strict=True, reach=4096)
+    unbounded = EditCheck(parser_factory(), before, after, strict=True)
+    for insert in (b"ption:", b"ption as e:", b"ption", b"ption:\n            return 1", b"ption: pass"):
+        assert bounded.ok(insert) == unbounded.ok(insert), insert
+    assert bounded.ok(b"ption:") and bounded.ok(b"ption as e:") and not bounded.ok(b"ption")
+    assert bounded.check(b"ption:").synced is not None  # met the document's parse
+    ref = bounded.reference
+    ref.at(len(before) + len(after))
+    assert ref.ends and len(ref.errors) == 1  # read on to the file's end, past its one error
