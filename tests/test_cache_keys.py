@@ -77,6 +77,7 @@ def test_full_store_key_covers_the_builder_only(monkeypatch):
     assert loading.full_store_code_hash() == before
 
 
+@pytest.mark.slow
 def test_store_paths_follow_the_keys(monkeypatch):
     from mask_store.vocabulary import load_tokenizer
 

@@ -141,6 +141,7 @@ def default_pairs():
     return tok, C.load_canonical(tok)
 
 
+@pytest.mark.slow
 def test_default_tokenizer_random_pairs_agree_with_encode(default_pairs):
     tok, pairs = default_pairs
     texts = _texts(tok.vocab, pairs.tables)

@@ -438,6 +438,7 @@ def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkey
     assert again.prompt_reused == again.prompt_tokens  # the cache holds the prompt, nothing else
 
 
+@pytest.mark.slow
 def test_batch_cli(tmp_path, tiny_model_dir):
     target = STDLIB / "json" / "decoder.py"
     cuts = tmp_path / "cuts.jsonl"

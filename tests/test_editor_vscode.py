@@ -49,6 +49,7 @@ def store_ready(tiny_model_dir: Path) -> Path:
 
 
 @needs_node
+@pytest.mark.slow
 def test_npm_test_unit_and_integration(store_ready: Path):
     env = os.environ.copy()
     env["SYNTAXLOCK_TEST_MODEL"] = str(store_ready)
@@ -68,6 +69,7 @@ def test_npm_test_unit_and_integration(store_ready: Path):
 
 
 @needs_node
+@pytest.mark.slow
 def test_package_vsix():
     r = _npm("run", "package")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

@@ -293,6 +293,7 @@ def _run_sanitized(args: list[str], env: dict, timeout: int) -> subprocess.Compl
                           cwd=Path(__file__).resolve().parents[1])
 
 
+@pytest.mark.slow
 def test_the_sanitizer_catches_a_write_out_of_bounds(tmp_path):
     """The harness is live: the sanitized half_matmul called directly (past the boundary's
     checks) with an output one row short is stopped as a heap buffer overflow."""

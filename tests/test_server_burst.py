@@ -31,6 +31,7 @@ async def client(lsp_client: LanguageClient, tiny_model_dir):
     await lsp_client.shutdown_session()
 
 
+@pytest.mark.slow
 async def test_burst_of_typing_is_fully_answered_with_bounded_memory(client: LanguageClient):
     lines = open(json.decoder.__file__, encoding="utf-8").read().splitlines(keepends=True)
     line = next(i for i, ln in enumerate(lines) if ln.startswith("    def decode(")) + 1

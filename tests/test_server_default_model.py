@@ -34,6 +34,7 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
+@pytest.mark.slow
 async def test_default_model_items_parse_after_accept(client: LanguageClient):
     status = await command(client, "syntaxlock.status")
     assert status["state"] == "ready"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from raw_lsp import RawServer, frame
 
 CHANGES = 100_000
@@ -31,6 +33,7 @@ def _change(uri: str, version: int, start: tuple[int, int], end: tuple[int, int]
                                       "end": {"line": end[0], "character": end[1]}}, "text": text}]}})
 
 
+@pytest.mark.slow
 def test_memory_is_flat_over_100000_did_change():
     rng = random.Random(5)
     uri = "file:///typing.py"

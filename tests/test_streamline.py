@@ -116,6 +116,7 @@ def test_streamlined_masks_are_identical_on_stdlib_sample(streamlined, compiled_
     assert 3 * stream.stats["parser_checks"] <= full.stats["parser_checks"]
 
 
+@pytest.mark.slow
 def test_exact_for_other_python_versions(streamlined, compiled_full, tmp_path):
     """The analyses hold for every Python version the recognizer knows (PEP 695 on or off)."""
     s_compiled, tok = streamlined
