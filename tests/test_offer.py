@@ -135,3 +135,17 @@ def test_models_that_close_brackets_and_strings_early_never_break_a_file(compile
         else:
             assert r.offer_path == "empty"
     assert offered >= 10  # (not vacuous: most cuts offer something)
+
+
+def test_a_docstring_written_whole_is_cut_where_the_files_docstring_goes_on(compiled):
+    """The cursor where a docstring's first line was cut away (its text and closing quotes go
+    on below); the model writes a whole one-line docstring and code. No line end or lexeme
+    boundary of that passes, the point before its closing quotes does: the file's docstring
+    text closes the string."""
+    doc = ('def area(w, h):\n    |\n\n    The width times the height.\n    """\n    return w * h\n\n\n'
+           'print(area(2, 3))\n')
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    r, applied = complete(compiled, text, off, '"""Compute the area."""\n    return w * h\n')
+    assert r.text == '"""Compute the area.' and compiles(applied)
+    assert r.offer_path in ("earlier-stop", "later-stop")

@@ -3,8 +3,8 @@ the document with it applied passes the edit check; otherwise the search for one
 the model's own order, within a budget of checks:
 
 1. `model`: the policy's stop, as offered (trailing blanks stripped), passes;
-2. `earlier-stop`: the longest cut of the generated text before it that passes (line ends and
-   lexeme boundaries);
+2. `earlier-stop`: the longest cut of the generated text before it that passes (line ends,
+   lexeme boundaries, and inside its strings before a newline or the closing quotes);
 3. `later-stop`: in what the model generated past the stop, the nearest line end after it that
    passes, else the longest cut of the line that follows the stop;
 4. `redecode`: (the engine, `redecode.py`) the text of a new decoding pass from the step where
@@ -44,7 +44,8 @@ def offered_text(completion: bytes, cut: int, strip: bool) -> bytes:
 
 def _cuts(scanner: LineScanner, held: bytes, completion: bytes, depth: int) -> tuple[list[int], list[int]]:
     """The candidate cuts of `completion`: its line ends (newlines, inside brackets too), and
-    all of them with its lexeme boundaries and its end, each sorted."""
+    all of them with its lexeme boundaries, the points inside its strings where the file's text
+    may close them (`LineScanner.string_cuts`) and its end, each sorted."""
     scan = scanner.line_ends(held + completion, depth)
     k = len(held)
     ends: set[int] = set()
@@ -53,6 +54,7 @@ def _cuts(scanner: LineScanner, held: bytes, completion: bytes, depth: int) -> t
         lines, bounds = scan
         ends = {e.cut - k for e in lines if e.cut > k}
         cuts |= ends | {b - k for b, _ in bounds if b > k}
+        cuts |= {c - k for c in scanner.string_cuts(held + completion) if c > k}
     ok = range(1, len(completion) + 1)
     return sorted(c for c in ends if c in ok), sorted(c for c in cuts if c in ok)
 

@@ -62,6 +62,29 @@ class LineScanner:
             self._newline(ends, data, start, len(data), False, depth)
         return ends, bounds
 
+    def string_cuts(self, data: bytes) -> list[int]:
+        """Offsets inside the string literals of `data` (from a lexeme start) where a cut leaves
+        the string open for the file's own text to close: before each newline in it, and
+        before its closing quotes (a docstring's first line written whole and closed where the
+        file's docstring goes on)."""
+        try:
+            lexemes, state, start = self.lexer.lex(data, START, 0)
+        except LexError:
+            return []
+        acc = self.lexer.accepting_ids
+        out = []
+        spans = [(a, b, True) for a, b, d in lexemes if self.strings.intersection(acc[d])]
+        if self.lexer.accepting[state] and self.strings.intersection(acc[state]):  # one ends the text
+            spans.append((start, len(data), True))
+        elif self.inside_string(data):  # a string still open at the end
+            spans.append((start, len(data), False))
+        for a, b, closed in spans:
+            text = data[a:b]
+            out += [a + i for i in range(len(text)) if text[i : i + 1] == b"\n"]
+            if closed:
+                out.append(b - (3 if text.endswith((b'"""', b"'''")) else 1))
+        return out
+
     def inside_string(self, data: bytes) -> bool:
         """Whether `data` (from a lexeme start) ends inside an unterminated string literal."""
         try:
