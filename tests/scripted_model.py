@@ -127,7 +127,8 @@ class SecondChoiceRuntime:
     (a scripted model scores nothing above the floor where the text left its script)."""
 
     first: ScriptedRuntime
-    second: ScriptedRuntime
+    second: object  # a ScriptedRuntime, or another SecondChoiceRuntime for third choices and on
+    boost: float = 1000.0  # above every score `second` gives (nested ones: more)
     name: str = "second-choice"
     device: torch.device = torch.device("cpu")
     load_seconds: float = 0.0
@@ -153,4 +154,13 @@ class SecondChoiceRuntime:
         past.n -= len(ids)  # one cache: both read the same positions
         b, _ = self.second.forward(ids, past, keep)
         floor = -10.0  # ScriptedRuntime's score of the tokens it does not favour
-        return torch.where(a > floor, a + 1000.0, torch.maximum(a, b)), past
+        return torch.where(a > floor, a + self.boost, torch.maximum(a, b)), past
+
+
+def choices_runtime(scripts: list[ScriptedRuntime]):
+    """A model whose k-th choice, wherever the earlier ones' scripts no longer apply, is
+    `scripts[k]`'s (nested `SecondChoiceRuntime`s)."""
+    runtime = scripts[-1]
+    for k, script in enumerate(reversed(scripts[:-1]), start=1):
+        runtime = SecondChoiceRuntime(script, runtime, boost=1000.0 * 10**k)
+    return runtime

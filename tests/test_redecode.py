@@ -8,11 +8,11 @@ import ast
 
 import pytest
 
-from lsp_server.decoding import redecode
+from lsp_server.decoding import header_steering, redecode
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 
-from scripted_model import ScriptedRuntime, SecondChoiceRuntime
+from scripted_model import ScriptedRuntime, SecondChoiceRuntime, choices_runtime
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +91,62 @@ def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compile
     r, applied = complete(compiled, doc, "\n", "  # add one\n")
     assert (r.text, r.offer_path) == ("", "empty")
     assert compiles(applied)
+
+
+# ---------------------------------------------------------------- steered by the following lines
+
+
+def compat_at(compiled, doc: str):
+    from grammar_tools.incremental import PrefixParser
+    from lsp_server.decoding.stopping.compatibility import Compatibility
+
+    comp, _ = compiled
+    off = doc.index("|")
+    before, after = doc[:off].encode(), doc[off + 1 :].encode()
+    parser = PrefixParser(comp.recognizer, comp.lexer)
+    parser.parse(before)
+    return Compatibility(parser, before, after, b"")
+
+
+def test_the_headers_the_following_lines_need(compiled):
+    """Which block headers fit at a cut header line is what the whole-file check says of each
+    keyword's header alone there: any block opener above a deeper body, a clause after a
+    `try` body; nothing where the file is valid without a completion or the line holds code."""
+    fits = header_steering.needed_headers(compat_at(compiled, LOOP), True)
+    assert {b"if", b"for", b"while", b"with"} <= set(fits)
+    assert not {b"else", b"elif", b"except", b"finally"} & set(fits)
+    clause = "def first(words):\n    try:\n        word = words[1]\n    |\n        word = None\n    return word\n"
+    fits = header_steering.needed_headers(compat_at(compiled, clause), True)
+    assert {b"except", b"finally"} <= set(fits) and b"if" not in fits
+    assert header_steering.needed_headers(compat_at(compiled, "x = 1\n|\ny = 2\n"), True) == ()
+    assert header_steering.needed_headers(compat_at(compiled, LOOP), False) == ()
+    assert header_steering.starts_with_keyword(b" for", b"for") and not header_steering.starts_with_keyword(b"format", b"for")
+
+
+FIVE_MINDS = ["return result\n", "result = 1\n", "total = 0\n", "print(result)\n", "for item in items:\n"]
+
+
+def five_minded(compiled, **opts):
+    comp, tok = compiled
+    off = LOOP.index("|")
+    text = LOOP[:off] + LOOP[off + 1 :]
+    before = text[:off]
+    runtime = choices_runtime([ScriptedRuntime(tok, (before + s).encode()) for s in FIVE_MINDS])
+    engine = CompletionEngine(EngineOptions(**opts), runtime, comp)
+    return engine.complete(CompletionRequest(text, 2, 4)), text
+
+
+def test_the_search_starts_with_a_header_where_the_next_lines_need_one(compiled):
+    """The model's first four choices are statements, its fifth the loop's header: more than
+    the search's passes would try in the model's order, but the deeper lines need a header, so
+    the passes start with one."""
+    r, text = five_minded(compiled)
+    assert (r.text, r.offer_path) == ("for item in items:", "redecode")
+    off = LOOP.index("|")
+    assert compiles(text[:off] + r.text + text[off:])
+
+
+def test_unsteered_the_same_search_finds_nothing(compiled, monkeypatch):
+    monkeypatch.setattr(header_steering, "needed_headers", lambda compat, line_blank: ())
+    r, _ = five_minded(compiled)
+    assert (r.text, r.offer_path) == ("", "empty")

@@ -136,6 +136,7 @@ class CompletionEngine:
 
     def __init__(self, options: EngineOptions, runtime, compiled, draft_runtime=None) -> None:
         from ..model.prompt_cache import PromptCache
+        from .header_steering import HeaderStarts
         from .prompt import WindowAnchors
         from .stopping.line_scanner import LineScanner
 
@@ -147,6 +148,7 @@ class CompletionEngine:
         self.prompt_cache = PromptCache(runtime)
         self.anchors = WindowAnchors()  # where each document's prompt window started last
         self.scanner = LineScanner(compiled.lexer)
+        self._header_starts = HeaderStarts(compiled.tokens)  # re-decoding's steering masks, built as needed
         self._parsers: OrderedDict[str, PrefixParser] = OrderedDict()
         self._shown: OrderedDict[str, _Shown] = OrderedDict()  # last completion per document
         self._lock = threading.Lock()
@@ -331,7 +333,7 @@ class CompletionEngine:
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
                   after: str) -> CompletionResult:
         """The completion between `before` and `after` (the document split at the cursor)."""
-        from . import redecode
+        from . import header_steering, redecode
         from .loop import DecodeOutcome, ModelStepper, decode
         from .offer import Offer, choose_offer, offered_text
         from .redecode import Pass
@@ -387,7 +389,8 @@ class CompletionEngine:
         fallbacks = compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
         speculators = []
 
-        def decode_pass(matcher, policy, logits, past, replay=(), avoid=frozenset(), limit=max_tokens) -> Pass:
+        def decode_pass(matcher, policy, logits, past, replay=(), avoid=frozenset(), limit=max_tokens,
+                        first_mask=None) -> Pass:
             """One decoding pass from the prompt (after `replay`, `avoid` banned at the next
             step: redecode.py) and the offer search over its text."""
             stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
@@ -404,7 +407,7 @@ class CompletionEngine:
                 speculators.append(speculator)
             try:
                 outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
-                                 limit, cancel, speculator, replay=replay, avoid=avoid)
+                                 limit, cancel, speculator, replay=replay, avoid=avoid, first_mask=first_mask)
             finally:
                 self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
             log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
@@ -418,6 +421,8 @@ class CompletionEngine:
         chosen = decode_pass(matcher, policy, logits, past)
         if (chosen.offer.path == "empty" and constrained and chosen.outcome.stop.reason != StopReason.CANCELLED
                 and not redecode.ended_where_valid(chosen, len(heal), policy.compat)):
+            # the headers the following lines need, if they need one: the passes start with one
+            steer = self._header_starts.mask(header_steering.needed_headers(policy.compat, policy.line_blank))
 
             def decode_from(replay, avoid, limit) -> Pass:
                 try:
@@ -428,7 +433,7 @@ class CompletionEngine:
                 again = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
                                     parser, parsed_before, compat=policy.compat)
                 p = decode_pass(self._matcher(compiled, before_b, heal, parser, prompt, opts), again, logits, past,
-                                replay, avoid, limit)
+                                replay, avoid, limit, steer)
                 return Pass(p.outcome, replace(p.offer, path="redecode")) if p.offer.cut else p
 
             found = redecode.search(chosen, decode_from, compiled.tokens, self.tokenizer.vocab.by_bytes, len(heal),

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from mask_store.matcher import GrammarMatcher
@@ -104,15 +105,18 @@ def decode(
     speculator=None,
     replay: Sequence[int] = (),
     avoid: frozenset[int] = frozenset(),
+    first_mask: np.ndarray | None = None,
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation.
 
     A re-decoding (`redecode.py`) first takes the `replay` tokens an earlier pass accepted (fed
     to the model with the next forward pass, not asked for), and the step after them may not
-    take a token of `avoid` (the earlier passes' choices there): the model's next-best."""
+    take a token of `avoid` (the earlier passes' choices there): the model's next-best, among
+    the tokens of `first_mask` when given (what the following lines need: header_steering.py)."""
     out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
     first_banned = [set(avoid)]  # consumed by the first position decided after the replay
+    first_only = [] if first_mask is None else [first_mask]  # consumed by the first mask after it
 
     def commit(token: int, forced: bool) -> Decision:
         """Accept `token`: matcher, bytes, stop policy (Verdict.REJECT undoes it)."""
@@ -191,6 +195,10 @@ def decode(
                 t0 = time.perf_counter()
                 mask = matcher.next_token_mask()
                 out.mask_ms.append((time.perf_counter() - t0) * 1000)
+                if first_only:
+                    only = first_only.pop()
+                    n = min(len(mask), len(only))
+                    mask = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
                 if not mask.any():
                     out.stop = policy.fallback(bytes(generated), StopReason.NO_CONTINUATION, at_end=False)
                     break

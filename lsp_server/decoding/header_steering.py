@@ -1,0 +1,56 @@
+"""Steering a re-decoding by what the following lines need: at a cursor on an otherwise empty
+line whose following lines can only be read as a block's body (indented deeper than the cursor,
+the body of an `except` whose header was cut away), every completion that keeps the file valid
+writes a block header there. Which headers fit is asked of the whole-file check itself: a header
+alone at the cursor, its body the lines that follow (`if x:` fits below a statement, `except:`
+after a `try` body, `else:` after an `if` body...). The re-decoding (`redecode.py`) then starts
+with a token that begins one of the headers that fit, the model's own order among them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# a header for each keyword that opens a block, the check's probe
+PROBES = {
+    b"if": b"if x:", b"elif": b"elif x:", b"else": b"else:", b"for": b"for x in y:", b"while": b"while x:",
+    b"with": b"with x:", b"try": b"try:", b"except": b"except:", b"finally": b"finally:", b"def": b"def f():",
+    b"class": b"class C:", b"async": b"async def f():",
+}
+
+
+def needed_headers(compat, line_blank: bool) -> tuple[bytes, ...]:
+    """The keywords whose headers alone at the cursor keep the file valid, where the file is not
+    valid without a completion and the cursor's line holds nothing else (empty: no steering)."""
+    if compat is None or not line_blank or compat.ok(b""):
+        return ()
+    return tuple(k for k, probe in PROBES.items() if compat.ok(probe))
+
+
+def starts_with_keyword(token: bytes, keyword: bytes) -> bool:
+    """Whether `token` spells `keyword` as a whole word at its start (after blanks)."""
+    s = token.lstrip(b" \t")
+    rest = s[len(keyword) : len(keyword) + 1]
+    return s.startswith(keyword) and not (rest.isalnum() or rest == b"_")
+
+
+class HeaderStarts:
+    """The tokens that start each keyword's header, as masks over the vocabulary (built once
+    per keyword)."""
+
+    def __init__(self, token_bytes: Sequence[bytes]) -> None:
+        self.token_bytes = token_bytes
+        self._masks: dict[bytes, np.ndarray] = {}
+
+    def mask(self, keywords: Sequence[bytes]) -> np.ndarray | None:
+        """The tokens that start a header of one of `keywords` (None: no keywords)."""
+        if not keywords:
+            return None
+        out = np.zeros(len(self.token_bytes), dtype=bool)
+        for k in keywords:
+            m = self._masks.get(k)
+            if m is None:
+                m = self._masks[k] = np.array([starts_with_keyword(b, k) for b in self.token_bytes], dtype=bool)
+            out |= m
+        return out
