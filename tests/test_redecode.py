@@ -119,8 +119,11 @@ def test_the_headers_the_following_lines_need(compiled):
     fits = header_steering.needed_headers(compat_at(compiled, clause), True)
     assert {b"except", b"finally"} <= set(fits) and b"if" not in fits
     assert header_steering.needed_headers(compat_at(compiled, "x = 1\n|\ny = 2\n"), True) == ()
+    doc = 'def f(value):\n    |\n    Convert it.\n    """\n    return int(value)\n'  # a docstring's first line cut
+    assert header_steering.needed_headers(compat_at(compiled, doc), True) == (b'"""',)
     assert header_steering.needed_headers(compat_at(compiled, LOOP), False) == ()
     assert header_steering.starts_with_keyword(b" for", b"for") and not header_steering.starts_with_keyword(b"format", b"for")
+    assert header_steering.starts_with_keyword(b'"""Con', b'"""')
 
 
 FIVE_MINDS = ["return result\n", "result = 1\n", "total = 0\n", "print(result)\n", "for item in items:\n"]

@@ -1,7 +1,8 @@
 """Steering a re-decoding by what the following lines need: at a cursor on an otherwise empty
 line whose following lines can only be read as a block's body (indented deeper than the cursor,
 the body of an `except` whose header was cut away), every completion that keeps the file valid
-writes a block header there. Which headers fit is asked of the whole-file check itself: a header
+writes a block header there; where they are the rest of a string whose first line was cut (a
+docstring's text and its closing quotes), it opens that string. Which headers fit is asked of the whole-file check itself: a header
 alone at the cursor, its body the lines that follow (`if x:` fits below a statement, `except:`
 after a `try` body, `else:` after an `if` body...). The re-decoding (`redecode.py`) then starts
 with a token that begins one of the headers that fit, the model's own order among them."""
@@ -17,7 +18,10 @@ PROBES = {
     b"if": b"if x:", b"elif": b"elif x:", b"else": b"else:", b"for": b"for x in y:", b"while": b"while x:",
     b"with": b"with x:", b"try": b"try:", b"except": b"except:", b"finally": b"finally:", b"def": b"def f():",
     b"class": b"class C:", b"async": b"async def f():",
+    # the file's next lines are the rest of a string whose first line was cut (a docstring's)
+    b'"""': b'"""', b"'''": b"'''",
 }
+QUOTES = (b'"""', b"'''")
 
 
 def needed_headers(compat, line_blank: bool) -> tuple[bytes, ...]:
@@ -29,10 +33,11 @@ def needed_headers(compat, line_blank: bool) -> tuple[bytes, ...]:
 
 
 def starts_with_keyword(token: bytes, keyword: bytes) -> bool:
-    """Whether `token` spells `keyword` as a whole word at its start (after blanks)."""
+    """Whether `token` spells `keyword` as a whole word at its start (after blanks; a string
+    opener's text may follow it in the token)."""
     s = token.lstrip(b" \t")
     rest = s[len(keyword) : len(keyword) + 1]
-    return s.startswith(keyword) and not (rest.isalnum() or rest == b"_")
+    return s.startswith(keyword) and (keyword in QUOTES or not (rest.isalnum() or rest == b"_"))
 
 
 class HeaderStarts:
