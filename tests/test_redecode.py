@@ -153,3 +153,4 @@ def test_unsteered_the_same_search_finds_nothing(compiled, monkeypatch):
     monkeypatch.setattr(header_steering, "needed_headers", lambda compat, line_blank: ())
     r, _ = five_minded(compiled)
     assert (r.text, r.offer_path) == ("", "empty")
+

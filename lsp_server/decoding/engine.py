@@ -390,7 +390,7 @@ class CompletionEngine:
         speculators = []
 
         def decode_pass(matcher, policy, logits, past, replay=(), avoid=frozenset(), limit=max_tokens,
-                        first_mask=None) -> Pass:
+                        steer=None) -> Pass:
             """One decoding pass from the prompt (after `replay`, `avoid` banned at the next
             step: redecode.py) and the offer search over its text."""
             stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
@@ -407,7 +407,7 @@ class CompletionEngine:
                 speculators.append(speculator)
             try:
                 outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
-                                 limit, cancel, speculator, replay=replay, avoid=avoid, first_mask=first_mask)
+                                 limit, cancel, speculator, replay=replay, avoid=avoid, steer=steer)
             finally:
                 self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
             log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
@@ -422,7 +422,7 @@ class CompletionEngine:
         if (chosen.offer.path == "empty" and constrained and chosen.outcome.stop.reason != StopReason.CANCELLED
                 and not redecode.ended_where_valid(chosen, len(heal), policy.compat)):
             # the headers the following lines need, if they need one: the passes start with one
-            steer = self._header_starts.mask(header_steering.needed_headers(policy.compat, policy.line_blank))
+            steer = self._header_starts.steer(header_steering.needed_headers(policy.compat, policy.line_blank))
 
             def decode_from(replay, avoid, limit) -> Pass:
                 try:

@@ -48,14 +48,31 @@ class HeaderStarts:
         self.token_bytes = token_bytes
         self._masks: dict[bytes, np.ndarray] = {}
 
-    def mask(self, keywords: Sequence[bytes]) -> np.ndarray | None:
-        """The tokens that start a header of one of `keywords` (None: no keywords)."""
+    def steer(self, keywords: Sequence[bytes]):
+        """What the decoding loop's steered steps allow (None: no keywords): given the healed
+        bytes still to re-create (`room`), the tokens that start a header of one of `keywords`
+        and the blank ones that fit in that room (the newline and indentation before the header,
+        never deeper)."""
         if not keywords:
             return None
-        out = np.zeros(len(self.token_bytes), dtype=bool)
+        headers = np.zeros(len(self.token_bytes), dtype=bool)
         for k in keywords:
             m = self._masks.get(k)
             if m is None:
                 m = self._masks[k] = np.array([starts_with_keyword(b, k) for b in self.token_bytes], dtype=bool)
-            out |= m
-        return out
+            headers |= m
+        blank = self._blank()
+        lengths = self._lengths()
+        return lambda room: headers | (blank & (lengths <= room))
+
+    def _blank(self) -> np.ndarray:
+        m = self._masks.get(b"")
+        if m is None:
+            m = self._masks[b""] = np.array([not b.strip() and b != b"" for b in self.token_bytes], dtype=bool)
+        return m
+
+    def _lengths(self) -> np.ndarray:
+        m = self._masks.get(b"len")
+        if m is None:
+            m = self._masks[b"len"] = np.array([len(b) for b in self.token_bytes])
+        return m

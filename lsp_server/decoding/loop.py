@@ -105,18 +105,22 @@ def decode(
     speculator=None,
     replay: Sequence[int] = (),
     avoid: frozenset[int] = frozenset(),
-    first_mask: np.ndarray | None = None,
+    steer: Callable[[int], np.ndarray] | None = None,
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation.
 
     A re-decoding (`redecode.py`) first takes the `replay` tokens an earlier pass accepted (fed
     to the model with the next forward pass, not asked for), and the step after them may not
     take a token of `avoid` (the earlier passes' choices there): the model's next-best, among
-    the tokens of `first_mask` when given (what the following lines need: header_steering.py)."""
+    the tokens `steer(room)` allows when given (`room`: the healed bytes still to re-create),
+    up to the first that writes more than blanks (what the following lines need:
+    header_steering.py)."""
     out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
     first_banned = [set(avoid)]  # consumed by the first position decided after the replay
-    first_only = [] if first_mask is None else [first_mask]  # consumed by the first mask after it
+    # the steps after the replay take tokens `steer` allows until one writes more than blanks
+    first_only = [] if steer is None else [steer]
+    healed = policy.cursor - len(policy.held)
 
     def commit(token: int, forced: bool) -> Decision:
         """Accept `token`: matcher, bytes, stop policy (Verdict.REJECT undoes it)."""
@@ -131,6 +135,8 @@ def decode(
             out.rejected += 1
             return Verdict.REJECT
         out.tokens.append(token)
+        if first_only and token_bytes[token].strip():
+            first_only.clear()
         if forced:
             out.forced += 1
         else:
@@ -196,7 +202,7 @@ def decode(
                 mask = matcher.next_token_mask()
                 out.mask_ms.append((time.perf_counter() - t0) * 1000)
                 if first_only:
-                    only = first_only.pop()
+                    only = first_only[0](max(healed - len(generated), 0))
                     n = min(len(mask), len(only))
                     mask = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
                 if not mask.any():
