@@ -73,6 +73,12 @@ def compiled_full():
     return compiled, tok
 
 
+@pytest.fixture(scope="session")
+def compiled(compiled_full):
+    """The grammar-and-tokenizer tables the completion tests decode with: the full store."""
+    return compiled_full
+
+
 def make_tiny_model_dir(path: Path, seed: int = 0) -> Path:
     """A tiny random-weight Llama with the real SmolLM2 tokenizer, as a Hugging Face model
     directory (config.json, model.safetensors, tokenizer.json): fast stand-in for a real model."""

@@ -18,11 +18,6 @@ from conftest import ROOT, STDLIB
 from scripted_model import ScriptedRuntime
 
 
-@pytest.fixture(scope="module")
-def compiled(compiled_full):
-    return compiled_full
-
-
 def scripted_engine(compiled, intended: str, **opts) -> CompletionEngine:
     comp, tok = compiled
     runtime = ScriptedRuntime(tok, intended.encode())

@@ -19,11 +19,6 @@ from test_completion import accept, complete_at_marker, parses
 BROKEN = "def broken(x:\n    return x\n\n\ndef g():\n    pass\n\n\n"  # recovery mode for what follows
 
 
-@pytest.fixture(scope="module")
-def compiled(compiled_full):
-    return compiled_full
-
-
 def test_following_text_reads_the_next_lines_and_the_rest_of_the_line():
     f = following_text("x = 1\n    y = f(", "a, 2)  \n\n    z = 3\n\tw\n", infix=True)
     assert f.line_before == b"    y = f(" and f.line_rest == b"a, 2)"

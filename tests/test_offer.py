@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import random
 
-import pytest
 
 from grammar_tools.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
@@ -18,11 +17,6 @@ from lsp_server.options import EngineOptions
 
 from conftest import STDLIB, read_source
 from scripted_model import ScriptedRuntime
-
-
-@pytest.fixture(scope="module")
-def compiled(compiled_full):
-    return compiled_full
 
 
 def compiles(text: str) -> bool:

@@ -4,7 +4,6 @@ there (`lsp_server.decoding.redecode`), and only then answers nothing."""
 
 from __future__ import annotations
 
-import ast
 
 import pytest
 
@@ -13,19 +12,7 @@ from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 
 from scripted_model import ScriptedRuntime, SecondChoiceRuntime, choices_runtime
-
-
-@pytest.fixture(scope="module")
-def compiled(compiled_full):
-    return compiled_full
-
-
-def compiles(text: str) -> bool:
-    try:
-        compile(text, "<doc>", "exec", flags=ast.PyCF_ONLY_AST)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+from test_offer import compiles
 
 
 def complete(compiled, doc: str, first: str, second: str, **opts):

@@ -5,16 +5,10 @@ control tokens; the mask allows no special token but the end of sequence, where 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from lsp_server.decoding.prompt import build_prompt, lookup_reference
 from mask_store.matcher import GrammarMatcher
 from mask_store.verify import verify_files
-
-
-@pytest.fixture(scope="module")
-def compiled(compiled_full):
-    return compiled_full
 
 
 def spelling_file(tok) -> str:

@@ -129,11 +129,6 @@ def test_the_window_start_stays_while_typing_on_and_moving_within(tok):
 # --- prefill ahead, prefetch, the memory cap (scripted model: exact counts of forward tokens) --------
 
 
-@pytest.fixture(scope="module")
-def compiled(compiled_full):
-    return compiled_full
-
-
 DOC = "import os\n\n\ndef size(path):\n    info = os.stat(path)\n    return info.st_size\n\n\ndef names(folder):\n    return "
 INTENDED = DOC + "sorted(os.listdir(folder))\n"
 
