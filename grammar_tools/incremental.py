@@ -199,12 +199,12 @@ class PrefixParser:
         ends = self.end_configs(configs, held, lexer_state)
         return any(self.recognizer.feed(c, self.recognizer.END) is ACCEPTED for c in ends)
 
-    def last_line(self, offset: int, statement: bool = False) -> tuple[int, tuple[Node, ...]]:
-        """Where the last line of the parsed text (or the last statement, outside brackets)
-        whose code starts at or before `offset` starts, and the configurations there (the
-        file's start if no newline came before)."""
+    def last_line(self, offset: int) -> tuple[int, tuple[Node, ...]]:
+        """Where the last line of the parsed text whose code starts at or before `offset`
+        starts, and the configurations there (the file's start if no newline came before;
+        statements outside brackets: `last_statements`)."""
         for cp in reversed(self._checkpoints):
-            if cp.offset <= offset and (cp.statement if statement else cp.line):
+            if cp.offset <= offset and cp.line:
                 return cp.offset, cp.configs
         return 0, (self.recognizer.initial(),)
 
