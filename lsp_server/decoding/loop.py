@@ -117,7 +117,7 @@ def decode(
     header_steering.py)."""
     out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
-    first_banned = [set(avoid)]  # consumed by the first position decided after the replay
+    first_banned = [set(avoid)] if avoid else []  # consumed by the first position decided after the replay
     # the steps after the replay take tokens `steer` allows until one writes more than blanks
     first_only = [] if steer is None else [steer]
     healed = policy.cursor - len(policy.held)
@@ -185,8 +185,6 @@ def decode(
             out.stop = Stop(0, StopReason.NO_CONTINUATION)
             out.generated = bytes(generated)
             return out
-    if not avoid:
-        first_banned.clear()
     try:  # a cancellation is also seen between the layers of a forward pass
         while True:
             if cancel():
