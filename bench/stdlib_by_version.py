@@ -5,13 +5,14 @@
 PYTHON is an interpreter of a supported version (`~/.pyenv/versions/3.13.0/bin/python`): its
 standard library (tests left out unless --tests) is read with `check_source` and
 Recognizer(python_version=that version). Its files are valid for it, so each refusal is syntax
-of that version the grammar does not accept yet (notes/issue20.md). Prints the count, then the
-refused files with where and why.
+of that version the grammar does not accept yet (notes/issue20.md). Prints JSON: the counts,
+then the refused files with where and why (at most --show of them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -46,10 +47,14 @@ def main() -> None:
         if not result.ok:
             refused.append((p.relative_to(root), result))
     seconds = time.perf_counter() - t0
-    print(f"CPython {version[0]}.{version[1]} stdlib: {len(files) - len(refused)} of {len(files)} files accepted "
-          f"({seconds:.0f} s)")
-    for p, result in refused[: args.show]:
-        print(f"  {p}: {result}")
+    print(json.dumps({
+        "python_version": f"{version[0]}.{version[1]}",
+        "tests": args.tests,
+        "files": len(files),
+        "accepted": len(files) - len(refused),
+        "seconds": round(seconds, 1),
+        "refused": [{"file": str(p), "why": str(result)} for p, result in refused[: args.show]],
+    }, indent=2))
 
 
 if __name__ == "__main__":
