@@ -26,6 +26,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from .indentation import newline_width
+from .fstring_fields import FieldChecker, FieldError
 from .lexer_automaton import START, LexError, LexerAutomaton, load_lexer_automaton
 from .recognizer import ACCEPTED, Node, Recognizer
 
@@ -119,6 +120,7 @@ class PrefixParser:
         g = self.recognizer.grammar
         self._nl = g.term_id["_NEWLINE"]
         self._ignored = g.ignored
+        self.fields = FieldChecker(self.recognizer, self.lexer)
 
     # -------------------------------------------------------------- lexemes -> parser
 
@@ -138,12 +140,23 @@ class PrefixParser:
             return out
         if all(t in self._ignored for t in terms):
             return configs
+        fields = self.fields
+        check = any(fields.is_field_string(t) for t in terms)
         out = []
+        error = None
         for c in configs:
+            if check:  # an f-/t-string: its fields' expressions are parsed in c's context
+                try:
+                    fields.check(data[start:end], c.ctx)
+                except FieldError as e:
+                    error = e
+                    continue
             for t in terms:
                 n = rec.feed(c, t)
                 if n is not None:
                     out.append(n)
+        if not out and error is not None:
+            raise ParseError(start + error.pos, str(error))
         return _dedupe(out)
 
     def parse(self, data: bytes) -> PrefixState:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grammar_tools.fstring_fields import FieldChecker
 from grammar_tools.incremental import PrefixParser, PrefixState
 from grammar_tools.lexer_automaton import LexerAutomaton, load_lexer_automaton
 from grammar_tools.recognizer import ACCEPTED, Node, Recognizer
@@ -55,6 +56,7 @@ class Config:
     q: int
     node: Node
     width: tuple[int, int] | None  # the open newline's indentation so far
+    held: bytes = b""  # the open lexeme so far when it is an f-/t-string (its fields are checked)
 
 
 def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
@@ -87,6 +89,9 @@ class CompiledGrammar:
             # its rows were merged and deleted by what the guarded parser accepts
             raise ValueError("a streamlined mask store needs a recognizer with semantic checks")
         self.lexer = lexer or load_lexer_automaton(self.recognizer.grammar)
+        # f-/t-string fields: the store's rows see a string lexeme; every token that writes one
+        # has the fields' expressions parsed (`grammar_tools.fstring_fields`)
+        self.fields = FieldChecker(self.recognizer, self.lexer)
         g = self.recognizer.grammar
         self.T = g.n_terminals
         self.NL = g.term_id["_NEWLINE"]
@@ -246,9 +251,9 @@ class CompiledGrammar:
 
     # ------------------------------------------------------------------ transitions
 
-    def start_configs(self, st: PrefixState) -> list[Config]:
-        """Configurations for the held-back lexeme of a parsed prefix: one per terminal it may
-        still become (announced, i.e. fed, now)."""
+    def start_configs(self, st: PrefixState, held: bytes) -> list[Config]:
+        """Configurations for the held-back lexeme of a parsed prefix (its bytes: `held`): one
+        per terminal it may still become (announced, i.e. fed, now)."""
         d = st.lexer_state
         out = []
         for x in self.lexer.possible_ids[d]:
@@ -257,7 +262,12 @@ class CompiledGrammar:
                 continue
             for node in st.configs:
                 n = self._announce(node, x)
-                if n is not None:
+                if n is None:
+                    continue
+                if self.fields.is_field_string(x):
+                    if self.fields.is_valid(held, node.ctx):
+                        out.append(Config(q, n, None, held))
+                else:
                     out.append(Config(q, n, st.newline_width if x == self.NL else None))
         return out
 
@@ -272,7 +282,10 @@ class CompiledGrammar:
         """Nodes after a complete lexeme (one per terminal it may be)."""
         rec = self.recognizer
         out = []
+        fields = self.fields
         for x in self.lexer.accepting_ids[state]:
+            if fields.is_field_string(x) and not fields.is_valid(data, node.ctx):
+                continue
             if x in self.ignored:
                 out.append(node)
             elif x == self.NL:
@@ -295,13 +308,20 @@ class CompiledGrammar:
         if w is None:
             return []
         rec = self.recognizer
+        fields = self.fields
+        is_field = fields.is_field_string(x)
         if w.first_end is None:
             q = self.q_index.get((x, w.first_state))
             if q is None:
                 return []
+            if is_field:
+                held = c.held + data
+                return [Config(q, c.node, None, held)] if fields.is_valid(held, c.node.ctx) else []
             width = extend_width(c.width, data) if x == self.NL else None
             return [Config(q, c.node, width)]
         if not self.lexer.accepting[w.first_state] >> x & 1:
+            return []
+        if is_field and not fields.is_valid(c.held + data[: w.first_end], c.node.ctx):
             return []
         node = c.node
         if x == self.NL and node.depth == 0:
@@ -321,9 +341,15 @@ class CompiledGrammar:
             q = self.q_index.get((x2, fs))
             if q is None:
                 continue
+            is_field = fields.is_field_string(x2)
             for n in nodes:
                 n2 = self._announce(n, x2)
-                if n2 is not None:
+                if n2 is None:
+                    continue
+                if is_field:
+                    if fields.is_valid(tail, n.ctx):
+                        out.append(Config(q, n2, None, tail))
+                else:
                     out.append(Config(q, n2, extend_width(None, tail) if x2 == self.NL else None))
         return out
 
@@ -346,7 +372,7 @@ def _dedupe(configs: list[Config]) -> list[Config]:
         return configs
     seen = {}
     for c in configs:
-        seen.setdefault((c.q, c.node.key(), c.width), c)
+        seen.setdefault((c.q, c.node.key(), c.width, c.held), c)
     return list(seen.values())
 
 
@@ -384,7 +410,8 @@ class GrammarMatcher:
         data = text.encode() if isinstance(text, str) else text
         parser = parser or PrefixParser(compiled.recognizer, compiled.lexer)
         st = parse_prefix(parser, data)
-        return cls(compiled, compiled.start_configs(st), heal, prefix_state=st, canonical=canonical)
+        held = data[st.lexeme_start : st.end]
+        return cls(compiled, compiled.start_configs(st, held), heal, prefix_state=st, canonical=canonical)
 
     def fork(self) -> GrammarMatcher:
         return GrammarMatcher(self.compiled, self.configs, self.heal, self.prefix_state, self._history,

@@ -125,7 +125,11 @@ def decode(
     def commit(token: int, forced: bool) -> Decision:
         """Accept `token`: matcher, bytes, stop policy (Verdict.REJECT undoes it)."""
         if matcher is not None and not matcher.accept_token(token):
-            raise RuntimeError(f"token {token} passed the mask but the matcher rejected it")
+            # the mask is exact but inside an f-/t-string, where it is the lexeme's and the
+            # fields' expressions are parsed as tokens are taken: choosing again among the
+            # rest is sampling from the exact mask (rejection sampling)
+            out.rejected += 1
+            return Verdict.REJECT
         generated.extend(token_bytes[token])
         decision = policy.after_token(bytes(generated))
         if decision is Verdict.REJECT:
