@@ -12,10 +12,28 @@ small annotations on each stack node and checks them where a terminal is shifted
   async function, a loop, a lambda, a class.
 
 Both are derived here from the grammar's rules and the LR(0) kernel items of each state, by rule
-name, so they follow the grammar file. Checks happen before a terminal is shifted, so a mask
-never allows a token after which no valid continuation exists. The constructs newer than the
-target version (`versions.FEATURES`) are removed from the table: a shift is dropped when the
-state it leads to is made only of the construct's rules, or when it shifts one of its terminals.
+name, so they follow the grammar file.
+
+`await` and asynchronous comprehensions follow CPython's compiler (its symbol table): a
+comprehension is a scope of its own, except for its first iterable, evaluated where the
+comprehension stands; `await` or `async for` in it makes it asynchronous. An asynchronous
+generator expression is allowed anywhere; an asynchronous list, set or dict comprehension only
+directly in an async function, and from 3.11 also inside another comprehension (which becomes
+asynchronous in turn; before 3.11 not even there). So `await` is allowed where the innermost
+enclosing scope is an async function, or a comprehension's own part (its targets, conditions,
+later iterables: context `COMP`, the stack tells which by `Recognizer._scope_allows`) that
+may become asynchronous. A comprehension's element comes before its `for`, so while it is read
+the recognizer can't know that it is one: there it follows the enclosing scope (sound, not
+exact: it refuses `(await x for x in y)` in a sync function, which CPython accepts). Before
+3.11 the element of a list comprehension that awaits (it becomes asynchronous) and any element
+that holds an asynchronous list comprehension are checked where the `for` comes; the recognizer
+carries that as *flows* in the context: bits set left to right (`F_*`), reset at a
+comprehension's opening bracket and merged at its closing one (`rule_flow`).
+
+Checks happen before a terminal is shifted, so a mask never allows a token after which no
+valid continuation exists. The constructs newer than the target version (`versions.FEATURES`)
+are removed from the table: a shift is dropped when the state it leads to is made only of the
+construct's rules, or when it shifts one of its terminals.
 """
 
 from __future__ import annotations
@@ -45,9 +63,21 @@ LOOP = 4  # inside a loop body: break, continue
 LAMBDA = 8  # inside a lambda body: yield
 NOT_MODULE = 16  # inside a def or class body: no `import *`
 NESTED = 32  # inside a def, perhaps in a class in it: nonlocal
+COMP = 64  # inside a comprehension's `for` part (its first iterable too): `Recognizer._scope_allows`
+# flows (Python < 3.11), set left to right within a comprehension's brackets
+F_AW = 128  # an `await` in the element read so far (in the first iterable: till its clause ends)
+F_AWO = 256  # an `await` in a first iterable: evaluated where the comprehension stands
+F_LA = 512  # this comprehension is asynchronous
+F_AC = 1024  # an asynchronous list, set or dict comprehension in the element
+FLOWS = F_AW | F_AWO | F_LA | F_AC
+
+# comprehension brackets (`region_open`) and elements (`comp_elements`): their kind
+GENEXP_KIND, LISTCOMP_KIND = 1, 2
+# how a rule's reduction computes its flows (`rule_flow`)
+FLOW_PASS, FLOW_CLOSE, FLOW_CLOSE_LISTCOMP, FLOW_CLAUSE, FLOW_IF = range(5)
 
 # guard codes, evaluated on the top node before a shift (or reduce)
-G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX = range(1, 6)
+G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START = range(1, 9)
 
 NOT_AUGMENTED = ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL")  # *EQUAL, no `x op=`
 BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
@@ -64,6 +94,13 @@ class GuardTables:
     with_colon_states: frozenset[int]  # states where COLON ends `with <items>`
     accessing: tuple[str, ...]  # per state, the symbol that leads into it
     removed: frozenset[tuple[int, int]] = field(default_factory=frozenset)  # newer constructs
+    # the states entered by a comprehension's opening bracket (a call's parenthesis included),
+    # -> GENEXP_KIND or LISTCOMP_KIND (list, set, dict)
+    region_open: dict[int, int] = field(default_factory=dict)
+    # the states after a comprehension's element, where its `for` may come -> its kind
+    comp_elements: dict[int, int] = field(default_factory=dict)
+    comp_async_states: frozenset[int] = frozenset()  # entered by `async` in a comprehension
+    rule_flow: tuple[int, ...] = ()  # per rule: FLOW_PASS/...
 
 
 def accessing_symbols(g: Grammar) -> tuple[str, ...]:
@@ -131,8 +168,28 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
             elif rule.lhs in BODY_RULES_LOOP and before[-1] == "suite":
                 eff = (d, ~0, 0, False)  # the loop's else clause runs outside the loop
             elif rule.lhs == "lambdef" and before[-1] == "COLON":
-                eff = (d, ~(ASYNC | LOOP), LAMBDA, False)
+                eff = (d, ~(ASYNC | LOOP | COMP), LAMBDA, False)
+            elif (rule.lhs == "_comp_for_clause" and d == 1) or (rule.lhs == "comp_for" and before == ("_comp_for_clause",)):
+                eff = (1, ~0, COMP, False)  # the `for` (or `async`) of a comprehension, and its later part
         effects.append(eff)
+
+    # ---- comprehensions
+    region_open: dict[int, int] = {}
+    comp_elements: dict[int, int] = {}
+    comp_async = set()
+    for s in range(g.n_states):
+        for rule, d in items(s):
+            kind = COMP_KINDS.get(rule.alias) if rule.lhs in ("atom", "arguments") else None
+            if rule.lhs == "atom" and d == 1 and rule.rhs[0] in REGION_BRACKETS:
+                region_open[s] = GENEXP_KIND if rule.rhs[0] == "LPAR" else LISTCOMP_KIND
+            if rule.alias == "funccall" and d >= 1 and rule.rhs[d - 1] == "LPAR":
+                region_open[s] = GENEXP_KIND  # a call's arguments: `f(x for x in y)` (CPython
+                # has no generator expression among a class's bases: none is asynchronous there)
+            if kind and rule.rhs[d:d + 1] == ("comp_for",):
+                comp_elements[s] = kind
+            if rule.lhs == "_comp_for_clause" and rule.rhs[:d] == ("ASYNC",):
+                comp_async.add(s)
+    rule_flow = tuple(_rule_flow(r) for r in g.rules)
 
     # ---- guards
     guards: dict[tuple[int, int], tuple[int, int]] = {}
@@ -140,7 +197,6 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
         "RETURN": FUNC,
         "NONLOCAL": NESTED,
         "YIELD": FUNC | LAMBDA,
-        "AWAIT": ASYNC,
         "BREAK": LOOP,
         "CONTINUE": LOOP,
     }
@@ -181,6 +237,13 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
                         guards[(s, tid[name])] = (G_CTX, ASYNC)
             if rule.lhs == "import_from" and nxt == "import_targets" and tid["STAR"] in row:
                 guards[(s, tid["STAR"])] = (G_CTX, -NOT_MODULE)
+            if s in comp_elements and python_version < (3, 11) and row.get(tid["FOR"], -1) >= 0:
+                guards[(s, tid["FOR"])] = (G_COMP_START, 0)
+        if row.get(tid["AWAIT"], -1) >= 0:
+            guards[(s, tid["AWAIT"])] = (G_AWAIT, 0)
+        a = row.get(tid["ASYNC"], -1)
+        if a >= 0 and a in comp_async:
+            guards[(s, tid["ASYNC"])] = (G_COMP_ASYNC, 0)
         for name, need in ctx_need.items():
             t = tid[name]
             if t in row and row[t] >= 0:
@@ -195,7 +258,27 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
         with_colon_states=frozenset(with_colon),
         accessing=acc,
         removed=frozenset(removed),
+        region_open=region_open,
+        comp_elements=comp_elements,
+        comp_async_states=frozenset(comp_async),
+        rule_flow=rule_flow,
     )
+
+
+REGION_BRACKETS = ("LPAR", "LSQB", "LBRACE")
+COMP_KINDS = {"genexp": GENEXP_KIND, "genexp_argument": GENEXP_KIND, "listcomp": LISTCOMP_KIND,
+              "setcomp": LISTCOMP_KIND, "dictcomp": LISTCOMP_KIND}
+
+
+def _rule_flow(rule) -> int:
+    """How reducing `rule` computes the flows of its node (see the module docstring)."""
+    if rule.lhs == "_comp_for_clause":
+        return FLOW_CLAUSE
+    if rule.lhs == "comp_if":
+        return FLOW_IF
+    if rule.alias == "funccall" or (rule.lhs == "atom" and rule.rhs[0] in REGION_BRACKETS):
+        return FLOW_CLOSE_LISTCOMP if COMP_KINDS.get(rule.alias) == LISTCOMP_KIND else FLOW_CLOSE
+    return FLOW_PASS
 
 
 def version_removed_shifts(g: Grammar, python_version) -> frozenset[tuple[int, int]]:

@@ -6,7 +6,8 @@ reference and branching or rolling back costs nothing. Each node also carries:
 
 - `depth`: bracket nesting after it (newlines inside brackets are no statements);
 - `indent`: the indentation stack, as a linked tuple `(col, altcol, parent)`, () at column 0;
-- `attr` / `ctx`: the synthesized and inherited annotations of `guards`.
+- `attr` / `ctx`: the synthesized and inherited annotations of `guards` (the context also
+  carries, for Python < 3.11, the *flows* of `guards`: what a comprehension's element holds).
 
 Python's layout is fed as terminals: `feed_newline` (a `_NEWLINE`, ignored inside brackets) and
 `feed_indentation(col, altcol)` (the `_INDENT`/`_DEDENT`s that the width of the next line calls
@@ -101,6 +102,16 @@ class Recognizer:
         self.guard = {s * 1024 + t: v for (s, t), v in gt.guards.items()} if semantic_checks else {}
         self.with_colon = gt.with_colon_states
         self.accessing = gt.accessing
+        self.region_open = gt.region_open
+        self.comp_elements = gt.comp_elements
+        self.comp_async = gt.comp_async_states
+        self.rule_flow = gt.rule_flow
+        # before 3.11 an asynchronous list comprehension may stand in no comprehension
+        self.nested_async_comp = self.python_version >= (3, 11)
+        self.track_flows = semantic_checks and not self.nested_async_comp
+        self.AWAIT = tid["AWAIT"]
+        self.FOR = tid["FOR"]
+        self.ASYNC = tid["ASYNC"]
         self.start_state = g.start_state
         self.end_state = g.end_state
         self.n_terminals = g.n_terminals
@@ -137,7 +148,8 @@ class Recognizer:
     def initial(self) -> Node:
         return Node(self.start_state, None, 0, 0, 0, ())
 
-    def _push(self, parent: Node, state: int, attr: int, depth: int, indent) -> Node:
+    def _push(self, parent: Node, state: int, attr: int, depth: int, indent, flows: int = -1) -> Node:
+        """A node on `parent`; `flows` (Python < 3.11): those of the new node, -1: the parent's."""
         eff = self.ctx_effect[state]
         if eff is None:
             ctx = parent.ctx
@@ -149,13 +161,115 @@ class Recognizer:
             ctx = (base.ctx & and_mask) | or_mask
             if async_check and self.accessing[base.state] == "ASYNC":
                 ctx |= G.ASYNC
+        if self.track_flows:
+            if flows < 0:
+                flows = parent.ctx & G.FLOWS
+            ctx = (ctx & ~G.FLOWS) | (flows if depth else 0)
         return Node(state, parent, attr, ctx, depth, indent)
+
+    def _shift_flows(self, parent: Node, state: int, t: int) -> int:
+        """The flows after shifting `t` from `parent` into `state` (Python < 3.11)."""
+        if state in self.region_open:
+            return 0  # a comprehension's bracket, perhaps: its element starts
+        flows = parent.ctx & G.FLOWS
+        if t == self.AWAIT:
+            return flows | G.F_AW
+        if parent.state in self.comp_elements:  # the element is a comprehension's: `for`, `async`
+            flows = (flows & ~G.F_AW) | (G.F_LA if flows & G.F_AW else 0)
+        if state in self.comp_async:
+            flows |= G.F_LA
+        return flows
+
+    def _reduce_flows(self, top: Node, base: Node, r: int) -> int:
+        """The flows of the node that reducing rule r from `top` puts on `base` (< 3.11)."""
+        flows = top.ctx & G.FLOWS
+        kind = self.rule_flow[r]
+        if kind == G.FLOW_PASS:
+            return flows
+        if kind == G.FLOW_CLAUSE or kind == G.FLOW_IF:
+            if not flows & G.F_AW:
+                return flows
+            first = kind == G.FLOW_CLAUSE and base.state in self.comp_elements
+            return (flows & ~G.F_AW) | (G.F_AWO if first else G.F_LA)
+        # a bracket closes: what it holds is the enclosing element's (an asynchronous
+        # comprehension's `await`s stay inside it, but an asynchronous list comprehension
+        # is one more thing its enclosing element holds)
+        out = base.ctx & G.FLOWS
+        if flows & (G.F_AW | G.F_AWO):
+            out |= G.F_AW
+        if flows & G.F_AC or (flows & G.F_LA and kind == G.FLOW_CLOSE_LISTCOMP):
+            out |= G.F_AC
+        return out
+
+    # ------------------------------------------------------------------ await
+
+    def _await_ok(self, node: Node) -> bool:
+        """Whether `await` may come right after `node`: in an async function's own code, or in
+        a comprehension's conditions, targets or later iterables that may be asynchronous."""
+        return self._scope_allows(node, False)
+
+    def _async_comp_ok(self, node: Node) -> bool:
+        """Whether an asynchronous list, set or dict comprehension may stand right after `node`."""
+        return self._scope_allows(node, not self.nested_async_comp)
+
+    def _scope_allows(self, n: Node, strict: bool) -> bool:
+        """`await` (strict: an asynchronous list comprehension before 3.11, which no
+        comprehension may hold) right after `n`: walk out through the comprehensions that
+        the position is in the own part of (their brackets: `region_open`); a generator
+        expression takes it, a list comprehension becomes asynchronous in turn."""
+        while True:
+            if not n.ctx & G.COMP:  # in no comprehension's own part: the function decides
+                return bool(n.ctx & G.ASYNC)
+            path = []
+            while n.state not in self.region_open:
+                path.append(n)
+                n = n.parent
+                if n is None:
+                    return False
+            if self._in_own_part(path):
+                if strict:
+                    return False
+                if self.region_open[n.state] == G.GENEXP_KIND:
+                    return True
+                strict = not self.nested_async_comp
+            n = n.parent
+
+    def _in_own_part(self, path: list[Node]) -> bool:
+        """Whether the nodes above a bracket (`path`, top first) are in the own part of a
+        comprehension in it: after its element, and not in its first iterable."""
+        if len(path) < 2 or path[-1].state not in self.comp_elements:
+            return False
+        acc = self.accessing[path[-2].state]
+        if acc in ("_comp_for_clause", "comp_for"):
+            return True
+        k = 4 if acc == "FOR" else 5 if acc == "ASYNC" else 0
+        if not k:
+            return False
+        return not (len(path) >= k and self.accessing[path[-k].state] == "IN")
+
+    def _comp_bracket(self, node: Node) -> Node | None:
+        """The opening bracket of the comprehension whose `for` part `node` ends."""
+        n = node
+        while n is not None and not (n.state in self.region_open and n.depth == node.depth):
+            n = n.parent
+        return n
 
     def _check(self, code: int, arg: int, node: Node) -> bool:
         if code in A.TARGET_GUARDS:
             return A.target_guard_holds(code, node.attr)
         if code == G.G_CTX:
             return bool(node.ctx & arg) if arg > 0 else not node.ctx & -arg
+        if code == G.G_AWAIT:
+            return self._await_ok(node)
+        if code == G.G_COMP_ASYNC:  # `async for` in a comprehension
+            if self.track_flows and node.state in self.comp_elements and not self._comp_start_ok(node):
+                return False
+            b = self._comp_bracket(node)
+            if b is None:
+                return False
+            return self.region_open[b.state] == G.GENEXP_KIND or self._async_comp_ok(b.parent)
+        if code == G.G_COMP_START:
+            return not self.track_flows or self._comp_start_ok(node)
         if code == G.G_AS_IN_WITH:
             # only in a parenthesis that opens the with statement's item list
             n = node.parent
@@ -167,6 +281,17 @@ class Recognizer:
                 n = n.parent
             return False
         raise AssertionError(code)
+
+    def _comp_start_ok(self, node: Node) -> bool:
+        """Before 3.11: may a comprehension's `for` follow its element (`node`)? Not if the
+        element holds an asynchronous list comprehension; a list comprehension whose element
+        awaits is asynchronous, where the comprehension stands must allow that."""
+        flows = node.ctx & G.FLOWS
+        if flows & G.F_AC:
+            return False
+        if flows & G.F_AW and self.comp_elements[node.state] == G.LISTCOMP_KIND:
+            return self._async_comp_ok(node.parent.parent)
+        return True
 
     def feed(self, node: Node, t: int) -> Node | None:
         """The configuration after terminal `t`, or None if `t` can't come next."""
@@ -197,10 +322,12 @@ class Recognizer:
                     if not indent:
                         return None
                     indent = indent[2]
-                return self._push(node, a, 0, depth, indent)
+                flows = self._shift_flows(node, a, t) if self.track_flows else -1
+                return self._push(node, a, 0, depth, indent, flows)
             node = self._reduce(node, ~a)
 
     def _reduce(self, node: Node, r: int) -> Node:
+        top = node
         n = self.rule_len[r]
         kind = self.rule_kind[r]
         if kind == G.CONST:
@@ -225,7 +352,8 @@ class Recognizer:
                 node = node.parent
             attr = A.of_list(kind == G.LIST_COMPLETE, children)
         goto = self.goto[node.state][self.rule_lhs[r]]
-        return self._push(node, goto, attr, node.depth, node.indent)
+        flows = self._reduce_flows(top, node, r) if self.track_flows else -1
+        return self._push(node, goto, attr, node.depth, node.indent, flows)
 
     def feed_cached(self, node: Node, t: int) -> Node | None:
         memo = node.memo
