@@ -6,7 +6,9 @@ Per-call times (p50/p95) of `feed`, `accepts` of one terminal and of a 2-3 termi
 `accepted_terminals` (cold: a fresh node each time), snapshot/restore, measured at every
 lexeme of a sample of stdlib files; and the milliseconds to parse a 2,000-line prefix cold and
 to update it after a one-character edit at its end. Also lark's own
-`InteractiveParser.accepts()` on the same prefixes, for reference.
+`InteractiveParser.accepts()` on the same prefixes, for reference. `feed_lexeme`: the prefix
+parser's cost per lexeme, f-/t-string lexemes (whose replacement fields are parsed:
+`grammar_tools.fstring_fields`) apart from the others.
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ def main() -> None:
     rng.shuffle(files)
 
     feed_t, acc1_t, accseq_t, accepted_t, snap_t, restore_t = [], [], [], [], [], []
+    lexeme_t: dict[str, list[float]] = {"fstring": [], "other": []}
     positions = 0
     for path in files[: args.files]:
         data = read_source(path)
         if data is None:
             continue
-        steps = _steps(rec, lexer, data)  # (node before, terminal that really follows)
+        steps = _steps(rec, lexer, data, lexeme_t)  # (node before, terminal that really follows)
         for i, (node, t) in enumerate(steps):
             t1 = time.perf_counter()
             rec.feed(node, t)
@@ -138,6 +141,7 @@ def main() -> None:
         "accepts_one": stats_us(acc1_t),
         "accepts_sequence_2_3": stats_us(accseq_t),
         "accepted_terminals_cold": stats_us(accepted_t),
+        "feed_lexeme": {k: stats_us(v) for k, v in lexeme_t.items()},
         "snapshot": stats_us(snap_t),
         "restore": stats_us(restore_t),
         "lark_interactive_accepts": stats_us(lark_t) if lark_t else None,
@@ -147,8 +151,9 @@ def main() -> None:
     print(json.dumps(out, indent=2))
 
 
-def _steps(rec, lexer, data):
-    """(configuration, the terminal that follows it) at every non-layout lexeme of a file."""
+def _steps(rec, lexer, data, lexeme_t):
+    """(configuration, the terminal that follows it) at every non-layout lexeme of a file;
+    the time of each `feed_lexeme` into `lexeme_t` by kind."""
     g = rec.grammar
     nl = g.term_id["_NEWLINE"]
     parser = PrefixParser(rec, lexer)
@@ -163,7 +168,10 @@ def _steps(rec, lexer, data):
                 if rec.feed(node, t) is not None:
                     out.append((node, t))
                     break
+        t1 = time.perf_counter()
         configs = parser.feed_lexeme(configs, data, a, b, d)
+        kind = "fstring" if any(parser.fields.is_field_string(t) for t in terms) else "other"
+        lexeme_t[kind].append(time.perf_counter() - t1)
     return out
 
 

@@ -213,8 +213,6 @@ class FieldChecker:
             if c not in (b":", b"}"):
                 raise FieldError(j, "expecting '}'")
         if c == b":":
-            if spec_depth >= 1 and not self.pep701:
-                raise FieldError(j, "expressions nested too deeply")
             j = self._spec(text, j + 1, kind, ctx, spec_depth + 1)
             c = text[j : j + 1]
         if c == b"}":
@@ -243,6 +241,8 @@ class FieldChecker:
             if text.startswith(kind.quote, j):
                 raise FieldError(j, "expecting '}'")
             if c == 0x7B:
+                if spec_depth >= 2 and not self.pep701:  # a field in a nested field's spec
+                    raise FieldError(j, "expressions nested too deeply")
                 j = self._field(text, j + 1, kind, ctx, spec_depth)
             elif c in b"\r\n" and not kind.long:
                 raise FieldError(j, "newlines are not allowed in format specifiers for single quoted f-strings")
