@@ -86,7 +86,7 @@ class FieldChecker:
         self._noteq, self._eqeq = tid["NOTEQUAL"], tid["EQEQUAL"]
         self._star, self._comma, self._semi = tid["STAR"], tid["COMMA"], tid["SEMICOLON"]
         self._wrap = (tid["NAME"], tid["EQUAL"]) if self.pep701 else (tid["LPAR"],)
-        self._grows = [any(t >= 0 for t in row) for row in self.lexer.rows]  # per lexer state
+        self._grows = (self.lexer.table >= 0).any(axis=1).tolist()  # per lexer state: a lexeme may grow
         self._unwrap = () if self.pep701 else (tid["RPAR"],)
 
     def is_field_string(self, terminal: int) -> bool:
