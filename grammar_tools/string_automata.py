@@ -1,4 +1,4 @@
-"""Exact byte automata for Python's string literals (CPython 3.11 tokenizer rules).
+"""Exact byte automata for Python's string literals (CPython's tokenizer rules).
 
 lark's STRING/LONG_STRING regexes use a lookbehind, which regex-to-automaton libraries reject,
 so the six string terminals are built here directly as byte NFAs:
@@ -12,21 +12,27 @@ so the six string terminals are built here directly as byte NFAs:
     BYTES         prefix b | br | rb (any case), quoted with ' or "
     LONG_BYTES    the same, triple-quoted
 
-Rules encoded exactly:
+Rules encoded exactly for str and bytes literals:
 - single-quoted bodies can't hold a raw newline; a backslash-newline continues the literal;
 - escapes in non-raw literals: `\\x` takes exactly two hex digits, `\\u` four and `\\U` eight
   (at most U+10FFFF) in str literals, `\\N{NAME}` a name (letters, digits, space, hyphen);
   other escapes, known or not, take one character (CPython only warns on unknown ones);
 - raw literals keep a backslash and the next character, so `r"\\"` is unterminated, as in CPython;
-- bytes literals hold ASCII only; str literals any valid UTF-8 (never a NUL byte);
-- f-string replacement fields: `{{`/`}}` escapes, no lone `}`, a field is non-blank and holds no
-  backslash or `#` (3.11), inner string literals of the other quote kind, an optional
-  `!r`/`!s`/`!a` conversion and a format spec with nested fields.
-The automata are exact for everything but the inside of f-string expressions, which is only
-checked for the brace structure above (CPython parses it as an expression afterwards).
+- bytes literals hold ASCII only; str literals any valid UTF-8 (never a NUL byte).
+
+f-/t-strings follow PEP 701's tokenizer (CPython 3.12+), whatever the target version: the
+lexeme ends exactly where CPython's FSTRING_END does (`_FStringMachine`), and the automaton
+accepts every f-string CPython 3.12+ accepts within `FIELD_LIMITS` (bracket depth, f-strings
+in fields, fields in format specs). It is a superset as to what stands inside: a field's
+expression, escapes in the literal parts and what an older version refuses (the same quote, a
+backslash, a comment or a newline in a field before 3.12) are the field checker's business
+(`fstring_fields`). Within the limits the automaton never reads an f-string to another end than
+CPython; beyond them it refuses the text.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .byte_automaton import ByteDFA, ByteNFA, determinize, minimize
 
@@ -62,6 +68,7 @@ class _Builder:
         self.nfa = ByteNFA()
         self.start = self.nfa.add_state()
         self.end = self.nfa.add_state(accepting=True)
+        self.fstrings = _FStringMachine(self.nfa, self.end, FIELD_LIMITS)
 
     # -- helpers
     def chars(self, src: int, dst: int, allowed: bytes, non_ascii: bool | None = None) -> None:
@@ -90,24 +97,18 @@ class _Builder:
             self.chars(cur, nxt, cls, non_ascii=False)
             cur = nxt
 
-    def escape(self, src: int, dst: int, raw: bool, braces: tuple[int, int] | None = None) -> None:
-        """A backslash escape read from `src`, continuing in `dst`. In f-strings a backslash
-        never hides a brace: `\\{` is a backslash, then whatever `{` starts (`braces` gives the
-        states after a `{` and after a `}`)."""
+    def escape(self, src: int, dst: int, raw: bool) -> None:
+        """A backslash escape read from `src`, continuing in `dst`."""
         nfa = self.nfa
         bs = nfa.add_state()
         nfa.add_edge(src, 0x5C, 0x5C, bs)
         self.newline(bs, dst)  # backslash-newline
-        if braces is not None:
-            nfa.add_edge(bs, ord("{"), ord("{"), braces[0])
-            nfa.add_edge(bs, ord("}"), ord("}"), braces[1])
-        braces = b"{}" if self.fields else b""
         if raw:
             # the backslash and any one character stay; \r alone is a newline too
-            self.chars(bs, dst, self.except_(b"\n\r" + braces))
+            self.chars(bs, dst, self.except_(b"\n\r"))
             return
         special = b"\n\rxuUN" if self.kind != "bytes" else b"\n\rx"
-        self.chars(bs, dst, self.except_(special + braces))
+        self.chars(bs, dst, self.except_(special))
         self.fixed(bs, dst, [b"x", HEX, HEX])
         if self.kind != "bytes":
             self.fixed(bs, dst, [b"u", HEX, HEX, HEX, HEX])
@@ -125,101 +126,315 @@ class _Builder:
         nfa = self.nfa
         raw = b"r" in prefix.lower()
         after_prefix = nfa.add_bytes(self.start, prefix) if prefix else self.start
-        q = bytes([quote])
         body = nfa.add_state()
+        nfa.add_bytes(after_prefix, bytes([quote]) * (3 if self.long else 1), body)
+        if self.fields:
+            self.fstrings.enter(body, ((_F, quote, self.long, "lit"),))
+            return
+        q = bytes([quote])
         if not self.long:
-            nfa.add_edge(after_prefix, quote, quote, body)
             nfa.add_edge(body, quote, quote, self.end)
             sources: tuple[int, ...] = (body,)
         else:
             # triple-quoted: the body, then the body after one and after two quotes
-            open1, open2 = nfa.add_state(), nfa.add_state()
-            nfa.add_edge(after_prefix, quote, quote, open1)
-            nfa.add_edge(open1, quote, quote, open2)
-            nfa.add_edge(open2, quote, quote, body)
             q1, q2 = nfa.add_state(), nfa.add_state()
             nfa.add_edge(body, quote, quote, q1)
             nfa.add_edge(q1, quote, quote, q2)
             nfa.add_edge(q2, quote, quote, self.end)
             sources = (body, q1, q2)
         newlines = b"" if self.long else b"\n\r"
-        if self.fields:
-            self._fstring_body(body, sources, quote, raw)
-            return
         for s in sources:
             self.chars(s, body, self.except_(q + b"\\" + newlines))
             self.escape(s, body, raw)
 
-    def _fstring_body(self, lit: int, sources: tuple[int, ...], quote: int, raw: bool) -> None:
-        """Literal part `lit` of an f-string (entered from `sources`), with replacement fields."""
-        nfa = self.nfa
-        q = bytes([quote])
-        newlines = b"" if self.long else b"\n\r"
-        # {{ and }} are literal braces; a lone } is an error
-        open_ = nfa.add_state()
-        close = nfa.add_state()
-        for s in sources:
-            self.chars(s, lit, self.except_(q + b"\\{}" + newlines))
-            self.escape(s, lit, raw, braces=(open_, close))
-        for s in sources:
-            nfa.add_edge(s, ord("{"), ord("{"), open_)
-            nfa.add_edge(s, ord("}"), ord("}"), close)
-        nfa.add_edge(open_, ord("{"), ord("{"), lit)
-        nfa.add_edge(close, ord("}"), ord("}"), lit)
-        self._field(open_, lit, quote, nested=False)
 
-    def _inner_string(self, src: int, dst: int, oq: int, forbidden: bytes) -> None:
-        """A string literal inside an f-string expression, quoted with `oq`."""
-        nfa = self.nfa
-        body = nfa.add_state()
-        nfa.add_edge(src, oq, oq, body)
-        self.chars(body, body, self.except_(bytes([oq]) + forbidden))
-        nfa.add_edge(body, oq, oq, dst)
+_F, _P, _C, _S = "fstring", "plain", "code", "spec"  # the frames of `_FStringMachine`
+NONASCII = -1  # any non-ASCII character, as a byte of `_FStringMachine.step`
+IDENT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+BLANK = frozenset(b" \t\f\n\r")
+QUOTES = frozenset(b"'\"")
+OPERATORS = frozenset(b"+-*/%&|^~<>.,;@=!:")
+_CONVERSIONS, _FIELD_OPS = frozenset(b"rsa"), frozenset(b":!=")
+_OPENERS, _CLOSERS = frozenset(b"([{"), frozenset(b")]")
+# a string prefix is read only where a token starts: after `u`, `r`, `b`, `f`/`t` and the
+# two-letter prefixes a quote starts a string of that kind; any other letter makes a name
+_PREFIX_START = {c: p for p, cs in (("pu", b"uU"), ("pr", b"rR"), ("pb", b"bB"), ("pf", b"fFtT")) for c in cs}
+_PREFIX_NEXT = {("pr", c): "pu" for c in b"bB"} | {("pb", c): "pu" for c in b"rR"}
+_PREFIX_NEXT |= {("pr", c): "pfr" for c in b"fFtT"} | {("pf", c): "pfr" for c in b"rR"}
+_NAMEISH = frozenset({"id", "pu", "pr", "pb", "pf", "pfr"})
 
-    def _field(self, open_: int, after: int, quote: int, nested: bool) -> None:
-        """A replacement field from `open_` (just after `{`) to `after` (just after its `}`):
-        a non-blank expression, an optional `!r`/`!s`/`!a`, an optional `:spec`.
 
-        Brackets inside the expression are not counted (a `:` or `!` inside them reads as the
-        start of the spec or conversion, which accepts the same texts), which keeps the
-        automaton small; a `{` inside an expression (a set or dict display) is not accepted."""
-        nfa = self.nfa
-        newline_ok = self.long
-        # a single-quoted f-string ends at its quote, so the expression can't hold it; inner
-        # literals use the other kind (in a triple-quoted one, either kind)
-        others = [c for c in b"'\"" if self.long or c != quote]
-        nl = b"" if newline_ok else b"\n\r"
-        forbidden = (b"" if self.long else bytes([quote])) + b"\\#" + nl  # 3.11
-        in_inner_forbidden = forbidden.replace(b"#", b"")  # '#' may stand in an inner string
-        fresh, started = nfa.add_state(), nfa.add_state()
-        nfa.add_eps(open_, fresh)
-        plain = self.except_(forbidden + b"{}'\"!:= \t\n\r")
-        blank = b" \t" + (b"\n\r" if newline_ok else b"")
-        spec = nfa.add_state()
-        conv_bang = nfa.add_state()
-        conv_done = nfa.add_state()
-        for s in (fresh, started):
-            self.chars(s, started, plain)
-            self.chars(s, s, blank, non_ascii=False)
-            for oq in others:
-                self._inner_string(s, started, oq, in_inner_forbidden)
-        self.chars(started, started, b"=", non_ascii=False)
-        nfa.add_edge(started, ord("}"), ord("}"), after)
-        nfa.add_edge(started, ord(":"), ord(":"), spec)
-        nfa.add_edge(started, ord("!"), ord("!"), conv_bang)
-        # '!=' goes on with the expression; '!r', '!s', '!a' are conversions
-        nfa.add_edge(conv_bang, ord("="), ord("="), started)
-        for c in b"rsa":
-            nfa.add_edge(conv_bang, c, c, conv_done)
-        nfa.add_edge(conv_done, ord("}"), ord("}"), after)
-        nfa.add_edge(conv_done, ord(":"), ord(":"), spec)
-        # the format spec: text with nested fields (one level)
-        self.chars(spec, spec, self.except_((b"" if self.long else bytes([quote])) + b"\\{}" + nl))
-        nfa.add_edge(spec, ord("}"), ord("}"), after)
-        if not nested:
-            inner_open = nfa.add_state()
-            nfa.add_edge(spec, ord("{"), ord("{"), inner_open)
-            self._field(inner_open, spec, quote, nested=True)
+@dataclass(frozen=True)
+class FieldLimits:
+    """What the lexer automaton follows inside one kind of replacement field, beyond which it
+    refuses the text (CPython allows more; the automaton must stay finite and small)."""
+
+    brackets: int  # the deepest bracket nesting
+    nested_at: int  # the deepest bracket nesting where an f-/t-string may open (-1: nowhere)
+    triple: bool  # triple-quoted strings may stand in it
+    comments: bool  # `#` comments and backslash continuations may
+
+
+# per field kind (f-string level, fields around it): the lexeme's own f-string is level 1, one
+# in its fields level 2; a field in a format spec has 1 field around it; a field missing here
+# is refused
+FIELD_LIMITS = {
+    (1, 0): FieldLimits(brackets=3, nested_at=2, triple=True, comments=True),
+    (1, 1): FieldLimits(brackets=3, nested_at=-1, triple=False, comments=False),
+    (2, 0): FieldLimits(brackets=1, nested_at=-1, triple=False, comments=False),
+}
+
+
+class _FStringMachine:
+    """PEP 701's f-string tokenizer (CPython 3.12+) as states of a byte NFA.
+
+    A configuration is a stack of frames, outermost first: `(_F, quote, triple, phase)` an
+    f-/t-string's literal part, `(_C, depth, sub)` the code of a replacement field (`depth`
+    brackets open), `(_S, phase)` a format spec, `(_P, quote, triple, phase)` a string literal
+    inside a field. The machine is deterministic and follows CPython's tokenizer, so that the
+    lexeme ends exactly at its FSTRING_END: a `:` (or `!`) at bracket depth 0 of a field starts
+    the format spec (the conversion), a `}` there closes the field, a `{` in a spec opens a
+    field, `{{`/`}}` are literal braces outside specs, a backslash never hides a brace, a `#`
+    comments to the end of the line, strings of any quote and prefix (f-strings too) may stand
+    in a field, a newline may too, and ends a single-quoted f-string's spec.
+    `__init__` takes the NFA, its final state and the limits per field kind; `enter` links a
+    state to a configuration, `explore` adds every configuration reachable from those."""
+
+    def __init__(self, nfa: ByteNFA, end: int, limits: dict[tuple[int, int], FieldLimits]) -> None:
+        self.nfa = nfa
+        self.end = end
+        self.limits = limits
+        self.states: dict[tuple, int] = {(): end}
+        self.todo: list[tuple] = []
+
+    def state_of(self, stack: tuple) -> int:
+        s = self.states.get(stack)
+        if s is None:
+            s = self.states[stack] = self.nfa.add_state()
+            self.todo.append(stack)
+        return s
+
+    def enter(self, src: int, stack: tuple) -> None:
+        self.nfa.add_eps(src, self.state_of(stack))
+
+    def explore(self) -> None:
+        while self.todo:
+            stack = self.todo.pop()
+            src = self.states[stack]
+            row = [self.step(stack, b) for b in range(128)]
+            b = 0
+            while b < 128:
+                e = b
+                while e + 1 < 128 and row[e + 1] == row[b]:
+                    e += 1
+                if row[b] is not None:
+                    self.nfa.add_edge(src, b, e, self.state_of(row[b]))
+                b = e + 1
+            other = self.step(stack, NONASCII)
+            if other is not None:
+                self.nfa.add_codepoints(src, NON_ASCII, self.state_of(other))
+
+    # -- one byte (NONASCII: one non-ASCII character); None: CPython refuses the text
+    def step(self, stack: tuple, b: int) -> tuple | None:
+        if b == 0:
+            return None
+        kind = stack[-1][0]
+        if kind == _F:
+            return self._fstring(stack, b)
+        if kind == _C:
+            return self._code(stack, b)
+        if kind == _S:
+            return self._spec(stack, b)
+        return self._plain(stack, b)
+
+    def _fstring(self, stack: tuple, b: int) -> tuple | None:
+        _, q, long, ph = stack[-1]
+        rest = stack[:-1]
+
+        def go(phase: str, triple: bool | None = long) -> tuple:
+            return rest + ((_F, q, triple, phase),)
+
+        if ph == "open1":  # a nested f-string after its first quote
+            return go("open2", None) if b == q else self._fstring(go("lit", False), b)
+        if ph == "open2":  # after two quotes: a triple quote, or `f""` has ended
+            if b != q:
+                return self.step(rest, b)
+            return go("lit", True) if self._field_limits(rest).triple else None
+        if ph in ("q1", "q2"):
+            if b == q:
+                return go("q2") if ph == "q1" else rest
+            return self._fstring(go("lit"), b)
+        if ph == "lb":  # after `{`: `{{` is a brace, else a field starts with b
+            if b == ord("{"):
+                return go("lit")
+            field = self._open_field(go("lit"))
+            return field and self._code(field, b)
+        if ph == "rb":
+            return go("lit") if b == ord("}") else None
+        if ph == "bs":  # a backslash never hides a brace (`\N{...}` reads as a field: same end)
+            if b in (ord("{"), ord("}")):
+                return self._fstring(go("lit"), b)
+            return go("bscr") if b == 0x0D else go("lit")
+        if ph == "bscr":
+            return go("lit") if b == 0x0A else None
+        if b == q:
+            return go("q1") if long else rest
+        if b == ord("\\"):
+            return go("bs")
+        if b == ord("{"):
+            return go("lb")
+        if b == ord("}"):
+            return go("rb")
+        if b in (0x0A, 0x0D) and not long:
+            return None
+        return stack
+
+    def _plain(self, stack: tuple, b: int) -> tuple | None:
+        _, q, long, ph = stack[-1]
+        rest = stack[:-1]
+
+        def go(phase: str, triple: bool | None = long) -> tuple:
+            return rest + ((_P, q, triple, phase),)
+
+        if ph == "open1":
+            return go("open2", None) if b == q else self._plain(go("body", False), b)
+        if ph == "open2":
+            if b != q:
+                return self.step(rest, b)
+            return go("body", True) if self._field_limits(rest).triple else None
+        if ph in ("q1", "q2"):
+            if b == q:
+                return go("q2") if ph == "q1" else rest
+            return self._plain(go("body"), b)
+        if ph == "bs":  # any character is kept, a newline too (`\\` CR LF: not in a '...')
+            return go("body")
+        if b == q:
+            return go("q1") if long else rest
+        if b == ord("\\"):
+            return go("bs")
+        if b in (0x0A, 0x0D) and not long:
+            return None
+        return stack
+
+    def _open_field(self, stack: tuple) -> tuple | None:
+        """`stack` with a new field's code pushed, if the limits allow it."""
+        return stack + ((_C, 0, "fresh"),) if _field_kind(stack + ((_C,),)) in self.limits else None
+
+    def _field_limits(self, stack: tuple) -> FieldLimits:
+        """The limits of the field whose code is on top of `stack`."""
+        return self.limits[_field_kind(stack)]
+
+    def _code(self, stack: tuple, b: int) -> tuple | None:
+        _, d, sub = stack[-1]
+        rest = stack[:-1]
+
+        def go(depth: int, s: str) -> tuple:
+            return rest + ((_C, depth, s),)
+
+        if sub in ("com", "comf"):  # a comment, to the end of the line
+            if b in (0x0A, 0x0D):
+                return go(d, "fresh" if sub == "comf" else "n")
+            return stack
+        if sub == "bs":  # a line continuation
+            return go(d, "n") if b == 0x0A else go(d, "bscr") if b == 0x0D else None
+        if sub == "bscr":
+            return go(d, "n") if b == 0x0A else None
+        if sub == "bang":  # `!` at depth 0: `!=` or a conversion
+            if b == ord("="):
+                return go(d, "n")
+            return go(d, "conv") if b in _CONVERSIONS else None
+        if sub == "conv":
+            if b in BLANK:
+                return stack
+            if b == ord("}"):
+                return rest
+            return rest + ((_S, "text"),) if b == ord(":") else None
+        if sub in _NAMEISH:
+            if b == NONASCII or b in IDENT:
+                return go(d, _PREFIX_NEXT.get((sub, b), "id"))
+            if b in QUOTES:
+                if sub in ("pf", "pfr"):
+                    return self._open_fstring(go(d, "n"), b)
+                return go(d, "n") + ((_P, b, None, "open1"),)
+            sub = "n"
+        fresh = sub == "fresh"
+        if b in BLANK:
+            return stack
+        if b in (ord("#"), ord("\\")) and not self._field_limits(stack).comments:
+            return None
+        if b == ord("#"):
+            return go(d, "comf" if fresh else "com")
+        if b == ord("\\"):
+            return go(d, "bs")
+        if b in QUOTES:
+            return go(d, "n") + ((_P, b, None, "open1"),)
+        if b == NONASCII or b in IDENT:
+            return go(d, _PREFIX_START.get(b, "id"))
+        if b in _OPENERS:
+            return go(d + 1, "n") if d < self._field_limits(stack).brackets else None
+        if b in _CLOSERS:
+            return go(d - 1, "n") if d > 0 else None
+        if b == ord("}"):
+            if d > 0:
+                return go(d - 1, "n")
+            return None if fresh else rest
+        if d == 0 and b in _FIELD_OPS:
+            if fresh:  # a field's expression is not blank
+                return None
+            if b == ord(":"):
+                return rest + ((_S, "text"),)
+            if b == ord("!"):
+                return go(d, "bang")
+        return go(d, "n") if b in OPERATORS else None
+
+    def _open_fstring(self, stack: tuple, quote: int) -> tuple | None:
+        """`stack` (its top the code of a field) with an f-string opened, if the limits allow."""
+        if stack[-1][1] > self._field_limits(stack).nested_at:
+            return None
+        return stack + ((_F, quote, None, "open1"),)
+
+    def _spec(self, stack: tuple, b: int) -> tuple | None:
+        _, ph = stack[-1]
+        rest = stack[:-1]
+        _, q, long, _ = next(f for f in reversed(rest) if f[0] == _F)
+        text = rest + ((_S, "text"),)
+        if ph in ("q1", "q2"):  # triple-quoted: the end quotes can't stand in a spec
+            if b == q:
+                return rest + ((_S, "q2"),) if ph == "q1" else None
+            return self._spec(text, b)
+        if ph == "bs":
+            if b in (ord("{"), ord("}")):
+                return self._spec(text, b)
+            return rest + ((_S, "bscr"),) if b == 0x0D else text
+        if ph == "bscr":
+            return text if b == 0x0A else None
+        if b == q:
+            return rest + ((_S, "q1"),) if long else None
+        if b == ord("{"):
+            return self._open_field(text)
+        if b == ord("}"):
+            return rest
+        if b == ord("\\"):
+            return rest + ((_S, "bs"),)
+        if b in (0x0A, 0x0D) and not long:  # the spec ends; the field's code goes on
+            return rest + ((_C, 0, "n"),)
+        return stack
+
+
+def _field_kind(stack: tuple) -> tuple[int, int]:
+    """The key of `FIELD_LIMITS` for the field whose code is on top of `stack`: its f-string's
+    level and the fields around it in that f-string (1 for a field in a format spec)."""
+    around = 0
+    for frame in reversed(stack[:-1]):
+        if frame[0] == _F:
+            break
+        around += frame[0] == _S
+    return _level(stack), around
+
+
+def _level(stack: tuple) -> int:
+    """The f-strings open in `stack`."""
+    return sum(1 for f in stack if f[0] == _F)
 
 
 def string_dfa(kind: str, long: bool) -> ByteDFA:
@@ -229,6 +444,7 @@ def string_dfa(kind: str, long: bool) -> ByteDFA:
         for variant in _case_variants(prefix):
             for quote in (ord("'"), ord('"')):
                 b.add(variant, quote)
+    b.fstrings.explore()
     return minimize(determinize(b.nfa, b.start))
 
 
