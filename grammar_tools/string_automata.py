@@ -167,21 +167,26 @@ _NAMEISH = frozenset({"id", "pu", "pr", "pb", "pf", "pfr"})
 @dataclass(frozen=True)
 class FieldLimits:
     """What the lexer automaton follows inside one kind of replacement field, beyond which it
-    refuses the text (CPython allows more; the automaton must stay finite and small)."""
+    refuses the text (CPython allows more; the automaton must stay finite and the mask store
+    small: each bracket depth where a string may stand adds states with masks of their own).
+    The depths are bracket depths inside the field; -1: nowhere."""
 
     brackets: int  # the deepest bracket nesting
-    nested_at: int  # the deepest bracket nesting where an f-/t-string may open (-1: nowhere)
-    triple: bool  # triple-quoted strings may stand in it
-    comments: bool  # `#` comments and backslash continuations may
+    strings_at: int  # the deepest nesting where a string literal may open
+    triple_at: int  # ... a triple-quoted string (or f-string) may open
+    nested_at: int  # ... an f-/t-string may open
+    comments_at: int  # ... a `#` comment or a backslash continuation may stand
 
 
 # per field kind (f-string level, fields around it): the lexeme's own f-string is level 1, one
 # in its fields level 2; a field in a format spec has 1 field around it; a field missing here
-# is refused
+# is refused. Enough for every f-string of CPython 3.11-3.13's standard libraries but a third
+# level of spec fields (test_fstring.py) and a 3-deep call in a spec field (3.13's
+# test_interpreters/utils.py); see notes/issue20-pep701-lexer.md for what each costs.
 FIELD_LIMITS = {
-    (1, 0): FieldLimits(brackets=3, nested_at=2, triple=True, comments=True),
-    (1, 1): FieldLimits(brackets=3, nested_at=-1, triple=False, comments=False),
-    (2, 0): FieldLimits(brackets=1, nested_at=-1, triple=False, comments=False),
+    (1, 0): FieldLimits(brackets=3, strings_at=2, triple_at=0, nested_at=2, comments_at=0),
+    (1, 1): FieldLimits(brackets=2, strings_at=0, triple_at=-1, nested_at=-1, comments_at=-1),
+    (2, 0): FieldLimits(brackets=1, strings_at=0, triple_at=-1, nested_at=-1, comments_at=-1),
 }
 
 
@@ -259,7 +264,7 @@ class _FStringMachine:
         if ph == "open2":  # after two quotes: a triple quote, or `f""` has ended
             if b != q:
                 return self.step(rest, b)
-            return go("lit", True) if self._field_limits(rest).triple else None
+            return go("lit", True) if rest[-1][1] <= self._field_limits(rest).triple_at else None
         if ph in ("q1", "q2"):
             if b == q:
                 return go("q2") if ph == "q1" else rest
@@ -301,7 +306,7 @@ class _FStringMachine:
         if ph == "open2":
             if b != q:
                 return self.step(rest, b)
-            return go("body", True) if self._field_limits(rest).triple else None
+            return go("body", True) if rest[-1][1] <= self._field_limits(rest).triple_at else None
         if ph in ("q1", "q2"):
             if b == q:
                 return go("q2") if ph == "q1" else rest
@@ -355,19 +360,19 @@ class _FStringMachine:
             if b in QUOTES:
                 if sub in ("pf", "pfr"):
                     return self._open_fstring(go(d, "n"), b)
-                return go(d, "n") + ((_P, b, None, "open1"),)
+                return self._open_string(go(d, "n"), b)
             sub = "n"
         fresh = sub == "fresh"
         if b in BLANK:
             return stack
-        if b in (ord("#"), ord("\\")) and not self._field_limits(stack).comments:
+        if b in (ord("#"), ord("\\")) and d > self._field_limits(stack).comments_at:
             return None
         if b == ord("#"):
             return go(d, "comf" if fresh else "com")
         if b == ord("\\"):
             return go(d, "bs")
         if b in QUOTES:
-            return go(d, "n") + ((_P, b, None, "open1"),)
+            return self._open_string(go(d, "n"), b)
         if b == NONASCII or b in IDENT:
             return go(d, _PREFIX_START.get(b, "id"))
         if b in _OPENERS:
@@ -386,6 +391,13 @@ class _FStringMachine:
             if b == ord("!"):
                 return go(d, "bang")
         return go(d, "n") if b in OPERATORS else None
+
+    def _open_string(self, stack: tuple, quote: int) -> tuple | None:
+        """`stack` (its top the code of a field) with a string literal opened, if the limits
+        allow."""
+        if stack[-1][1] > self._field_limits(stack).strings_at:
+            return None
+        return stack + ((_P, quote, None, "open1"),)
 
     def _open_fstring(self, stack: tuple, quote: int) -> tuple | None:
         """`stack` (its top the code of a field) with an f-string opened, if the limits allow."""

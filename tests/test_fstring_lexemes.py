@@ -81,7 +81,7 @@ NEGATIVE = [
 # long as the lexer follows CPython; never read to another end
 BEYOND = [
     'f"{f"{f"{x}"}"}"', 'f"{a(b(c(d(e))))}"', 'f"{x:{y:{z}}}"', 'f"{a(b(c(f"{x}")))}"',
-    'f"{f"{x:>{w}}"}"',
+    'f"{f"{x:>{w}}"}"', 'f"{a(b(c("x")))}"', 'f"{x:{a(b(c(d)))}}"', 'f"{a("""x""")}"', 'f"{a(b # c\n)}"',
 ]
 
 
