@@ -81,7 +81,7 @@ NEGATIVE = [
 # long as the lexer follows CPython; never read to another end
 BEYOND = [
     'f"{f"{f"{x}"}"}"', 'f"{a(b(c(d(e))))}"', 'f"{x:{y:{z}}}"', 'f"{a(b(c(f"{x}")))}"',
-    'f"{f"{x:>{w}}"}"', 'f"{a(b(c("x")))}"', 'f"{x:{a(b(c(d)))}}"', 'f"{a("""x""")}"', 'f"{a(b # c\n)}"',
+    'f"{f"{x:>{w}}"}"', 'f"{f"{d["a"]}"}"', 'f"{a(b(c("x")))}"', 'f"{x:{a(b(c(d)))}}"', 'f"{a("""x""")}"', 'f"{a(b # c\n)}"',
 ]
 
 
@@ -167,3 +167,27 @@ def test_stdlib_fstrings_are_lexemes_as_cpython_reads_them(version, lexer):
     assert not misread, misread[:3]
     assert len(result["differ"]) <= 0.01 * result["fstrings"], result["differ"][:5]
 
+
+
+@pytest.mark.parametrize("version", [(3, 11), (3, 12)])
+def test_bytes_that_are_not_utf8_are_refused(version, lexer):
+    """The literal parts and specs take exactly UTF-8; inside a field the automaton takes any
+    byte >= 0x80 and the field checker, lexing the field again with the exact automata, refuses
+    what is not UTF-8 (`string_automata._FStringMachine`)."""
+    from grammar_tools.check import check_source
+    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.recognizer import Recognizer
+
+    assert our_lexeme(lexer, b'f"\xff"', 0)[1] == []  # the literal part: the lexer refuses
+    assert our_lexeme(lexer, b'f"{x:\xed\xa0\x80}"', 0)[1] == []  # a surrogate in a spec
+    assert "FSTRING" in our_lexeme(lexer, 'f"é{x:é}"'.encode(), 0)[1]
+    parser = PrefixParser(Recognizer(python_version=version))
+    bad = [b'x = f"{\xff}"\n', b"x = f\"{'\xff'}\"\n", b'x = f"""{a # \xff\n}"""\n',
+           b"x = f\"{f'\xed\xa0\x80'}\"\n", b'x = f"{\xc3}"\n']
+    good = ['x = f"{é}"\n', "x = f\"{'é'}\"\n", "x = f\"{f'é'}\"\n"]
+    if version >= (3, 12):
+        good.append('x = f"""{a # é\n}"""\n')  # a comment in a field: PEP 701
+    for src in bad:
+        assert not check_source(src, parser).ok, src
+    for src in good:
+        assert check_source(src.encode(), parser).ok, src
