@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .fstring_fields import FieldError
 from .incremental import ParseError, PrefixParser
 from .lexer_automaton import LexError
 
@@ -27,11 +28,28 @@ def check_source(data: bytes, parser: PrefixParser | None = None) -> CheckResult
     parser = parser or PrefixParser()
     try:
         st = parser.parse(data)
-    except (ParseError, LexError) as e:
+    except LexError as e:
+        return _field_error(data, e.pos, parser) or _error(data, e.pos, str(e).rsplit(" at byte", 1)[0])
+    except ParseError as e:
         return _error(data, e.pos, str(e).rsplit(" at byte", 1)[0])
     if not parser.can_end(st, data):
         return _error(data, len(data), "unexpected end of file")
     return CheckResult(True)
+
+
+def _field_error(data: bytes, pos: int, parser: PrefixParser) -> CheckResult | None:
+    """Where the text can't be lexed inside an f-/t-string, the error the field checker finds in
+    it, if any: the lexer counts a field's brackets without matching them, so in `f"{a[}"` it
+    reads on past the `}` (and fails later), where CPython stops at the `}`."""
+    lexer = parser.lexer
+    _, state, start = lexer.lex(data, None, 0, pos)
+    if not any(parser.fields.is_field_string(t) for t in lexer.possible_ids[state]):
+        return None
+    try:
+        parser.fields.check(data[start:pos])
+    except FieldError as e:
+        return _error(data, start + e.pos, str(e))
+    return None
 
 
 def _error(data: bytes, pos: int, message: str) -> CheckResult:
