@@ -159,16 +159,7 @@ class FieldChecker:
             if text.startswith(kind.quote, j):
                 return j + len(kind.quote)
             if c == 0x5C:  # backslash
-                nxt = text[j + 1 : j + 2]
-                if nxt in (b"{", b"}"):
-                    j += 1  # a backslash never hides a brace
-                elif not kind.raw and nxt == b"N" and text[j + 2 : j + 3] == b"{":
-                    end = text.find(b"}", j + 3)
-                    if end < 0:
-                        raise _Open
-                    j = end + 1
-                else:
-                    j += 2
+                j = _escape_end(text, j, kind)
             elif c == 0x7B:  # {
                 if text[j + 1 : j + 2] == b"{":
                     j += 2
@@ -247,7 +238,7 @@ class FieldChecker:
             elif c in b"\r\n" and not kind.long:
                 raise FieldError(j, "newlines are not allowed in format specifiers for single quoted f-strings")
             elif c == 0x5C:
-                j += 1 if text[j + 1 : j + 2] in (b"{", b"}") else 2
+                j = _escape_end(text, j, kind)
             else:
                 j += 1
         raise _Open
@@ -367,3 +358,48 @@ def _can_end(rec: Recognizer, node: Node) -> bool:
     node = rec.feed_newline(node)
     node = node and rec.feed_indentation(node, 0, 0)
     return node is not None and rec.feed(node, rec.END) is ACCEPTED
+
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_NAME = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 -")
+_DIGITS = {0x78: 2, 0x75: 4, 0x55: 8}  # \x, \u, \U
+
+
+def _escape_end(text: bytes, j: int, kind: _Kind) -> int:
+    """The end of the backslash escape at `j` in a literal part or format spec: a backslash
+    never hides a brace; in a non-raw string `\\x`, `\\u`, `\\U` take exactly 2, 4, 8 hex digits
+    (at most U+10FFFF), `\\N{NAME}` a name (letters, digits, space, hyphen), any other escape
+    one character, as string_automata has them for str literals (the lexer's f-string automaton
+    does not check them: it would have to tell raw from non-raw in every state)."""
+    n = len(text)
+    if j + 1 == n:
+        raise _Open
+    nxt = text[j + 1]
+    if nxt in (0x7B, 0x7D):
+        return j + 1
+    if kind.raw:
+        return j + 2
+    if nxt in _DIGITS:
+        end = j + 2 + _DIGITS[nxt]
+        digits = text[j + 2 : end]
+        if not all(d in _HEX for d in digits):
+            raise FieldError(j, "invalid escape: truncated \\" + chr(nxt) + " escape")
+        if len(digits) < end - j - 2:
+            raise _Open
+        if nxt == 0x55 and int(digits, 16) > 0x10FFFF:
+            raise FieldError(j, "invalid escape: illegal Unicode character")
+        return end
+    if nxt == 0x4E:  # N
+        if j + 2 == n:
+            raise _Open
+        if text[j + 2] != 0x7B:
+            raise FieldError(j, "invalid escape: malformed \\N character escape")
+        k = j + 3
+        while k < n and text[k] in _NAME:
+            k += 1
+        if k == n:
+            raise _Open
+        if text[k] != 0x7D or k == j + 3:
+            raise FieldError(j, "invalid escape: malformed \\N character escape")
+        return k + 1
+    return j + 2
