@@ -23,11 +23,14 @@ asynchronous in turn; before 3.11 not even there). So `await` is allowed where t
 enclosing scope is an async function, or a comprehension's own part (its targets, conditions,
 later iterables: context `COMP`, the stack tells which by `Recognizer._scope_allows`) that
 may become asynchronous. A comprehension's element comes before its `for`, so while it is read
-the recognizer can't know that it is one: there it follows the enclosing scope (sound, not
-exact: it refuses `(await x for x in y)` in a sync function, which CPython accepts). Before
-3.11 the element of a list comprehension that awaits (it becomes asynchronous) and any element
-that holds an asynchronous list comprehension are checked where the `for` comes; the recognizer
-carries that as *flows* in the context: bits set left to right (`F_*`), reset at a
+the recognizer can't know that it is one. In a parenthesis (or a call's, context `PAREN`) it
+may be a generator expression's, so `await` is allowed there, and checked where the element
+ends otherwise: `)`, `,`, `as` (G_ELEM_END) refuse an element that awaits where the enclosing
+scope does not allow it; in a list, set or dict display the enclosing scope decides at once (a
+list comprehension that awaits is asynchronous, allowed where an `await` is, from 3.11). Before
+3.11 the element of a list comprehension that awaits, and any element that holds an
+asynchronous list comprehension, are checked where the `for` comes (G_COMP_START). What an
+element holds is carried as *flows* in the context: bits set left to right (`F_*`), reset at a
 comprehension's opening bracket and merged at its closing one (`rule_flow`).
 
 Checks happen before a terminal is shifted, so a mask never allows a token after which no
@@ -64,12 +67,13 @@ LAMBDA = 8  # inside a lambda body: yield
 NOT_MODULE = 16  # inside a def or class body: no `import *`
 NESTED = 32  # inside a def, perhaps in a class in it: nonlocal
 COMP = 64  # inside a comprehension's `for` part (its first iterable too): `Recognizer._scope_allows`
-# flows (Python < 3.11), set left to right within a comprehension's brackets
+# flows, set left to right within a comprehension's brackets
 F_AW = 128  # an `await` in the element read so far (in the first iterable: till its clause ends)
 F_AWO = 256  # an `await` in a first iterable: evaluated where the comprehension stands
 F_LA = 512  # this comprehension is asynchronous
-F_AC = 1024  # an asynchronous list, set or dict comprehension in the element
+F_AC = 1024  # an asynchronous list, set or dict comprehension in the element (before 3.11)
 FLOWS = F_AW | F_AWO | F_LA | F_AC
+PAREN = 2048  # inside a parenthesis that may hold a generator expression (a call's too)
 
 # comprehension brackets (`region_open`) and elements (`comp_elements`): their kind
 GENEXP_KIND, LISTCOMP_KIND = 1, 2
@@ -77,7 +81,7 @@ GENEXP_KIND, LISTCOMP_KIND = 1, 2
 FLOW_PASS, FLOW_CLOSE, FLOW_CLOSE_LISTCOMP, FLOW_CLAUSE, FLOW_IF = range(5)
 
 # guard codes, evaluated on the top node before a shift (or reduce)
-G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START = range(1, 9)
+G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START, G_ELEM_END = range(1, 10)
 
 NOT_AUGMENTED = ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL")  # *EQUAL, no `x op=`
 BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
@@ -100,6 +104,7 @@ class GuardTables:
     # the states after a comprehension's element, where its `for` may come -> its kind
     comp_elements: dict[int, int] = field(default_factory=dict)
     comp_async_states: frozenset[int] = frozenset()  # entered by `async` in a comprehension
+    comp_iterable_states: frozenset[int] = frozenset()  # entered by a comprehension's `in`
     rule_flow: tuple[int, ...] = ()  # per rule: FLOW_PASS/...
 
 
@@ -168,7 +173,7 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
             elif rule.lhs in BODY_RULES_LOOP and before[-1] == "suite":
                 eff = (d, ~0, 0, False)  # the loop's else clause runs outside the loop
             elif rule.lhs == "lambdef" and before[-1] == "COLON":
-                eff = (d, ~(ASYNC | LOOP | COMP), LAMBDA, False)
+                eff = (d, ~(ASYNC | LOOP | COMP | PAREN), LAMBDA, False)
             elif (rule.lhs == "_comp_for_clause" and d == 1) or (rule.lhs == "comp_for" and before == ("_comp_for_clause",)):
                 eff = (1, ~0, COMP, False)  # the `for` (or `async`) of a comprehension, and its later part
         effects.append(eff)
@@ -177,6 +182,7 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
     region_open: dict[int, int] = {}
     comp_elements: dict[int, int] = {}
     comp_async = set()
+    comp_iterables = set()
     for s in range(g.n_states):
         for rule, d in items(s):
             kind = COMP_KINDS.get(rule.alias) if rule.lhs in ("atom", "arguments") else None
@@ -189,7 +195,13 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
                 comp_elements[s] = kind
             if rule.lhs == "_comp_for_clause" and rule.rhs[:d] == ("ASYNC",):
                 comp_async.add(s)
+            if rule.lhs == "_comp_for_clause" and rule.rhs[d - 1] == "IN":
+                comp_iterables.add(s)
     rule_flow = tuple(_rule_flow(r) for r in g.rules)
+    for s, kind in region_open.items():
+        if kind == GENEXP_KIND:
+            assert effects[s] is None
+            effects[s] = (1, ~0, PAREN, False)
 
     # ---- guards
     guards: dict[tuple[int, int], tuple[int, int]] = {}
@@ -239,8 +251,17 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
                 guards[(s, tid["STAR"])] = (G_CTX, -NOT_MODULE)
             if s in comp_elements and python_version < (3, 11) and row.get(tid["FOR"], -1) >= 0:
                 guards[(s, tid["FOR"])] = (G_COMP_START, 0)
+            # where a parenthesis's first element ends as no generator expression's
+            ends_element = (rule.lhs == "atom" and len(before) == 2 and before[0] == "LPAR") or (
+                rule.alias == "funccall" and before[1:] == ("LPAR", "arguments")
+            ) or (rule.lhs == "_args_pos_c" and before == ("_pos_arg",))
+            if ends_element and nxt in ("RPAR", "COMMA"):
+                guards[(s, tid[nxt])] = (G_ELEM_END, 0)
         if row.get(tid["AWAIT"], -1) >= 0:
-            guards[(s, tid["AWAIT"])] = (G_AWAIT, 0)
+            # no target starts with `await` (`for await x in y` has no valid continuation)
+            target_start = all(r.rhs[d:d + 1] in (("targets",), ("target_elem",)) or (
+                d == len(r.rhs) and (r.lhs == "targets" or r.lhs.startswith("__targets"))) for r, d in items(s))
+            guards[(s, tid["AWAIT"])] = (G_AWAIT, int(target_start))
         a = row.get(tid["ASYNC"], -1)
         if a >= 0 and a in comp_async:
             guards[(s, tid["ASYNC"])] = (G_COMP_ASYNC, 0)
@@ -261,6 +282,7 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
         region_open=region_open,
         comp_elements=comp_elements,
         comp_async_states=frozenset(comp_async),
+        comp_iterable_states=frozenset(comp_iterables),
         rule_flow=rule_flow,
     )
 

@@ -35,6 +35,14 @@ from . import guards as G
 from .versions import NEWEST, checked
 
 _MISSING = object()
+OWN_PART, ELEMENT, OTHER_PART = range(3)  # where a position is in a bracket (`Recognizer._part`)
+# the first symbols (and second ones) above a parenthesis that make it no generator expression
+NOT_AN_ELEMENT = frozenset({
+    "STAR", "POW", "YIELD", "yield_expr", "star_expr", "star_named_expression", "_paren_elem", "_paren_elems",
+    "with_as_item", "_pos_arg", "star_arg", "dstar_arg", "kwarg", "_args_pos_c", "_args_kw_c", "_args_dstar_c",
+    "_args_c", "_args_last", "arguments", "RPAR",
+})
+NOT_AN_ELEMENT_NEXT = frozenset({"EQUAL", "AS", "COMMA"})
 
 
 class Node:
@@ -105,10 +113,11 @@ class Recognizer:
         self.region_open = gt.region_open
         self.comp_elements = gt.comp_elements
         self.comp_async = gt.comp_async_states
+        self.comp_iterables = gt.comp_iterable_states
         self.rule_flow = gt.rule_flow
         # before 3.11 an asynchronous list comprehension may stand in no comprehension
         self.nested_async_comp = self.python_version >= (3, 11)
-        self.track_flows = semantic_checks and not self.nested_async_comp
+        self.track_flows = semantic_checks
         self.AWAIT = tid["AWAIT"]
         self.FOR = tid["FOR"]
         self.ASYNC = tid["ASYNC"]
@@ -149,7 +158,7 @@ class Recognizer:
         return Node(self.start_state, None, 0, 0, 0, ())
 
     def _push(self, parent: Node, state: int, attr: int, depth: int, indent, flows: int = -1) -> Node:
-        """A node on `parent`; `flows` (Python < 3.11): those of the new node, -1: the parent's."""
+        """A node on `parent`; `flows`: those of the new node, -1: the parent's."""
         eff = self.ctx_effect[state]
         if eff is None:
             ctx = parent.ctx
@@ -168,20 +177,22 @@ class Recognizer:
         return Node(state, parent, attr, ctx, depth, indent)
 
     def _shift_flows(self, parent: Node, state: int, t: int) -> int:
-        """The flows after shifting `t` from `parent` into `state` (Python < 3.11)."""
+        """The flows after shifting `t` from `parent` into `state`."""
         if state in self.region_open:
             return 0  # a comprehension's bracket, perhaps: its element starts
         flows = parent.ctx & G.FLOWS
         if t == self.AWAIT:
             return flows | G.F_AW
-        if parent.state in self.comp_elements:  # the element is a comprehension's: `for`, `async`
+        if (t == self.FOR or t == self.ASYNC) and parent.state in self.comp_elements:  # a comprehension's element
             flows = (flows & ~G.F_AW) | (G.F_LA if flows & G.F_AW else 0)
         if state in self.comp_async:
             flows |= G.F_LA
+        if state in self.comp_iterables and flows & G.F_AW:  # the targets are the comprehension's
+            flows = (flows & ~G.F_AW) | G.F_LA
         return flows
 
     def _reduce_flows(self, top: Node, base: Node, r: int) -> int:
-        """The flows of the node that reducing rule r from `top` puts on `base` (< 3.11)."""
+        """The flows of the node that reducing rule r from `top` puts on `base`."""
         flows = top.ctx & G.FLOWS
         kind = self.rule_flow[r]
         if kind == G.FLOW_PASS:
@@ -193,19 +204,22 @@ class Recognizer:
             return (flows & ~G.F_AW) | (G.F_AWO if first else G.F_LA)
         # a bracket closes: what it holds is the enclosing element's (an asynchronous
         # comprehension's `await`s stay inside it, but an asynchronous list comprehension
-        # is one more thing its enclosing element holds)
+        # is one more thing its enclosing element holds: from 3.11 as good as an `await`)
         out = base.ctx & G.FLOWS
         if flows & (G.F_AW | G.F_AWO):
             out |= G.F_AW
-        if flows & G.F_AC or (flows & G.F_LA and kind == G.FLOW_CLOSE_LISTCOMP):
+        if flows & G.F_AC:
             out |= G.F_AC
+        if flows & G.F_LA and kind == G.FLOW_CLOSE_LISTCOMP:
+            out |= G.F_AW if self.nested_async_comp else G.F_AC
         return out
 
     # ------------------------------------------------------------------ await
 
     def _await_ok(self, node: Node) -> bool:
-        """Whether `await` may come right after `node`: in an async function's own code, or in
-        a comprehension's conditions, targets or later iterables that may be asynchronous."""
+        """Whether `await` may come right after `node`: in an async function's own code, in
+        a comprehension's conditions, targets or later iterables that may be asynchronous, or
+        in what may still become a generator expression's element."""
         return self._scope_allows(node, False)
 
     def _async_comp_ok(self, node: Node) -> bool:
@@ -214,11 +228,12 @@ class Recognizer:
 
     def _scope_allows(self, n: Node, strict: bool) -> bool:
         """`await` (strict: an asynchronous list comprehension before 3.11, which no
-        comprehension may hold) right after `n`: walk out through the comprehensions that
-        the position is in the own part of (their brackets: `region_open`); a generator
-        expression takes it, a list comprehension becomes asynchronous in turn."""
+        comprehension may hold) right after `n`: walk out through the brackets that may hold
+        a comprehension (`region_open`) that the position is in the own part or the element
+        of; a generator expression takes it, a list comprehension becomes asynchronous in
+        turn, anything else leaves it to where the bracket stands."""
         while True:
-            if not n.ctx & G.COMP:  # in no comprehension's own part: the function decides
+            if not n.ctx & (G.COMP | G.PAREN):  # in no comprehension: the function decides
                 return bool(n.ctx & G.ASYNC)
             path = []
             while n.state not in self.region_open:
@@ -226,26 +241,36 @@ class Recognizer:
                 n = n.parent
                 if n is None:
                     return False
-            if self._in_own_part(path):
+            part = self._part(path)
+            if part == OWN_PART:
                 if strict:
                     return False
                 if self.region_open[n.state] == G.GENEXP_KIND:
                     return True
                 strict = not self.nested_async_comp
+            elif part == ELEMENT and not strict and self.region_open[n.state] == G.GENEXP_KIND:
+                return True  # a generator expression's, perhaps: see G_ELEM_END
             n = n.parent
 
-    def _in_own_part(self, path: list[Node]) -> bool:
-        """Whether the nodes above a bracket (`path`, top first) are in the own part of a
-        comprehension in it: after its element, and not in its first iterable."""
-        if len(path) < 2 or path[-1].state not in self.comp_elements:
-            return False
-        acc = self.accessing[path[-2].state]
-        if acc in ("_comp_for_clause", "comp_for"):
-            return True
-        k = 4 if acc == "FOR" else 5 if acc == "ASYNC" else 0
-        if not k:
-            return False
-        return not (len(path) >= k and self.accessing[path[-k].state] == "IN")
+    def _part(self, path: list[Node]) -> int:
+        """What the nodes above a bracket (`path`, top first) are in: the own part of a
+        comprehension (after its element, not in its first iterable), what may still become
+        a comprehension's element, or neither."""
+        if not path:
+            return ELEMENT
+        acc = self.accessing
+        c1 = path[-1]
+        if c1.state in self.comp_elements and len(path) >= 2:
+            a2 = acc[path[-2].state]
+            if a2 in ("_comp_for_clause", "comp_for"):
+                return OWN_PART
+            k = 4 if a2 == "FOR" else 5 if a2 == "ASYNC" else 0
+            if k:
+                first_iterable = len(path) >= k and acc[path[-k].state] == "IN"
+                return OTHER_PART if first_iterable else OWN_PART
+        if acc[c1.state] in NOT_AN_ELEMENT or (len(path) >= 2 and acc[path[-2].state] in NOT_AN_ELEMENT_NEXT):
+            return OTHER_PART
+        return ELEMENT
 
     def _comp_bracket(self, node: Node) -> Node | None:
         """The opening bracket of the comprehension whose `for` part `node` ends."""
@@ -259,19 +284,24 @@ class Recognizer:
             return A.target_guard_holds(code, node.attr)
         if code == G.G_CTX:
             return bool(node.ctx & arg) if arg > 0 else not node.ctx & -arg
-        if code == G.G_AWAIT:
-            return self._await_ok(node)
+        if code == G.G_AWAIT:  # arg: where a target starts (never)
+            return not arg and self._await_ok(node)
         if code == G.G_COMP_ASYNC:  # `async for` in a comprehension
-            if self.track_flows and node.state in self.comp_elements and not self._comp_start_ok(node):
+            if node.state in self.comp_elements and not self._comp_start_ok(node):
                 return False
             b = self._comp_bracket(node)
             if b is None:
                 return False
             return self.region_open[b.state] == G.GENEXP_KIND or self._async_comp_ok(b.parent)
         if code == G.G_COMP_START:
-            return not self.track_flows or self._comp_start_ok(node)
+            return self._comp_start_ok(node)
+        if code == G.G_ELEM_END:
+            return self._element_end_ok(node)
         if code == G.G_AS_IN_WITH:
-            # only in a parenthesis that opens the with statement's item list
+            # only in a parenthesis that opens the with statement's item list, and where the
+            # enclosing scope allows what the item holds (see G_ELEM_END)
+            if not self._element_end_ok(node):
+                return False
             n = node.parent
             for _ in range(8):
                 if n is None:
@@ -282,10 +312,20 @@ class Recognizer:
             return False
         raise AssertionError(code)
 
+    def _element_end_ok(self, node: Node) -> bool:
+        """Whether a parenthesis's element (`node`) may end as no generator expression's:
+        not if it awaits where the parenthesis stands does not allow that."""
+        if not node.ctx & G.F_AW:
+            return True
+        b = self._comp_bracket(node)
+        return b is None or self._await_ok(b.parent)
+
     def _comp_start_ok(self, node: Node) -> bool:
         """Before 3.11: may a comprehension's `for` follow its element (`node`)? Not if the
         element holds an asynchronous list comprehension; a list comprehension whose element
         awaits is asynchronous, where the comprehension stands must allow that."""
+        if self.nested_async_comp:
+            return True
         flows = node.ctx & G.FLOWS
         if flows & G.F_AC:
             return False
