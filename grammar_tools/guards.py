@@ -78,7 +78,7 @@ PAREN = 2048  # inside a parenthesis that may hold a generator expression (a cal
 # comprehension brackets (`region_open`) and elements (`comp_elements`): their kind
 GENEXP_KIND, LISTCOMP_KIND = 1, 2
 # how a rule's reduction computes its flows (`rule_flow`)
-FLOW_PASS, FLOW_CLOSE, FLOW_CLOSE_LISTCOMP, FLOW_CLAUSE, FLOW_IF = range(5)
+FLOW_PASS, FLOW_CLOSE, FLOW_CLOSE_LISTCOMP, FLOW_CLAUSE, FLOW_IF = range(5)  # FLOW_PASS is 0
 
 # guard codes, evaluated on the top node before a shift (or reduce)
 G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START, G_ELEM_END = range(1, 10)

@@ -7,7 +7,7 @@ reference and branching or rolling back costs nothing. Each node also carries:
 - `depth`: bracket nesting after it (newlines inside brackets are no statements);
 - `indent`: the indentation stack, as a linked tuple `(col, altcol, parent)`, () at column 0;
 - `attr` / `ctx`: the synthesized and inherited annotations of `guards` (the context also
-  carries, for Python < 3.11, the *flows* of `guards`: what a comprehension's element holds).
+  carries the *flows* of `guards`: what a comprehension's element holds).
 
 Python's layout is fed as terminals: `feed_newline` (a `_NEWLINE`, ignored inside brackets) and
 `feed_indentation(col, altcol)` (the `_INDENT`/`_DEDENT`s that the width of the next line calls
@@ -35,6 +35,7 @@ from . import guards as G
 from .versions import NEWEST, checked
 
 _MISSING = object()
+_FLOWS, _F_AW, _G_ELEM_END = G.FLOWS, G.F_AW, G.G_ELEM_END  # (hot paths: no module lookups)
 OWN_PART, ELEMENT, OTHER_PART = range(3)  # where a position is in a bracket (`Recognizer._part`)
 # the first symbols (and second ones) above a parenthesis that make it no generator expression
 NOT_AN_ELEMENT = frozenset({
@@ -118,6 +119,12 @@ class Recognizer:
         # before 3.11 an asynchronous list comprehension may stand in no comprehension
         self.nested_async_comp = self.python_version >= (3, 11)
         self.track_flows = semantic_checks
+        # the states whose shift may change the flows (`_shift_flows`)
+        self.flow_shift_states = frozenset(
+            s for s, sym in enumerate(gt.accessing)
+            if s in gt.region_open or s in gt.comp_async_states or s in gt.comp_iterable_states
+            or sym in ("AWAIT", "FOR", "ASYNC")
+        ) if semantic_checks else frozenset()
         self.AWAIT = tid["AWAIT"]
         self.FOR = tid["FOR"]
         self.ASYNC = tid["ASYNC"]
@@ -170,10 +177,12 @@ class Recognizer:
             ctx = (base.ctx & and_mask) | or_mask
             if async_check and self.accessing[base.state] == "ASYNC":
                 ctx |= G.ASYNC
-        if self.track_flows:
-            if flows < 0:
-                flows = parent.ctx & G.FLOWS
-            ctx = (ctx & ~G.FLOWS) | (flows if depth else 0)
+        if flows >= 0:
+            ctx = (ctx & ~_FLOWS) | (flows if depth else 0)
+        elif eff is not None:
+            ctx = (ctx & ~_FLOWS) | (parent.ctx & _FLOWS if depth else 0)
+        elif not depth and ctx & _FLOWS:
+            ctx &= ~_FLOWS
         return Node(state, parent, attr, ctx, depth, indent)
 
     def _shift_flows(self, parent: Node, state: int, t: int) -> int:
@@ -280,6 +289,8 @@ class Recognizer:
         return n
 
     def _check(self, code: int, arg: int, node: Node) -> bool:
+        if code == _G_ELEM_END:  # the most frequent (`)` and `,` after a parenthesis's element)
+            return not node.ctx & _F_AW or self._element_end_ok(node)
         if code in A.TARGET_GUARDS:
             return A.target_guard_holds(code, node.attr)
         if code == G.G_CTX:
@@ -295,8 +306,6 @@ class Recognizer:
             return self.region_open[b.state] == G.GENEXP_KIND or self._async_comp_ok(b.parent)
         if code == G.G_COMP_START:
             return self._comp_start_ok(node)
-        if code == G.G_ELEM_END:
-            return self._element_end_ok(node)
         if code == G.G_AS_IN_WITH:
             # only in a parenthesis that opens the with statement's item list, and where the
             # enclosing scope allows what the item holds (see G_ELEM_END)
@@ -362,7 +371,7 @@ class Recognizer:
                     if not indent:
                         return None
                     indent = indent[2]
-                flows = self._shift_flows(node, a, t) if self.track_flows else -1
+                flows = self._shift_flows(node, a, t) if a in self.flow_shift_states else -1
                 return self._push(node, a, 0, depth, indent, flows)
             node = self._reduce(node, ~a)
 
@@ -392,7 +401,14 @@ class Recognizer:
                 node = node.parent
             attr = A.of_list(kind == G.LIST_COMPLETE, children)
         goto = self.goto[node.state][self.rule_lhs[r]]
-        flows = self._reduce_flows(top, node, r) if self.track_flows else -1
+        if not self.track_flows:
+            flows = -1
+        elif self.rule_flow[r]:  # a rule that changes the flows
+            flows = self._reduce_flows(top, node, r)
+        elif (top.ctx ^ node.ctx) & _FLOWS:
+            flows = top.ctx & _FLOWS
+        else:
+            flows = -1
         return self._push(node, goto, attr, node.depth, node.indent, flows)
 
     def feed_cached(self, node: Node, t: int) -> Node | None:
@@ -491,7 +507,7 @@ class Recognizer:
             red = self._reduce(node, r)
             # many configurations reduce onto the same deeper node: memoize there
             base = red.parent
-            key = (red.state, red.attr, sub)
+            key = (red.state, red.attr, red.ctx, sub)  # the ctx: the flows come from the top
             memo = base.memo
             if memo is None:
                 memo = base.memo = {}

@@ -21,6 +21,7 @@ recognizer refuses those (`BEFORE_3_11_GAP`).
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 
@@ -256,3 +257,29 @@ def _allows(version, prefix: str, terminal: str) -> bool:
 )
 def test_refused_where_the_token_comes(version, prefix, terminal, allowed):
     assert _allows(version, prefix, terminal) is allowed
+
+
+@pytest.mark.parametrize("version", [(3, 10), (3, 11)])
+def test_masks_agree_with_feeding(version):
+    """The terminals `accepted` offers (the masks' question) are exactly those that `feed`
+    takes, along random walks through awaits, comprehensions and brackets: the flows that
+    decide an element's end differ between stacks that reduce onto the same node (whose memo
+    must tell them apart)."""
+    parser = _parser(version)
+    rec = parser.recognizer
+    tid = rec.grammar.term_id
+    liked = [tid[t] for t in ("AWAIT", "ASYNC", "FOR", "IN", "IF", "LPAR", "RPAR", "LSQB", "RSQB", "COMMA", "NAME")]
+    rng = random.Random(3)
+    checked = 0
+    for walk in range(150):
+        node = parser.parse(rng.choice(list(CONTEXTS.values())).split("{}")[0].encode()).configs[0]
+        for _ in range(16):
+            acc = rec.accepted(node) & ~(1 << rec.END)
+            fed = sum(1 << t for t in range(rec.n_terminals) if t != rec.END and rec.feed(node, t) is not None)
+            assert acc == fed, (walk, node)
+            checked += 1
+            choices = [t for t in liked if acc >> t & 1] or [t for t in range(rec.n_terminals) if acc >> t & 1]
+            if not choices:
+                break
+            node = rec.feed(node, rng.choice(choices))
+    assert checked > 1000
