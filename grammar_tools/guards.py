@@ -23,14 +23,13 @@ asynchronous in turn; before 3.11 not even there). So `await` is allowed where t
 enclosing scope is an async function, or a comprehension's own part (its targets, conditions,
 later iterables: context `COMP`, the stack tells which by `Recognizer._scope_allows`) that
 may become asynchronous. A comprehension's element comes before its `for`, so while it is read
-the recognizer can't know that it is one. In a parenthesis (or a call's, context `PAREN`) it
-may be a generator expression's, so `await` is allowed there, and checked where the element
-ends otherwise: `)`, `,`, `as` (G_ELEM_END) refuse an element that awaits where the enclosing
-scope does not allow it; in a list, set or dict display the enclosing scope decides at once (a
-list comprehension that awaits is asynchronous, allowed where an `await` is, from 3.11). Before
-3.11 the element of a list comprehension that awaits, and any element that holds an
-asynchronous list comprehension, are checked where the `for` comes (G_COMP_START). What an
-element holds is carried as *flows* in the context: bits set left to right (`F_*`), reset at a
+the recognizer can't know that it is one: there it follows the enclosing scope (sound, not
+exact: it refuses `(await x for x in y)` in a sync function, which CPython accepts; allowing it
+would take guards on the `)` and `,` that end a parenthesis's element, which the mask store's
+analyses can't decide: 2.5 % more rows). Before 3.11 the element of a list comprehension that
+awaits (it becomes asynchronous) and any element that holds an asynchronous list
+comprehension are checked where the `for` comes (G_COMP_START); what an element holds is
+carried as *flows* in the context: bits set left to right (`F_*`), reset at a
 comprehension's opening bracket and merged at its closing one (`rule_flow`).
 
 Checks happen before a terminal is shifted, so a mask never allows a token after which no
@@ -67,13 +66,12 @@ LAMBDA = 8  # inside a lambda body: yield
 NOT_MODULE = 16  # inside a def or class body: no `import *`
 NESTED = 32  # inside a def, perhaps in a class in it: nonlocal
 COMP = 64  # inside a comprehension's `for` part (its first iterable too): `Recognizer._scope_allows`
-# flows, set left to right within a comprehension's brackets
+# flows (Python < 3.11), set left to right within a comprehension's brackets
 F_AW = 128  # an `await` in the element read so far (in the first iterable: till its clause ends)
 F_AWO = 256  # an `await` in a first iterable: evaluated where the comprehension stands
 F_LA = 512  # this comprehension is asynchronous
 F_AC = 1024  # an asynchronous list, set or dict comprehension in the element (before 3.11)
 FLOWS = F_AW | F_AWO | F_LA | F_AC
-PAREN = 2048  # inside a parenthesis that may hold a generator expression (a call's too)
 
 # comprehension brackets (`region_open`) and elements (`comp_elements`): their kind
 GENEXP_KIND, LISTCOMP_KIND = 1, 2
@@ -81,7 +79,7 @@ GENEXP_KIND, LISTCOMP_KIND = 1, 2
 FLOW_PASS, FLOW_CLOSE, FLOW_CLOSE_LISTCOMP, FLOW_CLAUSE, FLOW_IF = range(5)  # FLOW_PASS is 0
 
 # guard codes, evaluated on the top node before a shift (or reduce)
-G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START, G_ELEM_END = range(1, 10)
+G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START = range(1, 9)
 
 NOT_AUGMENTED = ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL")  # *EQUAL, no `x op=`
 BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
@@ -173,7 +171,7 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
             elif rule.lhs in BODY_RULES_LOOP and before[-1] == "suite":
                 eff = (d, ~0, 0, False)  # the loop's else clause runs outside the loop
             elif rule.lhs == "lambdef" and before[-1] == "COLON":
-                eff = (d, ~(ASYNC | LOOP | COMP | PAREN), LAMBDA, False)
+                eff = (d, ~(ASYNC | LOOP | COMP), LAMBDA, False)
             elif (rule.lhs == "_comp_for_clause" and d == 1) or (rule.lhs == "comp_for" and before == ("_comp_for_clause",)):
                 eff = (1, ~0, COMP, False)  # the `for` (or `async`) of a comprehension, and its later part
         effects.append(eff)
@@ -198,10 +196,6 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
             if rule.lhs == "_comp_for_clause" and rule.rhs[d - 1] == "IN":
                 comp_iterables.add(s)
     rule_flow = tuple(_rule_flow(r) for r in g.rules)
-    for s, kind in region_open.items():
-        if kind == GENEXP_KIND:
-            assert effects[s] is None
-            effects[s] = (1, ~0, PAREN, False)
 
     # ---- guards
     guards: dict[tuple[int, int], tuple[int, int]] = {}
@@ -251,12 +245,6 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
                 guards[(s, tid["STAR"])] = (G_CTX, -NOT_MODULE)
             if s in comp_elements and python_version < (3, 11) and row.get(tid["FOR"], -1) >= 0:
                 guards[(s, tid["FOR"])] = (G_COMP_START, 0)
-            # where a parenthesis's first element ends as no generator expression's
-            ends_element = (rule.lhs == "atom" and len(before) == 2 and before[0] == "LPAR") or (
-                rule.alias == "funccall" and before[1:] == ("LPAR", "arguments")
-            ) or (rule.lhs == "_args_pos_c" and before == ("_pos_arg",))
-            if ends_element and nxt in ("RPAR", "COMMA"):
-                guards[(s, tid[nxt])] = (G_ELEM_END, 0)
         if row.get(tid["AWAIT"], -1) >= 0:
             # no target starts with `await` (`for await x in y` has no valid continuation)
             target_start = all(r.rhs[d:d + 1] in (("targets",), ("target_elem",)) or (

@@ -7,7 +7,7 @@ reference and branching or rolling back costs nothing. Each node also carries:
 - `depth`: bracket nesting after it (newlines inside brackets are no statements);
 - `indent`: the indentation stack, as a linked tuple `(col, altcol, parent)`, () at column 0;
 - `attr` / `ctx`: the synthesized and inherited annotations of `guards` (the context also
-  carries the *flows* of `guards`: what a comprehension's element holds).
+  carries, for Python < 3.11, the *flows* of `guards`: what a comprehension's element holds).
 
 Python's layout is fed as terminals: `feed_newline` (a `_NEWLINE`, ignored inside brackets) and
 `feed_indentation(col, altcol)` (the `_INDENT`/`_DEDENT`s that the width of the next line calls
@@ -35,15 +35,7 @@ from . import guards as G
 from .versions import NEWEST, checked
 
 _MISSING = object()
-_FLOWS, _F_AW, _G_ELEM_END = G.FLOWS, G.F_AW, G.G_ELEM_END  # (hot paths: no module lookups)
-OWN_PART, ELEMENT, OTHER_PART = range(3)  # where a position is in a bracket (`Recognizer._part`)
-# the first symbols (and second ones) above a parenthesis that make it no generator expression
-NOT_AN_ELEMENT = frozenset({
-    "STAR", "POW", "YIELD", "yield_expr", "star_expr", "star_named_expression", "_paren_elem", "_paren_elems",
-    "with_as_item", "_pos_arg", "star_arg", "dstar_arg", "kwarg", "_args_pos_c", "_args_kw_c", "_args_dstar_c",
-    "_args_c", "_args_last", "arguments", "RPAR",
-})
-NOT_AN_ELEMENT_NEXT = frozenset({"EQUAL", "AS", "COMMA"})
+_FLOWS = G.FLOWS  # (hot paths: no module lookups)
 
 
 class Node:
@@ -118,13 +110,13 @@ class Recognizer:
         self.rule_flow = gt.rule_flow
         # before 3.11 an asynchronous list comprehension may stand in no comprehension
         self.nested_async_comp = self.python_version >= (3, 11)
-        self.track_flows = semantic_checks
+        self.track_flows = semantic_checks and not self.nested_async_comp
         # the states whose shift may change the flows (`_shift_flows`)
         self.flow_shift_states = frozenset(
             s for s, sym in enumerate(gt.accessing)
             if s in gt.region_open or s in gt.comp_async_states or s in gt.comp_iterable_states
             or sym in ("AWAIT", "FOR", "ASYNC")
-        ) if semantic_checks else frozenset()
+        ) if self.track_flows else frozenset()
         self.AWAIT = tid["AWAIT"]
         self.FOR = tid["FOR"]
         self.ASYNC = tid["ASYNC"]
@@ -213,22 +205,21 @@ class Recognizer:
             return (flows & ~G.F_AW) | (G.F_AWO if first else G.F_LA)
         # a bracket closes: what it holds is the enclosing element's (an asynchronous
         # comprehension's `await`s stay inside it, but an asynchronous list comprehension
-        # is one more thing its enclosing element holds: from 3.11 as good as an `await`)
+        # is one more thing its enclosing element holds)
         out = base.ctx & G.FLOWS
         if flows & (G.F_AW | G.F_AWO):
             out |= G.F_AW
         if flows & G.F_AC:
             out |= G.F_AC
         if flows & G.F_LA and kind == G.FLOW_CLOSE_LISTCOMP:
-            out |= G.F_AW if self.nested_async_comp else G.F_AC
+            out |= G.F_AC
         return out
 
     # ------------------------------------------------------------------ await
 
     def _await_ok(self, node: Node) -> bool:
-        """Whether `await` may come right after `node`: in an async function's own code, in
-        a comprehension's conditions, targets or later iterables that may be asynchronous, or
-        in what may still become a generator expression's element."""
+        """Whether `await` may come right after `node`: in an async function's own code, or in
+        a comprehension's conditions, targets or later iterables that may be asynchronous."""
         return self._scope_allows(node, False)
 
     def _async_comp_ok(self, node: Node) -> bool:
@@ -237,49 +228,48 @@ class Recognizer:
 
     def _scope_allows(self, n: Node, strict: bool) -> bool:
         """`await` (strict: an asynchronous list comprehension before 3.11, which no
-        comprehension may hold) right after `n`: walk out through the brackets that may hold
-        a comprehension (`region_open`) that the position is in the own part or the element
-        of; a generator expression takes it, a list comprehension becomes asynchronous in
-        turn, anything else leaves it to where the bracket stands."""
+        comprehension may hold) right after `n`: walk out through the comprehensions that
+        the position is in the own part of (their brackets: `region_open`); a generator
+        expression takes it, a list comprehension becomes asynchronous in turn."""
         while True:
-            if not n.ctx & (G.COMP | G.PAREN):  # in no comprehension: the function decides
+            if not n.ctx & G.COMP:  # in no comprehension's own part: the function decides
                 return bool(n.ctx & G.ASYNC)
             path = []
             while n.state not in self.region_open:
                 path.append(n)
+                if n.parent is None:  # a stack started in a context (an f-string's field)
+                    return self._detached(n.ctx, strict)
                 n = n.parent
-                if n is None:
-                    return False
-            part = self._part(path)
-            if part == OWN_PART:
+            if self._in_own_part(path):
                 if strict:
                     return False
                 if self.region_open[n.state] == G.GENEXP_KIND:
                     return True
                 strict = not self.nested_async_comp
-            elif part == ELEMENT and not strict and self.region_open[n.state] == G.GENEXP_KIND:
-                return True  # a generator expression's, perhaps: see G_ELEM_END
             n = n.parent
 
-    def _part(self, path: list[Node]) -> int:
-        """What the nodes above a bracket (`path`, top first) are in: the own part of a
-        comprehension (after its element, not in its first iterable), what may still become
-        a comprehension's element, or neither."""
-        if not path:
-            return ELEMENT
-        acc = self.accessing
-        c1 = path[-1]
-        if c1.state in self.comp_elements and len(path) >= 2:
-            a2 = acc[path[-2].state]
-            if a2 in ("_comp_for_clause", "comp_for"):
-                return OWN_PART
-            k = 4 if a2 == "FOR" else 5 if a2 == "ASYNC" else 0
-            if k:
-                first_iterable = len(path) >= k and acc[path[-k].state] == "IN"
-                return OTHER_PART if first_iterable else OWN_PART
-        if acc[c1.state] in NOT_AN_ELEMENT or (len(path) >= 2 and acc[path[-2].state] in NOT_AN_ELEMENT_NEXT):
-            return OTHER_PART
-        return ELEMENT
+    def _detached(self, ctx: int, strict: bool) -> bool:
+        """`_scope_allows` where the stack below is not known, only its context `ctx` (a
+        field of an f-string is parsed on a stack of its own): in an async function's code,
+        from 3.11 any comprehension may be asynchronous; before, only where none is around."""
+        if not ctx & G.ASYNC:
+            return False
+        if strict:
+            return not ctx & G.COMP
+        return self.nested_async_comp or not ctx & G.COMP
+
+    def _in_own_part(self, path: list[Node]) -> bool:
+        """Whether the nodes above a bracket (`path`, top first) are in the own part of a
+        comprehension in it: after its element, and not in its first iterable."""
+        if len(path) < 2 or path[-1].state not in self.comp_elements:
+            return False
+        acc = self.accessing[path[-2].state]
+        if acc in ("_comp_for_clause", "comp_for"):
+            return True
+        k = 4 if acc == "FOR" else 5 if acc == "ASYNC" else 0
+        if not k:
+            return False
+        return not (len(path) >= k and self.accessing[path[-k].state] == "IN")
 
     def _comp_bracket(self, node: Node) -> Node | None:
         """The opening bracket of the comprehension whose `for` part `node` ends."""
@@ -289,8 +279,6 @@ class Recognizer:
         return n
 
     def _check(self, code: int, arg: int, node: Node) -> bool:
-        if code == _G_ELEM_END:  # the most frequent (`)` and `,` after a parenthesis's element)
-            return not node.ctx & _F_AW or self._element_end_ok(node)
         if code in A.TARGET_GUARDS:
             return A.target_guard_holds(code, node.attr)
         if code == G.G_CTX:
@@ -307,10 +295,7 @@ class Recognizer:
         if code == G.G_COMP_START:
             return self._comp_start_ok(node)
         if code == G.G_AS_IN_WITH:
-            # only in a parenthesis that opens the with statement's item list, and where the
-            # enclosing scope allows what the item holds (see G_ELEM_END)
-            if not self._element_end_ok(node):
-                return False
+            # only in a parenthesis that opens the with statement's item list
             n = node.parent
             for _ in range(8):
                 if n is None:
@@ -320,14 +305,6 @@ class Recognizer:
                 n = n.parent
             return False
         raise AssertionError(code)
-
-    def _element_end_ok(self, node: Node) -> bool:
-        """Whether a parenthesis's element (`node`) may end as no generator expression's:
-        not if it awaits where the parenthesis stands does not allow that."""
-        if not node.ctx & G.F_AW:
-            return True
-        b = self._comp_bracket(node)
-        return b is None or self._await_ok(b.parent)
 
     def _comp_start_ok(self, node: Node) -> bool:
         """Before 3.11: may a comprehension's `for` follow its element (`node`)? Not if the
