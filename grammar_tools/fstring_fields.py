@@ -1,13 +1,13 @@
 """Replacement fields of f-strings and t-strings, parsed by the grammar.
 
-The lexer reads an f-/t-string as one lexeme (its automaton checks the quotes, escapes and brace
-structure: `string_automata`), so the recognizer never sees inside it. This module reads a
-lexeme's text the way CPython's tokenizer does and parses each replacement field's expression
-with the recognizer, in the context where the string stands (a function, an async function, a
-lambda: `yield` and `await` follow the enclosing code):
+The lexer reads an f-/t-string as one lexeme (its automaton ends it where CPython 3.12+'s
+tokenizer does, PEP 701, and is a superset inside: `string_automata`), so the recognizer never
+sees inside it. This module reads a lexeme's text the way CPython's tokenizer does and parses
+each replacement field's expression with the recognizer, in the context where the string stands
+(a function, an async function, a lambda: `yield` and `await` follow the enclosing code):
 
-- the literal parts: `{{`/`}}` are braces, a backslash never hides a brace, `\\N{NAME}` is an
-  escape in non-raw strings;
+- the literal parts and format specs: `{{`/`}}` are braces (not in a spec), a backslash never
+  hides a brace, escapes in non-raw strings are checked (`\\x`, `\\u`, `\\U`, `\\N{NAME}`);
 - a field: the expression, lexed by the lexer from its start state lexeme by lexeme with the
   brackets counted; at bracket depth 0 a `}` ends it, a `:` starts the format spec (so
   `lambda x: 1` and `x:=1` at the top of a field read as CPython reads them), a `!` not before
