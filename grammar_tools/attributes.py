@@ -11,7 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .guards import AS_ITEM, G_DEL, G_SINGLE, G_TARGET, HAS_AS, HAS_STAR, SINGLE, STAR, STARRED, TARGET
+from .guards import (
+    AS_ITEM,
+    G_DEL,
+    G_NOT_LONE_STAR,
+    G_SINGLE,
+    G_TARGET,
+    HAS_AS,
+    HAS_STAR,
+    LONE_STAR,
+    SINGLE,
+    STAR,
+    STARRED,
+    TARGET,
+)
 
 
 def group(inner: int) -> int:
@@ -20,8 +33,9 @@ def group(inner: int) -> int:
 
 
 def starred(operand: int) -> int:
-    """`*x`: a starred target when x is a target (and not itself starred)."""
-    return STAR if operand & TARGET and not operand & STAR else 0
+    """`*x`: a starred target when x is a target (and not itself starred); any `*x` is a
+    LONE_STAR till a comma makes it an element (`of_list` drops it)."""
+    return (STAR if operand & TARGET and not operand & STAR else 0) | LONE_STAR
 
 
 def of_list(complete: bool, children: Iterable[int]) -> int:
@@ -50,14 +64,17 @@ def of_list(complete: bool, children: Iterable[int]) -> int:
 
 def target_guard_holds(code: int, attr: int) -> bool:
     """The guards on the top node's attribute: an assignment target (`x =`, `for x in`, `with
-    … as x`), a single target (`x +=`, `x: int`), a deletable target (`del x`)."""
+    … as x`), a single target (`x +=`, `x: int`), a deletable target (`del x`), no starred
+    expression standing alone (`x = *a`)."""
     if code == G_TARGET:
         return bool(attr & TARGET)
     if code == G_SINGLE:
         return bool(attr & SINGLE)
     if code == G_DEL:
         return bool(attr & TARGET) and not attr & (STAR | STARRED)
+    if code == G_NOT_LONE_STAR:
+        return not attr & LONE_STAR
     raise ValueError(f"guard code {code} does not read an attribute")
 
 
-TARGET_GUARDS = frozenset({G_TARGET, G_SINGLE, G_DEL})  # the codes `target_guard_holds` decides
+TARGET_GUARDS = frozenset({G_TARGET, G_SINGLE, G_DEL, G_NOT_LONE_STAR})  # the codes `target_guard_holds` decides

@@ -32,6 +32,14 @@ comprehension are checked where the `for` comes (G_COMP_START); what an element 
 carried as *flows* in the context: bits set left to right (`F_*`), reset at a
 comprehension's opening bracket and merged at its closing one (`rule_flow`).
 
+A starred expression is no expression of its own: CPython's compiler refuses it where it
+stands alone (no comma after it) as a `star_expressions`, in every version: `x = *a`,
+`x += *a`, `x: int = *a`, `return *a`, `yield *a`, `for x in *a:`, `*a` as a statement
+("can't use starred expression here"). Its node carries LONE_STAR up to that
+`star_expressions`, whose reduction (on whatever terminal ends it: NEWLINE, `;`, `=`, `:`,
+`)`...) is guarded (G_NOT_LONE_STAR); a comma makes it a tuple's element (`x = *a,`), and
+`[*a]`, `f(*a)`, `a[*b]` are other rules.
+
 Checks happen before a terminal is shifted, so a mask never allows a token after which no
 valid continuation exists. The constructs newer than the target version (`versions.FEATURES`)
 are removed from the table: a shift is dropped when the state it leads to is made only of the
@@ -54,6 +62,7 @@ HAS_STAR = 16  # a partial list holding one starred element
 HAS_AS = 32  # a parenthesized tuple holding `x as y` (parenthesized with-items)
 STARRED = 64  # a complete tuple or list with a starred element (can't be deleted)
 AS_ITEM = 128  # `x as y` inside parentheses, or a partial list holding one
+LONE_STAR = 256  # a starred expression `*x` (any x), as long as no comma makes it an element
 
 # how a rule computes its node's attribute from its children
 CONST, PASS, LIST_PARTIAL, LIST_COMPLETE, GROUP, STAR_EXPR = range(6)
@@ -79,7 +88,7 @@ GENEXP_KIND, LISTCOMP_KIND = 1, 2
 FLOW_PASS, FLOW_CLOSE, FLOW_CLOSE_LISTCOMP, FLOW_CLAUSE, FLOW_IF = range(5)  # FLOW_PASS is 0
 
 # guard codes, evaluated on the top node before a shift (or reduce)
-G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START = range(1, 9)
+G_TARGET, G_SINGLE, G_DEL, G_AS_IN_WITH, G_CTX, G_AWAIT, G_COMP_ASYNC, G_COMP_START, G_NOT_LONE_STAR = range(1, 10)
 
 NOT_AUGMENTED = ("EQUAL", "EQEQUAL", "NOTEQUAL", "LESSEQUAL", "GREATEREQUAL", "COLONEQUAL")  # *EQUAL, no `x op=`
 BODY_RULES_LOOP = {"for_stmt", "while_stmt"}
@@ -207,8 +216,12 @@ def build_guard_tables(g: Grammar, python_version: tuple[int, int]) -> GuardTabl
         "CONTINUE": LOOP,
     }
     with_colon = set()
+    lone_star_rules = {~r for r, rule in enumerate(g.rules) if rule.lhs == "star_expressions" and rule.rhs == ("test_or_star",)}
     for s in range(g.n_states):
         row = g.action[s]
+        for t, a in row.items():
+            if a in lone_star_rules:  # `star_expressions: test_or_star` reduced: no comma came
+                guards[(s, t)] = (G_NOT_LONE_STAR, 0)
         for rule, d in items(s):
             before, after = rule.rhs[:d], rule.rhs[d:]
             nxt = after[0] if after else None

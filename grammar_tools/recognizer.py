@@ -473,12 +473,13 @@ class Recognizer:
                 continue
             g = sub & guarded
             if g:
-                sub ^= g
-                while g:  # a guard on the reduction: feed the terminal to know
+                guard = self.guard
+                while g:  # a guard on the reduction reads this node, as feed() does before reducing
                     low = g & -g
                     g ^= low
-                    if self.feed(node, low.bit_length() - 1) is not None:
-                        result |= low
+                    gd = guard[st * 1024 + low.bit_length() - 1]
+                    if not self._check(gd[0], gd[1], node):
+                        sub ^= low
                 if not sub:
                     continue
             red = self._reduce(node, r)
