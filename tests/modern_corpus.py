@@ -6,10 +6,10 @@ Sections are filled from templates with random names and values: the walrus and 
 parameters (3.8), PEP 614 decorators and parenthesized with-items (3.9), every kind of match
 pattern (3.10), `except*` and PEP 646 stars (3.11), PEP 695 type parameters and aliases (3.12),
 PEP 696 defaults (3.13), PEP 758 `except A, B:` and PEP 750 template strings (3.14), f-strings
-(nested specs, conversions, `=`) and the soft keywords used as names. With `--beyond`, also what
-the grammar does not accept yet (`BEYOND`): the f-strings whose replacement fields the
-single-lexeme f-string automaton does not read: the same quote inside a field, backslashes,
-comments and line breaks there (PEP 701, 3.12), and set and dict displays in a field.
+(nested specs, conversions, `=`), PEP 701 f-strings (the same quote inside a field, backslashes,
+comments and line breaks there, nested f-strings, set and dict displays) and the soft keywords
+used as names. With `--beyond`, also what the lexer does not accept (`BEYOND`): f-strings nested
+three deep, past the f-string automaton's bounds (string_automata.FIELD_LIMITS).
 
 Each section is checked before it is used: with CPython's own `compile` when it is 3.11 syntax,
 else with libcst's parser for 3.14 (it must also be refused by CPython 3.11, so that the section
@@ -189,9 +189,15 @@ def fstrings_pep701(g: _Gen) -> str:
     return (f"{g.name()} = f\"{{{a}[\"key\"]}} {{\", \".join(parts)}}\"\n"
             f"{g.name()} = f\"{{\"\\n\".join(lines)}}\"\n"
             f"{g.name()} = f\"{{\n    {a}  # the {a}\n    + {g.num()}\n}}\"\n"
-            f"{g.name()} = f\"{{f\"{{f\"{{{a}}}\"}}\"}}\"\n"
+            f"{g.name()} = f\"{{f\"{{{a}!r:>{g.num() % 9}}}\"}}\"\n"
             f"{g.name()} = f'{{{a}:{{\"<\"}}{{{g.num() % 9}}}}}'\n"
             f"{g.name()} = f\"{{ {{1, 2}} }} {{ {{'k': {a}}}['k'] }}\"  # set and dict displays (3.8 on)\n\n\n")
+
+
+def fstrings_nested_deep(g: _Gen) -> str:
+    """Three levels of nested f-strings: valid 3.12, past the lexer's bound (two levels:
+    string_automata.FIELD_LIMITS)."""
+    return f"{g.name()} = f\"{{f\"{{f\"{{{g.word()}}}\"}}\"}}\"\n\n\n"
 
 
 SECTIONS: dict[str, tuple[Callable[[_Gen], str], tuple[int, int]]] = {  # generator, the version it needs
@@ -205,9 +211,10 @@ SECTIONS: dict[str, tuple[Callable[[_Gen], str], tuple[int, int]]] = {  # genera
     "PEP 696": (pep696, (3, 13)),
     "PEP 758": (pep758, (3, 14)),
     "PEP 750 template strings": (template_strings, (3, 14)),
+    "PEP 701 f-strings, displays in fields": (fstrings_pep701, (3, 12)),
 }
-# what the grammar does not accept yet (notes/issue20.md): `--beyond` adds them
-BEYOND = {"PEP 701 f-strings, displays in fields": (fstrings_pep701, (3, 12))}
+# what the lexer does not accept (notes/issue20-pep701-lexer.md, its bounds): `--beyond` adds them
+BEYOND = {"PEP 701 f-strings nested three deep": (fstrings_nested_deep, (3, 12))}
 
 
 def cpython_accepts(src: str) -> bool:
@@ -267,7 +274,7 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--tokens", type=int, default=24_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--beyond", action="store_true", help="also what the grammar does not accept yet (BEYOND)")
+    ap.add_argument("--beyond", action="store_true", help="also what the lexer does not accept (BEYOND)")
     args = ap.parse_args()
     from mask_store.vocabulary import load_tokenizer
 

@@ -5,7 +5,7 @@ libcst (which reads the newest syntax whatever version it is told, and is not ex
 f-string details). Where other CPython interpreters are installed (python3.X on PATH, or
 pyenv's versions), this asks each of them: every version snippet (valid and invalid) and every
 modern-corpus section, compiled by CPython 3.X, must get the same answer from our recognizer
-for target 3.X. The sections the grammar does not accept yet (`modern_corpus.BEYOND`, PEP 701)
+for target 3.X. The sections the lexer does not accept (`modern_corpus.BEYOND`: f-strings past its bounds)
 are left out; that they are valid for 3.12+ is what the corpus's own oracle checks.
 """
 
