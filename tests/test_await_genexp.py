@@ -21,18 +21,15 @@ Two known gaps, both sound (refusing what CPython accepts, never the other way r
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
 import sys
 
 import pytest
-from test_cpython_versions import INTERPRETERS
+from cpython_oracle import INTERPRETERS, compiles, cpython_compiles, parser_for
 
 from grammar_tools.check import check_source
-from grammar_tools.incremental import ParseError, PrefixParser
+from grammar_tools.incremental import ParseError
 from grammar_tools.lexer_automaton import LexError
-from grammar_tools.recognizer import Recognizer
 
 EXPRESSIONS = {
     "element": "(await x for x in y)",
@@ -139,34 +136,9 @@ SOURCES = [
     if (name, ctx) not in LEFT_OUT
 ]
 
-_COMPILE = """\
-import json, sys, warnings
-warnings.simplefilter("ignore")
-out = []
-for src in json.load(sys.stdin):
-    try:
-        compile(src, "<snippet>", "exec")
-        out.append(True)
-    except SyntaxError:
-        out.append(False)
-print(json.dumps(out))
-"""
-
-_PARSERS: dict = {}
 
 
-def _parser(version) -> PrefixParser:
-    if version not in _PARSERS:
-        _PARSERS[version] = PrefixParser(Recognizer(python_version=version))
-    return _PARSERS[version]
 
-
-def _compiles(src: str) -> bool:
-    try:
-        compile(src, "<snippet>", "exec")
-    except SyntaxError:
-        return False
-    return True
 
 
 def _differences(version, cpython: list[bool]) -> list:
@@ -174,7 +146,7 @@ def _differences(version, cpython: list[bool]) -> list:
     gap (a generator expression's element refused where CPython accepts it)."""
     out = []
     for (name, ctx, src), ok in zip(SOURCES, cpython):
-        ours = check_source(src.encode(), _parser(version)).ok
+        ours = check_source(src.encode(), parser_for(version)).ok
         if ours != ok and not (name in GENEXP_ELEMENT and ok and not ours):
             out.append((name, ctx, "CPython " + ("accepts" if ok else "refuses")))
     return out
@@ -182,7 +154,7 @@ def _differences(version, cpython: list[bool]) -> list:
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the project runs on CPython 3.11")
 def test_python_3_11_by_the_running_interpreter():
-    cpython = [_compiles(src) for _, _, src in SOURCES]
+    cpython = [compiles(src) for _, _, src in SOURCES]
     assert not _differences((3, 11), cpython)
     assert any(cpython) and not all(cpython)
 
@@ -190,18 +162,16 @@ def test_python_3_11_by_the_running_interpreter():
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython of another supported version on this machine")
 @pytest.mark.parametrize("version", sorted(INTERPRETERS))
 def test_each_version_by_its_cpython(version):
-    run = subprocess.run([INTERPRETERS[version], "-c", _COMPILE], input=json.dumps([s for _, _, s in SOURCES]),
-                         capture_output=True, text=True, timeout=300, check=True)
-    cpython = json.loads(run.stdout)
+    cpython = cpython_compiles(version, [s for _, _, s in SOURCES])
     assert not _differences(version, cpython)
 
 
 def test_the_generator_expression_gap_is_what_the_oracle_says():
     """What the recognizer refuses in a generator expression's element is valid Python (so
     the gap is real), and accepted in an async def."""
-    rec = _parser((3, 11))
+    rec = parser_for((3, 11))
     for name in GENEXP_ELEMENT:
-        assert _compiles(CONTEXTS["def"].format(EXPRESSIONS[name])), name
+        assert compiles(CONTEXTS["def"].format(EXPRESSIONS[name])), name
         assert check_source(CONTEXTS["async def"].format(EXPRESSIONS[name]).encode(), rec).ok, name
     assert not check_source(CONTEXTS["def"].format(EXPRESSIONS["element"]).encode(), rec).ok
 
@@ -210,19 +180,17 @@ def test_the_known_gap_before_3_11():
     """Valid Python (3.11 here; 3.8-3.10 too, where pyenv has them): accepted for 3.11 on,
     refused before (sound: never accepted where CPython refuses)."""
     for src in BEFORE_3_11_GAP:
-        assert _compiles(src), src
-        assert check_source(src.encode(), _parser((3, 11))).ok, src
-        assert not check_source(src.encode(), _parser((3, 10))).ok, src
+        assert compiles(src), src
+        assert check_source(src.encode(), parser_for((3, 11))).ok, src
+        assert not check_source(src.encode(), parser_for((3, 10))).ok, src
     for version in sorted(v for v in INTERPRETERS if v < (3, 11)):
-        run = subprocess.run([INTERPRETERS[version], "-c", _COMPILE], input=json.dumps(BEFORE_3_11_GAP),
-                             capture_output=True, text=True, timeout=300, check=True)
-        assert all(json.loads(run.stdout)), version
+        assert all(cpython_compiles(version, BEFORE_3_11_GAP)), version
 
 
 def _allows(version, prefix: str, terminal: str) -> bool:
     """Whether the recognizer lets `terminal` come after `prefix` (which it must accept, and
     whose last lexeme must be complete: a name is followed by a space)."""
-    parser = _parser(version)
+    parser = parser_for(version)
     try:
         st = parser.parse(prefix.encode())
     except (ParseError, LexError) as e:  # pragma: no cover - a broken prefix fails the test
@@ -277,7 +245,7 @@ def test_masks_agree_with_feeding(version):
     takes, along random walks through awaits, comprehensions and brackets: the flows that
     decide an element's end differ between stacks that reduce onto the same node (whose memo
     must tell them apart)."""
-    parser = _parser(version)
+    parser = parser_for(version)
     rec = parser.recognizer
     tid = rec.grammar.term_id
     liked = [tid[t] for t in ("AWAIT", "ASYNC", "FOR", "IN", "IF", "LPAR", "RPAR", "LSQB", "RSQB", "COMMA", "NAME")]
@@ -302,7 +270,7 @@ def test_await_in_an_fstring_field(version):
     """A field is parsed on a stack of its own, from the string's context: an async def's
     `print(f"{await x}")` stays accepted (the context is inside a parenthesis, whose bracket
     that stack does not hold), a sync def's refused."""
-    parser = _parser(version)
+    parser = parser_for(version)
     assert check_source(b'async def f():\n    print(f"{await x}")\n', parser).ok
     assert check_source(b'async def f():\n    return [f"{await x}" for a in b]\n', parser).ok
     assert not check_source(b'def f():\n    print(f"{await x}")\n', parser).ok

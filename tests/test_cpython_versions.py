@@ -11,53 +11,16 @@ are left out; that they are valid for 3.12+ is what the corpus's own oracle chec
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import shutil
-import subprocess
-from pathlib import Path
 
 import modern_corpus
+from cpython_oracle import INTERPRETERS, cpython_compiles
 import pytest
 from test_python_versions import SNIPPETS, accepts
 
-from grammar_tools.versions import SUPPORTED
-
-_COMPILE = """\
-import json, sys, warnings
-warnings.simplefilter("ignore")
-out = []
-for src in json.load(sys.stdin):
-    try:
-        compile(src, "<snippet>", "exec")
-        out.append(True)
-    except SyntaxError:
-        out.append(False)
-print(json.dumps(out))
-"""
 
 
-def _interpreters() -> dict[tuple[int, int], str]:
-    """The CPython interpreter found for each supported version (3.11 is this one)."""
-    found: dict[tuple[int, int], str] = {}
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for v in SUPPORTED:
-        candidates = [shutil.which(f"python{v[0]}.{v[1]}")]
-        candidates += sorted(str(p / "bin" / "python") for p in pyenv.glob(f"{v[0]}.{v[1]}.*"))
-        for exe in filter(None, candidates):
-            try:
-                out = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"],
-                                     capture_output=True, text=True, timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if out.returncode == 0 and tuple(map(int, out.stdout.split())) == v:
-                found[v] = exe
-                break
-    return found
 
-
-INTERPRETERS = _interpreters()
 
 
 def _sources() -> list[str]:
@@ -71,9 +34,7 @@ def _sources() -> list[str]:
 @pytest.mark.parametrize("version", sorted(INTERPRETERS))
 def test_grammar_agrees_with_that_versions_cpython(version):
     sources = _sources()
-    run = subprocess.run([INTERPRETERS[version], "-c", _COMPILE], input=json.dumps(sources),
-                         capture_output=True, text=True, timeout=300, check=True)
-    cpython = json.loads(run.stdout)
+    cpython = cpython_compiles(version, sources)
     differ = [(src, ok) for src, ok in zip(sources, cpython) if accepts(src, version) != ok]
     assert not differ, f"{len(differ)} of {len(sources)} differ from CPython {version}: {differ[:3]}"
     assert any(cpython) and not all(cpython)  # both kinds were asked

@@ -11,7 +11,7 @@ import libcst
 import pytest
 
 from test_completion import accept, complete_at_marker
-from test_fstring_fields import _pyenv_python
+from cpython_oracle import INTERPRETERS
 
 
 def valid_312(text: str) -> bool:
@@ -19,7 +19,7 @@ def valid_312(text: str) -> bool:
         libcst.parse_module(text, config=libcst.PartialParserConfig(python_version="3.12"))
     except libcst.ParserSyntaxError:
         return False
-    python = _pyenv_python((3, 12))
+    python = INTERPRETERS.get((3, 12))
     if python is not None:  # CPython 3.12's own compiler has the last word where it is here
         r = subprocess.run([python, "-c", "import sys; compile(sys.stdin.read(), 'doc', 'exec')"],
                            input=text, capture_output=True, text=True, timeout=60)

@@ -7,7 +7,6 @@ and each CPython 3.8-3.13 that pyenv has on the machine for that target version.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from grammar_tools.incremental import ParseError, PrefixParser
 from grammar_tools.recognizer import Recognizer
 from mask_store.matcher import GrammarMatcher
 
+from cpython_oracle import INTERPRETERS
 from test_fstring_fields_oracle import verdicts, wrap
 
 HERE = Path(__file__).parent
@@ -62,15 +62,9 @@ def test_fields_agree_with_this_cpython():
     assert 20 < sum(oracle.values()) < len(oracle) - 20
 
 
-def _pyenv_python(version: tuple[int, int]) -> str | None:
-    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found = sorted(root.glob(f"{version[0]}.{version[1]}.*/bin/python")) if root.is_dir() else []
-    return str(found[-1]) if found else None
-
-
 @pytest.mark.parametrize("version", [(3, 8), (3, 9), (3, 10), (3, 12), (3, 13)])
 def test_fields_agree_with_each_cpython(version):
-    python = _pyenv_python(version)
+    python = INTERPRETERS.get(version)
     if python is None:
         pytest.skip(f"no CPython {version[0]}.{version[1]} on this machine (pyenv)")
     code = (

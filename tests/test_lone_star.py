@@ -18,18 +18,15 @@ accepts for 3.8 as for 3.9 (`BEFORE_3_9_GAP`).
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
 import sys
 
 import pytest
-from test_cpython_versions import INTERPRETERS
+from cpython_oracle import INTERPRETERS, compiles, cpython_compiles, parser_for
 
 from grammar_tools.check import check_source
-from grammar_tools.incremental import ParseError, PrefixParser
+from grammar_tools.incremental import ParseError
 from grammar_tools.lexer_automaton import LexError
-from grammar_tools.recognizer import Recognizer
 
 # every place a star_expressions stands: `{}` is the expression
 PLACES = {
@@ -94,55 +91,28 @@ BEFORE_3_9_GAP = {
     and name in ("star and a comma", "two stars", "star then a name", "name then a star")
 }
 
-_COMPILE = """\
-import json, sys, warnings
-warnings.simplefilter("ignore")
-out = []
-for src in json.load(sys.stdin):
-    try:
-        compile(src, "<snippet>", "exec")
-        out.append(True)
-    except SyntaxError:
-        out.append(False)
-print(json.dumps(out))
-"""
-
-_PARSERS: dict = {}
 
 
-def _parser(version) -> PrefixParser:
-    if version not in _PARSERS:
-        _PARSERS[version] = PrefixParser(Recognizer(python_version=version))
-    return _PARSERS[version]
 
-
-def _compiles(src: str) -> bool:
-    try:
-        compile(src, "<snippet>", "exec")
-    except SyntaxError:
-        return False
-    return True
 
 
 def _differences(version, sources, cpython: list[bool]) -> list:
     return [(src, "CPython " + ("accepts" if ok else "refuses"))
-            for src, ok in zip(sources, cpython) if check_source(src.encode(), _parser(version)).ok != ok]
+            for src, ok in zip(sources, cpython) if check_source(src.encode(), parser_for(version)).ok != ok]
 
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the project runs on CPython 3.11")
 def test_python_3_11_by_the_running_interpreter():
-    cpython = [_compiles(src) for src in ALL]
+    cpython = [compiles(src) for src in ALL]
     assert not _differences((3, 11), ALL, cpython)
-    assert not _compiles("x = *a\n") and _compiles("x = *a,\n")
+    assert not compiles("x = *a\n") and compiles("x = *a,\n")
 
 
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython of another supported version on this machine")
 @pytest.mark.parametrize("version", sorted(INTERPRETERS))
 def test_each_version_by_its_cpython(version):
     sources = [s for s in ALL if not (version < (3, 9) and s in BEFORE_3_9_GAP)]
-    run = subprocess.run([INTERPRETERS[version], "-c", _COMPILE], input=json.dumps(sources),
-                         capture_output=True, text=True, timeout=300, check=True)
-    cpython = json.loads(run.stdout)
+    cpython = cpython_compiles(version, sources)
     assert not _differences(version, sources, cpython)
     assert any(cpython) and not all(cpython)
 
@@ -151,18 +121,16 @@ def test_the_known_gap_before_3_9():
     """Valid from 3.9 (3.11 here); CPython 3.8, where pyenv has it, refuses them all."""
     assert len(BEFORE_3_9_GAP) == 12
     for src in BEFORE_3_9_GAP:
-        assert _compiles(src), src
-        assert check_source(src.encode(), _parser((3, 9))).ok, src
+        assert compiles(src), src
+        assert check_source(src.encode(), parser_for((3, 9))).ok, src
     if (3, 8) in INTERPRETERS:
-        run = subprocess.run([INTERPRETERS[(3, 8)], "-c", _COMPILE], input=json.dumps(sorted(BEFORE_3_9_GAP)),
-                             capture_output=True, text=True, timeout=300, check=True)
-        assert not any(json.loads(run.stdout))
+        assert not any(cpython_compiles((3, 8), sorted(BEFORE_3_9_GAP)))
 
 
 def _allows(version, prefix: str, terminal: str) -> bool:
     """Whether the recognizer lets `terminal` come after `prefix` (which it must accept, and
     whose last lexeme must be complete: a name is followed by a space)."""
-    parser = _parser(version)
+    parser = parser_for(version)
     try:
         st = parser.parse(prefix.encode())
     except (ParseError, LexError) as e:  # pragma: no cover - a broken prefix fails the test
@@ -216,7 +184,7 @@ def test_masks_agree_with_feeding(version):
     """The terminals `accepted` offers are exactly those that `feed` takes, along random walks
     through stars, commas, assignments and statement ends (the guard is on a reduction: the
     mask reads it without feeding)."""
-    parser = _parser(version)
+    parser = parser_for(version)
     rec = parser.recognizer
     tid = rec.grammar.term_id
     liked = [tid[t] for t in ("STAR", "COMMA", "EQUAL", "PLUSEQUAL", "COLON", "_NEWLINE", "SEMICOLON", "NAME",
