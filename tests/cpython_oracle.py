@@ -1,5 +1,6 @@
 """CPython's `compile` as the oracle of the grammar tests: this interpreter, and the CPython of
-each other supported version where the machine has one (python3.X on PATH or pyenv's)."""
+each other supported version where the machine has one (python3.X on PATH or pyenv's); and
+what our recognizer says of the same text (`parser_for`, `allows`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from grammar_tools.incremental import PrefixParser
+from grammar_tools.incremental import ParseError, PrefixParser
+from grammar_tools.lexer_automaton import LexError
 from grammar_tools.recognizer import Recognizer
 from grammar_tools.versions import SUPPORTED
 
@@ -73,3 +75,16 @@ def parser_for(version) -> PrefixParser:
     if version not in _PARSERS:
         _PARSERS[version] = PrefixParser(Recognizer(python_version=version))
     return _PARSERS[version]
+
+
+def allows(version, prefix: str, terminal: str) -> bool:
+    """Whether the recognizer for `version` lets `terminal` come after `prefix` (which it must
+    accept, and whose last lexeme must be complete: a name is followed by a space)."""
+    parser = parser_for(version)
+    try:
+        st = parser.parse(prefix.encode())
+    except (ParseError, LexError) as e:  # a broken prefix fails the test
+        raise AssertionError(f"{prefix!r} refused: {e}") from None
+    rec = parser.recognizer
+    t = rec.grammar.term_id[terminal]
+    return any(rec.feed(node, t) is not None for node in st.configs)

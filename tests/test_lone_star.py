@@ -22,11 +22,9 @@ import random
 import sys
 
 import pytest
-from cpython_oracle import INTERPRETERS, compiles, cpython_compiles, parser_for
+from cpython_oracle import INTERPRETERS, allows, compiles, cpython_compiles, parser_for
 
 from grammar_tools.check import check_source
-from grammar_tools.incremental import ParseError
-from grammar_tools.lexer_automaton import LexError
 
 # every place a star_expressions stands: `{}` is the expression
 PLACES = {
@@ -127,19 +125,6 @@ def test_the_known_gap_before_3_9():
         assert not any(cpython_compiles((3, 8), sorted(BEFORE_3_9_GAP)))
 
 
-def _allows(version, prefix: str, terminal: str) -> bool:
-    """Whether the recognizer lets `terminal` come after `prefix` (which it must accept, and
-    whose last lexeme must be complete: a name is followed by a space)."""
-    parser = parser_for(version)
-    try:
-        st = parser.parse(prefix.encode())
-    except (ParseError, LexError) as e:  # pragma: no cover - a broken prefix fails the test
-        raise AssertionError(f"{prefix!r} refused: {e}") from None
-    rec = parser.recognizer
-    t = rec.grammar.term_id[terminal]
-    return any(rec.feed(node, t) is not None for node in st.configs)
-
-
 @pytest.mark.parametrize("version", [(3, 8), (3, 11), (3, 13)])
 @pytest.mark.parametrize(
     ("prefix", "terminal", "allowed"),
@@ -176,7 +161,7 @@ def _allows(version, prefix: str, terminal: str) -> bool:
 def test_refused_where_the_token_comes(version, prefix, terminal, allowed):
     if version < (3, 9) and prefix.startswith("for") and terminal == "COMMA":
         allowed = True  # the 3.8 gap: accepted (it can only be refused later, see BEFORE_3_9_GAP)
-    assert _allows(version, prefix, terminal) is allowed
+    assert allows(version, prefix, terminal) is allowed
 
 
 @pytest.mark.parametrize("version", [(3, 8), (3, 11)])
