@@ -38,6 +38,7 @@ from .recognizer import ACCEPTED, Node, Recognizer
 FIELD_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
 PEP701 = (3, 12)
 _MATCHING = {")": "(", "]": "[", "}": "{"}
+_UNKNOWN = object()
 
 
 class FieldError(ValueError):
@@ -96,10 +97,9 @@ class FieldChecker:
         """Raise `FieldError` if `text` (an f-/t-string lexeme, or the start of one) can't be
         (the start of) a string whose fields are valid in context `ctx` (`guards` contexts)."""
         key = (text, ctx)
-        memo = self._memo
-        if key in memo:
-            err = memo[key]
-        else:
+        memo = self._memo  # shared by the server's threads: one lookup, never `in` then `[]`
+        err = memo.get(key, _UNKNOWN)
+        if err is _UNKNOWN:
             err = None
             try:
                 self._string(text, 0, ctx, 0)
