@@ -87,7 +87,6 @@ class FieldChecker:
         self._noteq, self._eqeq = tid["NOTEQUAL"], tid["EQEQUAL"]
         self._star, self._comma, self._semi = tid["STAR"], tid["COMMA"], tid["SEMICOLON"]
         self._wrap = (tid["NAME"], tid["EQUAL"]) if self.pep701 else (tid["LPAR"],)
-        self._grows = (self.lexer.table >= 0).any(axis=1).tolist()  # per lexer state: a lexeme may grow
         self._unwrap = () if self.pep701 else (tid["RPAR"],)
 
     def is_field_string(self, terminal: int) -> bool:
@@ -293,7 +292,7 @@ class FieldChecker:
                 state = s2
                 k += 1
             terms = acc_ids[state]
-            if k == n and self._grows[state]:  # the text ends in a lexeme that may grow
+            if k == n and self.lexer.grows[state]:  # the text ends in a lexeme that may grow
                 possible = self.lexer.possible_ids[state]
                 if self._string_ids.intersection(possible) and not accepting[state]:
                     self._inner_string(text, j, kind, ctx, spec_depth)  # an open string: its start must be valid

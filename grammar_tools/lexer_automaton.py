@@ -72,6 +72,11 @@ class LexerAutomaton:
         return [_bits(m) for m in self.possible]
 
     @functools.cached_property
+    def grows(self) -> list[bool]:
+        """Per state: whether some byte takes the lexeme further (False: it has ended)."""
+        return (self.table >= 0).any(axis=1).tolist()
+
+    @functools.cached_property
     def newline_id(self) -> int:
         return self.grammar.term_id[NEWLINE]
 
