@@ -7,19 +7,20 @@ committed. `code_files("stdlib" | "thirdparty")`."""
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import subprocess
 import sys
 import sysconfig
 import time
-import tokenize
-import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from grammar_tools.cpython_check import compilable_source as read_source
+
+__all__ = ["read_source"]  # the one oracle's reading of a source file, for the benchmarks that import it here
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -52,18 +53,6 @@ def timed(fn, *args):
     r = fn(*args)
     return r, time.perf_counter() - t
 
-
-def read_source(path: Path) -> bytes | None:
-    raw = path.read_bytes()
-    try:
-        enc, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
-        data = raw.decode(enc).encode()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(raw, str(path), "exec")
-    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
-        return None
-    return data
 
 
 # pure-Python wheels, pinned: the same files on every machine

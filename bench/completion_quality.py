@@ -5,7 +5,7 @@ file is cut at the cursor, the rest of that line is dropped, the following lines
 (DESIGN.md §7). Both modes complete it with the same model and a warm KV cache (a one-token
 request on the same document first, as when the user is typing). Reported per mode:
 - parses_after_accept: the completion spliced in place of the rest of the line, the following
-  lines kept, CPython's `ast.parse` accepts the file -- over the non-empty answers (what a user
+  lines kept, CPython compiles the file (`compile(text, name, "exec")`: grammar_tools/cpython_check.py) -- over the non-empty answers (what a user
   can accept); parses_all_cuts: the same over every cut point (an empty answer leaves the cut
   file, which rarely parses, as it is);
 - exact_match / edit_similarity of the completion's first line against the original rest of line;
@@ -41,13 +41,11 @@ canonical AND left nothing, over all mask steps), tokens per completion and, wit
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import random
 import sys
 import sysconfig
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -59,6 +57,8 @@ use_fair_threads()  # before torch loads libgomp, as the CLI does: waiting threa
 
 import numpy as np  # noqa: E402
 from _util import CODE_SETS, code_files, relative_name  # noqa: E402
+
+from grammar_tools.cpython_check import compiles  # noqa: E402
 
 
 def percentile(values, q: float) -> float:
@@ -90,15 +90,6 @@ def echoes_next_line(lines: list[str], i: int, ch: int, text: str) -> bool:
     return last == next((ln.strip() for ln in lines[i + 1 :] if ln.strip()), None)
 
 
-def parses(text: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
 
 def candidate_files(code: str = "stdlib") -> list[Path]:
     out = []
@@ -110,7 +101,7 @@ def candidate_files(code: str = "stdlib") -> list[Path]:
             text = p.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        if 2_000 < len(text) < 200_000 and parses(text):
+        if 2_000 < len(text) < 200_000 and compiles(text):
             out.append(p)
     return out
 
@@ -196,7 +187,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     ref_first = reference.rstrip()
     n_tokens = r.tokens_generated + r.tokens_forced
     return {
-        "parses": parses(spliced),
+        "parses": compiles(spliced),
         "exact": first == ref_first,
         "similarity": edit_similarity(first, ref_first),
         "empty": not r.text.strip(),

@@ -12,44 +12,35 @@ Reported per class of file length (the budget: a file of 5,000 lines or more add
 at p90 to a request): ms per check and per request (set-up + its checks), lexemes read per check,
 how the checks ended (met the document's parse / read to the end of the file / refused).
 
-The grammar against CPython: every edit the grammar passes is also given to `ast.parse` (the
-whole edited file, untimed); `grammar_ok_cpython_rejects` counts those CPython refuses (the
-grammar accepts a few things CPython rejects, `f() = 1`), and `ast_parse_statement_ms` is what a
-bounded CPython check would cost: `ast.parse` of the top-level statement(s) from the one holding
-the cursor to the one where the check met the document's parse.
+The grammar against CPython: every edit the grammar passes is also given to CPython's compiler
+(grammar_tools/cpython_check.py; the whole edited file, untimed); `grammar_ok_cpython_rejects`
+counts those CPython refuses (the grammar accepts a few things CPython rejects, `f() = 1`), and
+`cpython_statement_ms` is what a bounded CPython check would cost: compiling the top-level
+statement(s) from the one holding the cursor to the one where the check met the document's
+parse.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import random
 import sys
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
 
+from grammar_tools.cpython_check import compiles  # noqa: E402
 from grammar_tools.edit_check import EditCheck  # noqa: E402
 from grammar_tools.incremental import ParseError, PrefixParser  # noqa: E402
 from grammar_tools.lexer_automaton import LexError, load_lexer_automaton  # noqa: E402
 from grammar_tools.recognizer import Recognizer  # noqa: E402
 from grammar_tools.recovery import parse_prefix  # noqa: E402
 
-
-def parses(text: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 def top_level_region(text: str, start: int, end: int) -> str:
@@ -107,7 +98,7 @@ def main() -> None:
         text = data.decode()
         lines = text.split("\n")
         size = "5000+" if len(lines) >= 5000 else f"{args.min_lines}-4999"
-        bucket = classes.setdefault(size, {"check": [], "request": [], "setup": [], "lexemes": [], "ast": []})
+        bucket = classes.setdefault(size, {"check": [], "request": [], "setup": [], "lexemes": [], "cpython": []})
         done = 0
         while done < args.cuts:
             i = rng.randrange(len(lines))
@@ -139,15 +130,15 @@ def main() -> None:
                 outcomes["refused" if not verdict.ok else "met" if verdict.synced else "to_end"] += 1
                 if verdict.ok:
                     edited = before + insert + after
-                    if parses(edited):
+                    if compiles(edited):
                         agreed += 1
                     elif len(disagree) < 20:
                         disagree.append({"file": relative_name(path), "line": i, "character": ch, "insert": insert})
                     if verdict.synced is not None:
                         region = top_level_region(edited, len(before), len(edited.encode()[: verdict.synced].decode()))
                         t2 = clock()
-                        parses(region)
-                        bucket["ast"].append(clock() - t2)
+                        compiles(region)
+                        bucket["cpython"].append(clock() - t2)
             bucket["setup"].append(setup)
             bucket["request"].append(total)
     print(json.dumps({
@@ -166,7 +157,7 @@ def main() -> None:
                 "lexemes_per_check": {"p50": int(sorted(b["lexemes"])[len(b["lexemes"]) // 2]),
                                       "p90": int(sorted(b["lexemes"])[len(b["lexemes"]) * 9 // 10]),
                                       "max": max(b["lexemes"])},
-                "ast_parse_statement_ms": stats_ms(b["ast"]) if b["ast"] else None,
+                "cpython_statement_ms": stats_ms(b["cpython"]) if b["cpython"] else None,
             }
             for size, b in sorted(classes.items()) if b["request"]
         },

@@ -33,7 +33,6 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import json
 import os
@@ -48,6 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
+
+from grammar_tools.cpython_check import compiles  # noqa: E402
 
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
@@ -281,13 +282,6 @@ def apply_item(doc: str, item) -> tuple[str, tuple[int, int]]:
     return text, end
 
 
-def parses(doc: str) -> bool:
-    try:
-        ast.parse(doc)
-        return True
-    except SyntaxError:
-        return False
-
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -348,7 +342,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
         first.setdefault(kind, []).append(dt)
         items = items_of(r)
         counts["first_items"] += bool(items)
-        counts["first_parse"] += sum(parses(apply_item(c.doc, it)[0]) for it in items[:1])
+        counts["first_parse"] += sum(compiles(apply_item(c.doc, it)[0]) for it in items[:1])
         doc, typed = c.doc, c.rest[: 1 + k % 3]
         col = c.col
         if typed:

@@ -8,9 +8,9 @@ probability: random tokens, as a model that strays) and, with `--closers`, a clo
     .venv/bin/python bench/offer_validity.py [--code stdlib|thirdparty] [--cuts 300] [--noise 0.15]
         [--closers] [--max-tokens 48] [--out rows.jsonl]
 
-Reported: offered answers whose file compiles (`ast.parse` of the cut file with the answer in
-place of the rest of the line, the next lines kept: as completion_quality.py's
-parses_after_accept), empty answers, exact match and edit similarity of the answer's first line
+Reported: offered answers whose file compiles (CPython's `compile`, grammar_tools/cpython_check.py,
+of the cut file with the answer in place of the rest of the line, the next lines kept: as
+completion_quality.py's parses_after_accept), empty answers, exact match and edit similarity of the answer's first line
 against the original rest of the line, which search step gave each answer (`offer_path`, where
 the code has one), the engine's time per request (p50/p90; no model time to speak of: this is
 the engine's own cost, the stop policy and the check included) and the check's share
@@ -31,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from completion_quality import cut_points, edit_similarity, parses, percentile  # noqa: E402
+from completion_quality import cut_points, edit_similarity, percentile  # noqa: E402
+
+from grammar_tools.cpython_check import compiles  # noqa: E402
 
 CLOSERS = [")", "]", "}", '"', "'", '"""', "):", ")\n", '"""\n', "\n", ":\n"]
 
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
         row = {"file": cut["path"], "line": i, "character": ch, "kind": cut["kind"], "closer": closer,
                "text": r.text, "stop_reason": str(r.stop_reason), "offer_path": getattr(r, "offer_path", None),
                "check_ms": getattr(r, "check_ms", None), "ms": round(ms, 2),
-               "parses": parses(spliced) if r.text else None, "exact": first == truth,
+               "parses": compiles(spliced) if r.text else None, "exact": first == truth,
                "similarity": edit_similarity(first, truth)}
         rows.append(row)
         if out:

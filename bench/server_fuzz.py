@@ -28,7 +28,7 @@ that passes or fails; failures are listed by name. The categories:
 Figures: probes, failures, the main server's peak resident memory (VmHWM, after the 9.99 MB
 document), client-side latency p50/p99 of completion requests (documents, edits, burst; the
 cancelled ones apart) and of commands, wall time, machine load. `--model tiny` (the default)
-is the tests' random-weight model (tests/conftest.py make_tiny_model_dir), for speed: the
+is the tests' random-weight model (tests/model_support.py make_tiny_model_dir), for speed: the
 protocol does not depend on the model; latencies are that model's.
 """
 
@@ -487,7 +487,7 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true", help="each failure on stderr as it happens")
     args = ap.parse_args()
     if args.model == "tiny":
-        from conftest import make_tiny_model_dir
+        from model_support import make_tiny_model_dir
 
         from grammar_tools import cache
 

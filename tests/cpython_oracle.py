@@ -1,6 +1,8 @@
-"""CPython's `compile` as the oracle of the grammar tests: this interpreter, and the CPython of
-each other supported version where the machine has one (python3.X on PATH or pyenv's); and
-what our recognizer says of the same text (`parser_for`, `allows`)."""
+"""The tests' plumbing around the one CPython oracle (grammar_tools/cpython_check.py): the
+CPython of each other supported version where the machine has one (python3.X on PATH or
+pyenv's), asked through the same oracle run as a script under it (`cpython_compiles`,
+`ORACLE_PRELUDE` for scripts of their own); and what our recognizer says of the same text
+(`parser_for`, `allows`)."""
 
 from __future__ import annotations
 
@@ -8,24 +10,26 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+from grammar_tools import cpython_check
+from grammar_tools.cpython_check import compiles
 from grammar_tools.incremental import ParseError, PrefixParser
 from grammar_tools.lexer_automaton import LexError
 from grammar_tools.recognizer import Recognizer
 from grammar_tools.versions import SUPPORTED
 
-_COMPILE = """\
-import json, sys, warnings
-warnings.simplefilter("ignore")
-out = []
-for src in json.load(sys.stdin):
-    try:
-        compile(src, "<snippet>", "exec")
-        out.append(True)
-    except SyntaxError:
-        out.append(False)
-print(json.dumps(out))
+__all__ = ["INTERPRETERS", "ORACLE_PRELUDE", "allows", "compiles", "cpython_compiles", "parser_for"]
+
+# The first lines of a script run by another interpreter: they load the oracle from its file
+# (it imports nothing of the project), so that the script's `compiles` is the same function.
+ORACLE_PRELUDE = f"""\
+import importlib.util as _util
+_spec = _util.spec_from_file_location("cpython_check", {cpython_check.__file__!r})
+_oracle = _util.module_from_spec(_spec)
+_spec.loader.exec_module(_oracle)
+compiles = _oracle.compiles
 """
 
 
@@ -52,19 +56,13 @@ INTERPRETERS = _interpreters()
 
 
 def cpython_compiles(version: tuple[int, int], sources: list[str]) -> list[bool]:
-    """Whether that version's CPython (`INTERPRETERS`) compiles each source."""
-    run = subprocess.run([INTERPRETERS[version], "-c", _COMPILE], input=json.dumps(sources),
+    """Whether that version's CPython (`INTERPRETERS`; this one for its own version) compiles
+    each source, by the oracle run as a script under it."""
+    if version == sys.version_info[:2]:
+        return [compiles(src, "<snippet>") for src in sources]
+    run = subprocess.run([INTERPRETERS[version], cpython_check.__file__], input=json.dumps(sources),
                          capture_output=True, text=True, timeout=300, check=True)
     return json.loads(run.stdout)
-
-
-def compiles(src: str) -> bool:
-    """Whether this interpreter compiles `src`."""
-    try:
-        compile(src, "<snippet>", "exec")
-    except SyntaxError:
-        return False
-    return True
 
 
 _PARSERS: dict = {}

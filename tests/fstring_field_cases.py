@@ -1,5 +1,5 @@
 """f-/t-string replacement fields that CPython accepts or refuses, by version (the oracle is
-CPython's own `compile`: tests/test_fstring_fields.py)."""
+CPython's own `compile`: tests/test_fstring_fields.py). Must stay importable by Python 3.8."""
 
 # each case is an expression; it is compiled as `x = CASE` at module level, in a function and
 # in an async function
@@ -89,3 +89,12 @@ b}}"""''',
     r'''f"{type}"''',
     r'''f"{a.match}"''',
 ]
+
+CONTEXTS = ("module", "def", "async")
+
+
+def wrap(case, where):
+    if where == "module":
+        return "x = " + case + "\n"
+    head = "async def f():" if where == "async" else "def f():"
+    return head + "\n    x = " + case.replace("\n", "\n    ") + "\n"

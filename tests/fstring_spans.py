@@ -4,7 +4,8 @@ CPython 3.12's `tokenize` reads f-strings with PEP 701's rules and emits FSTRING
 FSTRING_END; the span from the start of an outermost FSTRING_START to the end of its
 FSTRING_END is one lexeme of ours (FSTRING, LONG_FSTRING, TSTRING or LONG_TSTRING), read by
 maximal munch from the start state, or our lexer does not end f-strings where CPython does.
-`SPANS_SCRIPT` runs under that interpreter (no project imports): it reads a JSON list of file
+`SPANS_SCRIPT` runs under that interpreter (of the project it loads only the CPython oracle,
+by its file: `ORACLE_PRELUDE`): it reads a JSON list of file
 paths on stdin and prints, per file, the byte spans of its outermost f-strings, or why the file
 was skipped (not UTF-8, not compiled by that version, not tokenized).
 """
@@ -12,22 +13,24 @@ was skipped (not UTF-8, not compiled by that version, not tokenized).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
+
+from cpython_oracle import INTERPRETERS, ORACLE_PRELUDE
 
 from grammar_tools.lexer_automaton import START, LexerAutomaton
 
 FSTRING_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
 
-SPANS_SCRIPT = """\
+SPANS_SCRIPT = ORACLE_PRELUDE + """\
 import io, json, sys, tokenize, warnings
 warnings.simplefilter("ignore")
 for path in json.load(sys.stdin):
     try:
         data = open(path, "rb").read()
         src = data.decode("utf-8")
-        compile(data, path, "exec")
+        if not compiles(data, path):
+            raise SyntaxError(path)
         toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
     except Exception as e:
         print(json.dumps({"path": path, "skipped": type(e).__name__}))
@@ -56,18 +59,8 @@ for path in json.load(sys.stdin):
 
 
 def interpreters(min_version: tuple[int, int] = (3, 12)) -> dict[tuple[int, int], str]:
-    """pyenv's CPython interpreters of `min_version` or newer, one per version."""
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found: dict[tuple[int, int], str] = {}
-    for d in sorted(pyenv.glob("3.*")):
-        parts = d.name.split(".")
-        if len(parts) < 2 or not (parts[0] + parts[1]).isdigit():
-            continue
-        v = (int(parts[0]), int(parts[1]))
-        exe = d / "bin" / "python"
-        if v >= min_version and v not in found and exe.exists():
-            found[v] = str(exe)
-    return found
+    """The CPython interpreters of `min_version` or newer on this machine, one per version."""
+    return {v: exe for v, exe in INTERPRETERS.items() if v >= min_version}
 
 
 def stdlib_files(exe: str) -> list[Path]:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import warnings
 from collections.abc import Callable
 from pathlib import Path
+
+from grammar_tools.cpython_check import compiles
 
 WORDS = ("alpha", "beta", "gamma", "delta", "item", "value", "count", "total", "node", "left", "right",
          "point", "user", "name", "data", "result", "key", "entry", "buffer", "size", "limit", "path")
@@ -217,16 +218,6 @@ SECTIONS: dict[str, tuple[Callable[[_Gen], str], tuple[int, int]]] = {  # genera
 BEYOND = {"PEP 701 f-strings nested three deep": (fstrings_nested_deep, (3, 12))}
 
 
-def cpython_accepts(src: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(src, "<section>", "exec")
-        return True
-    except SyntaxError:
-        return False
-
-
 def libcst_accepts(src: str) -> bool:
     import libcst
 
@@ -240,9 +231,9 @@ def libcst_accepts(src: str) -> bool:
 def checked(name: str, src: str, since: tuple[int, int]) -> str:
     """`src` if its oracle accepts it (and CPython 3.11 refuses 3.12+ syntax), else ValueError."""
     if since <= (3, 11):
-        ok = cpython_accepts(src)
+        ok = compiles(src)
     else:
-        ok = libcst_accepts(src) and not cpython_accepts(src)
+        ok = libcst_accepts(src) and not compiles(src)
     if not ok:
         raise ValueError(f"the corpus template {name!r} made invalid Python:\n{src}")
     return src

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
 from mask_store import canonical as C
 from mask_store import pretoken_junctions as pj

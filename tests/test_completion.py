@@ -3,7 +3,6 @@ the file; scripted models for exact behaviour, a tiny random model for the whole
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -14,40 +13,11 @@ from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 from lsp_server.decoding.stopping.context import cursor_context
 
-from conftest import ROOT, STDLIB
+from completion_support import accept, complete_at_marker, scripted_engine, stdlib_cuts
+from corpus_support import ROOT, STDLIB
 from scripted_model import ScriptedRuntime
 
-
-def scripted_engine(compiled, intended: str, **opts) -> CompletionEngine:
-    comp, tok = compiled
-    runtime = ScriptedRuntime(tok, intended.encode())
-    return CompletionEngine(EngineOptions(**opts), runtime, comp)
-
-
-def complete_at_marker(compiled, doc: str, intended_after: str, **opts):
-    """Complete `doc` at its `|` marker with a model that wants to write `intended_after` there."""
-    off = doc.index("|")
-    text = doc[:off] + doc[off + 1 :]
-    before = text[:off]
-    engine = scripted_engine(compiled, before + intended_after, **opts)
-    line = before.count("\n")
-    ch = len(before) - (before.rfind("\n") + 1)
-    result = engine.complete(CompletionRequest(text, line, ch))
-    return text, off, result
-
-
-def accept(text: str, off: int, result) -> str:
-    line, ch = result.end
-    end = off + (ch - result.start[1])
-    return text[:off] + result.text + text[end:]
-
-
-def parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except SyntaxError:
-        return False
-    return True
+from grammar_tools.cpython_check import compiles
 
 
 # ---------------------------------------------------------------- cursor context
@@ -79,7 +49,7 @@ def test_single_line_stops_at_the_logical_line_end(compiled):
     text, off, r = complete_at_marker(compiled, doc, "1, [2,\n 3])\nz = 2\n")
     assert r.text == "1, [2,\n 3])"  # the newline inside brackets doesn't end the line
     assert r.stop_reason == "line-end" and r.mode == "single"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_closing_brackets_after_the_cursor_are_covered(compiled):
@@ -88,7 +58,7 @@ def test_closing_brackets_after_the_cursor_are_covered(compiled):
     assert r.text == "g(1))"
     assert r.end == (r.start[0], r.start[1] + 1)  # the replace range covers the auto-closed ")"
     assert accept(text, off, r).splitlines()[3] == "y = f(g(1))"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_token_healing_recreates_the_partial_word(compiled):
@@ -104,7 +74,7 @@ def test_multi_line_after_a_block_opener_stops_at_the_dedent(compiled):
     text, off, r = complete_at_marker(compiled, doc, "\n    y = x + 1\n    return y\nprint(2)\n")
     assert r.mode == "multi" and r.stop_reason == "block-end"
     assert r.text == "\n    y = x + 1\n    return y"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_multi_line_stops_at_a_blank_line_after_complete_code(compiled):
@@ -112,14 +82,14 @@ def test_multi_line_stops_at_a_blank_line_after_complete_code(compiled):
     text, off, r = complete_at_marker(compiled, doc, "if x:\n        x = 1\n\n    return x\n")
     assert r.mode == "multi" and r.stop_reason == "block-end"
     assert r.text == "if x:\n        x = 1"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_a_block_opener_in_single_line_mode_brings_its_body(compiled):
     doc = "import os\n|\n\nx = 1\n"
     text, off, r = complete_at_marker(compiled, doc, "def f():\n    return 1\n\n\nx = 1\n")
     assert r.text == "def f():\n    return 1"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_a_line_end_the_next_line_cannot_follow_is_refused(compiled):
@@ -128,7 +98,7 @@ def test_a_line_end_the_next_line_cannot_follow_is_refused(compiled):
     doc = "if x:\n    pass\n|\nelse:\n    pass\n"
     text, off, r = complete_at_marker(compiled, doc, "y = 1\nelse:\n    pass\n")
     assert r.text != "y = 1"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
@@ -137,15 +107,15 @@ def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
     doc = "def f(a, b):\n    return a\n\n\nx = |\n    b)\ny = 1\n"
     text, off, r = complete_at_marker(compiled, doc, "[1,\n    b]\ny = 1\n")
     assert r.text != "[1,"  # `[` would be closed by `)`
-    assert not r.text or parses(accept(text, off, r))  # the file was broken by the cut: no text is fine
+    assert not r.text or compiles(accept(text, off, r))  # the file was broken by the cut: no text is fine
     text, off, r = complete_at_marker(compiled, doc, "f(1,\n    b)\ny = 1\n")
     assert r.text == "f(1,"  # the next lines close what it opened
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
     # with a sibling statement next, a newline inside the completion's brackets ends nothing
     doc = "def f(a, b):\n    return a\n\n\nx = |\ny = 1\n"
     text, off, r = complete_at_marker(compiled, doc, "f(1,\n    2)\ny = 1\n")
     assert r.text == "f(1,\n    2)"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_first_words_keeps_the_deeper_lines_whole():
@@ -166,9 +136,9 @@ def test_a_completion_cut_short_inside_the_cursors_brackets_is_not_offered(compi
     intended = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)\ny = 2\n"
     text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=8)
     assert r.stop_reason == "max-tokens"
-    assert r.text == "" or parses(accept(text, off, r))
+    assert r.text == "" or compiles(accept(text, off, r))
     text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=64)
-    assert r.text == "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)" and parses(accept(text, off, r))
+    assert r.text == "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)" and compiles(accept(text, off, r))
 
 
 def test_a_long_literal_the_file_goes_on_in_keeps_cuts_inside_it(compiled):
@@ -180,7 +150,7 @@ def test_a_long_literal_the_file_goes_on_in_keeps_cuts_inside_it(compiled):
     intended = "01, 102: 103, 104: 105, 106: 107, 108: 109,\n" + rows + "}\n"
     text, off, r = complete_at_marker(compiled, doc, intended, max_tokens=6)
     assert r.stop_reason == "max-tokens"
-    assert r.text.startswith("01,") and parses(accept(text, off, r))
+    assert r.text.startswith("01,") and compiles(accept(text, off, r))
 
 
 def test_a_next_line_that_only_a_string_can_hold_rejects_code(compiled):
@@ -189,7 +159,7 @@ def test_a_next_line_that_only_a_string_can_hold_rejects_code(compiled):
     doc = 'def f(value):\n    |\n    If it\'s not a member, return the value.\n    """\n    return value\n'
     text, off, r = complete_at_marker(compiled, doc, "return int(value)\n")
     assert r.text != "return int(value)"
-    assert not r.text or parses(accept(text, off, r))
+    assert not r.text or compiles(accept(text, off, r))
 
 
 def test_typing_through_a_suggestion_serves_its_rest(compiled):
@@ -236,7 +206,7 @@ def test_newline_in_a_docstring_ends_a_single_line_completion(compiled):
     doc = 'def f():\n    """Return the|\n    answer."""\n'
     text, off, r = complete_at_marker(compiled, doc, " value.\n    More text.\n")
     assert r.text == " value."
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
@@ -297,25 +267,6 @@ def test_cursor_outside_the_document_is_an_error(compiled):
 # ---------------------------------------------------------------- a real (tiny) model
 
 
-def stdlib_cuts(n: int, seed: int = 7, small: bool = False):
-    import random
-
-    rng = random.Random(seed)
-    files = sorted(p for p in (STDLIB / "json").glob("*.py")) + sorted((STDLIB / "email").glob("*.py"))[:6]
-    if small:  # files of a few hundred lines: quick to parse from scratch
-        files = [p for p in files if p.stat().st_size < 15_000]
-    cuts = []
-    while len(cuts) < n:
-        p = rng.choice(files)
-        lines = p.read_text().split("\n")
-        i = rng.randrange(len(lines))
-        if not lines[i].strip():
-            continue
-        ch = rng.choice([len(lines[i]) - len(lines[i].lstrip()), rng.randrange(len(lines[i]) + 1)])
-        cuts.append((p, i, ch))
-    return cuts
-
-
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_model_dir):
     return CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), max_tokens=24))
@@ -338,7 +289,7 @@ def test_straying_models_never_break_the_file(compiled, noise, least):
         if r.text:
             nonempty += 1
             spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
-            assert parses(spliced), (path, i, ch, r.text)
+            assert compiles(spliced), (path, i, ch, r.text)
     assert nonempty >= least  # (not a vacuous pass: most completions say something)
 
 
@@ -350,7 +301,7 @@ def test_tiny_model_runs_the_whole_path(tiny_engine):
         r = tiny_engine.complete(CompletionRequest(doc, i, ch, document=str(path)))
         assert r.prompt_tokens > 0 and r.tokens_generated + r.tokens_forced > 0
         if r.text:
-            assert parses("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
+            assert compiles("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
 
 
 def test_typing_reuses_the_prompt_cache(tiny_engine):
@@ -467,7 +418,7 @@ def test_real_model_completes_a_real_file():
     engine = CompletionEngine.load(EngineOptions(max_tokens=32))
     r = engine.complete(CompletionRequest(doc, i, ch, document=str(path)))
     assert r.text.strip()
-    assert parses("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
+    assert compiles("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
 
 
 def test_greedy_choice_is_the_argmax_of_the_masked_logits():

@@ -16,7 +16,7 @@ import random
 import modern_corpus
 from cpython_oracle import INTERPRETERS, cpython_compiles
 import pytest
-from test_python_versions import SNIPPETS, accepts
+from python_versions_support import SNIPPETS, accepts
 
 
 

@@ -5,7 +5,6 @@ completion could not stop before it is kept."""
 
 from __future__ import annotations
 
-import ast
 
 import pytest
 
@@ -14,7 +13,9 @@ from lsp_server.decoding.stopping.echo import following_text
 from lsp_server.options import EngineOptions
 
 from scripted_model import ScriptedRuntime
-from test_completion import accept, complete_at_marker, parses
+from completion_support import accept, complete_at_marker
+
+from grammar_tools.cpython_check import compiles
 
 BROKEN = "def broken(x:\n    return x\n\n\ndef g():\n    pass\n\n\n"  # recovery mode for what follows
 
@@ -45,7 +46,7 @@ def test_a_block_body_that_follows_is_not_written_again(compiled, recovery):
     text, off, r = complete_at_marker(compiled, doc, "else:\n        raise e from None\n")
     assert (r.recovery is not None) == recovery
     assert r.mode == "multi" and r.stop_reason == "echo" and r.text == "else:"
-    assert parses(accept(text, off, r)[len(BROKEN) if recovery else 0 :])
+    assert compiles(accept(text, off, r)[len(BROKEN) if recovery else 0 :])
 
 
 def test_the_block_ends_before_the_return_after_the_loop(compiled):
@@ -53,7 +54,7 @@ def test_the_block_ends_before_the_return_after_the_loop(compiled):
     doc = "def total(xs):\n    result = 0\n    for x in xs:\n        |\n    return result\n"
     text, off, r = complete_at_marker(compiled, doc, "result += x\n    return result\n")
     assert r.text == "result += x" and r.stop_reason == "block-end"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_a_completion_ends_before_the_line_the_file_goes_on_with(compiled):
@@ -61,7 +62,7 @@ def test_a_completion_ends_before_the_line_the_file_goes_on_with(compiled):
     doc = "def f():\n    |\n    return x\n"
     text, off, r = complete_at_marker(compiled, doc, "x = foo(\n        1,\n    )\n    return x\n")
     assert r.stop_reason == "echo" and r.text == "x = foo(\n        1,\n    )"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_the_closing_line_of_a_call_is_not_written_again(compiled):
@@ -91,7 +92,7 @@ def test_a_repeated_line_where_the_completion_cannot_stop_before_it_is_kept(comp
     doc = "def f(a):\n    if a:\n        |\n    return a\n"
     text, off, r = complete_at_marker(compiled, doc, "return a\n")
     assert r.text.strip() == "return a" and r.stop_reason != "echo"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_a_repeated_line_the_file_does_not_go_on_with_is_kept(compiled):
@@ -99,7 +100,7 @@ def test_a_repeated_line_the_file_does_not_go_on_with_is_kept(compiled):
     doc = "class A:\n    def f(self):\n        |\n\n    def g(self):\n        pass\n"
     text, off, r = complete_at_marker(compiled, doc, "x = 1\n        pass\n\n    def g(self):\n        pass\n")
     assert r.text == "x = 1\n        pass" and r.stop_reason == "block-end"
-    assert parses(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_a_multi_line_completion_stops_at_the_blank_line_before_a_new_definition(compiled):
@@ -108,7 +109,7 @@ def test_a_multi_line_completion_stops_at_the_blank_line_before_a_new_definition
     text, off, r = complete_at_marker(
         compiled, doc, "return 3.14 * radius ** 2\n\ndef circle_perimeter(radius):\n    return 2 * (radius + 1)\n")
     assert r.mode == "multi" and r.stop_reason == "block-end" and r.text == "return 3.14 * radius ** 2"
-    ast.parse(accept(text, off, r))
+    assert compiles(accept(text, off, r))
 
 
 def test_an_item_equal_to_what_it_replaces_is_not_offered(compiled):

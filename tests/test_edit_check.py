@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
 from grammar_tools.check import check_source
 from grammar_tools.edit_check import EditCheck

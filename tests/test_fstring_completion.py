@@ -5,13 +5,11 @@ here is 3.11) and, where pyenv has one, CPython 3.12 itself."""
 
 from __future__ import annotations
 
-import subprocess
-
 import libcst
 import pytest
 
-from test_completion import accept, complete_at_marker
-from cpython_oracle import INTERPRETERS
+from completion_support import accept, complete_at_marker
+from cpython_oracle import INTERPRETERS, cpython_compiles
 
 
 def valid_312(text: str) -> bool:
@@ -19,11 +17,8 @@ def valid_312(text: str) -> bool:
         libcst.parse_module(text, config=libcst.PartialParserConfig(python_version="3.12"))
     except libcst.ParserSyntaxError:
         return False
-    python = INTERPRETERS.get((3, 12))
-    if python is not None:  # CPython 3.12's own compiler has the last word where it is here
-        r = subprocess.run([python, "-c", "import sys; compile(sys.stdin.read(), 'doc', 'exec')"],
-                           input=text, capture_output=True, text=True, timeout=60)
-        return r.returncode == 0
+    if (3, 12) in INTERPRETERS:  # CPython 3.12's own compiler has the last word where it is here
+        return cpython_compiles((3, 12), [text])[0]
     return True
 
 

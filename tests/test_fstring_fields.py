@@ -6,10 +6,7 @@ and each CPython 3.8-3.13 that pyenv has on the machine for that target version.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +15,9 @@ from grammar_tools.incremental import ParseError, PrefixParser
 from grammar_tools.recognizer import Recognizer
 from mask_store.matcher import GrammarMatcher
 
-from cpython_oracle import INTERPRETERS
-from test_fstring_fields_oracle import verdicts, wrap
-
-HERE = Path(__file__).parent
+from completion_support import accept, complete_at_marker
+from cpython_oracle import INTERPRETERS, compiles, cpython_compiles
+from fstring_field_cases import CONTEXTS, FIELD_CASES, wrap
 
 # what the lexer's f-string automaton (grammar_tools/string_automata.py, PEP 701's tokenizer
 # within FIELD_LIMITS) refuses although CPython accepts it: from 3.12 a third level of
@@ -37,6 +33,13 @@ def gaps(version: tuple[int, int]) -> set[str]:
     if version >= (3, 12):
         out |= LEXER_GAPS[(3, 12)]
     return out
+
+
+def verdicts(version: tuple[int, int]) -> dict[str, bool]:
+    """That version's CPython on every case in every context (`where|case` -> compiles)."""
+    keys = [(where, case) for case in FIELD_CASES for where in CONTEXTS]
+    answers = cpython_compiles(version, [wrap(case, where) for where, case in keys])
+    return {f"{where}|{case}": ok for (where, case), ok in zip(keys, answers)}
 
 
 def compare(version: tuple[int, int], oracle: dict[str, bool]) -> list[str]:
@@ -56,7 +59,7 @@ def test_fields_agree_with_this_cpython():
     """Against the running interpreter: what it refuses we refuse, what it accepts we accept
     (but for the lexer's gaps, listed above)."""
     version = sys.version_info[:2]
-    oracle = verdicts()
+    oracle = verdicts(version)
     assert not compare(version, oracle)
     # the cases are not all one way: the check has something to decide
     assert 20 < sum(oracle.values()) < len(oracle) - 20
@@ -64,15 +67,9 @@ def test_fields_agree_with_this_cpython():
 
 @pytest.mark.parametrize("version", [(3, 8), (3, 9), (3, 10), (3, 12), (3, 13)])
 def test_fields_agree_with_each_cpython(version):
-    python = INTERPRETERS.get(version)
-    if python is None:
+    if version not in INTERPRETERS:
         pytest.skip(f"no CPython {version[0]}.{version[1]} on this machine (pyenv)")
-    code = (
-        f"import sys, json; sys.path.insert(0, {str(HERE)!r}); "
-        "from test_fstring_fields_oracle import verdicts; print(json.dumps(verdicts()))"
-    )
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert not compare(version, json.loads(out.stdout))
+    assert not compare(version, verdicts(version))
 
 
 @pytest.mark.parametrize("version", [(3, 11), (3, 12)])
@@ -120,13 +117,11 @@ def test_completion_in_a_field_parses(compiled):
     """A model that wants to close the field on an incomplete expression: what the engine offers
     is valid Python (without the fields parsed it offered ` +}"`); a valid field is offered as
     the model wrote it."""
-    from test_completion import accept, complete_at_marker, parses
-
     doc = 'def f(total):\n    return f"sum: {total|\n'
     text, off, result = complete_at_marker(compiled, doc, ' +}"\n', python_version="3.11")
     assert result.text != ' +}"'
-    assert not result.text or parses(accept(text, off, result)), result.text  # empty: nothing offered
+    assert not result.text or compiles(accept(text, off, result)), result.text  # empty: nothing offered
     doc = 'def f(user):\n    return f"hello {user|\n'
     text, off, result = complete_at_marker(compiled, doc, "['name']}!\"\n", python_version="3.11")
     assert result.text == "['name']}!\""
-    assert parses(accept(text, off, result))
+    assert compiles(accept(text, off, result))

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cpython_oracle import ORACLE_PRELUDE, compiles
 from fstring_spans import FSTRING_TERMINALS, compare, cpython_spans, interpreters, our_lexeme, stdlib_files
 
 INTERPRETERS = interpreters()
@@ -104,13 +105,14 @@ def test_fstring_beyond_the_limits_is_refused_not_misread(text, lexer):
     assert not set(names) & set(FSTRING_TERMINALS)
 
 
-_TOKENIZE = """\
+_TOKENIZE = ORACLE_PRELUDE + """\
 import io, json, sys, tokenize, warnings
 warnings.simplefilter("ignore")
 out = []
 for src in json.load(sys.stdin):
     try:
-        compile(src, "<s>", "eval")
+        if not compiles(src, "<s>", "eval"):
+            raise SyntaxError(src)
         toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
     except SyntaxError:
         out.append(None)
@@ -205,19 +207,11 @@ ESCAPES = [
 def test_escapes_in_literal_parts_as_cpython(literal):
     """The lexer's f-string automaton takes any escape (raw or not is not known in its states);
     the field checker checks them: the whole check agrees with this CPython's compile."""
-    import warnings
-
     from grammar_tools.check import check_source
     from grammar_tools.incremental import PrefixParser
     from grammar_tools.recognizer import Recognizer
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            compile(literal, "<s>", "eval")
-            expected = True
-        except (SyntaxError, ValueError):
-            expected = False
+    expected = compiles(literal, "<s>", "eval")
     for src in (literal, "t" + literal[1:] if literal[0] == "f" else literal):
         parser = PrefixParser(Recognizer(python_version=(3, 14)))
         assert check_source(f"x = {src}\n".encode(), parser).ok == expected, src

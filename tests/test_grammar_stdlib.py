@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import STDLIB, _is_test_file, read_source, stdlib_files
+from corpus_support import STDLIB, is_test_file, read_source, stdlib_files
 
 from grammar_tools.check import check_source
 from grammar_tools.incremental import PrefixParser
@@ -21,8 +21,8 @@ def test_parses_the_standard_library(recognizer, lexer):
         results[path] = check_source(data, PrefixParser(recognizer, lexer))
     failures = {p: r for p, r in results.items() if not r.ok}
     report = "\n".join(f"{p.relative_to(STDLIB)}: {r}" for p, r in sorted(failures.items()))
-    non_test = [p for p in results if not _is_test_file(p)]
-    non_test_failures = [p for p in failures if not _is_test_file(p)]
+    non_test = [p for p in results if not is_test_file(p)]
+    non_test_failures = [p for p in failures if not is_test_file(p)]
     assert len(non_test) >= 700
     assert not non_test_failures, report
     share = 1 - len(failures) / len(results)

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
 from mask_store.canonical import START
 from mask_store.matcher import GrammarMatcher

@@ -4,10 +4,10 @@ an earlier stop, then a later one, then nothing (`lsp_server.decoding.offer`).""
 
 from __future__ import annotations
 
-import ast
 import random
 
 
+from grammar_tools.cpython_check import compiles
 from grammar_tools.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.offer import choose_offer, offered_text
@@ -15,16 +15,8 @@ from lsp_server.decoding.stopping.compatibility import Compatibility
 from lsp_server.decoding.stopping.line_scanner import LineScanner
 from lsp_server.options import EngineOptions
 
-from conftest import STDLIB, read_source
+from corpus_support import STDLIB, read_source
 from scripted_model import ScriptedRuntime
-
-
-def compiles(text: str) -> bool:
-    try:
-        compile(text, "<doc>", "exec", flags=ast.PyCF_ONLY_AST)
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 def complete(compiled, text: str, off: int, intended_after: str, **opts):

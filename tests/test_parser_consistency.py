@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 from lark import Lark, Token
 from lark.lexer import Lexer
 

@@ -4,10 +4,10 @@ rejected probe is a text no completion can save."""
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 
+from grammar_tools.cpython_check import compiles
 from mask_store import healing
 from mask_store.matcher import GrammarMatcher
 
@@ -47,16 +47,6 @@ PROBES = [
 ]
 
 
-def _compiles(src: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(src, "<probe>", "exec")
-        return True
-    except SyntaxError:
-        return False
-
-
 def _healed_matcher(compiled, tok, prefix: str, ids: list[int], n: int):
     """Token healing as the engine does it: back off `n` tokens, the matcher must re-create them."""
     h = healing.back_off(tok.vocab.token_bytes, prefix.encode(), ids, n)
@@ -76,7 +66,7 @@ def test_probe(prefix, back_off, token, allowed, rest, compiled_full):
     if allowed:
         healed = b"".join(tok.vocab.token_bytes[i] for i in ids[len(kept):])
         text = prefix.encode()[: len(prefix.encode()) - len(healed)] + token + rest.encode()
-        assert _compiles(text.decode()), text
+        assert compiles(text.decode()), text
         assert m.accept_token(t)
 
 

@@ -10,13 +10,13 @@ snippet exactly from that version on, and reject the invalid ones.
 
 from __future__ import annotations
 
-import warnings
 
 import libcst
 import pytest
+from python_versions_support import SNIPPETS, accepts
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
+from grammar_tools.cpython_check import compiles
+
 from grammar_tools.recognizer import Recognizer
 from grammar_tools.versions import (
     FEATURES,
@@ -28,98 +28,12 @@ from grammar_tools.versions import (
     parse_version,
 )
 
-# (since, valid snippets, snippets invalid in every version)
-SNIPPETS: dict[str, tuple[tuple[int, int], list[str], list[str]]] = {
-    "parenthesized with-items": (
-        (3, 9),
-        ["with (a as b, c as d): pass\n", "with (\n    open(x) as f,\n):\n    pass\n"],
-        ["with (a as b) + c: pass\n", "with a, (b as c): pass\n"],
-    ),
-    "match statement": (
-        (3, 10),
-        ["match x:\n    case 1 | 2: pass\n    case _: pass\n", "match a, b:\n    case [x, *_]: pass\n"],
-        ["match x:\ncase 1: pass\n", "match x:\n    case *a: pass\n"],
-    ),
-    "except*": (
-        (3, 11),
-        ["try:\n    pass\nexcept* ValueError as e:\n    pass\n"],
-        ["try:\n    pass\nexcept* ValueError:\n    pass\nexcept TypeError:\n    pass\n"],
-    ),
-    "PEP 646 star unpacking": (
-        (3, 11),
-        ["x[*a]\n", "x[a, *b] = c\n", "def f(*args: *Ts): pass\n"],
-        ["def f(x: *Ts): pass\n", "x[**a]\n"],
-    ),
-    "PEP 695 type parameters": (
-        (3, 12),
-        [
-            "type Point = tuple[float, float]\n",
-            "type L[T] = list[T]\n",
-            "def f[T](x: T) -> T:\n    return x\n",
-            "def f[T: int, *Ts, **P](x: T): pass\n",
-            "class C[T: (int, str)](Base): pass\n",
-        ],
-        ["type X[] = int\n", "def f[](): pass\n", "type X = int = str\n"],
-    ),
-    "PEP 696 type parameter defaults": (
-        (3, 13),
-        [
-            "def f[T = int](): pass\n",
-            "class C[T: int = bool, *Ts = *tuple[int], **P = [int]]: pass\n",
-            "type A[T, U = str] = dict[T, U]\n",
-        ],
-        ["def f[T =](): pass\n", "class C[**P = *a]: pass\n"],
-    ),
-    "PEP 758 except without parentheses": (
-        (3, 14),
-        [
-            "try:\n    pass\nexcept ValueError, TypeError:\n    pass\n",
-            "try:\n    pass\nexcept* A, B, C:\n    pass\n",
-        ],
-        ["try:\n    pass\nexcept A, B as e:\n    pass\n", "try:\n    pass\nexcept , A:\n    pass\n"],
-    ),
-    "PEP 750 template strings": (
-        (3, 14),
-        [
-            't"hello {name}"\n',
-            "x = rt'a{x!r:>{w}}\\d'\n",
-            'y = T"""b\n{y=}"""\n',
-            "f(Rt'{a}', RT'')\n",
-        ],
-        ['bt"x"\n', 'ft"x{y}"\n', 't"{}"\n'],
-    ),
-}
-
-
-def cpython_accepts(src: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(src, "<snippet>", "exec")
-        return True
-    except SyntaxError:
-        return False
-
-
 def libcst_accepts(src: str) -> bool:
     try:
         libcst.parse_module(src, config=libcst.PartialParserConfig(python_version=format_version(NEWEST)))
         return True
     except libcst.ParserSyntaxError:
         return False
-
-
-def accepts(src: str, version) -> bool:
-    return check_source(src.encode(), PrefixParser(_recognizer(version))).ok
-
-
-_RECOGNIZERS: dict = {}
-
-
-def _recognizer(version) -> Recognizer:
-    if version not in _RECOGNIZERS:
-        _RECOGNIZERS[version] = Recognizer(python_version=version)
-    return _RECOGNIZERS[version]
 
 
 def _cases(which: int):
@@ -131,9 +45,9 @@ def test_valid_snippet_is_accepted_from_its_version_on(name, i):
     since, valid, _ = SNIPPETS[name]
     src = valid[i]
     if since <= (3, 11):
-        assert cpython_accepts(src), f"the table is wrong: CPython 3.11 rejects {src!r}"
+        assert compiles(src), f"the table is wrong: CPython 3.11 rejects {src!r}"
     else:
-        assert not cpython_accepts(src), f"the table is wrong: CPython 3.11 accepts {src!r}"
+        assert not compiles(src), f"the table is wrong: CPython 3.11 accepts {src!r}"
         assert libcst_accepts(src), f"the table is wrong: libcst rejects {src!r}"
     got = {v: accepts(src, v) for v in SUPPORTED}
     assert got == {v: v >= since for v in SUPPORTED}, src
@@ -142,7 +56,7 @@ def test_valid_snippet_is_accepted_from_its_version_on(name, i):
 @pytest.mark.parametrize("name, i", _cases(2))
 def test_invalid_snippet_is_rejected_by_every_version(name, i):
     src = SNIPPETS[name][2][i]
-    assert not cpython_accepts(src), f"the table is wrong: CPython 3.11 accepts {src!r}"
+    assert not compiles(src), f"the table is wrong: CPython 3.11 accepts {src!r}"
     assert not libcst_accepts(src), f"the table is wrong: libcst accepts {src!r}"
     assert not any(accepts(src, v) for v in SUPPORTED), src
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import random
 import re
-import warnings
 
 import pytest
 import torch
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
+from grammar_tools.cpython_check import refusal
 from mask_store.matcher import GrammarMatcher
 
 N_WANTED = 400
@@ -32,15 +32,6 @@ CLOSERS = re.compile(rb"[)\]}'\"\n :\t,]+| pass| 0| in| x")
 LITERALS = {"STRING", "LONG_STRING", "FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING", "BYTES", "LONG_BYTES",
             "COMMENT"}
 
-
-def _compiles(src: str) -> str | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(src, "<completion>", "exec")
-        return None
-    except SyntaxError as e:
-        return f"{e.msg} (line {e.lineno})"
 
 
 @pytest.mark.slow
@@ -89,7 +80,7 @@ def test_random_model_completions_compile(compiled_full, tiny_model_dir):
                 unfinished += 1
                 continue
         completion = b"".join(compiled.tokens[t] for t in out).decode("utf-8", "replace")
-        err = _compiles(prefix + completion)
+        err = refusal(prefix + completion)
         if err is None:
             ok += 1
         else:

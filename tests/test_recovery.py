@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
 from grammar_tools.incremental import IncrementalParser, ParseError, PrefixParser
 from grammar_tools.lexer_automaton import LexError

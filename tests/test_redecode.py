@@ -12,7 +12,7 @@ from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 
 from scripted_model import ScriptedRuntime, SecondChoiceRuntime, choices_runtime
-from test_offer import compiles
+from grammar_tools.cpython_check import compiles
 
 
 def complete(compiled, doc: str, first: str, second: str, **opts):

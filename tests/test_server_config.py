@@ -16,7 +16,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from conftest import make_tiny_model_dir
+from model_support import make_tiny_model_dir
 from server_support import command, config, initialize, inline, items_of, open_doc, wait_status
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

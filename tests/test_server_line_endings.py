@@ -7,7 +7,6 @@ end."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 
@@ -22,6 +21,7 @@ from lsp_server.server.engine_host import EngineHost
 from lsp_server.server.suggester import Suggester
 from lsp_server.server.telemetry import Telemetry
 from raw_lsp import RawServer, lsp_lines, lsp_offset, text_digest
+from wait_support import until
 
 PIECES = ["a", "b", " ", "é", "😀", "\n", "\r", "\r\n", "\u2028", "\x0c", "\x0b", "\x85", "("]
 
@@ -128,8 +128,7 @@ async def test_the_engine_reads_lf_text_with_the_client_cursor():
         lambda status: None, loader=lambda options, progress: engines.append(EchoEngine(options)) or engines[-1]
     )
     host.configure(EngineOptions(model="echo"))
-    while not host.ready:
-        await asyncio.sleep(0.01)
+    await until(lambda: host.ready)
     docs = DocumentStore()
     suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
     for name, text, eol in (("cr", "a = 1\rb = f(\rc = 2\r", "\r"), ("crlf", "a = 1\r\nb = f(\r\nc = 2", "\r\n"),

@@ -19,6 +19,8 @@ from lsp_server.options import EngineOptions
 from lsp_server.server.settings import ENGINE_KEYS, ServerOptions
 from lsp_server.server.telemetry import Telemetry, read_totals
 
+from wait_support import until, wait_for
+
 # --- documents -----------------------------------------------------------------------------------
 
 
@@ -138,9 +140,11 @@ class StandInEngine:
     def __init__(self, options: EngineOptions, steps: int = 50) -> None:
         self.options, self.steps, self.forgotten = options, steps, []
         self.ran = []
+        self.started = 0  # runs begun, for the tests to wait on
 
     def complete(self, request: CompletionRequest, cancel, options=None) -> CompletionResult:
         pos = (request.line, request.character)
+        self.started += 1
         for i in range(self.steps):
             if cancel():
                 self.ran.append(("cancelled", i))
@@ -171,13 +175,6 @@ def make_host(fail: set[str] = frozenset(), gate: threading.Event | None = None)
 
     host = EngineHost(statuses.append, loader=loader)
     return host, statuses, loaded
-
-
-def wait_for(predicate, timeout=10.0):
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
 
 
 def test_host_loads_in_the_background_and_reports():
@@ -215,12 +212,12 @@ def test_host_failed_reload_keeps_the_engine_in_use():
 async def test_host_superseding_and_cancellation():
     host, _, loaded = make_host()
     host.configure(EngineOptions(model="m"))
-    await asyncio.to_thread(wait_for, lambda: host.ready)
+    await until(lambda: host.ready)
     req = CompletionRequest("x = ", 0, 4, document="u")
     # a newer ticket for the same document stops the older run within a step
     t1 = host.ticket("u", 1)
     first = asyncio.ensure_future(host.complete(req, t1))
-    await asyncio.sleep(0.05)
+    await until(lambda: loaded[0].started == 1, what="the first run to begin")
     t2 = host.ticket("u", 2)
     assert t1.superseded and t1.stopped() and not t2.stopped()
     r1 = await first
@@ -233,12 +230,12 @@ async def test_host_superseding_and_cancellation():
     # cancelling the awaiting task stops its ticket
     t3 = host.ticket("u", 3)
     task = asyncio.ensure_future(host.complete(req, t3))
-    await asyncio.sleep(0.05)
+    await until(lambda: loaded[0].started == 3, what="the third run to begin")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert t3.stopped() and not t3.superseded
-    await asyncio.to_thread(wait_for, lambda: loaded[0].ran[-1][0] == "cancelled")
+    await until(lambda: loaded[0].ran[-1][0] == "cancelled")
     # options that need no reload reach the next run without a new engine
     host.configure(EngineOptions(model="m", max_tokens=9))
     await host.complete(req, host.ticket("u", 4))

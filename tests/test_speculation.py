@@ -14,7 +14,7 @@ from lsp_server.decoding.speculation.acceptance import choose_gamma, expected_sp
 from lsp_server.decoding.speculation.lookup import PromptLookup
 
 from scripted_model import ScriptedRuntime
-from test_completion import stdlib_cuts
+from completion_support import stdlib_cuts
 
 
 # ---------------------------------------------------------------- the maths
@@ -235,7 +235,7 @@ def test_a_draft_model_drafts_and_greedy_output_stays_the_same(tiny_model_dir):
     import os
     from pathlib import Path
 
-    from conftest import make_tiny_model_dir
+    from model_support import make_tiny_model_dir
 
     draft_dir = make_tiny_model_dir(Path(os.environ["SYNTAXLOCK_CACHE"]) / "tiny-draft-model", seed=1)
     engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), draft_model=str(draft_dir),

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
 from grammar_tools.recognizer import Recognizer
 from mask_store.cli import main as mask_store_main

@@ -20,6 +20,7 @@ from lsp_server.server.engine_host import EngineHost
 from lsp_server.server.work_ahead import after_enter, end_of_insert, parse_cursor
 
 from scripted_model import CountingCache, ScriptedRuntime
+from wait_support import until
 
 BUDGET = 1024
 TYPING_PY = open(os.path.join(os.path.dirname(json.__file__), "..", "typing.py"), encoding="utf-8").read()
@@ -253,8 +254,7 @@ async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
 
     host = EngineHost(lambda s: None, loader=loader)
     host.configure(EngineOptions(model="m"))
-    while not host.ready:
-        await asyncio.sleep(0.01)
+    await until(lambda: host.ready)
     idle = []
     host.on_idle(lambda: idle.append(True))
     job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
@@ -269,8 +269,7 @@ async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
     engines[0].complete = lambda r, cancel, options=None: gate.wait(10) and CompletionResult(
         "y", (0, 4), (0, 4), "line-end", "single", True)
     running = asyncio.ensure_future(host.complete(req, host.ticket("u", 2)))
-    await asyncio.sleep(0.05)
-    assert host.busy
+    await until(lambda: host.busy, what="the request to be queued")
     assert await host.background(lambda e, o, c: e.prefill(None, c, o), "u") is None
     gate.set()
     assert (await running).text == "y"

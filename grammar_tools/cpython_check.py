@@ -1,0 +1,64 @@
+"""Does CPython accept this text? The project's one oracle of "valid Python".
+
+Valid means what CPython's own compiler says: `compile(text, name, "exec")` raises no
+`SyntaxError` (`IndentationError`, `TabError`) and no `ValueError` (a NUL byte before 3.12).
+Never `ast.parse`: it builds the tree and stops before the compiler's checks, so it accepts what
+CPython refuses (`return 1` or `await x` at module level, `x = *a`, `break` outside a loop).
+Warnings (`SyntaxWarning` for `"\\d"`, `is` with a literal) are not refusals and are silenced; the
+caller's `from __future__` imports are not inherited (`dont_inherit`), so the verdict is the one
+a file of its own gets.
+
+Used by the tests and the benchmarks alike (`compiles`, `refusal`, `compilable_source`). For
+another CPython version the file runs as a script under that interpreter (the tests' per-version
+plumbing, tests/cpython_oracle.py): a JSON list of sources on stdin, a JSON list of verdicts on
+stdout. So it imports nothing of the project and keeps to syntax that Python 3.8 reads.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tokenize
+import warnings
+from pathlib import Path
+
+
+def refusal(text: str | bytes, name: str = "<text>", mode: str = "exec") -> str | None:
+    """CPython's message where it refuses `text` (str or bytes) as `mode` ("exec" for a file,
+    "eval" for an expression): `"invalid syntax (line 3)"`; None where it compiles it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            compile(text, name, mode, dont_inherit=True)
+        except SyntaxError as e:
+            return f"{e.msg} (line {e.lineno})"
+        except ValueError as e:  # NUL bytes, before 3.12
+            return str(e)
+    return None
+
+
+def compiles(text: str | bytes, name: str = "<text>", mode: str = "exec") -> bool:
+    """Whether CPython (this interpreter) compiles `text` (str or bytes) as `mode`."""
+    return refusal(text, name, mode) is None
+
+
+def compilable_source(path: Path) -> bytes | None:
+    """The file as UTF-8 bytes (decoded by its coding cookie), or None where it is not a source
+    file this CPython compiles (a syntax error, an unknown encoding, bytes that don't decode)."""
+    raw = path.read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        data = raw.decode(encoding).encode()
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        return None
+    return data if compiles(raw, str(path)) else None
+
+
+def main() -> None:
+    """The verdicts of this interpreter on a JSON list of sources (stdin), as a JSON list."""
+    print(json.dumps([compiles(src, "<snippet>") for src in json.load(sys.stdin)]))
+
+
+if __name__ == "__main__":
+    main()
