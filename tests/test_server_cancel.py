@@ -14,6 +14,7 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
 from server_support import command, config, edit, initialize, items_of, open_doc, send_inline
+from wait_support import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -35,12 +36,22 @@ def stop_logs(client: LanguageClient, uri: str) -> list[str]:
 
 async def wait_stop_logs(client: LanguageClient, uri: str, n: int = 1) -> list[str]:
     """The first `n` "stopped" log lines of `uri`, once the server has written them."""
-    async def _wait():
-        while len(stop_logs(client, uri)) < n:
-            await asyncio.sleep(0.05)
-        return stop_logs(client, uri)[:n]
+    await until(lambda: len(stop_logs(client, uri)) >= n, what=f"{n} stop logs of {uri}")
+    return stop_logs(client, uri)[:n]
 
-    return await asyncio.wait_for(_wait(), 120)  # a guard against hangs, not a timing check
+
+async def taken(client: LanguageClient, before: int) -> bool:
+    """Whether the server has taken a request since its request count was `before`."""
+    return (await command(client, "syntaxlock.stats"))["requests"] > before
+
+
+async def send_taken(client: LanguageClient, uri: str, line: int, character: int, msg_id: str | None = None):
+    """Send an inline request and return its task once the server has taken it (it is running
+    or queued for the engine)."""
+    before = (await command(client, "syntaxlock.stats"))["requests"]
+    pending = await send_inline(client, uri, line, character, msg_id=msg_id)
+    await until(lambda: taken(client, before), what="the server to take the request")
+    return pending
 
 
 def steps_of(message: str) -> int:
@@ -59,8 +70,7 @@ async def test_cancel_request_answers_32800_and_stops_the_engine(client: Languag
     text, line, col = long_document()
     uri = "file:///cancel.py"
     open_doc(client, uri, text)
-    pending = await send_inline(client, uri, line, col, msg_id="cancel-me")
-    await asyncio.sleep(0.5)  # let it start decoding
+    pending = await send_taken(client, uri, line, col, msg_id="cancel-me")
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="cancel-me"))
     with pytest.raises(JsonRpcException) as err:
         await pending
@@ -77,8 +87,7 @@ async def test_newer_request_supersedes_older(client: LanguageClient):
     uri = "file:///supersede.py"
     open_doc(client, uri, text)
     before = await command(client, "syntaxlock.stats")
-    older = await send_inline(client, uri, line, col)
-    await asyncio.sleep(0.3)
+    older = await send_taken(client, uri, line, col)
     newer = await send_inline(client, uri, line - 1, 0)  # another position in the same document
     assert items_of(await older) == []
     (stopped,) = await wait_stop_logs(client, uri)
@@ -93,8 +102,7 @@ async def test_change_makes_running_request_stale(client: LanguageClient):
     text, line, col = long_document()
     uri = "file:///stale.py"
     open_doc(client, uri, text)
-    pending = await send_inline(client, uri, line, col)
-    await asyncio.sleep(0.3)
+    pending = await send_taken(client, uri, line, col)
     edit(client, uri, 2, (0, 0), (0, 0), "# edited\n")
     assert items_of(await pending) == []  # answered at once, before the engine has stopped
     (stopped,) = await wait_stop_logs(client, uri)

@@ -5,7 +5,6 @@ enabled: false turning completions off."""
 
 from __future__ import annotations
 
-import asyncio
 import json.decoder
 import os
 import re
@@ -17,6 +16,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from model_support import make_tiny_model_dir
+from wait_support import until
 from server_support import command, config, initialize, inline, items_of, open_doc, wait_status
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -67,10 +67,9 @@ async def test_settings_pulled_when_the_notification_has_none(client: LanguageCl
     change(client, None)
 
     async def pulled():  # the server asks the client, so the new value comes a moment later
-        while (await settings(client))["maxTokens"] != 6:
-            await asyncio.sleep(0.05)
+        return (await settings(client))["maxTokens"] == 6
 
-    await asyncio.wait_for(pulled(), 60)  # a guard against hangs, not a timing check
+    await until(pulled, what="the pulled setting")
     change(client, {"syntaxlock": {"maxTokens": 12}})
 
 

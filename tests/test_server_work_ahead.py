@@ -5,7 +5,6 @@ request after Enter gets without running the model."""
 
 from __future__ import annotations
 
-import asyncio
 import json.decoder
 
 import pytest
@@ -15,6 +14,7 @@ from pytest_lsp import LanguageClient
 from lsp_server.positions import offset_at
 from lsp_server.server.work_ahead import after_enter
 from server_support import apply_item, command, config, edit, initialize, inline, items_of, open_doc
+from wait_support import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -33,14 +33,11 @@ async def client(lsp_client: LanguageClient, tiny_model_dir):
 
 async def status_until(client: LanguageClient, test) -> dict:
     """The server's status once `test(status)` holds."""
-    async def _wait():
-        while True:
-            s = await command(client, "syntaxlock.status")
-            if test(s):
-                return s
-            await asyncio.sleep(0.05)
+    async def holds():
+        s = await command(client, "syntaxlock.status")
+        return s if test(s) else None
 
-    return await asyncio.wait_for(_wait(), 120)  # a guard against hangs, not a timing check
+    return await until(holds, what="a status")
 
 
 def cursor(client: LanguageClient, uri: str, version: int, line: int, character: int) -> None:
