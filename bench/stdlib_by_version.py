@@ -5,7 +5,7 @@
 PYTHON is an interpreter of a supported version (`~/.pyenv/versions/3.13.0/bin/python`): its
 standard library (tests left out unless --tests) is read with `check_source` and
 Recognizer(python_version=that version). Its files are valid for it, so each refusal is syntax
-of that version the grammar does not accept yet (notes/issue20.md). Prints JSON: the counts,
+of that version the grammar does not accept yet. Prints JSON: the counts,
 then the refused files with where and why (at most --show of them).
 """
 

@@ -182,7 +182,7 @@ class FieldLimits:
 # in its fields level 2; a field in a format spec has 1 field around it; a field missing here
 # is refused. Enough for every f-string of CPython 3.11-3.13's standard libraries but a third
 # level of spec fields (test_fstring.py) and a 3-deep call in a spec field (3.13's
-# test_interpreters/utils.py); see notes/issue20-pep701-lexer.md for what each costs.
+# test_interpreters/utils.py). What the bounds cost: docs/decisions.md.
 FIELD_LIMITS = {
     (1, 0): FieldLimits(brackets=3, strings_at=2, triple_at=0, nested_at=2, comments_at=0),
     (1, 1): FieldLimits(brackets=2, strings_at=0, triple_at=-1, nested_at=-1, comments_at=-1),

@@ -17,9 +17,8 @@ version:
 
 What changed in 3.8 itself (the walrus, positional-only parameters, `f"{x=}"`) is the floor.
 Not modelled: PEP 614 decorators (3.9) and unparenthesized walrus in set displays and indexes
-(3.10) are accepted from 3.8 on. Not accepted yet (notes/issue20.md): PEP 701's same quote,
-backslashes, comments and line breaks inside f-string and t-string replacement fields (3.12):
-they are single lexemes read with the rules of 3.11 at every version (`string_automata`).
+(3.10) are accepted from 3.8 on. f-/t-strings are single lexemes read by PEP 701's rules at every
+version (`string_automata`); what a version refuses inside their fields is `fstring_fields`'.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ not scheduled, and both processes collapse: on a 2-core machine at load ~6, a co
 prompt took 25-45 s instead of ~2.3 s, and a decoding step 200-840 ms instead of ~23 ms.
 `OMP_WAIT_POLICY=PASSIVE` makes a waiting thread sleep at once (a futex), giving its core
 back: the same prompt then took 4-7 s at that load, and two servers share the cores instead of
-fighting for them (measured in notes/issue19.md; a short spin, GOMP_SPINCOUNT=10000, was as
+fighting for them (measured in docs/decisions.md; a short spin, GOMP_SPINCOUNT=10000, was as
 bad as the default).
 
 libgomp reads the variable when it is loaded, so `use_fair_threads` must run before torch is

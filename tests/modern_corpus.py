@@ -214,7 +214,7 @@ SECTIONS: dict[str, tuple[Callable[[_Gen], str], tuple[int, int]]] = {  # genera
     "PEP 750 template strings": (template_strings, (3, 14)),
     "PEP 701 f-strings, displays in fields": (fstrings_pep701, (3, 12)),
 }
-# what the lexer does not accept (notes/issue20-pep701-lexer.md, its bounds): `--beyond` adds them
+# what the lexer does not accept (`string_automata.FIELD_LIMITS`, its bounds): `--beyond` adds them
 BEYOND = {"PEP 701 f-strings nested three deep": (fstrings_nested_deep, (3, 12))}
 
 

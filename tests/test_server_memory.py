@@ -2,7 +2,7 @@
 the server's resident memory flat (pygls kept ~2 KiB per change for good: +195 MiB here), and
 10 MB documents cost bounded memory in the document store, freed when they close. Measured on
 the real server (`enabled: false`: the document store and the wire, without a model) from
-/proc; the bounds are generous, the exact figures are in notes/issue22.md."""
+/proc; the bounds are generous, the measured figures are in docs/decisions.md."""
 
 from __future__ import annotations
 

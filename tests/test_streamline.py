@@ -81,8 +81,8 @@ def test_header_records_rows_after_each_step(streamlined, compiled_full, tmp_pat
     # the seed's target was 10x fewer rows (10.2x with the grammar of 3.13); template strings
     # (PEP 750) add 680 string-body states that streamline as much as the f-string states they
     # mirror (checked below) but less than the average state, so the store as a whole is at
-    # 9.76x: the floor is 9.5x (notes/issue20.md §3; structural f- and t-strings, §4, share these
-    # states between the two and are the way back above 10x)
+    # 9.76x: the floor is 9.5x (structural f- and t-strings would share these states between the
+    # two and are the way back above 10x)
     assert rows[-1] * 9.5 <= rows[0]
     assert store.n_rows < full.n_rows
     for t_string, f_string in (("TSTRING", "FSTRING"), ("LONG_TSTRING", "LONG_FSTRING")):
