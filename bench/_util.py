@@ -11,18 +11,17 @@ import os
 import random
 import subprocess
 import sys
-import sysconfig
 import time
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from grammar_tools.cpython_check import compilable_source as read_source
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# the stdlib corpus as the tests read it, and the one oracle's reading of a source file
+from corpus_support import STDLIB, read_source, stdlib_files  # noqa: E402
 
-__all__ = ["read_source"]  # the one oracle's reading of a source file, for the benchmarks that import it here
-
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
+__all__ = ["STDLIB", "read_source", "stdlib_files"]
 
 
 def stats_us(samples_s) -> dict:
@@ -65,17 +64,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("SYNTAXLOCK_CACHE") or Path.home() / ".cache" / "syntaxlock") / "thirdparty"
 
 
-def stdlib_files(include_tests: bool = False) -> list[Path]:
-    out = []
-    for p in sorted(STDLIB.rglob("*.py")):
-        rel = p.relative_to(STDLIB).parts
-        if rel[0] == "site-packages" or any(part.startswith(".") for part in rel):
-            continue
-        if not include_tests and any(x in ("test", "tests", "idle_test") for x in rel[:-1]):
-            continue
-        out.append(p)
-    return out
-
 
 def thirdparty_files(specs=THIRD_PARTY) -> list[Path]:
     """The .py files of the pinned wheels (downloaded and unpacked on first use)."""
@@ -116,7 +104,7 @@ def _fetch(spec: str, root: Path, target: Path) -> None:
 def code_files(code: str) -> list[Path]:
     """The files of a code set: `stdlib` (tests left out) or `thirdparty`."""
     if code == "stdlib":
-        return stdlib_files()
+        return stdlib_files(include_tests=False)
     if code == "thirdparty":
         return thirdparty_files()
     raise ValueError(f"unknown code set {code!r}: one of {', '.join(CODE_SETS)}")

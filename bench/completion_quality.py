@@ -5,7 +5,8 @@ file is cut at the cursor, the rest of that line is dropped, the following lines
 (DESIGN.md §7). Both modes complete it with the same model and a warm KV cache (a one-token
 request on the same document first, as when the user is typing). Reported per mode:
 - parses_after_accept: the completion spliced in place of the rest of the line, the following
-  lines kept, CPython compiles the file (`compile(text, name, "exec")`: grammar_tools/cpython_check.py) -- over the non-empty answers (what a user
+  lines kept, CPython compiles the file (`compile(text, name, "exec")`:
+  grammar_tools/cpython_check.py) -- over the non-empty answers (what a user
   can accept); parses_all_cuts: the same over every cut point (an empty answer leaves the cut
   file, which rarely parses, as it is);
 - exact_match / edit_similarity of the completion's first line against the original rest of line;

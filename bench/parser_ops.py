@@ -40,7 +40,7 @@ def main() -> None:
     lexer = load_lexer_automaton()
     setup_s = time.perf_counter() - t0
     rng = random.Random(0)
-    files = [p for p in stdlib_files() if p.stat().st_size > 5000]
+    files = [p for p in stdlib_files(include_tests=False) if p.stat().st_size > 5000]
     rng.shuffle(files)
 
     feed_t, acc1_t, accseq_t, accepted_t, snap_t, restore_t = [], [], [], [], [], []
@@ -113,7 +113,7 @@ def main() -> None:
         if d is not None and d.count(b"\n") >= 2500 and p.name == "typing.py":
             big = (p, d)
     if big is None:
-        big = next((p, d) for p in stdlib_files() if (d := read_source(p)) and d.count(b"\n") >= 2500)
+        big = next((p, d) for p in stdlib_files(include_tests=False) if (d := read_source(p)) and d.count(b"\n") >= 2500)
     path, data = big
     lines = data.split(b"\n")
     prefix = b"\n".join(lines[:2000]) + b"\n    x = foo"
