@@ -1,5 +1,5 @@
 """f-/t-string replacement fields that CPython accepts or refuses, by version (the oracle is
-CPython's own `compile`: tests/test_fstring_fields.py). Must stay importable by Python 3.8."""
+CPython's own `compile`: tests/test_fstring_fields.py)."""
 
 # each case is an expression; it is compiled as `x = CASE` at module level, in a function and
 # in an async function
