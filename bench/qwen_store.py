@@ -57,7 +57,10 @@ def _child_build(model: str, out: str, streamline: bool) -> None:
     store.save(Path(out))
     wall = time.perf_counter() - t0
     info = store.info()
+    analysis = (store.header.get("streamline") or {}).get("analysis", {})
     print(json.dumps({
+        "streamline_analyses_cached": bool(analysis.get("analysis_cached")) if analysis else None,
+        "streamline_seconds": (store.header.get("streamline") or {}).get("seconds"),
         "wall_seconds": round(wall, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "store_mb": round(os.path.getsize(out) / 1e6, 2),

@@ -97,3 +97,10 @@ def test_the_published_flags_are_kept_in_the_file(qwen):
 def test_merges_cover_every_split_in_rank_order():
     ranks = {b"a": 0, b"b": 1, b"c": 2, b"ab": 3, b"bc": 4, b"abc": 5}
     assert merges_from_ranks(ranks) == [(b"a", b"b"), (b"b", b"c"), (b"a", b"bc"), (b"ab", b"c")]
+
+
+def test_canonical_tokenization_is_refused_for_qwens_pattern_with_the_reason(qwen):
+    from mask_store.canonical import CanonicalUnsupported, load_canonical
+
+    with pytest.raises(CanonicalUnsupported, match=r"pattern of its own.*`\(self` but `\(\(` \+ `self`"):
+        load_canonical(qwen)
