@@ -59,10 +59,12 @@ def full_store(stand_in) -> str:
 
 
 def cut_points(path, limit: int = 6) -> list[tuple[int, int]]:
-    """After the indentation of statement lines inside blocks (the whole line is to write)."""
+    """After the indentation of statement lines inside blocks (the whole line is to write),
+    where the file without that line still compiles: an answer must then compile too."""
     lines = path.read_text(encoding="utf-8").split("\n")
     out = [(i, len(ln) - len(ln.lstrip())) for i, ln in enumerate(lines)
            if ln.startswith("        ") and ln.strip() and not ln.strip().startswith(("#", ")", "]", "}", '"', "'"))]
+    out = [(i, ch) for i, ch in out if compiles("\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :]))]
     step = max(1, len(out) // limit)
     return out[::step][:limit]
 
