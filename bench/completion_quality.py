@@ -180,8 +180,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     before = "\n".join(lines[:i] + [lines[i][:ch]])
     prompt = build_prompt(engine.tokenizer, before, doc[len(before) :], opts.context_tokens, engine.runtime.fim,
                           heal=constrained, heal_pretoken=r.canonical)  # as the engine built it
-    start = 1 if engine.runtime.fim else 0
-    kept = prompt.ids[start : start + prompt.prefix_ids]
+    kept = prompt.prefix
     # the cut document has nothing after the cursor on its line: the replace range is empty
     spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
     first = r.text.split("\n")[0].rstrip()

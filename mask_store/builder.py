@@ -9,6 +9,7 @@ signature, not per token, so the Python work grows with the number of distinct s
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import time
@@ -40,6 +41,23 @@ class _Interner:
         return i
 
 
+class _TokenSets:
+    """Identical token sets kept once, as int32 (a row of a state inside an identifier holds
+    most of the vocabulary, and thousands of states hold the same one: at 151k tokens, one
+    int64 copy each took gigabytes)."""
+
+    def __init__(self):
+        self.index: dict[bytes, np.ndarray] = {}
+
+    def __call__(self, toks: np.ndarray) -> np.ndarray:
+        toks = np.ascontiguousarray(toks, dtype=np.int32)
+        return self.index.setdefault(_digest(toks), toks)
+
+
+def _digest(toks: np.ndarray) -> bytes:
+    return hashlib.blake2b(toks.tobytes(), digest_size=16).digest()
+
+
 class StoreBuilder:
     def __init__(self, vocab: Vocabulary, lexer: LexerAutomaton, progress: bool = True):
         self.vocab = vocab
@@ -60,6 +78,7 @@ class StoreBuilder:
         self.indents = _Interner()
         self.sigs = _Interner()
         self._expansions: dict[int, list[tuple[int, ...]]] = {}
+        self.token_sets = _TokenSets()
 
     # ------------------------------------------------------------------ signatures
 
@@ -144,6 +163,7 @@ class StoreBuilder:
         s0 = sig[ids, 0]
         ok = s0 >= 0
         for sid, toks in _group(s0[ok], ids[ok]):
+            toks = self.token_sets(toks)
             for seq in self.expansions(sid):
                 rows[0][seq].append(toks)
 
@@ -164,7 +184,7 @@ class StoreBuilder:
             for x in lexer.possible_ids[d]:
                 sel = stay_ids[self.possible[stay_state, x]]
                 if sel.size:
-                    rows[1 + q_index[(x, d)]][()].append(sel)
+                    rows[1 + q_index[(x, d)]][()].append(self.token_sets(sel))
             # tokens whose lexeme ends inside them, after at least one byte
             tail = end > 0
             if not tail.any():
@@ -185,11 +205,12 @@ class StoreBuilder:
                         ind = self.indents(indent_of(self.vocab.token_bytes[t][:e], True))
                         by_key[(ind, s)].append(t)
                     for (ind, s), toks in by_key.items():
-                        arr = np.array(toks, dtype=np.int64)
+                        arr = self.token_sets(np.array(toks, dtype=np.int32))
                         for seq in self.expansions(s):
                             rows[g][(self.T + ind,) + seq].append(arr)
                     continue
                 for sid, toks in _group(t_sigs[sel], t_ids[sel]):
+                    toks = self.token_sets(toks)
                     for seq in self.expansions(sid):
                         rows[g][seq].append(toks)
         t_walk = time.perf_counter() - t0 - t_sig_s
@@ -260,7 +281,7 @@ def assemble(
         for s in sorted(grp):
             parts = grp[s]
             toks = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.asarray(parts[0])
-            key = toks.astype(np.int64).tobytes()
+            key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
             m = mask_index.get(key)
             if m is None:
                 if toks.size * (2 if use16 else 4) < W * 8:

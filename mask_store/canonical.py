@@ -122,6 +122,24 @@ def code_hash() -> str:
 # ---------------------------------------------------------------------------------- build
 
 
+# why a tokenizer that splits by its own pattern (Qwen2's, Llama 3's) is refused (docs/models.md)
+OWN_PATTERN_REASON = (
+    "the pair table (pretoken_junctions) is GPT-2's; under Qwen2's pattern one punctuation character "
+    "joins the letters after it only where it starts a match (`(self` but `((` + `self`), every digit "
+    "stands alone and punctuation runs take the newlines after them, so a pair's cut depends on the "
+    "tokens before it")
+
+
+def _own_split_pattern(pre: dict) -> str | None:
+    """The regex of a Split pre-tokenizer followed by a ByteLevel one without its own regex
+    (how Qwen2 and Llama 3 tokenizers are written), or None."""
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
+    if (len(parts) == 2 and parts[0].get("type") == "Split" and parts[1].get("type") == "ByteLevel"
+            and not parts[1].get("use_regex", True)):
+        return str((parts[0].get("pattern") or {}).get("Regex", ""))
+    return None
+
+
 def _supported(spec: dict) -> None:
     model = spec.get("model") or {}
     pre = spec.get("pre_tokenizer") or {}
@@ -135,7 +153,11 @@ def _supported(spec: dict) -> None:
         problems.append("its BPE uses dropout or word affixes")
     if model.get("ignore_merges"):
         problems.append("its BPE takes whole words from the vocabulary (ignore_merges)")
-    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
+    split = _own_split_pattern(pre)
+    if split is not None:
+        problems.append(f"its pre-tokenizer cuts by a pattern of its own ({split[:60]}...), not GPT-2's regex: "
+                        + OWN_PATTERN_REASON)
+    elif pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
         problems.append(f"its pre-tokenizer is {json.dumps(pre)[:120]}, not GPT-2's byte-level regex")
     if spec.get("normalizer"):
         problems.append("it normalizes text")

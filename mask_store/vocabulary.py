@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,8 @@ class Vocabulary:
             else:
                 out.append(_sentencepiece(s))
         holes = {i for i, s in enumerate(pieces) if s == ""}
-        eos = set(eos_ids) | {vocab[n] for n in EOS_NAMES if n in vocab}
+        # end tokens by name among the added tokens only: Qwen's BPE spells `</s>` as text (id 128247)
+        eos = set(eos_ids) | {i for i, t in added.items() if t.content in EOS_NAMES}
         return cls(tuple(out), frozenset(special | holes), frozenset(e for e in eos if e < size), name)
 
     @classmethod
@@ -161,14 +163,37 @@ class LoadedTokenizer:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
 
+# an added token spelled like a control marker: `<|fim_prefix|>`, `<tool_call>`, `</tool_call>`
+CONTROL_MARKER = re.compile(r"<\|[^\s|]+\|>|</?[A-Za-z_][A-Za-z0-9_.-]*>")
+
+
+def with_control_tokens_special(spec: dict) -> dict:
+    """The tokenizer spec with its added tokens spelled as control markers flagged special.
+
+    Qwen2.5-Coder's tokenizer adds `<|fim_prefix|>`, `<|file_sep|>`, `<tool_call>`... without
+    the special flag; left so, the grammar would allow them as text (`<|fim_middle|>` in a
+    string) and a document that spells one would be encoded with the control token. Flagged,
+    they are control tokens like the others: put in by id, never produced, their spelling in a
+    document is text. Added tokens of other shapes (runs of spaces in some code tokenizers)
+    stay text."""
+    added = spec.get("added_tokens") or []
+    if not any(not t.get("special") and CONTROL_MARKER.fullmatch(t.get("content", "")) for t in added):
+        return spec
+    marked = [dict(t, special=True) if CONTROL_MARKER.fullmatch(t.get("content", "")) else t for t in added]
+    return dict(spec, added_tokens=marked)
+
+
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(spec: str | None = None) -> LoadedTokenizer:
-    """The tokenizer of a model spec (`default`, a .gguf file or a HF directory)."""
+    """The tokenizer of a model spec (`default`, a .gguf file or a HF directory); added tokens
+    spelled as control markers are special (`with_control_tokens_special`)."""
     from tokenizers import Tokenizer
 
     src = resolve_model(spec)
     path = tokenizer_json(src)
-    tok = Tokenizer.from_file(str(path))
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    marked = with_control_tokens_special(raw)
+    tok = Tokenizer.from_file(str(path)) if marked is raw else Tokenizer.from_str(json.dumps(marked))
     tok.encode_special_tokens = True  # special tokens' spellings in a document are its text
     vocab = Vocabulary.from_tokenizer(tok, declared_eos(src), src.name)
     return LoadedTokenizer(src, tok, vocab)

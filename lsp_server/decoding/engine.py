@@ -31,6 +31,7 @@ from ..options import EngineOptions
 from ..positions import offset_at, utf16_len
 from ..target_version import target_version
 from .stopping.decision import StopReason
+from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class CompletionRequest:
     document: str = "untitled"  # key of the per-document caches (KV cache, prefix parser)
     max_tokens: int | None = None  # overrides the engine's option for this request
     mode: str | None = None  # overrides the engine's option (auto | single | multi)
+    workspace: WorkspaceContext = NO_CONTEXT  # other open documents (for models that read them)
 
 
 @dataclass
@@ -256,14 +258,14 @@ class CompletionEngine:
 
     # ------------------------------------------------------------------ working ahead
 
-    def _prompt(self, document: str, before: str, after: str, opts: EngineOptions):
+    def _prompt(self, request: CompletionRequest, before: str, after: str, opts: EngineOptions):
         """The prompt of a request (its window kept as the document's next anchor)."""
         from .prompt import build_prompt
 
         prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
-                              heal=opts.constrained, anchor=self.anchors.get(document),
-                              heal_pretoken=self._canonical_on(opts))
-        self.anchors.keep(document, prompt)
+                              heal=opts.constrained, anchor=self.anchors.get(request.document),
+                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace)
+        self.anchors.keep(request.document, prompt)
         return prompt
 
     def prefill(self, request: CompletionRequest, cancel: Cancel | None = None,
@@ -281,7 +283,7 @@ class CompletionEngine:
             opts = options or self.options
             off = offset_at(request.text, request.line, request.character)
             before, after = request.text[:off], request.text[off:]
-            prompt = self._prompt(request.document, before, after, opts)
+            prompt = self._prompt(request, before, after, opts)
             try:
                 _, _, reused = self.prompt_cache.prefill(request.document, prompt.ids, cancel, opts.cache_memory_mb)
             except PrefillCancelled as e:
@@ -346,7 +348,7 @@ class CompletionEngine:
         t0 = time.perf_counter()
 
         # the prompt, with the last token backed off when the grammar can re-create it
-        prompt = self._prompt(req.document, before, after, opts)
+        prompt = self._prompt(req, before, after, opts)
         heal = prompt.healed
         before_b = before.encode()
         parser = self._parser(req.document, compiled)
@@ -493,8 +495,7 @@ class CompletionEngine:
         pairs = compiled.canonical
         if not self._canonical_on(opts) or pairs is None:
             return canonical_tokenization.OFF
-        start = 1 if self.runtime.fim else 0  # the prefix text's ids come after the FIM prefix token
-        return pairs.state_after(prompt.ids[start : start + prompt.prefix_ids], canonical_tokenization.START)
+        return pairs.state_after(prompt.prefix, canonical_tokenization.START)
 
     def _lexeme_before(self, before: bytes) -> tuple[bytes, int]:
         """Unconstrained mode: the open lexeme at the cursor for the line scanner (no parse), and

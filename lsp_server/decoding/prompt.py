@@ -1,5 +1,5 @@
 """What the model sees: the text before the cursor within a token budget (plus the suffix for
-models with fill-in-the-middle tokens).
+models with fill-in-the-middle tokens, and other open files for those with a file separator).
 
 The nearest lines are kept; the file's imports are put back in front when they fall outside the
 window. The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
@@ -14,6 +14,18 @@ Tokenizing is bounded too: the window is found by tokenizing the text before the
 backwards, `WINDOW_STEP` lines at a time, and stops as soon as the budget is spent (a 3,500-line
 file costs ~1,000 tokens of tokenizing, not 35,000); text that cannot fit (more than `budget`
 times the longest token's length in characters) is never tokenized at all.
+
+Fill in the middle (a model with FIM tokens: `FimTokens`): the prompt is prefix, suffix, middle
+in that order (PSM, the order the supported families are trained on), the model writes the
+middle. The suffix is the text after the cursor from its start, bounded like the prefix
+(`suffix_window`: SUFFIX_SHARE of the budget, tokenized WINDOW_STEP lines at a time, a line
+too long cut inside). A model with a file separator (Qwen2.5-Coder's `<|file_sep|>`) is also
+given the other open documents, whole, in front, as many as fit CONTEXT_SHARE of the budget
+(`workspace_context`), in its repository-level format:
+
+    <|repo_name|>REPO\n<|file_sep|>a.py\nTEXT\n<|file_sep|>b.py\n<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>
+
+(without other documents: `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>`).
 """
 
 from __future__ import annotations
@@ -21,24 +33,28 @@ from __future__ import annotations
 import functools
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mask_store.healing import back_off, last_pretoken_tokens
 from mask_store.vocabulary import LoadedTokenizer, Vocabulary
 
 from ..model.runtime import FimTokens
+from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 WINDOW_STEP = 16  # lines: a window starts on a line that is a multiple of this
 LINE_CUT_STEP = 64  # characters from a line's start: where a line too long for the budget is cut
 KEEP_SHARE = 0.5  # a document's previous start is kept while the window from it holds this share of the budget
 REFILL_SHARE = 0.75  # past the budget, the window starts again where it holds at most this share
 IMPORT_SCAN_CHARS = 200_000  # the file's imports are looked for in its first characters only
+SUFFIX_SHARE = 0.25  # the suffix's budget, as a share of the prefix's
+MIN_SUFFIX_TOKENS = 16
+CONTEXT_SHARE = 0.5  # the other documents' budget (all of them), as a share of the prefix's
 IMPORT_LINE = re.compile(r"^(?:import\s|from\s+\S+\s+import\s).*(?:\n|$)", re.M)
 
 
 @dataclass(frozen=True)
 class Prompt:
-    ids: list[int]  # the whole prompt (FIM tokens included)
+    ids: list[int]  # the whole prompt (FIM tokens and other files included)
     prefix_ids: int  # how many ids spell the prefix text (they end the prompt, or come before SUF)
     text: str  # the prefix text the ids spell (healed bytes included)
     truncated: bool
@@ -46,6 +62,13 @@ class Prompt:
     healed: bytes = b""  # their bytes: the completion's first tokens must spell them again
     window_start: int = 0  # characters of the text before the cursor that the window leaves out
     window_line: int = 0  # the document line the window starts in (the document's next anchor)
+    prefix_start: int = 0  # where the prefix text's ids start in `ids`
+    context_files: tuple[str, ...] = ()  # the other documents the prompt holds, by name
+
+    @property
+    def prefix(self) -> list[int]:
+        """The ids that spell the prefix text."""
+        return self.ids[self.prefix_start : self.prefix_start + self.prefix_ids]
 
 
 @dataclass(frozen=True)
@@ -166,12 +189,14 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
-                 heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False) -> Prompt:
+                 heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False,
+                 workspace: WorkspaceContext = NO_CONTEXT) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
     unless it is all the prefix has) so that the model may spell the typed text its own way;
     with `heal_pretoken` too, all the tokens of the text's last pre-token (canonical
     tokenization: mask_store.healing.last_pretoken_tokens). `anchor`: the start line of the
-    document's previous window (see `window`)."""
+    document's previous window (see `window`). With `fim`, the suffix and the other documents
+    of `workspace` too (see the module's docstring)."""
     w = window(tok, before, budget, anchor)
     ids = tok.encode(w.text)
     if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
@@ -190,15 +215,64 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
         ids, healed_ids, healed = h.kept, h.healed_ids, h.healed
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
+    prompt = Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
     if fim is None:
-        return Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
-    suffix_text = window(tok, after[: 4 * budget], max(budget // 4, 16)).text if after else ""
-    suffix_ids = tok.encode(suffix_text[: 2000])
-    if fim.style == "deepseek" or fim.style == "starcoder" or fim.style == "qwen":
-        full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
-    else:  # codellama: <PRE> prefix <SUF> suffix <MID>
-        full = [fim.prefix] + ids + [fim.suffix] + suffix_ids + [fim.middle]
-    return Prompt(full, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
+        return prompt
+    return _fill_in_the_middle(tok, prompt, after, budget, fim, workspace)
+
+
+def _fill_in_the_middle(tok: LoadedTokenizer, prompt: Prompt, after: str, budget: int, fim: FimTokens,
+                        workspace: WorkspaceContext) -> Prompt:
+    """The prefix's prompt as prefix, suffix, middle, after the other documents that fit."""
+    suffix_ids = tok.encode(suffix_window(tok, after, max(int(budget * SUFFIX_SHARE), MIN_SUFFIX_TOKENS)))
+    head: list[int] = []
+    included: list[str] = []
+    if fim.file_sep is not None and workspace.others:
+        room = int(budget * CONTEXT_SHARE)
+        limit = room * _longest_token(tok.vocab)
+        for f in workspace.others:
+            text = f"{f.name}\n{f.text}" + ("" if f.text.endswith("\n") else "\n")
+            if _tokens_within(tok, text, room - 1, limit) <= room - 1:
+                ids = tok.encode(text)
+                if len(ids) + 1 <= room:
+                    head += [fim.file_sep] + ids
+                    room -= len(ids) + 1
+                    included.append(f.name)
+        if included:
+            own = [fim.file_sep] + tok.encode(f"{workspace.path or 'untitled.py'}\n")
+            repo = [fim.repo_name] + tok.encode(f"{workspace.repo}\n") if workspace.repo and fim.repo_name is not None else []
+            head = repo + head + own
+    start = len(head) + 1
+    ids = head + [fim.prefix] + prompt.ids + [fim.suffix] + suffix_ids + [fim.middle]
+    return replace(prompt, ids=ids, prefix_start=start, context_files=tuple(included))
+
+
+def suffix_window(tok: LoadedTokenizer, after: str, budget: int) -> str:
+    """The start of the text after the cursor within `budget` tokens: WINDOW_STEP lines at a
+    time while they fit, then line by line, and inside the first line when it alone is over
+    (at a token boundary). Text past `budget` times the longest token is never tokenized."""
+    limit = budget * _longest_token(tok.vocab)
+    end, total = 0, 0
+    for step in (WINDOW_STEP, 1):
+        while end < len(after):
+            nxt = end
+            for _ in range(step):
+                nxt = after.find("\n", nxt) + 1 or len(after)
+                if nxt == len(after):
+                    break
+            n = _tokens_within(tok, after[end:nxt], budget - total, limit)
+            if total + n > budget:
+                break
+            total, end = total + n, nxt
+    if end == 0 and after:  # the first line alone is over the budget: its first tokens
+        first = after[: min(len(after), limit, after.find("\n") + 1 or len(after))]
+        enc = tok.tokenizer.encode(first, add_special_tokens=False)
+        end = enc.offsets[budget][0] if len(enc.ids) > budget else len(first)
+    text = after[:end]
+    ids = tok.tokenizer.encode(text, add_special_tokens=False)
+    if len(ids.ids) > budget:  # counted apart, joined a few tokenize longer
+        text = text[: ids.offsets[budget][0]]
+    return text
 
 
 class WindowAnchors:

@@ -41,6 +41,8 @@ FIM_STYLES = {
     "deepseek": ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
     "codellama": ("▁<PRE>", "▁<SUF>", "▁<MID>"),
 }
+# the repository-level markers of a style: (repository name, file separator) (decoding.prompt)
+FIM_CONTEXT = {"qwen": ("<|repo_name|>", "<|file_sep|>")}
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,16 @@ class FimTokens:
     prefix: int
     suffix: int
     middle: int
+    file_sep: int | None = None  # other files may come before the prompt
+    repo_name: int | None = None
 
 
 def find_fim(tok: LoadedTokenizer) -> FimTokens | None:
     vocab = tok.tokenizer.get_vocab(with_added_tokens=True)
     for style, (p, s, m) in FIM_STYLES.items():
         if p in vocab and s in vocab and m in vocab:
-            return FimTokens(style, vocab[p], vocab[s], vocab[m])
+            repo, sep = FIM_CONTEXT.get(style, ("", ""))
+            return FimTokens(style, vocab[p], vocab[s], vocab[m], vocab.get(sep), vocab.get(repo))
     return None
 
 

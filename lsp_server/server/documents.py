@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from ..decoding.workspace_context import WorkspaceContext, workspace_context
 from ..positions import PositionError, line_starts, offset_at, to_lf
 
 MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
@@ -92,6 +93,10 @@ class DocumentStore:
 
     def describe(self) -> dict[str, dict]:
         return {uri: doc.describe() for uri, doc in self._docs.items()}
+
+    def workspace(self, uri: str) -> WorkspaceContext:
+        """The other open Python documents, as context for a completion in `uri`."""
+        return workspace_context(uri, ((u, d.lf_text) for u, d in self._docs.items() if not d.refused))
 
     def version(self, uri: str) -> int | None:
         doc = self._docs.get(uri)

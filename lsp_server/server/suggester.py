@@ -177,7 +177,8 @@ class Suggester:
             if old is not None:
                 old.stopped.set()
             # the engine reads "\n" line ends: the same lines and characters as the client's text
-            request = CompletionRequest(doc.lf_text if selected is None else to_lf(text), line, character, document=uri)
+            request = CompletionRequest(doc.lf_text if selected is None else to_lf(text), line, character, document=uri,
+                                        workspace=self.documents.workspace(uri))
             job.task = asyncio.ensure_future(self._run(request, job))
         job.waiters += 1
         stop = asyncio.ensure_future(job.stopped.wait())

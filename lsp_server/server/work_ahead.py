@@ -221,7 +221,8 @@ class WorkAhead:
         self._running = (plan, task)
 
     async def _run(self, plan: Plan) -> None:
-        request = CompletionRequest(plan.text, plan.line, plan.character, document=plan.uri)
+        request = CompletionRequest(plan.text, plan.line, plan.character, document=plan.uri,
+                                    workspace=self.documents.workspace(plan.uri))
         t0 = time.perf_counter()
         done = False
         try:
