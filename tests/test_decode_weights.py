@@ -8,27 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 
 from lsp_server.model.half_model import load_half_model
 from lsp_server.model.memory_parts import model_bytes
-from lsp_server.model.kernels import library
 from lsp_server.model.kernels.half_weights import HalfEmbedding, HalfLinear, use_half_weights
 
 
-@pytest.fixture
-def kernels() -> library.DecodeKernels:
-    k = library.load()
-    if k is None:
-        pytest.skip(f"the kernels can't be loaded here: {library.unavailable()}")
-    return k
-
-
-def test_every_row_count_reads_the_one_half_copy(kernels):
+def test_every_row_count_reads_the_one_half_copy(model_kernels):
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 96, bias=True)
-    half = HalfLinear(lin.weight.to(torch.float16), lin.bias, kernels)
+    half = HalfLinear(lin.weight.to(torch.float16), lin.bias, model_kernels)
     assert half.weight.dtype == torch.float16 and half.bias.dtype == torch.float32
     with torch.no_grad():
         many = torch.randn(2, 40, 64)  # 80 rows: a prompt goes through the same copy
@@ -41,11 +31,11 @@ def test_every_row_count_reads_the_one_half_copy(kernels):
             assert torch.equal(half(many[1, i : i + 1]), got[1, i : i + 1])
 
 
-def test_a_tiny_model_keeps_no_float32_matrix_and_its_greedy_choices(tiny_model_dir, kernels):
+def test_a_tiny_model_keeps_no_float32_matrix_and_its_greedy_choices(tiny_model_dir, model_kernels):
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
-    half = load_half_model(tiny_model_dir, kernels)
+    half = load_half_model(tiny_model_dir, model_kernels)
     assert not any(type(m) in (torch.nn.Linear, torch.nn.Embedding) for m in half.modules())
     assert all(p.dtype == torch.float16 for p in half.parameters() if p.dim() >= 2)
     assert all(p.dtype == torch.float32 for p in half.parameters() if p.dim() < 2)  # norms
@@ -80,7 +70,7 @@ def _mapped_files(address: int) -> list[str]:
     return out
 
 
-def test_a_float16_file_is_viewed_not_copied(tiny_model_dir, tmp_path, kernels):
+def test_a_float16_file_is_viewed_not_copied(tiny_model_dir, tmp_path, model_kernels):
     """The converted GGUF's layout (float16 matrices, float32 vectors): the model's matrices are
     the file's pages, memory-mapped; its norms are the file's float32 values."""
     import shutil
@@ -91,7 +81,7 @@ def test_a_float16_file_is_viewed_not_copied(tiny_model_dir, tmp_path, kernels):
     save_file({k: v.to(torch.float16) if v.dim() >= 2 else v for k, v in state.items()},
               str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     shutil.copy(tiny_model_dir / "config.json", tmp_path / "config.json")
-    model = load_half_model(tmp_path, kernels)
+    model = load_half_model(tmp_path, model_kernels)
     weight = model.model.layers[0].mlp.up_proj.weight
     assert weight.dtype == torch.float16
     assert str(tmp_path / "model.safetensors") in _mapped_files(weight.data_ptr())
@@ -100,9 +90,9 @@ def test_a_float16_file_is_viewed_not_copied(tiny_model_dir, tmp_path, kernels):
     assert torch.equal(norm, state["model.layers.0.input_layernorm.weight"])
 
 
-def test_matrices_the_kernel_cannot_multiply_stay_float32(kernels):
+def test_matrices_the_kernel_cannot_multiply_stay_float32(model_kernels):
     model = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.Linear(8, 8), torch.nn.Embedding(10, 8))
-    assert use_half_weights(model, kernels) == 2
+    assert use_half_weights(model, model_kernels) == 2
     assert type(model[0]) is torch.nn.Linear and model[0].weight.dtype == torch.float32  # 12 % 8 != 0
     assert isinstance(model[1], HalfLinear) and model[1].weight.dtype == torch.float16
     assert isinstance(model[2], HalfEmbedding)

@@ -49,15 +49,6 @@ def kernels(request) -> library.DecodeKernels:
     return kernels_of(request.param)
 
 
-@pytest.fixture
-def model_kernels() -> library.DecodeKernels:
-    """The build that the models use here."""
-    kernels = library.load()
-    if kernels is None:
-        pytest.skip(f"the kernels can't be loaded here: {library.unavailable()}")
-    return kernels
-
-
 def test_without_kernels_the_tests_that_need_them_skip(monkeypatch, tmp_path):
     """No compiler (or a CPU without AVX2): `load` gives None, and a kernel test is skipped
     with the reason, not passed."""
