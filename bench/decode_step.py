@@ -4,12 +4,13 @@
 
 The default model after a prompt of `--context` tokens of typing.py; the milliseconds (p50 over
 `--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
-- `float32`: transformers' model as loaded, float32 weights, PyTorch's SDPA attention;
-- `float16_torch`: float16 weight copies through PyTorch's product (no kernels);
-- `kernels`: float16 copies through `decode_kernels` (products and attention);
+- `kernels`: the one float16 copy of the weights through `decode_kernels` (products and
+  attention), transformers' layer code around them;
 - `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`).
-Also whether a pass over 8 tokens gives, row for row, the bits of 8 single steps (what keeps
-speculative decoding's output identical), per configuration.
+(The float32 weights and PyTorch's products are gone from the runtime: `half_weights`.) Also
+the prompt's cost (ms per prompt token, p50 over 3 passes) and whether a pass over 8 tokens
+gives, row for row, the bits of 8 single steps (what keeps speculative decoding's output
+identical), per configuration.
 """
 
 from __future__ import annotations
@@ -29,20 +30,10 @@ from _util import STDLIB  # noqa: E402
 
 def configure(runtime, name: str, pristine_forward) -> None:
     """Put the loaded runtime's model into configuration `name` (see the module doc)."""
-    from lsp_server.model.kernels.library import ATTENTION_NAME, load
-    from lsp_server.model.kernels.half_weights import SmallBatchLinear
-
-    model = runtime.model
-    kernels = load()
     for layer, forward in pristine_forward.items():
         layer.__dict__.pop("forward", None)  # the class's own forward
         if name == "fused":
             layer.forward = forward
-    for m in model.modules():
-        if isinstance(m, SmallBatchLinear):
-            m.max_half_rows = 0 if name == "float32" else 32
-            m.kernel = kernels if name in ("kernels", "fused") else None
-    model.set_attn_implementation(ATTENTION_NAME if name in ("kernels", "fused") else "sdpa")
 
 
 def main(argv=None) -> int:
@@ -68,11 +59,15 @@ def main(argv=None) -> int:
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
               "kernels": kernels.isa if kernels else None,
               "fused_layers": len(fused), "configurations": {}}
-    for name in ("float32", "float16_torch", "kernels", "fused"):
-        if name in ("kernels", "fused") and kernels is None:
-            continue  # the kernels could not be built here
+    for name in ("kernels", "fused"):
+        if kernels is None:
+            break  # the kernels could not be built here: the runtime is float32 PyTorch
         configure(runtime, name, fused)
-        _, past = runtime.forward(ids[: args.context], None)
+        prompt_ms = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            _, past = runtime.forward(ids[: args.context], None)
+            prompt_ms.append((time.perf_counter() - t0) * 1000 / args.context)
         ms = {}
         for n in range(1, 10):
             times = []
@@ -89,7 +84,8 @@ def main(argv=None) -> int:
             row, _ = runtime.forward(ids[args.context + j : args.context + j + 1], past, keep=1)
             same += bool(torch.equal(row[0], together[j]))
         rewind(past, args.context)
-        report["configurations"][name] = {"ms_by_tokens": ms, "verification_rows_identical": f"{same}/8"}
+        report["configurations"][name] = {"ms_by_tokens": ms, "verification_rows_identical": f"{same}/8",
+                                          "prompt_ms_per_token": round(float(np.percentile(prompt_ms, 50)), 3)}
         print(name, ms, file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
     return 0

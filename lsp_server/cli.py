@@ -104,10 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .allocator import give_back_freed_memory
     from .threads import use_fair_threads
 
     if "torch" not in sys.modules:  # a caller that imported torch already keeps its own settings
         use_fair_threads()
+    give_back_freed_memory()  # freed tensors' memory goes back to the system (docs/memory.md)
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -44,6 +44,18 @@ def compiled(compiled_full):
     return compiled_full
 
 
+@pytest.fixture
+def model_kernels():
+    """The build of the CPU kernels that the models use here (`library.load()`); the test is
+    skipped, with the reason, where they can't be loaded."""
+    from lsp_server.model.kernels import library
+
+    kernels = library.load()
+    if kernels is None:
+        pytest.skip(f"the kernels can't be loaded here: {library.unavailable()}")
+    return kernels
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     return make_tiny_model_dir(Path(os.environ["SYNTAXLOCK_CACHE"]) / "tiny-model")

@@ -21,7 +21,7 @@ import torch
 
 from lsp_server.model.kernels import library
 from lsp_server.model.kernels.boundary import KernelArgumentError
-from lsp_server.model.kernels.half_weights import use_half_weights_for_decoding
+from lsp_server.model.kernels.half_weights import use_half_weights
 
 # under the sanitizer (see test_kernel_tests_pass_under_address_sanitizer): the ASan builds
 # are the ones `library.load` gives
@@ -47,15 +47,6 @@ def kernels_of(wide: bool) -> library.DecodeKernels:
 @pytest.fixture(params=[False, True], ids=["avx2", "avx512"])
 def kernels(request) -> library.DecodeKernels:
     return kernels_of(request.param)
-
-
-@pytest.fixture
-def model_kernels() -> library.DecodeKernels:
-    """The build that the models use here."""
-    kernels = library.load()
-    if kernels is None:
-        pytest.skip(f"the kernels can't be loaded here: {library.unavailable()}")
-    return kernels
 
 
 def test_without_kernels_the_tests_that_need_them_skip(monkeypatch, tmp_path):
@@ -98,7 +89,7 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir,
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     reference = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
-    use_half_weights_for_decoding(model)
+    use_half_weights(model, model_kernels)
     assert library.use_row_attention(model)
     ids = torch.randint(0, model.config.vocab_size, (1, 60), generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
@@ -151,7 +142,7 @@ def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kern
 
     reference = _small_llama()
     model = _small_llama()
-    use_half_weights_for_decoding(model)
+    use_half_weights(model, model_kernels)
     assert use_fused_layers(model) == 3
     ids = torch.randint(0, 512, (1, 90), generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
@@ -172,7 +163,7 @@ def test_layers_the_kernel_does_not_compute_keep_their_own_forward():
 
     assert use_fused_layers(_small_llama(attention_bias=True)) == 0  # biases: not plain Llama
     model = _small_llama()
-    assert use_fused_layers(model) == 0  # float32 weights without decode_weights' copies
+    assert use_fused_layers(model) == 0  # float32 weights, not half_weights' float16 ones
 
 
 # ---------------------------------------------------------------- the boundary

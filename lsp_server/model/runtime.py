@@ -6,9 +6,11 @@ with a reusable KV cache.
   (`converted_weights`), so the next start loads in well under 5 s.
 - a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
   pickled checkpoints, `trust_remote_code=False`).
-- device `auto`: CUDA when present (bf16), else CPU (float32, with float16 copies of the
-  weights for decoding steps: `kernels.half_weights`; decoding steps and verification passes
-  through our kernels where they build: `kernels.library`, `kernels.fused_layers`).
+- device `auto`: CUDA when present (bf16), else CPU: one float16 copy of the weights,
+  memory-mapped from the converted file, for prompts and decoding steps alike, multiplied by
+  our kernels (`half_model`, `kernels.half_weights`; decoding steps and verification passes
+  through whole-layer kernels: `kernels.library`, `kernels.fused_layers`); float32 where the
+  kernels can't be built.
 
 """
 
@@ -118,10 +120,32 @@ class ModelRuntime:
         return out.logits[0].float(), getattr(out, self.cache_keyword)
 
 
+def _load_weights(wdir, dev: torch.device, kernels) -> torch.nn.Module:
+    """The model for `dev`: with `kernels` (the CPU's), one float16 copy of the matrices,
+    memory-mapped from the file where it holds float16 (`half_model`), with the kernels'
+    attention and fused layers; else bfloat16 on CUDA, float32 on the CPU."""
+    if kernels is not None:
+        from .half_model import load_half_model
+        from .kernels.fused_layers import use_fused_layers
+        from .kernels.library import use_row_attention
+
+        model = load_half_model(wdir, kernels)
+        use_row_attention(model)
+        use_fused_layers(model)
+        return model
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(wdir), dtype=dtype, use_safetensors=True,
+                                                 trust_remote_code=False)
+    return model.to(dev).eval()
+
+
 def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None,
                half_decode: bool = True) -> ModelRuntime:
     """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory. On the CPU,
-    `half_decode` gives decoding steps float16 copies of the weights (`half_weights`)."""
+    `half_decode` keeps one float16 copy of the weights for every product, through our kernels
+    where they build here (`half_model`); without it, or without the kernels, float32."""
     t0 = time.perf_counter()
     from transformers.utils import logging as hf_logging
 
@@ -141,24 +165,15 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
     has_st = any(wdir.glob("*.safetensors"))
     if not has_st:
         raise ModelLoadError(f"{wdir} has no .safetensors weights (pickled checkpoints are never loaded)")
-    from transformers import AutoModelForCausalLM
+    kernels = None
+    if half_decode and dev.type == "cpu":
+        from .kernels.library import load as load_kernels
 
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        kernels = load_kernels()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(wdir), dtype=dtype, use_safetensors=True, trust_remote_code=False
-        )
+        model = _load_weights(wdir, dev, kernels)
     except Exception as e:
         raise ModelLoadError(f"cannot load the model in {wdir}: {e}") from e
-    model.to(dev).eval()
-    if half_decode and dev.type == "cpu":
-        from .kernels.library import use_row_attention
-        from .kernels.half_weights import use_half_weights_for_decoding
-        from .kernels.fused_layers import use_fused_layers
-
-        use_half_weights_for_decoding(model)
-        use_row_attention(model)
-        use_fused_layers(model)
     if model.config.vocab_size < tok.vocab.size:
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields, replace
 from collections.abc import Callable
 
 from ..decoding.engine import CompletionRequest, CompletionResult
+from ..model.memory_parts import array_bytes, mapped_parts, model_bytes, process_memory
 from ..options import EngineOptions
 
 log = logging.getLogger(__name__)
@@ -344,6 +345,19 @@ class EngineHost:
             return {}
         return {"documents": len(cache.documents()), "memory_mb": round(cache.memory_bytes() / (1 << 20), 1),
                 **cache.stats}
+
+    def memory_report(self) -> dict:
+        """The process's resident memory (KiB, `memory_parts`) and what the engine holds (bytes):
+        the model's weights by dtype, the mask store's tables."""
+        out = {"process_kib": process_memory(), "parts_kib": mapped_parts()}
+        engine = self._engine
+        model = getattr(getattr(engine, "runtime", None), "model", None)
+        store = getattr(getattr(engine, "compiled", None), "store", None)
+        if model is not None:
+            out["model_bytes"] = model_bytes(model)
+        if store is not None:
+            out["mask_store_bytes"] = array_bytes(store)
+        return out
 
     def forget(self, uri: str) -> None:
         ticket = self._tickets.pop(uri, None)

@@ -382,7 +382,8 @@ def cmd_stats(ls: SyntaxlockServer, *args) -> dict:
 
 def cmd_status(ls: SyntaxlockServer, *args) -> dict:
     return ls.host.describe() | {"settings": ls.options.to_json(), "documents": ls.documents.describe(),
-                                 "workAhead": ls.work_ahead.report(), "kvCache": ls.host.cache_report()}
+                                 "workAhead": ls.work_ahead.report(), "kvCache": ls.host.cache_report(),
+                                 "memory": ls.host.memory_report()}
 
 
 def create_server() -> SyntaxlockServer:

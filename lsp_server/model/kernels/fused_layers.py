@@ -3,7 +3,7 @@
 A decoding step of SmolLM2-135M runs ~40 PyTorch operations per layer (norms, three
 projections, rotary embedding, cache update, attention, MLP, residuals): on this 2-core CPU their
 dispatch cost as much as the weights' reading. `use_fused_layers(model)` gives each decoder layer
-of a float32 Llama model (with `half_weights`' float16 copies and `GrowingCache`) a forward that
+of a Llama model with `half_weights`' float16 weights (and a `GrowingCache`) a forward that
 hands passes of at most `MAX_ATTENTION_ROWS` rows to `library`' `llama_layer`; prompts,
 other caches and models that aren't plain Llama keep transformers' own code. Cancellation hooks
 (`kv_cache.StopBetweenLayers`) still run before every layer.
@@ -17,7 +17,7 @@ from functools import partial
 import torch
 
 from .library import MAX_ATTENTION_ROWS, DecodeKernels, LayerWeights, load
-from .half_weights import SmallBatchLinear
+from .half_weights import HalfLinear
 from ..kv_cache import GrowingCache, GrowingLayer
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def _projections(layer) -> list:
 
 def layer_fits(layer, config) -> bool:
     """The kernel computes exactly this layer's arithmetic: plain Llama (no biases, no q/k norms,
-    SiLU MLP), float16 decoding weights with the kernel, dimensions multiples of 8."""
+    SiLU MLP), `HalfLinear` projections (float16 weights, the kernel), dimensions multiples of 8."""
     try:
         attn = layer.self_attn
         projections = _projections(layer)
@@ -42,7 +42,7 @@ def layer_fits(layer, config) -> bool:
         and config.hidden_act == "silu"
         and getattr(config, "pretraining_tp", 1) == 1
         and not hasattr(attn, "q_norm")
-        and all(isinstance(p, SmallBatchLinear) and p.bias is None and p.kernel is not None for p in projections)
+        and all(isinstance(p, HalfLinear) and p.bias is None for p in projections)
         and all(d % 8 == 0 for d in dims)
         and type(layer.input_layernorm).__name__.endswith("RMSNorm")
     )
@@ -86,7 +86,7 @@ def use_fused_layers(model: torch.nn.Module) -> int:
             attn = module.self_attn
             weights = kernels.layer_weights(
                 module.input_layernorm.weight, module.post_attention_layernorm.weight,
-                module.input_layernorm.variance_epsilon, [p.weight_half for p in _projections(module)],
+                module.input_layernorm.variance_epsilon, [p.weight for p in _projections(module)],
                 config.num_attention_heads, config.num_key_value_heads, attn.head_dim,
                 config.intermediate_size, attn.scaling,
             )
