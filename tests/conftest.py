@@ -19,6 +19,18 @@ os.environ.setdefault("SYNTAXLOCK_CACHE", str(ROOT / ".cache" / "tests"))
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` run only where torch sees a CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 def _is_test_file(p: Path) -> bool:
     parts = p.relative_to(STDLIB).parts
     return any(x in ("test", "tests", "idle_test") for x in parts[:-1])
