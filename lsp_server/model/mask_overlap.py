@@ -10,9 +10,37 @@ been reached when the mask was done, so all of that mask's time was hidden).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
+
+
+class OverlapTotals:
+    """The tallies of every decoding pass of the process, summed (the benchmark and the stats
+    read `TOTALS`; each pass adds its own when it ends)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sums = {"masks": 0, "mask_ms": 0.0, "overlapped_ms": 0.0, "hidden_ms": 0.0}
+
+    def add(self, tally: MaskOverlap) -> None:
+        with self._lock:
+            self._sums["masks"] += tally.masks
+            self._sums["mask_ms"] += tally.total_ms
+            self._sums["overlapped_ms"] += tally.overlapped_ms
+            self._sums["hidden_ms"] += tally.hidden_ms
+
+    def to_json(self) -> dict:
+        with self._lock:
+            s = dict(self._sums)
+        share = s["overlapped_ms"] / s["mask_ms"] if s["mask_ms"] else 0.0
+        hidden = s["hidden_ms"] / s["mask_ms"] if s["mask_ms"] else 0.0
+        return {k: round(v, 3) for k, v in s.items()} | {"overlapped_share": round(share, 4),
+                                                          "hidden_share": round(hidden, 4)}
+
+
+TOTALS = OverlapTotals()
 
 
 @dataclass
@@ -54,6 +82,10 @@ class MaskOverlap:
     def step(self, forced: bool) -> None:
         """The step's mask left one token (`forced`) or a choice."""
         self.after_forced = forced
+
+    def close(self) -> None:
+        """The decoding pass ended: its tally joins the process's `TOTALS`."""
+        TOTALS.add(self)
 
     @property
     def share(self) -> float:
