@@ -250,7 +250,6 @@ class DecodeGraphs:
         self.decoder = decoder
         dev = decoder.device
         self.start = torch.zeros((), dtype=torch.long, device=dev)
-        self._host = torch.zeros(max(sizes), dtype=torch.long, pin_memory=True)
         self._ids: dict[int, torch.Tensor] = {}
         self._out: dict[int, torch.Tensor] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -281,9 +280,9 @@ class DecodeGraphs:
     def replay(self, ids: list[int], start: int) -> torch.Tensor:
         """The logits of all `len(ids)` positions (a copy: the graphs' outputs share a pool)."""
         n = len(ids)
-        host = self._host[:n]
-        host.numpy()[:] = ids  # the previous replay's copy was awaited when its logits were read
-        self._ids[n][0].copy_(host, non_blocking=True)
+        # from pageable memory, asynchronously: the driver stages the ids before returning, so
+        # no host buffer is shared with a copy still queued behind earlier passes, and nothing waits
+        self._ids[n][0].copy_(torch.tensor(ids, dtype=torch.long), non_blocking=True)
         self.start.fill_(start)
         self._graphs[n].replay()
         return self._out[n].clone()

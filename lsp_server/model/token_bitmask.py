@@ -77,21 +77,16 @@ def masked_argmax(logits: torch.Tensor) -> int | None:
 
 
 class BitmaskUpload:
-    """A bool mask packed on the host and copied to `device` into one buffer reused every step
-    (pinned host memory on CUDA, so the copy is asynchronous; the next step writes the host
-    buffer only after this step's token was read, which waited for the copy)."""
+    """A bool mask packed on the host and copied into one device buffer reused every step. The
+    copy is asynchronous from pageable memory: the driver stages the words before the call
+    returns, so the host side is never shared with a copy still queued, and nothing waits."""
 
     def __init__(self, vocab_size: int, device: torch.device) -> None:
         self.vocab_size = int(vocab_size)
         self.device = torch.device(device)
-        w = words_for(self.vocab_size)
-        pin = self.device.type == "cuda"
-        self.host = torch.zeros(w, dtype=torch.int32, pin_memory=pin)
-        self.on_device = self.host if self.device.type == "cpu" else torch.zeros(w, dtype=torch.int32, device=self.device)
+        self.on_device = torch.zeros(words_for(self.vocab_size), dtype=torch.int32, device=self.device)
 
     def __call__(self, mask: np.ndarray) -> torch.Tensor:
         """The device's packed copy of `mask` (valid until the next call)."""
-        self.host.numpy()[:] = pack_mask(mask, self.vocab_size)
-        if self.on_device is not self.host:
-            self.on_device.copy_(self.host, non_blocking=True)
+        self.on_device.copy_(torch.from_numpy(pack_mask(mask, self.vocab_size)), non_blocking=True)
         return self.on_device
