@@ -62,7 +62,10 @@ class Sampler:
 
 def masked_logits(logits: torch.Tensor, mask: np.ndarray | None, banned: set[int]) -> torch.Tensor:
     """Logits with disallowed tokens at -inf (`mask` covers the tokenizer's vocabulary; logits
-    past it, padding rows of some models, are never allowed)."""
+    past it, padding rows of some models, are never allowed). Logits on an accelerator are
+    masked there (`device_masked_logits`)."""
+    if logits.device.type != "cpu":
+        return device_masked_logits(logits, mask, banned)
     out = logits.clone()
     n = out.shape[0]
     if mask is not None:
