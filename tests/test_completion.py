@@ -209,8 +209,9 @@ def test_newline_in_a_docstring_ends_a_single_line_completion(compiled):
     assert compiles(accept(text, off, r))
 
 
-def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
-    # after `x = y if z els` the grammar allows a single token, `e`: no model call for it
+def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, launch_early: bool | None = None):
+    """Decode after `prefix` with a scripted model that writes `script`: (the outcome, the
+    stepper, the forward passes it asked for)."""
     from lsp_server.decoding.loop import ModelStepper, decode
     from lsp_server.decoding.sampling import Sampler
     from lsp_server.decoding.stopping.compatibility import Compatibility
@@ -219,8 +220,7 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     from mask_store.matcher import GrammarMatcher
 
     comp, tok = compiled
-    prefix = b"x = y if z els"
-    runtime = ScriptedRuntime(tok, prefix + b"e 0\n")
+    runtime = ScriptedRuntime(tok, script)
     logits, past = runtime.forward(tok.encode(prefix.decode()))
     calls = len(runtime.calls)
     matcher = GrammarMatcher.from_prefix(comp, prefix)
@@ -228,12 +228,19 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     ctx = cursor_context(prefix.decode(), "\n")
     compat = Compatibility(matcher_parser(comp), prefix, b"\n", b"")
     policy = StopPolicy(ctx, LineScanner(comp.lexer), compat, prefix[st.lexeme_start :], b"", 0, 0)
-    out = decode(ModelStepper(runtime.forward, logits[-1], past), matcher, comp.tokens, {0, 2},
-                 Sampler(), policy, 16)
+    stepper = ModelStepper(runtime.forward, logits[-1], past, launch_early=launch_early)
+    out = decode(stepper, matcher, comp.tokens, {0, 2}, Sampler(), policy, max_tokens)
+    return out, stepper, len(runtime.calls) - calls
+
+
+def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
+    # after `x = y if z els` the grammar allows a single token, `e`: no model call for it
+    _, tok = compiled
+    out, _, calls = scripted_decode(compiled, b"x = y if z els", b"x = y if z else 0\n", 16)
     assert out.tokens[0] == tok.vocab.by_bytes[b"e"] and out.forced >= 1
     assert out.generated[: out.stop.cut] == b"e 0"
     # one forward pass per sampled token: the forced one was never asked of the model
-    assert len(runtime.calls) - calls == out.sampled == len(out.tokens) - out.forced
+    assert calls == out.sampled == len(out.tokens) - out.forced
 
 
 def matcher_parser(comp):

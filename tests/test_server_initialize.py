@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_lsp
+import torch
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
@@ -61,7 +62,8 @@ async def test_status_progress_and_log(client: LanguageClient, tiny_model_dir):
     status = await command(client, "syntaxlock.status")
     assert status["state"] == "ready"
     assert set(status) >= {"state", "message", "model", "device", "store"}
-    assert status["device"] == "cpu"
+    # device auto: what this machine has (lsp_server.model.runtime.pick_device)
+    assert status["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     # a bad value is shown and the default kept; an unknown key is ignored without a complaint
     (shown,) = [m.message for m in client.messages if "temperature" in m.message]
     assert "hot" in shown

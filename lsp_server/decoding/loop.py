@@ -6,10 +6,12 @@ otherwise run the model on the pending tokens, mask its logits and sample. Every
 goes to the `StopPolicy`, which may end the completion or reject the token (it would end the
 line where the file can't go on): the token is then rolled back and banned for this step.
 
-The mask is computed before the forward pass rather than beside it: fast-forward needs it to
-decide whether the model runs at all, and it costs ~0.3 ms on average against ~45 ms for a
-forward pass of the default model on this CPU (`GrammarMatcher.next_token_mask_async` is there
-for callers that prefer the overlap).
+On the CPU the mask is computed before the forward pass rather than beside it: fast-forward
+needs it to decide whether the model runs at all, and it costs ~0.3 ms on average against ~45 ms
+for a forward pass of the default model on this CPU. On CUDA, where a forward pass is only
+queued, the pending tokens' pass is launched first and the mask computed while the device runs
+it (`ModelStepper.launch`; not after a fast-forward, so forced runs are still fed together), and
+`MaskOverlap` tallies how much of the mask time that hid (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import torch
 
 from mask_store.matcher import GrammarMatcher
 
+from ..model.device_timing import ForwardClock
 from ..model.kv_cache import ForwardCancelled, rewind
+from ..model.mask_overlap import MaskOverlap
 from .fast_forward import forced_token
 from .sampling import Sampler, choose
 from .stopping.decision import Decision, Stop, StopReason, Verdict
@@ -46,15 +50,25 @@ class DecodeOutcome:
 
 class ModelStepper:
     """The model side of the loop: logits after everything fed so far, tokens waiting to be fed
-    with the next forward pass, and the KV cache they grow."""
+    with the next forward pass, and the KV cache they grow. Forward passes are timed on the
+    device that runs them (`ForwardClock`: CUDA events, read once the pass is over)."""
 
-    def __init__(self, forward: Callable, logits: torch.Tensor, past, on_forward=None) -> None:
+    def __init__(self, forward: Callable, logits: torch.Tensor, past, on_forward=None,
+                 launch_early: bool | None = None) -> None:
         self._forward = forward
         self.logits = logits
         self.past = past
         self.pending: list[int] = []
         self.forward_ms: list[float] = []
         self.on_forward = on_forward  # (tokens fed, ms) for the speculation cost estimates
+        self.clock = ForwardClock(logits.device, self._timed)
+        # launch_early None: where the device runs asynchronously (CUDA)
+        self.overlap = MaskOverlap(logits.device, launch_early)
+
+    def _timed(self, tokens: int, ms: float) -> None:
+        self.forward_ms.append(ms)
+        if self.on_forward:
+            self.on_forward(tokens, ms)
 
     def feed(self, token: int) -> None:
         self.pending.append(token)
@@ -63,13 +77,19 @@ class ModelStepper:
         self.pending.pop()
 
     def _run(self, ids: list[int], keep: int = 1) -> torch.Tensor:
-        t0 = time.perf_counter()
+        self.clock.flush()
+        self.clock.begin()
         logits, self.past = self._forward(ids, self.past, keep)
-        ms = (time.perf_counter() - t0) * 1000
-        self.forward_ms.append(ms)
-        if self.on_forward:
-            self.on_forward(len(ids), ms)
+        self.clock.end(len(ids))
         return logits
+
+    def launch(self) -> None:
+        """On a device that runs asynchronously, start the forward pass over the pending tokens
+        now (before the step's mask is computed: the mask work then overlaps it). Pending
+        tokens after a fast-forward wait, so forced runs are still fed in one pass."""
+        if self.pending and self.overlap.enabled and not self.overlap.after_forced:
+            self.current_logits()
+            self.overlap.launched()
 
     def current_logits(self) -> torch.Tensor:
         if self.pending:
@@ -200,9 +220,11 @@ def decode(
             step_start, step_tokens = time.perf_counter(), len(out.tokens)  # for the step tallies
             mask = None
             if matcher is not None:
+                stepper.launch()  # CUDA: step t's forward runs while its mask is computed
                 t0 = time.perf_counter()
                 mask = matcher.next_token_mask()
                 out.mask_ms.append((time.perf_counter() - t0) * 1000)
+                stepper.overlap.masked(out.mask_ms[-1])
                 if first_only:
                     only = first_only[0](max(healed - len(generated), 0))
                     n = min(len(mask), len(only))
@@ -215,6 +237,7 @@ def decode(
                     if token in first_banned.pop():  # the grammar leaves no other token at this step
                         out.stop = Stop(0, StopReason.NO_CONTINUATION)
                         break
+                stepper.overlap.step(forced=token is not None)
                 if token is not None:  # fast-forward: the grammar leaves one token; the model isn't asked
                     stepper.feed(token)
                     decision = commit(token, True)
@@ -275,5 +298,7 @@ def decode(
     except ForwardCancelled:
         out.stop = Stop(0, StopReason.CANCELLED)
     out.generated = bytes(generated)
+    stepper.clock.finish()
+    stepper.overlap.close()
     out.forward_ms = stepper.forward_ms
     return out

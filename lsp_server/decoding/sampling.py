@@ -6,20 +6,36 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..model.token_bitmask import BitmaskUpload, apply_token_bitmask_inplace, masked_argmax
 from .speculation.acceptance import speculative_choice
 
 
 class Sampler:
-    """Greedy (temperature 0) or temperature + top-p sampling over masked logits."""
+    """Greedy (temperature 0) or temperature + top-p sampling over masked logits.
+
+    Random draws use a generator on the device of the tensors they draw from (`generator_for`:
+    one per device, made on first use and seeded with `seed`), so a seed gives the same
+    result on the same device, and CUDA logits never meet a CPU generator."""
 
     def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> None:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
-        self.generator = torch.Generator()
-        if seed is not None:
-            self.generator.manual_seed(int(seed))
-        else:
-            self.generator.seed()
+        self.seed = None if seed is None else int(seed)
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def generator_for(self, device: torch.device) -> torch.Generator:
+        """The sampler's generator on `device` (seeded with the sampler's seed when it has one)."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        g = self._generators.get(device)
+        if g is None:
+            g = self._generators[device] = torch.Generator(device=device)
+            if self.seed is not None:
+                g.manual_seed(self.seed)
+            else:
+                g.seed()
+        return g
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution sampling draws from (after temperature and top-p)."""
@@ -41,12 +57,15 @@ class Sampler:
         if self.temperature <= 0:
             return int(torch.argmax(logits))
         p = self.probabilities(logits)
-        return int(torch.multinomial(p, 1, generator=self.generator))
+        return int(torch.multinomial(p, 1, generator=self.generator_for(p.device)))
 
 
 def masked_logits(logits: torch.Tensor, mask: np.ndarray | None, banned: set[int]) -> torch.Tensor:
     """Logits with disallowed tokens at -inf (`mask` covers the tokenizer's vocabulary; logits
-    past it, padding rows of some models, are never allowed)."""
+    past it, padding rows of some models, are never allowed). Logits on an accelerator are
+    masked there (`device_masked_logits`)."""
+    if logits.device.type != "cpu":
+        return device_masked_logits(logits, mask, banned)
     out = logits.clone()
     n = out.shape[0]
     if mask is not None:
@@ -75,14 +94,58 @@ def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int]) -> i
     return int(allowed[int(torch.argmax(values))])
 
 
+def device_masked_logits(logits: torch.Tensor, mask: np.ndarray | None, banned: set[int]) -> torch.Tensor:
+    """`masked_logits` on the logits' device: the mask packed on the host, copied in one small
+    transfer and applied in place as a bitmask (`token_bitmask`), no index tensor for it."""
+    out = logits.clone()
+    if mask is not None:
+        apply_token_bitmask_inplace(out, bitmask_upload(out.shape[-1], out.device)(mask))
+    if banned:
+        out[list(banned)] = float("-inf")
+    return out
+
+
+_uploads: dict[tuple[torch.device, int], BitmaskUpload] = {}
+
+
+def bitmask_upload(vocab_size: int, device: torch.device) -> BitmaskUpload:
+    """The packed mask's buffers for logits of `vocab_size` on `device` (made once each)."""
+    key = (torch.device(device), int(vocab_size))
+    up = _uploads.get(key)
+    if up is None:
+        up = _uploads[key] = BitmaskUpload(vocab_size, device)
+    return up
+
+
 def choose(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None, q=None) -> int | None:
     """The token for one position (None: nothing allowed); with a drafted token, speculative
-    sampling keeps the target's distribution (greedy: plain argmax)."""
+    sampling keeps the target's distribution (greedy: plain argmax). Logits on an accelerator
+    are masked there with the packed bitmask, and a greedy choice is one device→host read."""
+    if row.device.type != "cpu":
+        return device_choice(sampler, row, mask, banned, draft, q)
     if sampler.temperature <= 0 and mask is not None:
         return greedy_choice(row, mask, banned)
     logits = masked_logits(row, mask, banned)
     if not torch.isfinite(logits).any():
         return None
+    return _draw(sampler, logits, draft, q)
+
+
+def device_choice(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None,
+                  q=None) -> int | None:
+    """`choose` with the mask applied on the row's device as a packed bitmask; greedy reads
+    the token and whether anything was allowed in one transfer. The CPU keeps `greedy_choice`
+    (it gathers only the allowed logits: faster there, docs/gpu.md)."""
+    logits = device_masked_logits(row, mask, banned)
+    best = masked_argmax(logits)
+    if best is None or sampler.temperature <= 0:
+        return best
+    return _draw(sampler, logits, draft, q)
+
+
+def _draw(sampler: Sampler, logits: torch.Tensor, draft: int | None, q) -> int:
+    """A token from masked logits with something allowed (speculative at a drafted position)."""
     if sampler.temperature <= 0 or draft is None:
         return sampler.choose(logits)
-    return speculative_choice(sampler.probabilities(logits), draft, q, sampler.generator)
+    p = sampler.probabilities(logits)
+    return speculative_choice(p, draft, q, sampler.generator_for(p.device))

@@ -6,11 +6,12 @@ with a reusable KV cache.
   (`converted_weights`), so the next start loads in well under 5 s.
 - a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
   pickled checkpoints, `trust_remote_code=False`).
-- device `auto`: CUDA when present (bf16), else CPU: one float16 copy of the weights,
-  memory-mapped from the converted file, for prompts and decoding steps alike, multiplied by
-  our kernels (`half_model`, `kernels.half_weights`; decoding steps and verification passes
-  through whole-layer kernels: `kernels.library`, `kernels.fused_layers`); float32 where the
-  kernels can't be built.
+- device `auto`: CUDA when present (bf16; Llama-family models decode through fixed-shape
+  passes replayed as CUDA graphs, warmed up at load: `static_decode`), else CPU: one float16
+  copy of the weights, memory-mapped from the converted file, for prompts and decoding steps
+  alike, multiplied by our kernels (`half_model`, `kernels.half_weights`; decoding steps and
+  verification passes through whole-layer kernels: `kernels.library`, `kernels.fused_layers`);
+  float32 where the kernels can't be built.
 
 """
 
@@ -28,6 +29,7 @@ from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
 from .converted_weights import ConversionError, weights_dir
 from .kv_cache import GrowingCache, StopBetweenLayers
+from .static_decode import GRAPH_SIZES, CapacityExceeded, StaticDecoder, build_static_decoder
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class ModelRuntime:
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopper: StopBetweenLayers | None = None  # cancellation between decoder layers
+    static: StaticDecoder | None = None  # CUDA: fixed-shape passes, graphs (static_decode.py)
 
     @property
     def vocab_size(self) -> int:
@@ -106,6 +109,11 @@ class ModelRuntime:
         computed: for a prompt of 1,000 tokens it would cost more than the model). `cancel()`
         is asked before each decoder layer: when it says so the pass stops, `past` is as it
         was, and `ForwardCancelled` is raised."""
+        if self.static is not None and not isinstance(past, GrowingCache):
+            try:
+                return self.static.forward(ids, past, keep, cancel)
+            except CapacityExceeded as e:  # a context past the static cache: transformers' cache
+                past = e.cache.to_growing()
         if past is None:
             past = GrowingCache()
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
@@ -178,5 +186,8 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"
         )
+    static = build_static_decoder(model) if dev.type == "cuda" else None
+    if static is not None:  # before `ready`: graph capture, library set-up, one prefill
+        log.info("static decoding path warmed up: %s", static.warm_up(sizes=GRAPH_SIZES))
     return ModelRuntime(model, tok, dev, find_fim(tok), time.perf_counter() - t0, src.name,
-                        stopper=StopBetweenLayers(model))
+                        stopper=StopBetweenLayers(model), static=static)

@@ -47,10 +47,11 @@ def choose_gamma(alpha: float, c: float, max_gamma: int = MAX_GAMMA, verify_rati
 
 def speculative_choice(p: torch.Tensor, draft: int, q: torch.Tensor | None, generator: torch.Generator) -> int:
     """One position of speculative sampling: keep `draft` with probability min(1, p/q), else
-    draw from norm(max(0, p − q)). `q` None: the draft was deterministic (q = one-hot)."""
+    draw from norm(max(0, p − q)). `q` None: the draft was deterministic (q = one-hot).
+    `generator` is on the device of `p` (its uniform draw is made there)."""
     pd = float(p[draft])
     qd = 1.0 if q is None else float(q[draft])
-    if qd > 0 and float(torch.rand(1, generator=generator)) < min(1.0, pd / qd):
+    if qd > 0 and float(torch.rand(1, generator=generator, device=generator.device)) < min(1.0, pd / qd):
         return draft
     if q is None:
         residual = p.clone()

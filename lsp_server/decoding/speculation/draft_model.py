@@ -40,4 +40,4 @@ class DraftModel:
         q = sampler.probabilities(row)
         if sampler.temperature <= 0:
             return int(torch.argmax(q)), q
-        return int(torch.multinomial(q, 1, generator=sampler.generator)), q
+        return int(torch.multinomial(q, 1, generator=sampler.generator_for(q.device))), q
