@@ -1,0 +1,126 @@
+"""The one object the decoding step calls: `IdentifierGuide.shape(row, mask, matcher, generated)`
+returns the step's logits and mask reshaped towards names that exist.
+
+While an identifier is open or about to start (`slots.slot_at` on the text; the grammar matcher
+says the text is not inside a string or a comment), the tokens that leave every known name
+there (`bad`: they write identifier bytes no known name continues with, or end the identifier
+on a name that is not known) lose `BIAS_NATS` of logit; in `CONSTRAIN` mode, after a closed
+receiver (`analysis.Receiver.closed`) read in an expression, they are masked instead. A mask
+that would leave nothing but the end of sequence is left as the grammar made it: the analysis
+never refuses a completion. Binding places (`SlotKind.FREE`) and `self.`/`cls.` at a statement's
+start (maybe an attribute being assigned) are left alone.
+
+Known names: at a name read in an expression, the names in scope (`ScopeAnalysis.names`) and the
+identifiers of the statement being written (a name the completion binds, `for item in ...`,
+and then reads); at a call's argument, also every identifier of the document (keyword
+arguments' names); after `receiver.`, the receiver's attributes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from .analysis import Names, ScopeAnalysis
+from .modes import IdentifierMode
+from .slots import Slot, SlotKind, slot_at
+from .token_index import IdentifierTokens
+
+# what a token leaving every known name loses: measured on both code sets (docs/identifiers.md)
+BIAS_NATS = 4.0
+TAIL = 4000  # bytes of the text before the cursor the slots are read from (slots.WINDOW)
+_STRING_TERMINALS = ("STRING", "LONG_STRING", "FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING", "COMMENT")
+_STRING_PREFIXES = frozenset(b"r b f u t rb br fr rf tr rt".split())
+_IDENTIFIER = re.compile(rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
+_OWN = (b"self", b"cls")
+
+
+class IdentifierGuide:
+    """Names analysis meets one completion's decoding (see the module docstring). Made per
+    completion; `shape` is called once per sampled position."""
+
+    def __init__(self, mode: IdentifierMode, scope: ScopeAnalysis, tokens: IdentifierTokens, compiled,
+                 before: bytes) -> None:
+        if mode is IdentifierMode.OFF:
+            raise ValueError("an IdentifierGuide for identifiers 'off': decode without one")
+        self.mode = mode
+        self.scope = scope
+        self.tokens = tokens
+        self.before = before[-TAIL:]  # the text before the cursor, healed bytes not included
+        grammar = compiled.recognizer.grammar
+        self._q_term = compiled.q_term
+        self._name = grammar.term_id["NAME"]
+        self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
+        self._eos = compiled.eos
+        self._cache: dict = {}
+        self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0}
+
+    def shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
+        """(logits, mask) for this step: unchanged, or as the module docstring says."""
+        terms = {self._q_term[c.q] for c in matcher.configs}
+        if terms & self._quiet:
+            return row, mask
+        text = self.before + generated
+        slot = slot_at(text[-TAIL:])
+        if slot.partial and self._name not in terms:
+            return row, mask
+        found = self._bad(slot, text)
+        if found is None:
+            return row, mask
+        bad, good, closed = found
+        n = min(len(bad), len(mask))
+        hit = np.zeros(len(mask), dtype=bool)
+        hit[:n] = bad[:n] & mask[:n]
+        if not hit.any():
+            return row, mask
+        self.stats["shaped"] += 1
+        if closed and self.mode is IdentifierMode.CONSTRAIN:
+            if (good[:n] & mask[:n]).any():  # a known name can still be written from here
+                self.stats["masked"] += 1
+                return row, mask & ~hit
+            self.stats["fallbacks"] += 1
+        shaped = row.clone()
+        idx = torch.from_numpy(np.flatnonzero(hit)).to(row.device)
+        shaped[idx] -= BIAS_NATS
+        return shaped, mask
+
+    def _bad(self, slot: Slot, text: bytes) -> tuple[np.ndarray, np.ndarray, bool] | None:
+        """The tokens that leave every known name at `slot`, those that go on towards one,
+        and whether the set is sure."""
+        kind = slot.kind
+        if kind in (SlotKind.NONE, SlotKind.FREE):
+            return None
+        closed = False
+        if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
+            receiver = self.scope.receivers.get(slot.receiver)
+            if receiver is None or (kind is SlotKind.ATTRIBUTE_TARGET and slot.receiver in _OWN):
+                return None
+            names = receiver.attributes
+            closed = receiver.closed and kind is SlotKind.ATTRIBUTE
+            key = (kind, slot.receiver, slot.partial)
+        else:
+            written = frozenset(_IDENTIFIER.findall(text[-400 : len(text) - len(slot.partial)]))
+            names = self.scope.names
+            key = (kind, slot.partial, written)
+            if key not in self._cache:
+                names = names.union(written)
+                if kind is SlotKind.ARGUMENT:
+                    names = names.union(self.scope.document_names)
+        if key not in self._cache:
+            self._cache[key] = self._leaving(names, slot, spaced=kind in (SlotKind.NAME, SlotKind.ARGUMENT))
+        return (*self._cache[key], closed)
+
+    def _leaving(self, names: Names, slot: Slot, spaced: bool) -> tuple[np.ndarray, np.ndarray]:
+        tok = self.tokens
+        p = slot.partial
+        rests = [n[len(p) :] for n in names.with_prefix(p)]
+        good = tok.toward(rests, spaced=spaced and not p)
+        if p:
+            writing = tok.continues.copy()
+            if p not in names and p.lower() not in _STRING_PREFIXES:
+                writing |= tok.ends_name  # the identifier would end on a name that is not known
+        else:
+            writing = tok.starts_name | tok.spaced_start if spaced else tok.starts_name.copy()
+        return writing & ~good, good
