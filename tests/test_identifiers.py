@@ -6,6 +6,8 @@ them end to end (work ahead makes the analysis, the request uses it)."""
 from __future__ import annotations
 
 
+import asyncio
+
 import pytest
 import torch
 
@@ -177,3 +179,47 @@ def test_the_option_is_checked():
     assert EngineOptions(identifiers="bias").validated().identifiers == "bias"
     with pytest.raises(OptionError, match="identifiers"):
         EngineOptions(identifiers="strict").validated()
+
+
+async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
+    """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
+    pause makes the analysis, and the request after it masks the attribute that does not exist."""
+    from lsprotocol import types
+
+    from lsp_server.server.documents import DocumentStore
+    from lsp_server.server.engine_host import EngineHost
+    from lsp_server.server.suggester import Suggester
+    from lsp_server.server.telemetry import Telemetry
+    from lsp_server.server.work_ahead import WorkAhead
+
+    off = SHOP.index("|")
+    text = SHOP[:off] + SHOP[off + 1 :]
+    line, ch = SHOP[:off].count("\n"), off - SHOP[:off].rfind("\n") - 1
+    engines = []
+
+    def loader(options, progress):
+        comp, tok = compiled
+        runtime = LeaningRuntime(ScriptedRuntime(tok, (SHOP[:off] + "custmers)\n").encode()),
+                                 ScriptedRuntime(tok, (SHOP[:off] + "customers)\n").encode()), 1000.0)
+        engines.append(CompletionEngine(options, runtime, comp))
+        return engines[-1]
+
+    host = EngineHost(lambda status: None, loader=loader)
+    host.configure(EngineOptions(model="scripted", speculative=False, canonical=False, mode="single",
+                                 identifiers="constrain"))
+    while not host.ready:
+        await asyncio.sleep(0.01)
+    docs = DocumentStore()
+    ahead = WorkAhead(docs, host, enabled=lambda: True, pause_s=0.01)
+    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True, work_ahead=ahead)
+    uri = "file:///shop.py"
+    docs.open(uri, "python", 1, text)
+    ahead.cursor(uri, 1, line, ch)
+    for _ in range(12000):  # a guard against hangs, not a timing check (jedi starts cold)
+        if engines[0].names.ready(uri, text, line) is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert engines[0].names.ready(uri, text, line) is not None
+    got = await suggester.suggest(uri, types.Position(line, ch), None, None)
+    assert got is not None and got.text == "customers)"
+    host.shutdown()

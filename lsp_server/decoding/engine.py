@@ -165,7 +165,8 @@ class CompletionEngine:
         from .identifiers.analyses import NameAnalyses
         from .identifiers.token_index import IdentifierTokens
 
-        self.names = NameAnalyses()  # made ahead of the requests (`names_ahead`), never waited for
+        # made ahead of the requests (`names_ahead`), never waited for, never beside one
+        self.names = NameAnalyses(busy=self._lock.locked)
         self._identifier_tokens = IdentifierTokens(compiled.tokens[: compiled.V], vocab.by_bytes,
                                                    frozenset(vocab.special))
 

@@ -7,7 +7,8 @@ document, line and text, and decodes without one when it is not ready; it never 
     analyses.ready(uri, text, line)        # a ScopeAnalysis, or None (not made yet, or failed)
     analyses.wait(uri, text, line, 30.0)   # the CLI and benchmarks: made now if need be
 
-Only the newest request of a document is made (one waiting at most: typing replaces it), and a
+The analysis never runs beside a request: between two of jedi's queries (~10-100 ms each, warm)
+it waits while `busy()` says a request or a prefill holds the engine. Only the newest request of a document is made (one waiting at most: typing replaces it), and a
 document keeps its last `KEEP` analyses. jedi raises on code it can't read now and then; the
 analysis is then None and the request decodes without it (logged, never raised to a request).
 """
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .analysis import ScopeAnalysis, analyse, line_key
 
 log = logging.getLogger(__name__)
 
+BUSY_POLL_S = 0.01  # how often a waiting analysis looks whether the engine is free
 KEEP = 4  # analyses kept per document (lines the user moves between)
 DOCUMENTS = 8  # documents kept (least recently used out first)
 
@@ -39,7 +43,8 @@ def _path(uri: str) -> str | None:
 class NameAnalyses:
     """See the module docstring. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy: Callable[[], bool] = lambda: False) -> None:
+        self._busy = busy
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="names")
         self._lock = threading.Lock()
         self._done: OrderedDict[str, OrderedDict[str, ScopeAnalysis | None]] = OrderedDict()
@@ -77,9 +82,13 @@ class NameAnalyses:
             self._done.pop(uri, None)
             self._memo.pop(uri, None)
 
+    def _wait_idle(self) -> None:
+        while self._busy():
+            time.sleep(BUSY_POLL_S)
+
     def _make(self, uri: str, key: str, text: str, line: int) -> ScopeAnalysis | None:
         try:
-            result = analyse(text, line, _path(uri), self._memo.setdefault(uri, {}))
+            result = analyse(text, line, _path(uri), self._memo.setdefault(uri, {}), self._wait_idle)
         except Exception:  # jedi's internals on unreadable code: decode without (the module docstring)
             log.exception("names analysis of %s at line %d failed", uri, line + 1)
             result = None

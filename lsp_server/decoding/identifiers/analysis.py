@@ -25,6 +25,7 @@ import hashlib
 import keyword
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jedi
@@ -91,15 +92,17 @@ def line_key(text: str, line: int) -> str:
     return f"{line}:" + hashlib.blake2b(rest.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def analyse(text: str, line: int, path: str | None = None, memo: dict | None = None) -> ScopeAnalysis:
+def analyse(text: str, line: int, path: str | None = None, memo: dict | None = None,
+            between: Callable[[], None] = lambda: None) -> ScopeAnalysis:
     """The analysis of `text` at 0-based `line` (see the module docstring). `memo`: module
     receivers kept across analyses of one document, keyed by the document's import lines (what
-    a module's name refers to does not depend on the cursor)."""
+    a module's name refers to does not depend on the cursor). `between` is called between
+    jedi's queries (the caller waits there while a request decodes)."""
     with _JEDI:
-        return _analyse(text, line, path, {} if memo is None else memo)
+        return _analyse(text, line, path, {} if memo is None else memo, between)
 
 
-def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysis:
+def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callable[[], None]) -> ScopeAnalysis:
     imports = "\n".join(re.findall(r"^[ \t]*(?:import|from)[ \t].*$", text, re.M))
     lines = text.split("\n")
     line = min(max(line, 0), len(lines) - 1)
@@ -113,6 +116,7 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
     module_names = [n.name for n in script.get_names(all_scopes=False, definitions=True)]
     names = Names([c.name for c in here] + module_names + keyword.kwlist + keyword.softkwlist)
     document_names = Names(_IDENTIFIER.findall(text))
+    between()
     classes = _file_classes(script, lines)
     candidates: list[tuple[str, str]] = []  # (receiver, kind)
     for c in here:
@@ -133,6 +137,7 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
             if memo[key] is not None:
                 receivers[name.encode()] = memo[key]
             continue
+        between()
         synthetic = script_with(f"{indent}{name}.")
         listed = synthetic.complete(line + 1, len(indent) + len(name) + 1)
         if not listed:
