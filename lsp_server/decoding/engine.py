@@ -74,6 +74,7 @@ class CompletionResult:
     names_ready: bool = False  # the names analysis was ready and guided the decoding (decoding/identifiers)
     names_shaped: int = 0  # steps whose logits or mask it reshaped
     names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
+    names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
 
     def to_json(self) -> dict:
         return asdict(self) | {"stop_reason": str(self.stop_reason)}
@@ -499,6 +500,7 @@ class CompletionEngine:
             names_ready=guide is not None,
             names_shaped=guide.stats["shaped"] if guide else 0,
             names_masked=guide.stats["masked"] if guide else 0,
+            names_ms=round(guide.stats["ms"], 2) if guide else 0.0,
         )
 
     def _identifier_guide(self, req: CompletionRequest, opts: EngineOptions, compiled, before: bytes):

@@ -19,6 +19,7 @@ arguments' names); after `receiver.`, the receiver's attributes.
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import torch
@@ -55,10 +56,17 @@ class IdentifierGuide:
         self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
         self._eos = compiled.eos
         self._cache: dict = {}
-        self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0}
+        self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0, "ms": 0.0}
 
     def shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
         """(logits, mask) for this step: unchanged, or as the module docstring says."""
+        t0 = time.perf_counter()
+        try:
+            return self._shape(row, mask, matcher, generated)
+        finally:
+            self.stats["ms"] += (time.perf_counter() - t0) * 1000
+
+    def _shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
         terms = {self._q_term[c.q] for c in matcher.configs}
         if terms & self._quiet:
             return row, mask
