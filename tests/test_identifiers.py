@@ -151,7 +151,8 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("for x in ite", SlotKind.NAME, b"ite", b""),
     ("x = foo(a, ", SlotKind.ARGUMENT, b"", b""),
     ("x = foo(\n    a,\n    b", SlotKind.ARGUMENT, b"b", b""),
-    ("    ret", SlotKind.FREE, b"ret", b""),
+    ("    ret", SlotKind.STATEMENT, b"ret", b""),
+    ("@dec", SlotKind.FREE, b"dec", b""),
     ("a, ", SlotKind.FREE, b"", b""),
     ("x = 12", SlotKind.NONE, b"", b""),
     ("x = f().", SlotKind.NONE, b"", b""),
@@ -223,3 +224,29 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
     got = await suggester.suggest(uri, types.Position(line, ch), None, None)
     assert got is not None and got.text == "customers)"
     host.shutdown()
+
+
+def test_at_a_statement_start_only_reading_an_unknown_name_is_biased(compiled):
+    """After `helpr` at a line start, `(` would read a name nothing defines: it loses the bias,
+    ` =` (binding it) does not; after `helper` (defined) neither does."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+    from lsp_server.decoding.identifiers.token_index import IdentifierTokens
+
+    comp, tok = compiled
+    vocab = tok.vocab
+    tokens = IdentifierTokens(comp.tokens[: comp.V], vocab.by_bytes, frozenset(vocab.special))
+    doc = "def helper(x):\n    return x\n\n\ndef f(items):\n    "
+    scope = analyse(doc + "pass\n", 5)
+    paren, equals = vocab.by_bytes[b"("], vocab.by_bytes[b" ="]
+    for written, lowered in ((b"helpr", {paren}), (b"helper", set())):
+        before = doc.encode() + written
+        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, tokens, comp, before)
+        matcher = GrammarMatcher.from_prefix(comp, before)
+        mask = matcher.next_token_mask()
+        row = torch.zeros(comp.V)
+        shaped, kept = guide.shape(row, mask, matcher, b"")
+        assert (kept == mask).all()  # a statement's start is never masked
+        assert {paren, equals} & {int(i) for i in torch.nonzero(shaped < 0)} == lowered, written

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import jedi
 
 MAX_RECEIVERS = 48  # receivers analysed per cursor (~10-30 ms each, warm)
-_IDENTIFIER = re.compile(r"[^\W\d]\w*")
+_KEYWORD_NAME = re.compile(r"[(,]\s*([^\W\d]\w*)\s*=(?!=)")
 _DYNAMIC = re.compile(r"__getattr__|__getattribute__|\bsetattr\s*\(|__dict__")
 _HEADER = re.compile(r"class\s+\w+\s*(?:\[[^\]]*\])?\s*(?:\((?P<bases>[^)]*)\))?\s*:")
 _ALLOWED_DECORATOR = re.compile(r"@\s*(?:dataclasses\.)?dataclass\b")
@@ -81,7 +81,7 @@ class Receiver:
 @dataclass(frozen=True)
 class ScopeAnalysis:
     names: Names  # in scope at the cursor: locals, parameters, enclosing, globals (later ones too), builtins, keywords
-    document_names: Names  # every identifier written in the document (keyword arguments' names among them)
+    document_names: Names  # the keyword names the document writes (`f(name=`, `def f(name=`): keyword arguments
     receivers: dict[bytes, Receiver] = field(default_factory=dict)  # "os", "os.path", "self", "Config"
 
 
@@ -115,7 +115,7 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
     here = script.complete(line + 1, len(indent))
     module_names = [n.name for n in script.get_names(all_scopes=False, definitions=True)]
     names = Names([c.name for c in here] + module_names + keyword.kwlist + keyword.softkwlist)
-    document_names = Names(_IDENTIFIER.findall(text))
+    document_names = Names(_KEYWORD_NAME.findall(text))
     between()
     classes = _file_classes(script, lines)
     candidates: list[tuple[str, str]] = []  # (receiver, kind)

@@ -10,10 +10,13 @@ that would leave nothing but the end of sequence is left as the grammar made it:
 never refuses a completion. Binding places (`SlotKind.FREE`) and `self.`/`cls.` at a statement's
 start (maybe an attribute being assigned) are left alone.
 
+At a statement's start the name may be a new target: only the tokens that read an unknown name
+there (`(`, `.`, `[` right after it) lose the bias.
+
 Known names: at a name read in an expression, the names in scope (`ScopeAnalysis.names`) and the
 identifiers of the statement being written (a name the completion binds, `for item in ...`,
-and then reads); at a call's argument, also every identifier of the document (keyword
-arguments' names); after `receiver.`, the receiver's attributes.
+and then reads); at a call's argument, also the keyword names the document writes
+(`f(name=`); after `receiver.`, the receiver's attributes.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class IdentifierGuide:
         self._name = grammar.term_id["NAME"]
         self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
         self._eos = compiled.eos
+        self._nothing = np.zeros(tokens.size, dtype=bool)
         self._cache: dict = {}
         self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0, "ms": 0.0}
 
@@ -100,6 +104,12 @@ class IdentifierGuide:
         kind = slot.kind
         if kind in (SlotKind.NONE, SlotKind.FREE):
             return None
+        if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
+            p = slot.partial
+            written = frozenset(_IDENTIFIER.findall(text[-400 : len(text) - len(p)]))
+            if not p or p in self.scope.names or p in written or p.lower() in _STRING_PREFIXES:
+                return None
+            return self.tokens.reads, self._nothing, False
         closed = False
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
             receiver = self.scope.receivers.get(slot.receiver)

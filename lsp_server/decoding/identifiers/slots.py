@@ -20,6 +20,7 @@ from .token_index import is_name_byte
 class SlotKind(enum.Enum):
     NONE = "none"  # not an identifier (a number, a string prefix, inside a bracket we can't read)
     FREE = "free"  # a binding or a place we can't tell from one: never restricted
+    STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
     NAME = "name"  # a name read in an expression (a load)
     ARGUMENT = "argument"  # the start of a call's argument: a load, or a keyword of the callee
     ATTRIBUTE = "attribute"  # after `receiver.`, read (not assigned)
@@ -115,8 +116,10 @@ def slot_at(text: bytes) -> Slot:
     if _binds(line):
         return Slot(SlotKind.FREE, partial)
     body = line.strip()
-    if not body or body.endswith((b";", b":", b"@")) and not open_:
-        return Slot(SlotKind.FREE, partial)  # a statement's start: an assignment target or a load
+    if body.endswith(b"@") and not open_:
+        return Slot(SlotKind.FREE, partial)
+    if not body or body.endswith((b";", b":")) and not open_:
+        return Slot(SlotKind.STATEMENT, partial)  # an assignment target or a load
     if not open_:
         if b"=" not in line.replace(b"==", b"") and body.endswith(b","):
             return Slot(SlotKind.FREE, partial)  # `a, b` before `=`: a tuple of targets

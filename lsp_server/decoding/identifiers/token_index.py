@@ -8,6 +8,8 @@ non-ASCII letters; a partial UTF-8 token is taken as part of one). For each toke
 - `starts_name[t]`: it starts a new identifier (a letter, `_` or >= 0x80 first), `spaced_start`
   the same after one space (`" foo"`, as byte-level BPE writes a name after an operator);
 - `continues[t]`: its first byte may continue an open identifier (digits too);
+- `reads[t]`: it starts with `(`, `.` or `[`: after a name, the name is read (called,
+  an attribute or an item taken), not assigned;
 - `ends_with[lead]`: the tokens made of `lead` and then a byte that ends the identifier
   (`"path("`, `"path."`), `spaced_ends_with` the same after one space.
 A token that starts with a string prefix and a quote (`f"`, `rb'`) writes a string, not a name.
@@ -42,12 +44,14 @@ class IdentifierTokens:
         self.starts_name = np.zeros(V, dtype=bool)
         self.spaced_start = np.zeros(V, dtype=bool)
         self.continues = np.zeros(V, dtype=bool)
+        self.reads = np.zeros(V, dtype=bool)
         ends: dict[bytes, list[int]] = defaultdict(list)
         spaced: dict[bytes, list[int]] = defaultdict(list)
         for t, b in enumerate(token_bytes):
             if not b or t in special or _STRING_PREFIX.match(b):
                 continue
             self.continues[t] = is_name_byte(b[0])
+            self.reads[t] = b[0] in b"(.["
             self.starts_name[t] = is_name_start(b[0])
             lead = _LEAD.match(b).group()
             if lead and len(lead) < len(b):
