@@ -150,7 +150,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--modes", nargs="+", default=["off", "bias", "constrain"], choices=["off", "bias", "constrain"])
     ap.add_argument("--out", help="one JSON line per cut point here")
+    ap.add_argument("--bias-nats", type=float, help="the guide's bias (default: guide.BIAS_NATS), to measure another")
     args = ap.parse_args(argv)
+    from lsp_server.decoding.identifiers import guide
+
+    if args.bias_nats is not None:
+        guide.BIAS_NATS = args.bias_nats
 
     from lsp_server.decoding.engine import CompletionEngine
     from lsp_server.options import EngineOptions
@@ -172,6 +177,7 @@ def main(argv=None) -> int:
         "code": args.code,
         "seed": args.seed,
         "model": engine.describe()["model"],
+        "bias_nats": guide.BIAS_NATS,
         "files": len({c["path"] for c in cuts}),
         "analysis_ms_p50": round(percentile(analysis, 50), 1),
         "analysis_ms_p90": round(percentile(analysis, 90), 1),

@@ -57,7 +57,6 @@ class IdentifierGuide:
         self._q_term = compiled.q_term
         self._name = grammar.term_id["NAME"]
         self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
-        self._eos = compiled.eos
         self._nothing = np.zeros(tokens.size, dtype=bool)
         self._cache: dict = {}
         self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0, "ms": 0.0}
@@ -106,8 +105,7 @@ class IdentifierGuide:
             return None
         if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
             p = slot.partial
-            written = frozenset(_IDENTIFIER.findall(text[-400 : len(text) - len(p)]))
-            if not p or p in self.scope.names or p in written or p.lower() in _STRING_PREFIXES:
+            if not p or p in self.scope.names or p in _written(text, p) or p.lower() in _STRING_PREFIXES:
                 return None
             return self.tokens.reads, self._nothing, False
         closed = False
@@ -119,7 +117,7 @@ class IdentifierGuide:
             closed = receiver.closed and kind is SlotKind.ATTRIBUTE
             key = (kind, slot.receiver, slot.partial)
         else:
-            written = frozenset(_IDENTIFIER.findall(text[-400 : len(text) - len(slot.partial)]))
+            written = _written(text, slot.partial)
             names = self.scope.names
             key = (kind, slot.partial, written)
             if key not in self._cache:
@@ -142,3 +140,9 @@ class IdentifierGuide:
         else:
             writing = tok.starts_name | tok.spaced_start if spaced else tok.starts_name.copy()
         return writing & ~good, good
+
+
+def _written(text: bytes, partial: bytes) -> frozenset[bytes]:
+    """The identifiers of the last 400 bytes before the one being written (names the completion
+    or the cursor's statement bound: `for item in items: total += item`)."""
+    return frozenset(_IDENTIFIER.findall(text[-400 : len(text) - len(partial)]))
