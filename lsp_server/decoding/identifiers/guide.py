@@ -108,38 +108,44 @@ class IdentifierGuide:
             if not p or p in self.scope.names or p in _written(text, p) or p.lower() in _STRING_PREFIXES:
                 return None
             return self.tokens.reads, self._nothing, False
-        closed = False
+        spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
             receiver = self.scope.receivers.get(slot.receiver)
             if receiver is None or (kind is SlotKind.ATTRIBUTE_TARGET and slot.receiver in _OWN):
                 return None
-            names = receiver.attributes
-            closed = receiver.closed and kind is SlotKind.ATTRIBUTE
             key = (kind, slot.receiver, slot.partial)
-        else:
-            written = _written(text, slot.partial)
-            names = self.scope.names
-            key = (kind, slot.partial, written)
             if key not in self._cache:
-                names = names.union(written)
-                if kind is SlotKind.ARGUMENT:
-                    names = names.union(self.scope.document_names)
-        if key not in self._cache:
-            self._cache[key] = self._leaving(names, slot, spaced=kind in (SlotKind.NAME, SlotKind.ARGUMENT))
-        return (*self._cache[key], closed)
+                self._cache[key] = self._toward(receiver.attributes, slot.partial, spaced)
+            good, known = self._cache[key]
+            return self._leaving(good, known, slot.partial, spaced), good, receiver.closed and kind is SlotKind.ATTRIBUTE
+        key = (kind, slot.partial)
+        if key not in self._cache:  # the analysis' names: once per place and partial
+            names = self.scope.names
+            if kind is SlotKind.ARGUMENT:
+                names = names.union(self.scope.document_names)
+            self._cache[key] = self._toward(names, slot.partial, spaced)
+        good, known = self._cache[key]
+        extra = [n for n in _written(text, slot.partial) if n.startswith(slot.partial) and n not in self.scope.names]
+        if extra:  # names written since the analysis: few, checked every step
+            more, known_more = self._toward(Names(extra), slot.partial, spaced)
+            good, known = good | more, known or known_more
+        return self._leaving(good, known, slot.partial, spaced), good, False
 
-    def _leaving(self, names: Names, slot: Slot, spaced: bool) -> tuple[np.ndarray, np.ndarray]:
-        tok = self.tokens
-        p = slot.partial
+    def _toward(self, names: Names, p: bytes, spaced: bool) -> tuple[np.ndarray, bool]:
+        """The tokens towards the `names` that start with `p`, and whether `p` is one of them."""
         rests = [n[len(p) :] for n in names.with_prefix(p)]
-        good = tok.toward(rests, spaced=spaced and not p)
+        return self.tokens.toward(rests, spaced=spaced and not p), p in names
+
+    def _leaving(self, good: np.ndarray, known: bool, p: bytes, spaced: bool) -> np.ndarray:
+        """The tokens that write identifier bytes `good` does not hold, or end an unknown `p`."""
+        tok = self.tokens
         if p:
-            writing = tok.continues.copy()
-            if p not in names and p.lower() not in _STRING_PREFIXES:
-                writing |= tok.ends_name  # the identifier would end on a name that is not known
+            writing = tok.continues
+            if not known and p.lower() not in _STRING_PREFIXES:
+                writing = writing | tok.ends_name  # the identifier would end on a name that is not known
         else:
-            writing = tok.starts_name | tok.spaced_start if spaced else tok.starts_name.copy()
-        return writing & ~good, good
+            writing = tok.starts_name | tok.spaced_start if spaced else tok.starts_name
+        return writing & ~good
 
 
 def _written(text: bytes, partial: bytes) -> frozenset[bytes]:
