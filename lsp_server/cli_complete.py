@@ -39,6 +39,9 @@ def add_complete_parser(sub) -> None:
     p.add_argument("--python-version", metavar="3.X",
                    help="the Python the file targets (3.8-3.14; default: its project's requires-python or "
                         ".python-version, else 3.14)")
+    p.add_argument("--identifiers", default=EngineOptions.identifiers, choices=("off", "bias", "constrain"),
+                   help="names that exist: favour (bias) or also require (constrain, where the analysis is "
+                        "sure) identifiers known at the cursor (docs/identifiers.md)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.set_defaults(func=cmd_complete)
 
@@ -50,7 +53,7 @@ def _options(args) -> EngineOptions:
             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
             constrained=not args.unconstrained, mode=args.mode,
             speculative=not args.no_speculative, canonical=not args.no_canonical, context_tokens=args.context_tokens,
-            draft_model=args.draft_model, python_version=args.python_version,
+            draft_model=args.draft_model, python_version=args.python_version, identifiers=args.identifiers,
         ).validated()
     except OptionError as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None
@@ -69,6 +72,9 @@ def _read_text(path: str) -> str:
         raise ValueError(f"{path} is not UTF-8 (byte {e.start})") from None
 
 
+NAMES_WAIT_S = 120.0  # the names analysis of one cursor: seconds cold (jedi reads builtins), ~0.1-1 s warm
+
+
 def _load_engine(opts: EngineOptions):
     from mask_store.store import MaskStoreError
 
@@ -85,8 +91,9 @@ def _complete_one(engine, path: str, line: int, character: int, max_tokens: int 
     from .decoding.engine import CompletionRequest
 
     text = _read_text(path)
-    return engine.complete(CompletionRequest(text, line, character, document=str(Path(path).resolve()),
-                                             max_tokens=max_tokens))
+    request = CompletionRequest(text, line, character, document=str(Path(path).resolve()), max_tokens=max_tokens)
+    engine.names_ahead(request, wait=NAMES_WAIT_S)  # one shot: no work ahead made it before
+    return engine.complete(request)
 
 
 def _show(path: str, text: str, result) -> str:

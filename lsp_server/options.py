@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields, replace
 
 from grammar_tools.versions import VersionError, parse_version
 
+from .decoding.identifiers.modes import IDENTIFIER_MODES
+
 MODES = ("auto", "single", "multi")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -50,6 +52,8 @@ class EngineOptions:
     # the Python the documents target ("3.8".."3.14"): the syntax the masks allow; None: each
     # document's project says (target_version.py), else the newest
     python_version: str | None = None
+    # names that exist (decoding/identifiers, docs/identifiers.md): off | bias | constrain
+    identifiers: str = "constrain"
 
     def validated(self) -> EngineOptions:
         """Self, or OptionError naming the first bad value."""
@@ -57,6 +61,8 @@ class EngineOptions:
             raise OptionError("model must be 'default', a model directory or a .gguf file")
         if self.device not in DEVICES:
             raise OptionError(f"device must be one of {', '.join(DEVICES)}, not {self.device!r}")
+        if self.identifiers not in IDENTIFIER_MODES:
+            raise OptionError(f"identifiers must be one of {', '.join(IDENTIFIER_MODES)}, not {_shown(self.identifiers)}")
         if self.mode not in MODES:
             raise OptionError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         for name, (lo, hi) in INT_RANGES.items():

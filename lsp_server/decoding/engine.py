@@ -73,6 +73,10 @@ class CompletionResult:
     offer_path: str = "empty"  # which search step gave the text (decoding.offer.PATHS)
     check_ms: float = 0.0  # spent checking edits against the whole file: set-up, the stop policy's checks, the search
     python_version: str = ""  # the Python the document targets, whose syntax the masks allowed ("3.12")
+    names_ready: bool = False  # the names analysis was ready and guided the decoding (decoding/identifiers)
+    names_shaped: int = 0  # steps whose logits or mask it reshaped
+    names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
+    names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
 
     def to_json(self) -> dict:
         return asdict(self) | {"stop_reason": str(self.stop_reason)}
@@ -161,6 +165,13 @@ class CompletionEngine:
 
         self.spec_stats = SpeculationStats()  # α and forward costs, learnt across requests
         self.draft_model = DraftModel(draft_runtime) if draft_runtime is not None else None
+        from .identifiers.analyses import NameAnalyses
+        from .identifiers.token_index import IdentifierTokens
+
+        # made ahead of the requests (`names_ahead`), never waited for, never beside one
+        self.names = NameAnalyses(busy=self._lock.locked)
+        self._identifier_tokens = IdentifierTokens(compiled.tokens[: compiled.V], vocab.by_bytes,
+                                                   frozenset(vocab.special))
 
     # ------------------------------------------------------------------ loading
 
@@ -204,6 +215,18 @@ class CompletionEngine:
             self.anchors.forget(document)
             self._parsers.pop(document, None)
             self._shown.pop(document, None)
+        self.names.forget(document)
+
+    def names_ahead(self, request: CompletionRequest, options: EngineOptions | None = None,
+                    wait: float = 0.0) -> None:
+        """Start the names analysis for a request's document and cursor line unless it is made
+        (work ahead: `prefill`); `wait` > 0: made now, waiting up to that long (one-shot callers)."""
+        if (options or self.options).identifiers == "off":
+            return
+        if wait > 0:
+            self.names.wait(request.document, request.text, request.line, wait)
+        else:
+            self.names.request(request.document, request.text, request.line)
 
     def _compiled_for(self, document: str, opts: EngineOptions):
         """The compiled grammar of the Python version `document` targets (`target_version`):
@@ -283,6 +306,7 @@ class CompletionEngine:
             opts = options or self.options
             off = offset_at(request.text, request.line, request.character)
             before, after = request.text[:off], request.text[off:]
+            self.names_ahead(request, opts)
             prompt = self._prompt(request, before, after, opts)
             try:
                 _, _, reused = self.prompt_cache.prefill(request.document, prompt.ids, cancel, opts.cache_memory_mb)
@@ -376,6 +400,7 @@ class CompletionEngine:
             held, depth = self._lexeme_before(before_b)
             policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth)
         ctx = policy.ctx
+        guide = self._identifier_guide(req, opts, compiled, before_b[: len(before_b) - len(heal)]) if constrained else None
 
         from ..model.prompt_cache import PrefillCancelled
 
@@ -409,7 +434,7 @@ class CompletionEngine:
                 speculators.append(speculator)
             try:
                 outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
-                                 limit, cancel, speculator, replay=replay, avoid=avoid, steer=steer)
+                                 limit, cancel, speculator, replay=replay, avoid=avoid, steer=steer, names=guide)
             finally:
                 self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
             log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
@@ -474,7 +499,26 @@ class CompletionEngine:
             canonical_fallbacks=compiled.stats["canonical_fallbacks"] - fallbacks,
             token_ids=list(outcome.tokens),
             python_version=format_version(compiled.recognizer.python_version),
+            names_ready=guide is not None,
+            names_shaped=guide.stats["shaped"] if guide else 0,
+            names_masked=guide.stats["masked"] if guide else 0,
+            names_ms=round(guide.stats["ms"], 2) if guide else 0.0,
         )
+
+    def _identifier_guide(self, req: CompletionRequest, opts: EngineOptions, compiled, before: bytes):
+        """The names guide of this request when its analysis is ready (else None, and the
+        analysis is started for the requests to come: the request never waits for it)."""
+        from .identifiers.guide import IdentifierGuide
+        from .identifiers.modes import IdentifierMode
+
+        mode = IdentifierMode(opts.identifiers)
+        if mode is IdentifierMode.OFF:
+            return None
+        scope = self.names.ready(req.document, req.text, req.line)
+        if scope is None:
+            self.names.request(req.document, req.text, req.line)
+            return None
+        return IdentifierGuide(mode, scope, self._identifier_tokens, compiled, before)
 
     def _matcher(self, compiled, before: bytes, heal: bytes, parser: PrefixParser, prompt, opts: EngineOptions):
         """The grammar matcher after the text before the cursor, the `heal` bytes still to

@@ -126,6 +126,7 @@ def decode(
     replay: Sequence[int] = (),
     avoid: frozenset[int] = frozenset(),
     steer: Callable[[int], np.ndarray] | None = None,
+    names=None,
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation.
 
@@ -134,7 +135,8 @@ def decode(
     take a token of `avoid` (the earlier passes' choices there): the model's next-best, among
     the tokens `steer(room)` allows when given (`room`: the healed bytes still to re-create),
     up to the first that writes more than blanks (what the following lines need:
-    header_steering.py)."""
+    header_steering.py). `names`: an `identifiers.IdentifierGuide` that reshapes each sampled
+    position's logits and mask towards names that exist."""
     out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
     first_banned = [set(avoid)] if avoid else []  # consumed by the first position decided after the replay
@@ -182,6 +184,8 @@ def decode(
         avoided = len(banned)
         if banned and forced and draft_token in banned:
             return None, Stop(0, StopReason.NO_CONTINUATION)  # no other token at this step
+        if names is not None and mask is not None and not forced:
+            row, mask = names.shape(row, mask, matcher, bytes(generated))
         while True:
             if forced:
                 token = draft_token

@@ -36,6 +36,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "contextTokens": "context_tokens",
     "cacheMemoryMB": "cache_memory_mb",
     "pythonVersion": "python_version",
+    "identifiers": "identifiers",
 }
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
 _INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}

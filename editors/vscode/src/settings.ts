@@ -29,6 +29,7 @@ export const SERVER_OPTION_KEYS = [
   "workAhead",
   "cacheMemoryMB",
   "pythonVersion",
+  "identifiers",
 ] as const;
 
 export type ServerOptionKey = (typeof SERVER_OPTION_KEYS)[number];
@@ -52,6 +53,7 @@ export interface ServerOptions {
   workAhead: boolean;
   cacheMemoryMB: number;
   pythonVersion: string | null;
+  identifiers: "off" | "bias" | "constrain";
 }
 
 /** The server's own defaults (the same values as package.json's `contributes.configuration`). */
@@ -74,6 +76,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   workAhead: true,
   cacheMemoryMB: 512,
   pythonVersion: null,
+  identifiers: "constrain",
 });
 
 /**

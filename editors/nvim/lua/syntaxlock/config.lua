@@ -22,6 +22,7 @@ M.SETTING_NAMES = {
   work_ahead = "workAhead",
   cache_memory_mb = "cacheMemoryMB",
   python_version = "pythonVersion",
+  identifiers = "identifiers",
 }
 
 ---@class syntaxlock.Config
@@ -60,6 +61,7 @@ M.defaults = {
     cache_memory_mb = nil, -- 512: memory for the files' prepared prompts (KV caches)
     python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
     -- requires-python lower bound or .python-version, else 3.14
+    identifiers = nil, -- "constrain": names that exist (off | bias | constrain)
   },
   keys = {
     --- Accepts the ghost text; without one, the key does what it did before (its previous

@@ -1,0 +1,145 @@
+"""Where an identifier is being written, read from the text before the next token.
+
+`slot_at(text)` looks at the end of `text` (the text before the cursor and what decoding wrote
+since): the identifier written so far (`partial`, possibly empty), and what kind of place it is
+in (`SlotKind`). Binding places (names being defined) are `FREE`: nothing restricts or biases
+them. The reading is lexical and errs towards `FREE`: a place it cannot tell is never restricted.
+The caller has already asked the grammar matcher that the text does not end inside a string or a
+comment.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from .token_index import is_name_byte
+
+
+class SlotKind(enum.Enum):
+    NONE = "none"  # not an identifier (a number, a string prefix, inside a bracket we can't read)
+    FREE = "free"  # a binding or a place we can't tell from one: never restricted
+    STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
+    NAME = "name"  # a name read in an expression (a load)
+    ARGUMENT = "argument"  # the start of a call's argument: a load, or a keyword of the callee
+    ATTRIBUTE = "attribute"  # after `receiver.`, read (not assigned)
+    ATTRIBUTE_TARGET = "attribute-target"  # after `receiver.` at a statement's start: maybe assigned
+
+
+@dataclass(frozen=True)
+class Slot:
+    kind: SlotKind
+    partial: bytes = b""  # the identifier's bytes written so far
+    receiver: bytes = b""  # ATTRIBUTE*: the dotted names before the dot ("os.path", "self")
+
+
+NONE = Slot(SlotKind.NONE)
+_RECEIVER = re.compile(rb"((?:[A-Za-z_][A-Za-z0-9_]*[ \t]*\.[ \t]*)*[A-Za-z_][A-Za-z0-9_]*)[ \t]*\.[ \t]*\Z")
+_BINDING_KEYWORD = re.compile(rb"(?:^|[^\w.])(?:def|class|as|global|nonlocal|import|from|del)\Z")
+_FOR_TARGET = re.compile(rb"(?:^|[^\w.])for\b(?:(?!\bin\b)[^=])*\Z")
+_LAMBDA_PARAMS = re.compile(rb"(?:^|[^\w.])lambda\b[^:]*\Z")
+_DEF_HEADER = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]")
+_IMPORT_LINE = re.compile(rb"^[ \t]*(?:import|from)[ \t]")
+_OPEN = b"([{"
+_CLOSE = b")]}"
+
+
+WINDOW = 4000  # bytes read back from the end: a logical line longer than this is read in part
+
+
+def _scan(text: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """Where the logical line that `text` ends in starts (physical lines joined while a bracket
+    is open or after a backslash), and (position, bracket byte) of its brackets still open.
+    Read forward from a line start `WINDOW` bytes back; quotes are skipped on one line
+    (a triple-quoted string that spans lines miscounts, and the slot is then read wrongly but
+    only ever towards a place that is restricted less or not at all: see `slot_at`)."""
+    base = text.rfind(b"\n", 0, max(len(text) - WINDOW, 0)) + 1
+    start = base
+    stack: list[tuple[int, int]] = []
+    quote = 0
+    i = base
+    n = len(text)
+    while i < n:
+        b = text[i]
+        if quote:
+            if b == 0x5C:
+                i += 1
+            elif b == quote or b == 0x0A:
+                quote = 0
+        elif b in b"'\"":
+            quote = b
+        elif b == 0x23:  # a comment, to the line's end
+            j = text.find(b"\n", i)
+            i = n if j < 0 else j
+            continue
+        elif b in _OPEN:
+            stack.append((i, b))
+        elif b in _CLOSE:
+            if stack:
+                stack.pop()
+        elif b == 0x0A and not stack and not text[:i].endswith(b"\\"):
+            start = i + 1
+        i += 1
+    return start, [(p - start, b) for p, b in stack]
+
+
+def _logical_line(text: bytes) -> bytes:
+    return text[_scan(text)[0] :]
+
+
+def slot_at(text: bytes) -> Slot:
+    """The identifier place at the end of `text` (see the module docstring)."""
+    n = len(text)
+    i = n
+    while i > 0 and is_name_byte(text[i - 1]):
+        i -= 1
+    partial = text[i:]
+    if partial[:1].isdigit():
+        return NONE  # a number
+    head = text[:i]
+    stripped = head.rstrip(b" \t")
+    begin, open_ = _scan(stripped)
+    line = stripped[begin:]
+    if stripped.endswith(b"."):
+        m = _RECEIVER.search(head)
+        if m is None:
+            return NONE  # `f().x`, `"s".x`, `1..x`: a receiver we don't read
+        before = head[: m.start()]
+        if before[-1:] in (b".", b")", b"]", b"'", b'"') or (before and is_name_byte(before[-1])):
+            return NONE
+        receiver = re.sub(rb"[ \t]", b"", m.group(1))
+        lead = _logical_line(before.rstrip(b" \t"))
+        at_start = not lead.strip() or lead.rstrip().endswith((b";", b":"))
+        kind = SlotKind.ATTRIBUTE_TARGET if at_start or _binds(lead) else SlotKind.ATTRIBUTE
+        return Slot(kind, partial, receiver)
+    if _binds(line):
+        return Slot(SlotKind.FREE, partial)
+    body = line.strip()
+    if body.endswith(b"@") and not open_:
+        return Slot(SlotKind.FREE, partial)
+    if not body or body.endswith((b";", b":")) and not open_:
+        return Slot(SlotKind.STATEMENT, partial)  # an assignment target or a load
+    if not open_:
+        if b"=" not in line.replace(b"==", b"") and body.endswith(b","):
+            return Slot(SlotKind.FREE, partial)  # `a, b` before `=`: a tuple of targets
+        return Slot(SlotKind.NAME, partial)
+    pos, bracket = open_[-1]
+    if bracket == 0x28 and body.endswith((b"(", b",")):
+        if pos > 0 and (is_name_byte(line[pos - 1]) or line[pos - 1] in b")]"):
+            return Slot(SlotKind.ARGUMENT, partial)  # a call's argument, maybe a keyword's name
+        return Slot(SlotKind.FREE, partial)  # a parenthesised tuple: maybe targets
+    return Slot(SlotKind.NAME, partial)
+
+
+def _binds(line: bytes) -> bool:
+    """The logical line so far puts the next name in a binding place: after def/class/as/global/
+    nonlocal/import/from/del, a for's target, lambda's or a def's parameters, an import line."""
+    body = line.rstrip(b" \t")
+    if _BINDING_KEYWORD.search(body) or _FOR_TARGET.search(body) or _LAMBDA_PARAMS.search(body):
+        return True
+    if _IMPORT_LINE.match(line.lstrip(b"\n")):
+        return True
+    if _DEF_HEADER.match(line.lstrip(b"\n")):
+        return bool(_scan(line)[1])  # the parameters (the return annotation is a load)
+    return False

@@ -1,0 +1,252 @@
+"""Names that exist (lsp_server/decoding/identifiers, docs/identifiers.md): the analysis at a
+cursor, the places identifiers are written, and completions of a scripted model whose first
+choice is a name that does not exist, with and without the guide; then the server answering
+them end to end (work ahead makes the analysis, the request uses it)."""
+
+from __future__ import annotations
+
+
+import asyncio
+
+import pytest
+import torch
+
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+from lsp_server.decoding.identifiers.analysis import analyse
+from lsp_server.decoding.identifiers.guide import BIAS_NATS
+from lsp_server.decoding.identifiers.slots import SlotKind, slot_at
+from lsp_server.options import EngineOptions, OptionError
+
+from scripted_model import ScriptedRuntime
+
+FLOOR = -10.0  # ScriptedRuntime's score of the tokens it does not favour
+
+
+class LeaningRuntime:
+    """A model torn between two scripts: the tokens `first` favours score `margin` (and a little
+    by `first`'s own order) above those `second` favours (a near tie, which a bias of BIAS_NATS
+    decides); where neither script applies, the floor."""
+
+    def __init__(self, first: ScriptedRuntime, second: ScriptedRuntime, margin: float) -> None:
+        self.first, self.second, self.margin = first, second, margin
+        self.tokenizer, self.fim, self.name = first.tokenizer, first.fim, "leaning"
+        self.device, self.load_seconds, self.prefill_chunk = torch.device("cpu"), 0.0, first.prefill_chunk
+
+    @property
+    def vocab_size(self) -> int:
+        return self.first.vocab_size
+
+    def forward(self, ids, past=None, keep=None, cancel=None):
+        a, past = self.first.forward(ids, past, keep)
+        past.n -= len(ids)
+        b, _ = self.second.forward(ids, past, keep)
+        second = torch.where(b > FLOOR, 50.0 + b / 1000, torch.full_like(b, FLOOR))
+        return torch.where(a > FLOOR, 50.0 + self.margin + a / 1000, second), past
+
+
+def engine_for(compiled, before: str, first: str, second: str | None = None, margin: float = 1000.0,
+               **opts) -> CompletionEngine:
+    comp, tok = compiled
+    runtime = ScriptedRuntime(tok, (before + first).encode())
+    if second is not None:
+        runtime = LeaningRuntime(runtime, ScriptedRuntime(tok, (before + second).encode()), margin)
+    # canonical off: a scripted model that leaves its script spells the other one by the longest
+    # tokens (`cus` `tome` `rs`), which canonical tokenization forbids midway
+    return CompletionEngine(EngineOptions(speculative=False, canonical=False, **opts), runtime, comp)
+
+
+def complete(compiled, doc: str, first: str, second: str | None = None, margin: float = 1000.0,
+             identifiers: str = "constrain", ready: bool = True):
+    """Complete `doc` at its `|` with a model whose first choice writes `first` there."""
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    before = text[:off]
+    engine = engine_for(compiled, before, first, second, margin, identifiers=identifiers, mode="single")
+    request = CompletionRequest(text, before.count("\n"), len(before) - before.rfind("\n") - 1, document="file:///t.py")
+    if ready:
+        engine.names_ahead(request, wait=120)
+    return engine.complete(request)
+
+
+SHOP = """import os
+
+
+class Shop:
+    def __init__(self, customers):
+        self.customers = customers
+        self.open = True
+
+    def count(self):
+        return len(self.|)
+"""
+
+
+def test_self_attributes_set_in_init_are_known_and_a_missing_one_is_masked(compiled):
+    r = complete(compiled, SHOP, "custmers)\n", "customers)\n")
+    assert r.names_ready and r.names_masked > 0
+    assert r.text == "customers)"
+    off = complete(compiled, SHOP, "custmers)\n", "customers)\n", identifiers="off")
+    assert off.text == "custmers)" and not off.names_ready
+
+
+def test_a_module_attribute_that_does_not_exist_is_masked(compiled):
+    doc = "import os\n\n\ndef here():\n    return os.|\n"
+    r = complete(compiled, doc, "getcwdu()\n", "getcwd()\n")
+    assert r.text == "getcwd()" and r.names_masked > 0
+    assert complete(compiled, doc, "getcwdu()\n", "getcwd()\n", identifiers="bias").text.startswith("getcwd")
+
+
+def test_a_misspelled_local_loses_to_the_name_in_scope_under_bias(compiled):
+    doc = "def total(prices):\n    subtotal = sum(prices)\n    return |\n"
+    assert 1.0 < BIAS_NATS
+    r = complete(compiled, doc, "subtotl * 2\n", "subtotal * 2\n", margin=1.0, identifiers="bias")
+    assert r.text == "subtotal * 2" and r.names_shaped > 0
+    assert complete(compiled, doc, "subtotl * 2\n", "subtotal * 2\n", margin=1.0, identifiers="off").text == "subtotl * 2"
+
+
+def test_a_name_defined_later_in_the_file_is_known(compiled):
+    doc = "def main():\n    return |\n\n\ndef helper():\n    return 1\n"
+    r = complete(compiled, doc, "helpr()\n", "helper()\n", margin=1.0, identifiers="bias")
+    assert r.text == "helper()"
+    assert b"helper" in analyse(doc.replace("|", ""), 1).names
+
+
+@pytest.mark.parametrize("doc, first, expected", [
+    ("def f(items):\n    |\n", "countr = len(items)\n", "countr = len(items)"),  # an assignment target
+    ("def f(items, |):\n    return items\n", "wantd):\n", "wantd"),  # a parameter
+    ("def f(items):\n    for |\n", "itm in items: pass\n", "itm in items: pass"),  # a for target
+    ("import json as |\n", "jsn\n", "jsn"),  # an import's as-name
+    ("def f(items):\n    return sorted(items, |)\n", "revrse=True)\n", "revrse=True)"),  # a keyword argument
+    ("class Shop:\n    def __init__(self):\n        self.|\n", "custmers = []\n", "custmers = []"),  # an attribute assigned
+])
+def test_a_binding_place_is_never_restricted(compiled, doc, first, expected):
+    r = complete(compiled, doc, first)
+    assert r.names_ready and r.names_masked == 0
+    assert r.text == expected
+
+
+@pytest.mark.parametrize("doc", [
+    "class Config:\n    def __getattr__(self, name):\n        return name\n\n    def get(self):\n        return self.|\n",
+    "class Base:\n    def run(self):\n        return self.|\n\n\nclass Job(Base):\n    def __init__(self):\n        self.steps = []\n",
+    "import os\n\n\nclass Path(os.PathLike):\n    def name(self):\n        return self.|\n",
+])
+def test_a_dynamic_object_is_never_masked(compiled, doc):
+    r = complete(compiled, doc, "anything_at_all\n")
+    assert r.names_ready and r.names_masked == 0
+    assert r.text == "anything_at_all"
+
+
+def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
+    r = complete(compiled, SHOP, "custmers)\n", "customers)\n", ready=False)
+    assert not r.names_ready and r.text == "custmers)"
+
+
+@pytest.mark.parametrize("text, kind, partial, receiver", [
+    ("x = os.pa", SlotKind.ATTRIBUTE, b"pa", b"os"),
+    ("x = os.path.jo", SlotKind.ATTRIBUTE, b"jo", b"os.path"),
+    ("    self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
+    ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
+    ("def f(a, b", SlotKind.FREE, b"b", b""),
+    ("for x", SlotKind.FREE, b"x", b""),
+    ("for x in ite", SlotKind.NAME, b"ite", b""),
+    ("x = foo(a, ", SlotKind.ARGUMENT, b"", b""),
+    ("x = foo(\n    a,\n    b", SlotKind.ARGUMENT, b"b", b""),
+    ("    ret", SlotKind.STATEMENT, b"ret", b""),
+    ("@dec", SlotKind.FREE, b"dec", b""),
+    ("a, ", SlotKind.FREE, b"", b""),
+    ("x = 12", SlotKind.NONE, b"", b""),
+    ("x = f().", SlotKind.NONE, b"", b""),
+    ("from a import b", SlotKind.FREE, b"b", b""),
+    ("lambda a", SlotKind.FREE, b"a", b""),
+    ("x = \"a(\" + fo", SlotKind.NAME, b"fo", b""),
+])
+def test_slots(text, kind, partial, receiver):
+    slot = slot_at(text.encode())
+    assert (slot.kind, slot.partial) == (kind, partial)
+    assert slot.receiver == receiver
+
+
+def test_the_analysis_knows_modules_classes_and_self():
+    doc = SHOP.replace("|", "")
+    scope = analyse(doc, 9)
+    assert {b"os", b"self"} <= set(scope.receivers)
+    assert scope.receivers[b"os"].closed and b"getcwd" in scope.receivers[b"os"].attributes
+    own = scope.receivers[b"self"]
+    assert own.closed and {b"customers", b"open", b"count"} <= set(own.attributes)
+    assert b"Shop" in scope.names and b"len" in scope.names
+
+
+def test_the_option_is_checked():
+    assert EngineOptions(identifiers="bias").validated().identifiers == "bias"
+    with pytest.raises(OptionError, match="identifiers"):
+        EngineOptions(identifiers="strict").validated()
+
+
+async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
+    """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
+    pause makes the analysis, and the request after it masks the attribute that does not exist."""
+    from lsprotocol import types
+
+    from lsp_server.server.documents import DocumentStore
+    from lsp_server.server.engine_host import EngineHost
+    from lsp_server.server.suggester import Suggester
+    from lsp_server.server.telemetry import Telemetry
+    from lsp_server.server.work_ahead import WorkAhead
+
+    off = SHOP.index("|")
+    text = SHOP[:off] + SHOP[off + 1 :]
+    line, ch = SHOP[:off].count("\n"), off - SHOP[:off].rfind("\n") - 1
+    engines = []
+
+    def loader(options, progress):
+        comp, tok = compiled
+        runtime = LeaningRuntime(ScriptedRuntime(tok, (SHOP[:off] + "custmers)\n").encode()),
+                                 ScriptedRuntime(tok, (SHOP[:off] + "customers)\n").encode()), 1000.0)
+        engines.append(CompletionEngine(options, runtime, comp))
+        return engines[-1]
+
+    host = EngineHost(lambda status: None, loader=loader)
+    host.configure(EngineOptions(model="scripted", speculative=False, canonical=False, mode="single",
+                                 identifiers="constrain"))
+    while not host.ready:
+        await asyncio.sleep(0.01)
+    docs = DocumentStore()
+    ahead = WorkAhead(docs, host, enabled=lambda: True, pause_s=0.01)
+    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True, work_ahead=ahead)
+    uri = "file:///shop.py"
+    docs.open(uri, "python", 1, text)
+    ahead.cursor(uri, 1, line, ch)
+    for _ in range(12000):  # a guard against hangs, not a timing check (jedi starts cold)
+        if engines[0].names.ready(uri, text, line) is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert engines[0].names.ready(uri, text, line) is not None
+    got = await suggester.suggest(uri, types.Position(line, ch), None, None)
+    assert got is not None and got.text == "customers)"
+    host.shutdown()
+
+
+def test_at_a_statement_start_only_reading_an_unknown_name_is_biased(compiled):
+    """After `helpr` at a line start, `(` would read a name nothing defines: it loses the bias,
+    ` =` (binding it) does not; after `helper` (defined) neither does."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+    from lsp_server.decoding.identifiers.token_index import IdentifierTokens
+
+    comp, tok = compiled
+    vocab = tok.vocab
+    tokens = IdentifierTokens(comp.tokens[: comp.V], vocab.by_bytes, frozenset(vocab.special))
+    doc = "def helper(x):\n    return x\n\n\ndef f(items):\n    "
+    scope = analyse(doc + "pass\n", 5)
+    paren, equals = vocab.by_bytes[b"("], vocab.by_bytes[b" ="]
+    for written, lowered in ((b"helpr", {paren}), (b"helper", set())):
+        before = doc.encode() + written
+        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, tokens, comp, before)
+        matcher = GrammarMatcher.from_prefix(comp, before)
+        mask = matcher.next_token_mask()
+        row = torch.zeros(comp.V)
+        shaped, kept = guide.shape(row, mask, matcher, b"")
+        assert (kept == mask).all()  # a statement's start is never masked
+        assert {paren, equals} & {int(i) for i in torch.nonzero(shaped < 0)} == lowered, written
