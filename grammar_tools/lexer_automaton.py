@@ -91,36 +91,53 @@ class LexerAutomaton:
                 return DEAD
         return state
 
-    def lex(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
-        """Split `data[pos:end]` into lexemes, starting inside a lexeme in `state` (default: a
-        fresh document, after the virtual newline).
-
-        Returns `(lexemes, state, start)`: the completed lexemes as `(start, end, lexer_state)`
-        and the last, still open lexeme (it may grow with more text) as its state and start.
-        Raises `LexError` at the first byte that no terminal can take.
-        """
+    def grow(self, data: bytes, state: int, i: int, end: int) -> tuple[int, int]:
+        """Longest match, the one loop every reader lexes with: the lexeme in `state` takes
+        `data[i:end]` byte by byte while it can. Returns `(state, j)`: `j` is the first byte
+        it can't take (`end`: it took them all and may grow with more text)."""
         rows = self.rows
+        while i < end:
+            nxt = rows[state][data[i]]
+            if nxt < 0:
+                break
+            state = nxt
+            i += 1
+        return state, i
+
+    def lexemes(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
+        """Split `data[pos:end]` into lexemes by longest match (`grow`), starting inside a
+        lexeme in `state` (default: a fresh document, after the virtual newline); each lexeme
+        after the first starts in `START`.
+
+        Yields each lexeme as `(start, stop, lexer_state)`: the complete ones (`stop < end`:
+        the byte at `stop` can't extend them), then last the open one (`stop == end`: more
+        text may extend it), so a reader tells the open lexeme by `stop == end`. Raises
+        `LexError` at the first byte that no terminal can take.
+        """
         accepting = self.accepting
+        row0 = self.rows[START]
+        grow = self.grow
         if state is None:
             state = self.newline_state
         end = len(data) if end is None else end
         start = pos
-        out: list[tuple[int, int, int]] = []
-        append = out.append
-        row0 = rows[START]
-        for i in range(pos, end):
-            b = data[i]
-            nxt = rows[state][b]
-            if nxt >= 0:
-                state = nxt
-                continue
+        state, i = grow(data, state, pos, end)
+        while i < end:
             if not accepting[state]:
                 raise LexError(i)
-            append((start, i, state))
+            yield start, i, state
             start = i
-            state = row0[b]
+            state = row0[data[i]]
             if state < 0:
                 raise LexError(i)
+            state, i = grow(data, state, i + 1, end)
+        yield start, end, state
+
+    def lex(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
+        """`lexemes` as lists: returns `(lexemes, state, start)`, the completed lexemes as
+        `(start, end, lexer_state)` and the open lexeme's state and start."""
+        out = list(self.lexemes(data, state, pos, end))
+        start, _, state = out.pop()
         return out, state, start
 
 
