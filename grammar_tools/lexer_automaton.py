@@ -84,12 +84,9 @@ class LexerAutomaton:
         return self.rows[state][byte]
 
     def run(self, data: bytes, state: int = START) -> int:
-        rows = self.rows
-        for b in data:
-            state = rows[state][b]
-            if state < 0:
-                return DEAD
-        return state
+        """The state after `data` read as one lexeme (DEAD if it can't be one)."""
+        state, i = self.grow(data, state, 0, len(data))
+        return state if i == len(data) else DEAD
 
     def grow(self, data: bytes, state: int, i: int, end: int) -> tuple[int, int]:
         """Longest match, the one loop every reader lexes with: the lexeme in `state` takes
