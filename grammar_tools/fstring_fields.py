@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .lexer_automaton import START, LexerAutomaton
+from .lexer_automaton import START, LexError, LexerAutomaton
 from .recognizer import Node, Recognizer
 
 FIELD_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
@@ -246,8 +246,7 @@ class FieldChecker:
         """Lex and parse the expression from `i` up to the `}`, `:`, `!` or `=` that ends it
         at bracket depth 0; returns (that offset, the parser's configurations)."""
         rec = self.recognizer
-        row0 = self.lexer.rows[START]
-        grow = self.lexer.grow
+        lexemes = self.lexer.lexemes
         accepting = self.lexer.accepting
         acc_ids = self.lexer.accepting_ids
         n = len(text)
@@ -282,10 +281,10 @@ class FieldChecker:
             if c in b"\r\n" and not (kind.long or self.pep701):
                 raise FieldError(j, "expecting '}'")
             # one lexeme, longest match
-            state = row0[c]
-            if state < 0:
-                raise FieldError(j, "invalid token")
-            state, k = grow(text, state, j + 1, n)
+            try:
+                _, k, state = next(lexemes(text, START, j, n))
+            except LexError:
+                raise FieldError(j, "invalid token") from None
             terms = acc_ids[state]
             if k == n and self.lexer.grows[state]:  # the text ends in a lexeme that may grow
                 possible = self.lexer.possible_ids[state]

@@ -85,41 +85,36 @@ class LexerAutomaton:
 
     def run(self, data: bytes, state: int = START) -> int:
         """The state after `data` read as one lexeme (DEAD if it can't be one)."""
-        state, i = self.grow(data, state, 0, len(data))
-        return state if i == len(data) else DEAD
-
-    def grow(self, data: bytes, state: int, i: int, end: int) -> tuple[int, int]:
-        """Longest match, the one loop every reader lexes with: the lexeme in `state` takes
-        `data[i:end]` byte by byte while it can. Returns `(state, j)`: `j` is the first byte
-        it can't take (`end`: it took them all and may grow with more text)."""
-        rows = self.rows
-        while i < end:
-            nxt = rows[state][data[i]]
-            if nxt < 0:
-                break
-            state = nxt
-            i += 1
-        return state, i
+        try:
+            _, stop, state = next(self.lexemes(data, state))
+        except LexError:
+            return DEAD
+        return state if stop == len(data) else DEAD
 
     def lexemes(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
-        """Split `data[pos:end]` into lexemes by longest match (`grow`), starting inside a
-        lexeme in `state` (default: a fresh document, after the virtual newline); each lexeme
-        after the first starts in `START`.
+        """Split `data[pos:end]` into lexemes by longest match, starting inside a lexeme in
+        `state` (default: a fresh document, after the virtual newline); each lexeme after the
+        first starts in `START`. The one lexing loop: every reader lexes with it (one lexeme:
+        `next(lexemes(...))`).
 
         Yields each lexeme as `(start, stop, lexer_state)`: the complete ones (`stop < end`:
         the byte at `stop` can't extend them), then last the open one (`stop == end`: more
         text may extend it), so a reader tells the open lexeme by `stop == end`. Raises
-        `LexError` at the first byte that no terminal can take.
+        `LexError` at the first byte that no terminal can take (a lexeme that can't grow and
+        isn't accepted there).
         """
+        rows = self.rows
         accepting = self.accepting
-        row0 = self.rows[START]
-        grow = self.grow
+        row0 = rows[START]
         if state is None:
             state = self.newline_state
         end = len(data) if end is None else end
         start = pos
-        state, i = grow(data, state, pos, end)
-        while i < end:
+        for i in range(pos, end):
+            nxt = rows[state][data[i]]
+            if nxt >= 0:
+                state = nxt
+                continue
             if not accepting[state]:
                 raise LexError(i)
             yield start, i, state
@@ -127,7 +122,6 @@ class LexerAutomaton:
             state = row0[data[i]]
             if state < 0:
                 raise LexError(i)
-            state, i = grow(data, state, i + 1, end)
         yield start, end, state
 
     def lex(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):

@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from grammar_tools.lexer_automaton import START, LexerAutomaton
+from grammar_tools.lexer_automaton import START, LexError, LexerAutomaton
 
 from .store import MaskStore
 from .token_lexing import TokenMatrix, first_lexeme, indent_of
@@ -67,12 +67,12 @@ class StoreBuilder:
         """sig[t, i]: id of what token t announces from offset i on, read from the start
         state (-1: the lexer dies).
 
-        Lexing `token[i:]` from the start state is its first lexeme (`LexerAutomaton.grow`),
+        Lexing `token[i:]` from the start state is its first lexeme (`LexerAutomaton.lexemes`),
         then, if that ends at j, lexing `token[j:]` from the start state: so the suffixes are
         read right to left, each one lexeme on top of the suffix it ends at. They are interned
         left to right (ids and indentations in the order of the offsets)."""
         lexer = self.lexer
-        row0, accepting, grow = lexer.rows[START], lexer.accepting, lexer.grow
+        lexemes = lexer.lexemes
         nl_states = {d for d in range(lexer.n_states) if self.nl in lexer.accepting_ids[d]}
         L = self.tokens.data.shape[1]
         sig = np.full((self.vocab.size, L), -1, dtype=np.int32)
@@ -83,13 +83,13 @@ class StoreBuilder:
             # None: the lexer dies
             suffix: list[tuple | None] = [None] * (n + 1)
             for i in range(n - 1, -1, -1):
-                state = row0[b[i]]
-                if state < 0:
+                try:
+                    _, j, state = next(lexemes(b, START, i, n))
+                except LexError:
                     continue
-                state, j = grow(b, state, i + 1, n)
                 if j == n:
                     suffix[i] = ((), state)
-                elif accepting[state] and suffix[j] is not None:
+                elif suffix[j] is not None:
                     indent = indent_of(b[i:j], False) if state in nl_states else None
                     rest, final = suffix[j]
                     suffix[i] = (((state, indent),) + rest, final)

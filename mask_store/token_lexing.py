@@ -13,8 +13,8 @@ contributes the terminal it will become (one row per choice), complete lexemes c
 (a newline also contributes its indentation, `Indent`), ignored ones (spaces, comments)
 contribute nothing. The announced sequence `S` is what the parser must accept; this module
 computes it for one token (`walk`, used by the matcher at run time) and, vectorized, for the
-whole vocabulary (`first_lexeme`, used by the builder: `LexerAutomaton.grow` run over all tokens
-at once with numpy). Both follow the same rules.
+whole vocabulary (`first_lexeme`, used by the builder: the first lexeme of
+`LexerAutomaton.lexemes` for all tokens at once, with numpy). Both follow the same rules.
 """
 
 from __future__ import annotations
@@ -73,15 +73,16 @@ class TokenWalk:
 def walk(lexer: LexerAutomaton, d: int, data: bytes) -> TokenWalk | None:
     """Read `data` from state `d` (`LexerAutomaton.lexemes`); None if the lexer dies (a
     lexical error)."""
+    lexemes = lexer.lexemes(data, d)
     try:
-        lexemes = list(lexer.lexemes(data, d))
+        _, first_end, first_state = next(lexemes)
+        if first_end == len(data):  # the lexeme grows through the whole token
+            return TokenWalk(None, first_state, (), 0, first_state)
+        rest = tuple(lexemes)
     except LexError:
         return None
-    final_start, _, final_state = lexemes[-1]
-    if len(lexemes) == 1:  # the lexeme grows through the whole token
-        return TokenWalk(None, final_state, (), 0, final_state)
-    _, first_end, first_state = lexemes[0]
-    return TokenWalk(first_end, first_state, tuple(lexemes[1:-1]), final_start, final_state)
+    final_start, _, final_state = rest[-1]
+    return TokenWalk(first_end, first_state, rest[:-1], final_start, final_state)
 
 
 # ---------------------------------------------------------------- vocabulary-wide
