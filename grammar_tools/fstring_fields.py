@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .lexer_automaton import START, LexerAutomaton
-from .recognizer import ACCEPTED, Node, Recognizer
+from .lexer_automaton import START, LexError, LexerAutomaton
+from .recognizer import Node, Recognizer
 
 FIELD_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
 PEP701 = (3, 12)
@@ -246,7 +246,7 @@ class FieldChecker:
         """Lex and parse the expression from `i` up to the `}`, `:`, `!` or `=` that ends it
         at bracket depth 0; returns (that offset, the parser's configurations)."""
         rec = self.recognizer
-        rows = self.lexer.rows
+        lexemes = self.lexer.lexemes
         accepting = self.lexer.accepting
         acc_ids = self.lexer.accepting_ids
         n = len(text)
@@ -267,7 +267,7 @@ class FieldChecker:
                         # `!` or `=` at the end: a conversion or `=` if the expression is whole,
                         # else `!=`/`==` must be able to come
                         op = self._noteq if c == 0x21 else self._eqeq
-                        whole = not empty and any(_can_end(rec, m) for m in _feed_all(rec, nodes, self._unwrap))
+                        whole = not empty and any(rec.can_end(m) for m in _feed_all(rec, nodes, self._unwrap))
                         if not whole and not any(rec.feed(m, op) is not None for m in nodes):
                             raise FieldError(j, "invalid syntax")
                         raise _Open
@@ -281,16 +281,10 @@ class FieldChecker:
             if c in b"\r\n" and not (kind.long or self.pep701):
                 raise FieldError(j, "expecting '}'")
             # one lexeme, longest match
-            state = rows[START][c]
-            if state < 0:
-                raise FieldError(j, "invalid token")
-            k = j + 1
-            while k < n:
-                s2 = rows[state][text[k]]
-                if s2 < 0:
-                    break
-                state = s2
-                k += 1
+            try:
+                _, k, state = next(lexemes(text, START, j, n))
+            except LexError:
+                raise FieldError(j, "invalid token") from None
             terms = acc_ids[state]
             if k == n and self.lexer.grows[state]:  # the text ends in a lexeme that may grow
                 possible = self.lexer.possible_ids[state]
@@ -332,7 +326,7 @@ class FieldChecker:
         if lone_star:
             raise FieldError(i, "can't use starred expression here")
         nodes = _feed_all(rec, nodes, self._unwrap)
-        if not any(_can_end(rec, node) for node in nodes):
+        if not any(rec.can_end(node) for node in nodes):
             raise FieldError(j, "invalid syntax")
         return j, nodes
 
@@ -351,12 +345,6 @@ def _feed_all(rec: Recognizer, nodes: list[Node], terminals) -> list[Node]:
     for t in terminals:
         nodes = [m for node in nodes if (m := rec.feed(node, t)) is not None]
     return nodes
-
-
-def _can_end(rec: Recognizer, node: Node) -> bool:
-    node = rec.feed_newline(node)
-    node = node and rec.feed_indentation(node, 0, 0)
-    return node is not None and rec.feed(node, rec.END) is ACCEPTED
 
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")

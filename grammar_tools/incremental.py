@@ -177,40 +177,20 @@ class PrefixParser:
         self._data = data
         return self._run(data, configs, pos, state, cps)
 
-    def end_configs(self, configs, held: bytes, lexer_state: int) -> list[Node]:
-        """The configurations after the held-back lexeme is closed and the file ends there
-        (CPython's implicit NEWLINE and DEDENTs); empty if the text can't end here."""
-        rec = self.recognizer
-        configs = list(configs)
-        if held:
-            terms = self.lexer.accepting_ids[lexer_state]
-            if not terms:
-                return []
-            if self._nl in terms:
-                out = []
-                for c in configs:  # a trailing blank line's indentation doesn't count
-                    c = rec.feed_newline(c)
-                    c = c and rec.feed_indentation(c, 0, 0)
-                    if c is not None:
-                        out.append(c)
-                return out
-            configs = self.feed_lexeme(configs, held, 0, len(held), lexer_state)
-        out = []
-        for c in configs:
-            c = rec.feed_newline(c)
-            c = c and rec.feed_indentation(c, 0, 0)
-            if c is not None:
-                out.append(c)
-        return out
-
     def can_end(self, st: PrefixState, data: bytes) -> bool:
         """Whether the parsed prefix is a complete file (statements closed, brackets balanced)."""
         return self.can_end_with(st.configs, data[st.lexeme_start : st.end], st.lexer_state)
 
     def can_end_with(self, configs, held: bytes, lexer_state: int) -> bool:
-        """Whether the text can end after `configs` and the open lexeme `held` (in `lexer_state`)."""
-        ends = self.end_configs(configs, held, lexer_state)
-        return any(self.recognizer.feed(c, self.recognizer.END) is ACCEPTED for c in ends)
+        """Whether the text can end after `configs` and the open lexeme `held` (in
+        `lexer_state`): the lexeme closed, then `Recognizer.can_end`."""
+        if held:
+            terms = self.lexer.accepting_ids[lexer_state]
+            if not terms:
+                return False
+            if self._nl not in terms:  # a held newline is the implicit one (its indentation doesn't count)
+                configs = self.feed_lexeme(configs, held, 0, len(held), lexer_state)
+        return any(self.recognizer.can_end(c) for c in configs)
 
     def last_line(self, offset: int) -> tuple[int, tuple[Node, ...]]:
         """Where the last line of the parsed text whose code starts at or before `offset`
@@ -238,35 +218,16 @@ class PrefixParser:
         `(end, configs, newline)` after each complete lexeme (`newline`: it was a `_NEWLINE`, so
         the next line's code starts at `end`); returns `(state, start)` of the open lexeme that
         ends `data`. Raises LexError / ParseError at the first error."""
-        rows = self.lexer.rows
-        accepting = self.lexer.accepting
         acc_ids = self.lexer.accepting_ids
-        row0 = rows[START]
         nl = self._nl
         n = len(data)
-        if state is None:
-            state = self.lexer.newline_state
-        start = i = pos
-        while True:
-            while i < n:  # the lexeme grows while it can
-                nxt = rows[state][data[i]]
-                if nxt < 0:
-                    break
-                state = nxt
-                i += 1
+        for start, i, lexeme_state in self.lexer.lexemes(data, state, pos, n):
             if i == n:
-                return state, start  # the last lexeme is held back: more text may extend it
-            if not accepting[state]:
-                raise LexError(i)
-            configs = self.feed_lexeme(configs, data, start, i, state)
+                return lexeme_state, start  # the last lexeme is held back: more text may extend it
+            configs = self.feed_lexeme(configs, data, start, i, lexeme_state)
             if not configs:
                 raise ParseError(start, f"unexpected {data[start:i][:20]!r}")
-            yield i, configs, nl in acc_ids[state]
-            start = i
-            state = row0[data[i]]
-            if state < 0:
-                raise LexError(i)
-            i += 1
+            yield i, configs, nl in acc_ids[lexeme_state]
 
     def _run(self, data, configs, pos, state, cps) -> PrefixState:
         since = 0

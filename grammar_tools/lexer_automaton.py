@@ -84,43 +84,51 @@ class LexerAutomaton:
         return self.rows[state][byte]
 
     def run(self, data: bytes, state: int = START) -> int:
-        rows = self.rows
-        for b in data:
-            state = rows[state][b]
-            if state < 0:
-                return DEAD
-        return state
+        """The state after `data` read as one lexeme (DEAD if it can't be one)."""
+        try:
+            _, stop, state = next(self.lexemes(data, state))
+        except LexError:
+            return DEAD
+        return state if stop == len(data) else DEAD
 
-    def lex(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
-        """Split `data[pos:end]` into lexemes, starting inside a lexeme in `state` (default: a
-        fresh document, after the virtual newline).
+    def lexemes(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
+        """Split `data[pos:end]` into lexemes by longest match, starting inside a lexeme in
+        `state` (default: a fresh document, after the virtual newline); each lexeme after the
+        first starts in `START`. The one lexing loop: every reader lexes with it (one lexeme:
+        `next(lexemes(...))`).
 
-        Returns `(lexemes, state, start)`: the completed lexemes as `(start, end, lexer_state)`
-        and the last, still open lexeme (it may grow with more text) as its state and start.
-        Raises `LexError` at the first byte that no terminal can take.
+        Yields each lexeme as `(start, stop, lexer_state)`: the complete ones (`stop < end`:
+        the byte at `stop` can't extend them), then last the open one (`stop == end`: more
+        text may extend it), so a reader tells the open lexeme by `stop == end`. Raises
+        `LexError` at the first byte that no terminal can take (a lexeme that can't grow and
+        isn't accepted there).
         """
         rows = self.rows
         accepting = self.accepting
+        row0 = rows[START]
         if state is None:
             state = self.newline_state
         end = len(data) if end is None else end
         start = pos
-        out: list[tuple[int, int, int]] = []
-        append = out.append
-        row0 = rows[START]
         for i in range(pos, end):
-            b = data[i]
-            nxt = rows[state][b]
+            nxt = rows[state][data[i]]
             if nxt >= 0:
                 state = nxt
                 continue
             if not accepting[state]:
                 raise LexError(i)
-            append((start, i, state))
+            yield start, i, state
             start = i
-            state = row0[b]
+            state = row0[data[i]]
             if state < 0:
                 raise LexError(i)
+        yield start, end, state
+
+    def lex(self, data: bytes, state: int | None = None, pos: int = 0, end: int | None = None):
+        """`lexemes` as lists: returns `(lexemes, state, start)`, the completed lexemes as
+        `(start, end, lexer_state)` and the open lexeme's state and start."""
+        out = list(self.lexemes(data, state, pos, end))
+        start, _, state = out.pop()
         return out, state, start
 
 

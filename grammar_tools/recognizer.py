@@ -439,6 +439,17 @@ class Recognizer:
                 node.indent = (col, alt, node.indent[2])  # the real width, on a fresh node
         return node
 
+    def can_end(self, node: Node, *, after_newline: bool = False) -> bool:
+        """Whether the text may end after `node`: CPython's implicit NEWLINE (not when the
+        text's last lexeme is a newline, already fed with `feed_newline`: `after_newline`),
+        the DEDENTs back to column 0, then `$END`. The one "can the text end here" check:
+        the prefix parser, the matcher and the f-string fields close their open lexeme their
+        own way, then ask this."""
+        if not after_newline:
+            node = self.feed_newline(node)
+        node = node and self.feed_indentation(node, 0, 0)
+        return node is not None and self.feed(node, self.END) is ACCEPTED
+
     # ------------------------------------------------------------------ queries
 
     def accepts(self, node: Node, terminals) -> bool:

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from grammar_tools.lexer_automaton import START, LexerAutomaton
+from grammar_tools.lexer_automaton import START, LexError, LexerAutomaton
 
 from .store import MaskStore
 from .token_lexing import TokenMatrix, first_lexeme, indent_of
@@ -84,39 +84,39 @@ class StoreBuilder:
 
     def _suffix_signatures(self) -> np.ndarray:
         """sig[t, i]: id of what token t announces from offset i on, read from the start
-        state (-1: the lexer dies)."""
+        state (-1: the lexer dies).
+
+        Lexing `token[i:]` from the start state is its first lexeme (`LexerAutomaton.lexemes`),
+        then, if that ends at j, lexing `token[j:]` from the start state: so the suffixes are
+        read right to left, each one lexeme on top of the suffix it ends at. They are interned
+        left to right (ids and indentations in the order of the offsets)."""
         lexer = self.lexer
-        rows, accepting = lexer.rows, lexer.accepting
+        lexemes = lexer.lexemes
         nl_states = {d for d in range(lexer.n_states) if self.nl in lexer.accepting_ids[d]}
         L = self.tokens.data.shape[1]
         sig = np.full((self.vocab.size, L), -1, dtype=np.int32)
         for t in self.ids.tolist():
             b = self.vocab.token_bytes[t]
             n = len(b)
-            for i in range(n):
-                out = []
-                start = i
-                state = rows[START][b[i]]
-                if state < 0:
+            # per offset: (complete lexemes as (state, Indent or None), open lexeme's state);
+            # None: the lexer dies
+            suffix: list[tuple | None] = [None] * (n + 1)
+            for i in range(n - 1, -1, -1):
+                try:
+                    _, j, state = next(lexemes(b, START, i, n))
+                except LexError:
                     continue
-                dead = False
-                for j in range(i + 1, n):
-                    nxt = rows[state][b[j]]
-                    if nxt >= 0:
-                        state = nxt
-                        continue
-                    if not accepting[state]:
-                        dead = True
-                        break
-                    ind = self.indents(indent_of(b[start:j], False)) if state in nl_states else -1
-                    out.append((state, ind))
-                    start = j
-                    state = rows[START][b[j]]
-                    if state < 0:
-                        dead = True
-                        break
-                if not dead:
-                    sig[t, i] = self.sigs((tuple(out), state))
+                if j == n:
+                    suffix[i] = ((), state)
+                elif suffix[j] is not None:
+                    indent = indent_of(b[i:j], False) if state in nl_states else None
+                    rest, final = suffix[j]
+                    suffix[i] = (((state, indent),) + rest, final)
+            for i in range(n):
+                if suffix[i] is not None:
+                    complete, final = suffix[i]
+                    out = tuple((st, -1 if ind is None else self.indents(ind)) for st, ind in complete)
+                    sig[t, i] = self.sigs((out, final))
         return sig
 
     def expansions(self, sig_id: int) -> list[tuple[int, ...]]:

@@ -34,7 +34,7 @@ import numpy as np
 from grammar_tools.fstring_fields import FieldChecker
 from grammar_tools.incremental import PrefixParser, PrefixState
 from grammar_tools.lexer_automaton import LexerAutomaton, load_lexer_automaton
-from grammar_tools.recognizer import ACCEPTED, Node, Recognizer
+from grammar_tools.recognizer import Node, Recognizer
 from grammar_tools.recovery import parse_prefix
 
 from .canonical import OFF, CanonicalPairs, CanonicalState
@@ -356,15 +356,10 @@ class CompiledGrammar:
     def can_end(self, c: Config) -> bool:
         """Whether the text may end in configuration `c` (the open lexeme closed, then CPython's
         implicit NEWLINE and DEDENTs, then the end)."""
-        rec = self.recognizer
         x, d = self.q_term[c.q], self.q_state[c.q]
         if not self.lexer.accepting[d] >> x & 1:
             return False
-        node = c.node
-        if x != self.NL:
-            node = rec.feed_newline(node)
-        node = node and rec.feed_indentation(node, 0, 0)
-        return node is not None and rec.feed(node, rec.END) is ACCEPTED
+        return self.recognizer.can_end(c.node, after_newline=x == self.NL)  # a newline was fed when announced
 
 
 def _dedupe(configs: list[Config]) -> list[Config]:

@@ -13,7 +13,8 @@ contributes the terminal it will become (one row per choice), complete lexemes c
 (a newline also contributes its indentation, `Indent`), ignored ones (spaces, comments)
 contribute nothing. The announced sequence `S` is what the parser must accept; this module
 computes it for one token (`walk`, used by the matcher at run time) and, vectorized, for the
-whole vocabulary (`first_lexeme`, used by the builder). Both follow the same rules.
+whole vocabulary (`first_lexeme`, used by the builder: the first lexeme of
+`LexerAutomaton.lexemes` for all tokens at once, with numpy). Both follow the same rules.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grammar_tools.indentation import indent_width
-from grammar_tools.lexer_automaton import START, LexerAutomaton
+from grammar_tools.lexer_automaton import LexError, LexerAutomaton
 
 
 @dataclass(frozen=True)
@@ -70,44 +71,18 @@ class TokenWalk:
 
 
 def walk(lexer: LexerAutomaton, d: int, data: bytes) -> TokenWalk | None:
-    """Read `data` from state `d`; None if the lexer dies (a lexical error)."""
-    rows = lexer.rows
-    accepting = lexer.accepting
-    state = d
-    n = len(data)
-    i = 0
-    while i < n:
-        nxt = rows[state][data[i]]
-        if nxt < 0:
-            break
-        state = nxt
-        i += 1
-    if i == n:
-        return TokenWalk(None, state, (), 0, state)
-    if not accepting[state]:
+    """Read `data` from state `d` (`LexerAutomaton.lexemes`); None if the lexer dies (a
+    lexical error)."""
+    lexemes = lexer.lexemes(data, d)
+    try:
+        _, first_end, first_state = next(lexemes)
+        if first_end == len(data):  # the lexeme grows through the whole token
+            return TokenWalk(None, first_state, (), 0, first_state)
+        rest = tuple(lexemes)
+    except LexError:
         return None
-    first_state = state
-    first_end = i
-    lexemes = []
-    start = i
-    state = rows[START][data[i]]
-    if state < 0:
-        return None
-    i += 1
-    while i < n:
-        nxt = rows[state][data[i]]
-        if nxt >= 0:
-            state = nxt
-        else:
-            if not accepting[state]:
-                return None
-            lexemes.append((start, i, state))
-            start = i
-            state = rows[START][data[i]]
-            if state < 0:
-                return None
-        i += 1
-    return TokenWalk(first_end, first_state, tuple(lexemes), start, state)
+    final_start, _, final_state = rest[-1]
+    return TokenWalk(first_end, first_state, rest[:-1], final_start, final_state)
 
 
 # ---------------------------------------------------------------- vocabulary-wide

@@ -105,8 +105,8 @@ def test_bar_hillel_answers_key(monkeypatch):
 def test_lexer_automaton_key(monkeypatch):
     g = load_grammar()
     before = lexer_automaton.cache_path(g)
-    for name in ("string_automata.py", "byte_automaton.py", "terminal_automata.py"):
-        module = "grammar_tools/" + name
+    for module in ("grammar_tools/string_automata.py", "grammar_tools/byte_automaton.py",
+                   "grammar_tools/terminal_automata.py"):
         with monkeypatch.context() as m:
             _edit(m, module)
             assert lexer_automaton.cache_path(g) != before, module
