@@ -243,9 +243,9 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     # after `x = y if z els` the grammar allows a single token, `e`: no model call for it
     from lsp_server.decoding.loop import ModelStepper, decode
     from lsp_server.decoding.sampling import Sampler
-    from lsp_server.decoding.stopping.compatibility import Compatibility
     from lsp_server.decoding.stopping.line_scanner import LineScanner
     from lsp_server.decoding.stopping.policy import StopPolicy
+    from lsp_server.decoding.stopping.rest_of_file import RestOfFile
     from mask_store.matcher import GrammarMatcher
 
     comp, tok = compiled
@@ -255,9 +255,10 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     calls = len(runtime.calls)
     matcher = GrammarMatcher.from_prefix(comp, prefix)
     st = matcher.prefix_state
-    ctx = cursor_context(prefix.decode(), "\n")
-    compat = Compatibility(matcher_parser(comp), prefix, b"\n", b"")
-    policy = StopPolicy(ctx, LineScanner(comp.lexer), compat, prefix[st.lexeme_start :], b"", 0, 0)
+    scanner = LineScanner(comp.lexer)
+    held = prefix[st.lexeme_start :]
+    rest = RestOfFile.build(prefix.decode(), "\n", "auto", scanner, held, b"", 0, matcher_parser(comp), prefix)
+    policy = StopPolicy(rest, scanner, held, b"", 0)
     out = decode(ModelStepper(runtime.forward, logits[-1], past), matcher, comp.tokens, {0, 2},
                  Sampler(), policy, 16)
     assert out.tokens[0] == tok.vocab.by_bytes[b"e"] and out.forced >= 1

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .stopping.rest_of_file import RestOfFile
+
 # a header for each keyword that opens a block, the check's probe
 PROBES = {
     b"if": b"if x:", b"elif": b"elif x:", b"else": b"else:", b"for": b"for x in y:", b"while": b"while x:",
@@ -24,12 +26,12 @@ PROBES = {
 QUOTES = (b'"""', b"'''")
 
 
-def needed_headers(compat, line_blank: bool) -> tuple[bytes, ...]:
+def needed_headers(rest: RestOfFile) -> tuple[bytes, ...]:
     """The keywords whose headers alone at the cursor keep the file valid, where the file is not
     valid without a completion and the cursor's line holds nothing else (empty: no steering)."""
-    if compat is None or not line_blank or compat.ok(b""):
+    if rest.compat is None or not rest.line_blank or rest.keeps_valid(b""):
         return ()
-    return tuple(k for k, probe in PROBES.items() if compat.ok(probe))
+    return tuple(k for k, probe in PROBES.items() if rest.keeps_valid(probe))
 
 
 def starts_with_keyword(token: bytes, keyword: bytes) -> bool:

@@ -1,5 +1,6 @@
 """What surrounds the cursor, as far as stopping is concerned: the mode (single-line or
-multi-line), whether code follows on the cursor's line (infix), the auto-closed brackets after
+multi-line), whether code follows on the cursor's line (infix) or the cursor is at its start
+(lines: the answer is whole lines above it), the auto-closed brackets after
 the cursor, and the text the parser must be able to read after a completion."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class CursorContext:
     follow: str  # the text the parser must be able to read after the completion
     at_eof: bool  # nothing but blank lines/comments follow: the completion may end the file
     continued: bool = False  # `follow` holds lines indented deeper than the cursor's statement
+    lines: bool = False  # the cursor is at or inside the leading whitespace of a non-blank line: insert whole lines above it
 
 
 FOLLOW_LINES = 60  # at most this many lines of a statement's continuation are checked
@@ -81,11 +83,15 @@ def cursor_context(before: str, after: str, mode: str = "auto", lexer: LexerAuto
     stripped = rest.strip()
     covered = ""
     infix = False
+    line_before = before[before.rfind("\n") + 1 :]
+    if stripped and not line_before.strip():
+        # a line start of existing code (its closing bracket too: not auto-closed, the line's own)
+        follow, at_eof, continued = first_words(after, lexer, indent=line_indent(line_before))
+        return CursorContext("single", False, "", follow, at_eof, continued, lines=True)
     if stripped and all(ch in CLOSERS or ch in " \t" for ch in stripped):
         covered = rest[: len(rest.rstrip())]
     elif stripped:
         infix = not stripped.startswith("#")
-    line_before = before[before.rfind("\n") + 1 :]
     # the statement at the cursor is indented as its line (or up to the cursor on a blank line)
     follow, at_eof, continued = first_words(after[len(covered) :], lexer, indent=line_indent(line_before))
     if mode == "auto":
