@@ -148,14 +148,11 @@ def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
     assert parses(accept(text, off, r))
 
 
-def test_first_words_keeps_the_deeper_lines_whole():
-    from lsp_server.decoding.stopping.context import first_words
+def test_the_next_line_of_code_deeper_continues_the_statement():
+    from lsp_server.decoding.stopping.context import continues_deeper
 
-    follow, at_eof, continued = first_words("\n        b,\n\n        c)\n    z = 1\n", indent=4)
-    assert follow == "\n        b,\n\n        c)\n    z " and not at_eof and continued
-    follow, at_eof, continued = first_words("\n        b)\n", indent=4)
-    assert follow == "\n        b)\n" and at_eof and continued
-    assert first_words("\n    z = 1\n", indent=4) == ("\n    z ", False, False)
+    assert continues_deeper("\n\n        # c\n        b,\n    z = 1\n", 4)
+    assert not continues_deeper("\n    z = 1\n", 4) and not continues_deeper("\n\n", 4)
 
 
 def test_a_completion_cut_short_inside_the_cursors_brackets_is_not_offered(compiled):

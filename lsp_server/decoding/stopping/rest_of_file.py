@@ -54,7 +54,7 @@ class RestOfFile:
         text before the cursor as the parser reads it (recovery rewrites a broken line); the
         check reads the whole rest of the file (raises ParseError/LexError when
         `parsed_before` does not parse)."""
-        ctx = cursor_context(before, after, mode, scanner.lexer)
+        ctx = cursor_context(before, after, mode)
         cursor_depth = scanner.depth_after(held + heal, depth)
         if ctx.mode == "multi" and (cursor_depth > 0 or scanner.inside_string(held + heal)):
             # inside brackets or a string, lines end where the physical line does
