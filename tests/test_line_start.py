@@ -11,17 +11,10 @@ from lsp_server.decoding.stopping.context import cursor_context
 from lsp_server.decoding.stopping.decision import StopReason
 from lsp_server.options import EngineOptions
 
+from cpython_oracle import compiles
 from scripted_model import ScriptedRuntime
 
 LOOP = "def f(items):\n    result = 0\n    for item in items:\n        result += item\n    return result\n"
-
-
-def compiles(text: str) -> bool:
-    try:
-        compile(text, "<doc>", "exec")
-    except SyntaxError:
-        return False
-    return True
 
 
 def complete_at(compiled, doc: str, wants: str):
