@@ -8,7 +8,8 @@ logical line), the cursor then put in one of three places:
 
 Per code set and cursor kind: offered answers whose file compiles (CPython's
 `compile(text, name, "exec")`), offered answers that keep the existing text intact (the text
-after the insert still starts a logical line, as deep in blocks as in the original: `intact`), empty
+after the insert still starts a logical line, as deep in blocks as in the document, or
+where the document's indentation can't be read there as in the original: `intact`), empty
 answers, exact match and edit similarity of the answer's first non-blank line against the line
 taken out (both stripped). The same cut points for every revision of the code (fixed seed), so
 the same command measures a change before and after.
@@ -111,14 +112,16 @@ def blocks_at(text: str, line: int, col: int) -> tuple[tuple[int, int], ...] | N
     return None
 
 
-def intact(original: list[str], nxt: int, spliced: str, at: int) -> bool:
-    """Whether the existing line `nxt` of the original, whose code stands at offset `at` in
-    `spliced`, still starts a logical line there, as deep in blocks as in the original (the same
-    indentation stack: a block the taken-out line opened may be opened by the answer instead)."""
-    code = original[nxt]
-    want = blocks_at("\n".join(original), nxt, len(code) - len(code.lstrip()))
-    line = spliced.count("\n", 0, at)
-    got = blocks_at(spliced, line, at - (spliced.rfind("\n", 0, at) + 1))
+def intact(doc: str, kept: int, spliced: str, at: int, original: list[str], nxt: int) -> bool:
+    """Whether the existing line of `doc` at offset `kept` (its code), which stands at offset
+    `at` in `spliced`, still starts a logical line there, as deep in blocks as in `doc` (the
+    same indentation stack, Python's tokenizer's INDENT/DEDENT); where `doc` can't be tokenized
+    there (the line taken out left an unindent that matches no outer level), as deep as that
+    line (`nxt`) in the `original` file."""
+    want = blocks_at(doc, doc.count("\n", 0, kept), kept - (doc.rfind("\n", 0, kept) + 1))
+    if want is None:
+        want = blocks_at("\n".join(original), nxt, len(original[nxt]) - len(original[nxt].lstrip()))
+    got = blocks_at(spliced, spliced.count("\n", 0, at), at - (spliced.rfind("\n", 0, at) + 1))
     return want is not None and got is not None and [c for _, c in want] == [c for _, c in got]
 
 
@@ -181,9 +184,10 @@ def score(row: dict, text: str) -> dict:
            "similarity": edit_similarity(first, truth)}
     if text.strip():
         spliced = doc[:start] + text + doc[end:]
-        rest = doc[end:]  # where the existing line's code stands after the answer
+        rest = doc[end:]
+        kept = end + len(rest) - len(rest.lstrip())  # the existing line's code, in the document
         row["compiles"] = compiles(spliced)
-        row["intact"] = intact(original, cut["next"], spliced, start + len(text) + len(rest) - len(rest.lstrip()))
+        row["intact"] = intact(doc, kept, spliced, kept + start + len(text) - end, original, cut["next"])
     return row
 
 
