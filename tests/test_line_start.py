@@ -98,3 +98,26 @@ def test_a_mid_line_completion_still_joins_the_rest_of_the_line(compiled):
     r, applied = complete_at(compiled, doc, "len(a) + a.strip()\n    return x\n")
     assert r.text.rstrip() == "len(a) +" and r.stop_reason == StopReason.ECHO  # where it began to write the rest
     assert applied == f"def f(a):\n    x = {r.text}a.strip()\n    return x\n" and compiles(applied)
+
+
+CUT_HEADER = "def check(value):\n|        raise TypeError(value)\n    return value\n"
+
+
+def test_a_line_whose_header_was_cut_gets_a_header_above_it(compiled):
+    """Column 0 of a line whose block header was cut away: the model's first four choices are
+    statements (none lets the line stand: it is a block's body), its fifth a header at the
+    function's depth. The search starts its passes with a header at an indentation of the lines
+    above, so the answer is that header, and the line stays as it was."""
+    from scripted_model import choices_runtime
+
+    comp, tok = compiled
+    off = CUT_HEADER.index("|")
+    text = CUT_HEADER[:off] + CUT_HEADER[off + 1 :]
+    before = text[:off]
+    minds = ["    value = 1\n", "    print(value)\n", "    return value\n", "    del value\n",
+             "    if not value:\n"]
+    runtime = choices_runtime([ScriptedRuntime(tok, (before + m).encode()) for m in minds])
+    r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest(text, 1, 0))
+    applied = text[:off] + r.text + text[off:]
+    assert r.text == "    if not value:\n" and r.offer_path == "redecode"
+    assert kept_intact(applied, CUT_HEADER) and compiles(applied)

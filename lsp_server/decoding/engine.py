@@ -392,7 +392,10 @@ class CompletionEngine:
                 and chosen.outcome.stop.reason != StopReason.CANCELLED
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
             # the headers the following lines need, if they need one: the passes start with one
-            steer = self._header_starts.steer(header_steering.needed_headers(setup.rest))
+            keywords, widths = header_steering.needed_headers(setup.rest), ()
+            if not keywords:
+                keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
+            steer = self._header_starts.steer(keywords, widths)
             found = redecode.search(chosen, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
                                     self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
                                     setup.max_tokens, cancel)

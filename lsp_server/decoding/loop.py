@@ -112,7 +112,8 @@ def decode(
     A re-decoding (`redecode.py`) first takes the `replay` tokens an earlier pass accepted (fed
     to the model with the next forward pass, not asked for), and the step after them may not
     take a token of `avoid` (the earlier passes' choices there): the model's next-best, among
-    the tokens `steer(room)` allows when given (`room`: the healed bytes still to re-create),
+    the tokens `steer(room, written)` allows when given (`room`: the healed bytes still to
+    re-create; `written`: the bytes written after them),
     up to the first that writes more than blanks (what the following lines need:
     header_steering.py)."""
     return _Decoding(stepper, matcher, token_bytes, stop_tokens, sampler, policy, max_tokens, cancel,
@@ -154,7 +155,7 @@ class _Decoding:
         mask = self.matcher.next_token_mask()
         self.out.mask_ms.append((time.perf_counter() - t0) * 1000)
         if self.steer is not None:
-            only = self.steer(max(self.healed - len(self.generated), 0))
+            only = self.steer(max(self.healed - len(self.generated), 0), len(self.generated) - self.healed)
             n = min(len(mask), len(only))
             mask = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
         return mask

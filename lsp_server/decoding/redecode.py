@@ -2,8 +2,8 @@
 search of `offer.py` found none), decode again from the step where validity was lost with the
 model's next-best tokens there, before answering nothing.
 
-The step is the one where the completion's first byte was chosen (the tokens before it re-create
-the healed text): no cut of the text passed the check, not even of its first line, so the
+The step is the one where the completion's first code was chosen (the tokens before it re-create
+the healed text and write the blanks it stands after): no cut of the text passed the check, not even of its first line, so the
 completion went wrong with its first token (a `return` where the lines after the cursor are a
 block's body and need its header, code where they are a docstring's text). Each new pass takes
 the tokens before that step again, and there the best token the earlier passes did not take (nor
@@ -46,12 +46,13 @@ class Pass:
 
 
 def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
-    """The index in `tokens` of the step that chose the completion's first byte: the tokens
-    before it re-create the `healed` bytes (len(tokens) if none went past them)."""
-    n = 0
+    """The index in `tokens` of the step that chose the completion's first code: the tokens
+    before it re-create the `healed` bytes and write blanks after them (the newline and
+    indentation the code is written at are kept; len(tokens) if none wrote code)."""
+    written = b""
     for i, t in enumerate(tokens):
-        n += len(token_bytes[t])
-        if n > healed:
+        written += token_bytes[t]
+        if written[healed:].strip():
             return i
     return len(tokens)
 
