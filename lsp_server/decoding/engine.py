@@ -373,7 +373,7 @@ class CompletionEngine:
                   after: str) -> CompletionResult:
         """The completion between `before` and `after` (the document split at the cursor)."""
         from ..model.prompt_cache import PrefillCancelled
-        from . import header_steering, redecode
+        from . import redecode
 
         t0 = time.perf_counter()
         setup = self._constrain(req, opts, before, after, cancel)
@@ -391,15 +391,7 @@ class CompletionEngine:
         if (chosen.offer.path == "empty" and setup.matcher is not None
                 and chosen.outcome.stop.reason != StopReason.CANCELLED
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
-            # the headers the following lines need, if they need one: the passes start with one
-            keywords, widths = header_steering.needed_headers(setup.rest), ()
-            if not keywords:
-                keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
-            steer = self._header_starts.steer(keywords, widths)
-            found = redecode.search(chosen, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
-                                    self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
-                                    setup.max_tokens, cancel)
-            chosen = found or chosen
+            chosen = self._redecode(setup, chosen) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
         return self._result(setup, chosen, reused, prompt_ms, decode_ms,
                             setup.compiled.stats["canonical_fallbacks"] - fallbacks)
@@ -478,6 +470,19 @@ class CompletionEngine:
                              outcome.generated[len(setup.heal) :], setup.depth, outcome.stop.cut,
                              later=outcome.stop.reason != StopReason.ECHO)
         return Pass(outcome, offer, speculator)
+
+    def _redecode(self, setup: _Setup, first: Pass) -> Pass | None:
+        """Search, don't give up (`redecode.search`): passes from the step where validity was
+        lost, steered to start with a header where the following lines need one."""
+        from . import header_steering, redecode
+
+        keywords, widths = header_steering.needed_headers(setup.rest), ()
+        if not keywords:
+            keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
+        steer = self._header_starts.steer(keywords, widths)
+        return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
+                               self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
+                               setup.max_tokens, setup.cancel)
 
     def _redecode_from(self, setup: _Setup, steer, replay, avoid, limit) -> Pass:
         """A re-decoding pass (redecode.search): the prompt again, a fresh matcher, the same
