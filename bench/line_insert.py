@@ -8,8 +8,8 @@ logical line), the cursor then put in one of three places:
 
 Per code set and cursor kind: offered answers whose file compiles (CPython's
 `compile(text, name, "exec")`), offered answers that keep the existing text intact (the text
-after the insert still starts a logical line, as deep in blocks as in the document, or
-where the document's indentation can't be read there as in the original: `intact`), empty
+after the insert still starts a logical line, as deep in blocks as in the document or as
+in the original file: `intact`), empty
 answers, exact match and edit similarity of the answer's first non-blank line against the line
 taken out (both stripped). The same cut points for every revision of the code (fixed seed), so
 the same command measures a change before and after.
@@ -114,15 +114,14 @@ def blocks_at(text: str, line: int, col: int) -> tuple[tuple[int, int], ...] | N
 
 def intact(doc: str, kept: int, spliced: str, at: int, original: list[str], nxt: int) -> bool:
     """Whether the existing line of `doc` at offset `kept` (its code), which stands at offset
-    `at` in `spliced`, still starts a logical line there, as deep in blocks as in `doc` (the
-    same indentation stack, Python's tokenizer's INDENT/DEDENT); where `doc` can't be tokenized
-    there (the line taken out left an unindent that matches no outer level), as deep as that
-    line (`nxt`) in the `original` file."""
-    want = blocks_at(doc, doc.count("\n", 0, kept), kept - (doc.rfind("\n", 0, kept) + 1))
-    if want is None:
-        want = blocks_at("\n".join(original), nxt, len(original[nxt]) - len(original[nxt].lstrip()))
+    `at` in `spliced`, still starts a logical line there, as deep in blocks (the same
+    indentation stack, Python's tokenizer's INDENT/DEDENT) as in `doc` or as that line (`nxt`)
+    in the `original` file (an answer may restore the header the cut took away)."""
+    in_doc = blocks_at(doc, doc.count("\n", 0, kept), kept - (doc.rfind("\n", 0, kept) + 1))
+    in_original = blocks_at("\n".join(original), nxt, len(original[nxt]) - len(original[nxt].lstrip()))
     got = blocks_at(spliced, spliced.count("\n", 0, at), at - (spliced.rfind("\n", 0, at) + 1))
-    return want is not None and got is not None and [c for _, c in want] == [c for _, c in got]
+    return got is not None and any(want is not None and [c for _, c in want] == [c for _, c in got]
+                                   for want in (in_doc, in_original))
 
 
 def cut_points(n: int, seed: int, code: str) -> list[dict]:

@@ -24,7 +24,8 @@ or re-indents it is refused like a syntax error. (Where the document has an erro
 that line or in its statement, the edit may have to mend it, a block header whose body the line
 is, a docstring whose opening line was cut: the usual check alone applies.) Which header a block at the same depth has is not compared: a line written
 above `        x += 1` at a shallower depth may open the block that line is then in (`if y:`),
-as the line a cut removed did.
+as the line a cut removed did; and on an empty line indented less deep than the line below it,
+the edit may make that line the body of a header of its own (the blocks are not compared).
 
 Stacks are compared structurally, stopping at shared nodes: both parses start from the same
 configuration at the cursor, so a comparison after a statement usually stops after one or two
@@ -367,6 +368,16 @@ class EditCheck:
             known = self._known[key] = self._check(insert, replaced)
         return known
 
+    def _layout_kept(self, at: int) -> bool:
+        """Whether the existing line whose code starts at `at` must keep its blocks: always, but
+        below an empty cursor line indented less deep than it (a blank line the user opened
+        above deeper lines), where the edit may write the header those lines then belong to,
+        as the line a cut removed did."""
+        data = self.reference.data
+        if self.after.split(b"\n", 1)[0].strip(b" \t\f\r") or self.before[self.before.rfind(b"\n") + 1 :].strip():
+            return True
+        return indent_width(data[data.rfind(b"\n", 0, at) + 1 : at])[0] <= self._col
+
     def _existing_line(self, replaced: int) -> tuple[int, tuple[Node, ...]] | None:
         """Where the text after the edit (past the `replaced` bytes) starts its first line in
         the document, and the configurations there, when the document reads to it cleanly."""
@@ -393,7 +404,7 @@ class EditCheck:
                 n += 1
                 if newline and end >= edit_end:
                     if kept is not None and end - shift >= kept[0]:
-                        if end - shift != kept[0] or not same_layout(configs, kept[1]):
+                        if end - shift != kept[0] or (self._layout_kept(kept[0]) and not same_layout(configs, kept[1])):
                             return Verdict(False, error=end, lexemes=n)  # the existing text rewritten
                         kept = None  # met it: the usual check from here
                     ref = self.reference.at(end - shift)
