@@ -482,7 +482,7 @@ class CompletionEngine:
         steer = self._header_starts.steer(keywords, widths)
         return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
                                self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
-                               setup.max_tokens, setup.cancel)
+                               setup.max_tokens, setup.cancel, steered=steer is not None)
 
     def _redecode_from(self, setup: _Setup, steer, replay, avoid, limit) -> Pass:
         """A re-decoding pass (redecode.search): the prompt again, a fresh matcher, the same

@@ -104,9 +104,11 @@ class HeaderStarts:
         def allowed(room: int, written: int) -> np.ndarray:
             at = max(written, 0)
             indented = np.isin(at + lead, wanted)
-            deeper_ok = spaces & (at + lengths <= wanted[-1])
-            # the healed newline and the indentation may come in one token
-            return (headers & indented) | (blank & (lengths <= room + wanted[-1])) | deeper_ok
+            # blanks up to a column before a wanted one (the header's word carries the last space,
+            # as tokenizers spell ` if`); the healed newline and the indentation may come in one token
+            if written < 0:  # still re-creating the healed newline
+                return (headers & indented) | (blank & (lengths <= room + wanted[-1] - 1))
+            return (headers & indented) | (spaces & (at + lengths <= wanted[-1] - 1))
 
         return allowed
 

@@ -2,8 +2,8 @@
 search of `offer.py` found none), decode again from the step where validity was lost with the
 model's next-best tokens there, before answering nothing.
 
-The step is the one where the completion's first code was chosen (the tokens before it re-create
-the healed text and write the blanks it stands after): no cut of the text passed the check, not even of its first line, so the
+The step is the one where the completion's first byte was chosen (the tokens before it re-create
+the healed text): no cut of the text passed the check, not even of its first line, so the
 completion went wrong with its first token (a `return` where the lines after the cursor are a
 block's body and need its header, code where they are a docstring's text). Each new pass takes
 the tokens before that step again, and there the best token the earlier passes did not take (nor
@@ -46,13 +46,12 @@ class Pass:
 
 
 def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
-    """The index in `tokens` of the step that chose the completion's first code: the tokens
-    before it re-create the `healed` bytes and write blanks after them (the newline and
-    indentation the code is written at are kept; len(tokens) if none wrote code)."""
-    written = b""
+    """The index in `tokens` of the step that chose the completion's first byte: the tokens
+    before it re-create the `healed` bytes (len(tokens) if none went past them)."""
+    n = 0
     for i, t in enumerate(tokens):
-        written += token_bytes[t]
-        if written[healed:].strip():
+        n += len(token_bytes[t])
+        if n > healed:
             return i
     return len(tokens)
 
@@ -80,16 +79,21 @@ def ended_where_valid(first: Pass, healed: int, rest: RestOfFile) -> bool:
 
 def search(first: Pass, decode_from: Callable[[list[int], frozenset[int], int], Pass],
            token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int, stop_tokens: set[int],
-           max_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Pass | None:
+           max_tokens: int, cancel: Callable[[], bool] = lambda: False, steered: bool = False) -> Pass | None:
     """The first re-decoded pass that offers something (None: none did within the bounds).
     `decode_from(replay, avoid, max_tokens)` decodes after taking the `replay` tokens, with
-    `avoid` banned at the next step."""
+    `avoid` banned at the next step. `steered`: the passes start with a header (header
+    steering), so a first choice that only wrote the newline and indentation is not banned (the
+    header may follow the same indentation token)."""
     tokens = first.outcome.tokens
     step = restart_step(tokens, token_bytes, healed)
     replay = list(tokens[:step])
     # the model's choice at the step (and its shorter spellings); it ended there (nothing past
     # the healed text): its end
-    if step < len(tokens):
+    blank_start = step < len(tokens) and not b"".join(token_bytes[t] for t in tokens[: step + 1])[healed:].strip()
+    if steered and blank_start:
+        avoid = frozenset()
+    elif step < len(tokens):
         avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
     else:
         avoid = frozenset(stop_tokens)
