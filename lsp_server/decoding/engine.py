@@ -389,7 +389,7 @@ class CompletionEngine:
         fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
         chosen = self._decode_pass(setup, setup.matcher, logits, past)
         if (chosen.offer.path == "empty" and setup.matcher is not None
-                and chosen.outcome.stop.reason != StopReason.CANCELLED
+                and chosen.outcome.stop.reason not in (StopReason.CANCELLED, StopReason.ECHO)
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
             chosen = self._redecode(setup, chosen) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
