@@ -14,6 +14,19 @@ An `EditCheck` holds one document split at a cursor (`before`, as the parser rea
   from there to the end of the file: the edit is compatible, and the rest is not read;
 - if they never meet, the edited text is read to its end, which must end the file.
 
+The text after the edit stays as it was (the edit inserts, never rewrites): where the
+document's parse reads without an error from the cursor to the first line start after the edit,
+the edited parse must reach that very line start (a logical line starts there: the existing text
+is not glued onto the edit's last statement) with the same blocks open (the same indentation
+stack: not re-indented into a block of the edit's or out of its own) and the same brackets. An
+edit that absorbs the existing line into its own statement (`answer = ` before `result = f()`)
+or re-indents it is refused like a syntax error. (Where the document has an error before
+that line or in its statement, the edit may have to mend it, a block header whose body the line
+is, a docstring whose opening line was cut: the usual check alone applies.) Which header a block at the same depth has is not compared: a line written
+above `        x += 1` at a shallower depth may open the block that line is then in (`if y:`),
+as the line a cut removed did; and on an empty line indented less deep than the line below it,
+the edit may make that line the body of a header of its own (the blocks are not compared).
+
 Stacks are compared structurally, stopping at shared nodes: both parses start from the same
 configuration at the cursor, so a comparison after a statement usually stops after one or two
 nodes. A statement usually brings the two parses together at its end, so a check reads the
@@ -73,6 +86,7 @@ class _Reference:
         self._last = configs  # the configurations after the last lexeme read
         self._restart = -1  # where the last recovery restarted (the next one restarts after it)
         self._run = parser.steps(data, configs, pos, state)
+        self._origin = pos  # where the parse starts
 
     def at(self, offset: int) -> tuple[Node, ...] | None:
         """The configurations where a line's code starts at `offset` (None: no line of the
@@ -80,6 +94,25 @@ class _Reference:
         while self.reached < offset and self._run is not None:
             self._advance()
         return self.lines.get(offset)
+
+    def first_line(self, offset: int, reach: int | None = None) -> tuple[int, tuple[Node, ...]] | None:
+        """The first line start at or after `offset` in the document's parse and its
+        configurations, when the document reads to it and through its statement without an
+        error (None: it does not, or no line starts after `offset`): the existing text an edit
+        at `offset` must leave as it is (a statement longer than `reach` bytes: judged by those)."""
+        while self._run is not None and (self._line[0] < offset or self._line[0] <= self._origin):
+            self._advance()  # (a line the parse read, not the one it started in)
+        at, configs = self._line
+        if at < offset or at <= self._origin:
+            return None
+        limit = len(self.data) if reach is None else at + reach
+        while self._run is not None and self.reached < limit and (not self.statements or self.statements[-1] <= at):
+            self._advance()
+        k = bisect.bisect_right(self.statements, at)
+        until = self.statements[k] if k < len(self.statements) else self.reached
+        if any(e <= until for e in self.errors) or (k == len(self.statements) and self._run is None and not self.ends):
+            return None  # an error, or the file can't end in that statement (brackets left open)
+        return at, configs
 
     def statement_ends_clean(self, offset: int, reach: int | None = None) -> bool:
         """Whether the statement that goes on at the line start `offset` (inside brackets) ends
@@ -277,6 +310,13 @@ class _Reference:
         return True
 
 
+def same_layout(a, b) -> bool:
+    """Whether two configuration sets open the same blocks (indentation stacks) and brackets:
+    the existing text after an edit stands where it stood (its statement may still differ in
+    what may follow it: an `else:` the document allowed after a block just closed)."""
+    return {(c.depth, c.indent) for c in a} == {(c.depth, c.indent) for c in b}
+
+
 class EditCheck:
     """Whether edits at one cursor keep a document free of new syntax errors (see the module
     docstring). `before` is the text before the cursor as the parser reads it (it must parse:
@@ -312,6 +352,7 @@ class EditCheck:
         self.reference = _Reference(parser, before + after, pos, configs, state, parser.last_line(pos),
                                     parser.last_statements(pos, STATEMENTS_KEPT))
         self._known: dict[tuple[bytes, int], Verdict] = {}
+        self._kept: dict[int, tuple[int, tuple[Node, ...]] | None] = {}  # per `replaced`: the existing text's first line
         line = before[before.rfind(b"\n") + 1 :]
         self._col = indent_width(line)[0]  # the cursor's line's indentation (for `strict`)
         self.checks = 0  # edits checked (not from the memo)
@@ -327,6 +368,23 @@ class EditCheck:
             known = self._known[key] = self._check(insert, replaced)
         return known
 
+    def _layout_kept(self, at: int) -> bool:
+        """Whether the existing line whose code starts at `at` must keep its blocks: always, but
+        below an empty cursor line indented less deep than it (a blank line the user opened
+        above deeper lines), where the edit may write the header those lines then belong to,
+        as the line a cut removed did."""
+        data = self.reference.data
+        if self.after.split(b"\n", 1)[0].strip(b" \t\f\r") or self.before[self.before.rfind(b"\n") + 1 :].strip():
+            return True
+        return indent_width(data[data.rfind(b"\n", 0, at) + 1 : at])[0] <= self._col
+
+    def _existing_line(self, replaced: int) -> tuple[int, tuple[Node, ...]] | None:
+        """Where the text after the edit (past the `replaced` bytes) starts its first line in
+        the document, and the configurations there, when the document reads to it cleanly."""
+        if replaced not in self._kept:
+            self._kept[replaced] = self.reference.first_line(len(self.before) + replaced, self.reach)
+        return self._kept[replaced]
+
     def _check(self, insert: bytes, replaced: int) -> Verdict:
         self.checks += 1
         data = self.before + insert + self.after[replaced:]
@@ -337,6 +395,7 @@ class EditCheck:
         shift = len(insert) - replaced  # an offset after the edit minus the document's same place
         pos, configs, state = self._origin
         parser = self.parser
+        kept = self._existing_line(replaced)
         run = parser.steps(data, configs, pos, state)
         n = 0
         try:
@@ -344,6 +403,10 @@ class EditCheck:
                 end, configs, newline = next(run)
                 n += 1
                 if newline and end >= edit_end:
+                    if kept is not None and end - shift >= kept[0]:
+                        if end - shift != kept[0] or (self._layout_kept(kept[0]) and not same_layout(configs, kept[1])):
+                            return Verdict(False, error=end, lexemes=n)  # the existing text rewritten
+                        kept = None  # met it: the usual check from here
                     ref = self.reference.at(end - shift)
                     if ref is not None and same_configs(configs, ref):
                         # one parse from here; inside brackets, the statement the edit is in
@@ -360,7 +423,7 @@ class EditCheck:
             state, start = stop.value
         except (ParseError, LexError) as e:
             return Verdict(False, error=e.pos, lexemes=n)
-        if cut_short:  # not met within reach: refused
+        if cut_short or kept is not None:  # not met within reach, or the existing text's line never reached
             return Verdict(False, error=len(data), lexemes=n)
         if parser.can_end_with(configs, data[start:], state):
             return Verdict(True, lexemes=n)

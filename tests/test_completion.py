@@ -118,14 +118,11 @@ def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
     assert compiles(accept(text, off, r))
 
 
-def test_first_words_keeps_the_deeper_lines_whole():
-    from lsp_server.decoding.stopping.context import first_words
+def test_the_next_line_of_code_deeper_continues_the_statement():
+    from lsp_server.decoding.stopping.context import continues_deeper
 
-    follow, at_eof, continued = first_words("\n        b,\n\n        c)\n    z = 1\n", indent=4)
-    assert follow == "\n        b,\n\n        c)\n    z " and not at_eof and continued
-    follow, at_eof, continued = first_words("\n        b)\n", indent=4)
-    assert follow == "\n        b)\n" and at_eof and continued
-    assert first_words("\n    z = 1\n", indent=4) == ("\n    z ", False, False)
+    assert continues_deeper("\n\n        # c\n        b,\n    z = 1\n", 4)
+    assert not continues_deeper("\n    z = 1\n", 4) and not continues_deeper("\n\n", 4)
 
 
 def test_a_completion_cut_short_inside_the_cursors_brackets_is_not_offered(compiled):
@@ -214,9 +211,9 @@ def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, lau
     stepper, the forward passes it asked for)."""
     from lsp_server.decoding.loop import ModelStepper, decode
     from lsp_server.decoding.sampling import Sampler
-    from lsp_server.decoding.stopping.compatibility import Compatibility
     from lsp_server.decoding.stopping.line_scanner import LineScanner
     from lsp_server.decoding.stopping.policy import StopPolicy
+    from lsp_server.decoding.stopping.rest_of_file import RestOfFile
     from mask_store.matcher import GrammarMatcher
 
     comp, tok = compiled
@@ -225,9 +222,10 @@ def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, lau
     calls = len(runtime.calls)
     matcher = GrammarMatcher.from_prefix(comp, prefix)
     st = matcher.prefix_state
-    ctx = cursor_context(prefix.decode(), "\n")
-    compat = Compatibility(matcher_parser(comp), prefix, b"\n", b"")
-    policy = StopPolicy(ctx, LineScanner(comp.lexer), compat, prefix[st.lexeme_start :], b"", 0, 0)
+    scanner = LineScanner(comp.lexer)
+    held = prefix[st.lexeme_start :]
+    rest = RestOfFile.build(prefix.decode(), "\n", "auto", scanner, held, b"", 0, matcher_parser(comp), prefix)
+    policy = StopPolicy(rest, scanner, held, b"", 0)
     stepper = ModelStepper(runtime.forward, logits[-1], past, launch_early=launch_early)
     out = decode(stepper, matcher, comp.tokens, {0, 2}, Sampler(), policy, max_tokens)
     return out, stepper, len(runtime.calls) - calls

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import random
+import tokenize
 
 import pytest
 from corpus_support import read_source, stdlib_files
@@ -42,7 +44,7 @@ def test_verdicts_are_the_whole_files_on_cut_stdlib_files(parser_factory):
     rng = random.Random(11)
     files = [p for p in stdlib_files(include_tests=False) if 4_000 < p.stat().st_size < 30_000]
     rng.shuffle(files)
-    compared = refused = 0
+    compared = refused = renested = 0
     for path in files[:16]:
         data = read_source(path)
         if data is None or not check_source(data, parser_factory()).ok:
@@ -68,10 +70,36 @@ def test_verdicts_are_the_whole_files_on_cut_stdlib_files(parser_factory):
                               and whole.pos - shift == cut.pos
                               and statement_start(parser_factory(), (before + insert + after).encode(), whole.pos)
                               >= len(before.encode()) + shift)
-                assert verdict.ok == (whole.ok or same_error), (path, i, ch, insert, verdict)
+                if whole.ok and not verdict.ok:  # refused though valid: only for re-nesting the existing text
+                    assert depth_changed(before, insert, after), (path, i, ch, insert, verdict)
+                    renested += 1
+                else:
+                    assert verdict.ok == (whole.ok or same_error), (path, i, ch, insert, verdict)
                 compared += 1
                 refused += not verdict.ok
     assert compared >= 100 and 0 < refused < compared  # both answers were exercised
+    assert renested <= compared // 20
+
+
+def depth_changed(before: str, insert: str, after: str) -> bool:
+    """Whether the first line of code after the cursor stands in a different number of blocks
+    (Python's tokenizer: INDENT/DEDENT) with `insert` at the cursor than without it."""
+
+    def depth(text: str, at: int) -> int | None:
+        starts = [0] + [k + 1 for k, c in enumerate(text) if c == "\n"]
+        level = 0
+        try:
+            for t in tokenize.generate_tokens(io.StringIO(text).readline):
+                level += (t.type == tokenize.INDENT) - (t.type == tokenize.DEDENT)
+                if t.type not in (tokenize.INDENT, tokenize.DEDENT, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT) \
+                        and starts[t.start[0] - 1] + t.start[1] >= at:
+                    return level
+        except (tokenize.TokenError, SyntaxError):
+            return None
+        return None
+
+    code = len(after) - len(after.lstrip())
+    return depth(before + after, len(before) + code) != depth(before + insert + after, len(before + insert) + code)
 
 
 def test_a_valid_edit_is_checked_in_a_few_lines_of_a_long_file(parser_factory):
@@ -220,3 +248,37 @@ def test_recovery_takes_the_enclosing_statement_when_the_inner_one_reads_into_an
     ref = bounded.reference
     ref.at(len(before) + len(after))
     assert ref.ends and len(ref.errors) == 1  # read on to the file's end, past its one error
+
+
+LOOP = "def f(items):\n    result = 0\n    for item in items:\n|        result += item\n    return result\n"
+
+
+@pytest.mark.parametrize("insert, ok", [
+    ("        total = item\n", True),  # whole lines: the existing line moves down intact
+    ("        answer = ", False),  # glued: `answer = result += item` (or a chained assignment)
+    ("        if item == 1:", False),  # a one-line `if` whose body would be the existing line
+    ("        ", False),  # re-indents the existing line
+    ("    if item:\n", False),  # the `for` left without a body
+    ("", True),
+])
+def test_an_edit_at_a_line_start_keeps_the_existing_line_intact(parser_factory, insert, ok):
+    assert checked(parser_factory, LOOP, insert).ok is ok
+
+
+def test_a_chained_assignment_glue_is_refused(parser_factory):
+    doc = "def g(x):\n    y = x\n|    result = len(y)\n    return result\n"
+    assert checked(parser_factory, doc, "    answer = ").ok is False  # compiles, but rewrites the line
+    assert checked(parser_factory, doc, "    answer = y\n").ok is True
+    # at the end of the existing line's indentation: the answer's lines, then the indentation again
+    at_indent = "def g(x):\n    y = x\n    |result = len(y)\n    return result\n"
+    assert checked(parser_factory, at_indent, "answer = y\n    ").ok is True
+    assert checked(parser_factory, at_indent, "answer = y\n").ok is False  # the line dedented
+    assert checked(parser_factory, at_indent, "answer = ").ok is False
+
+
+def test_an_eight_space_answer_that_reindents_the_next_line_is_refused(parser_factory):
+    doc = "def h(text):\n    if not text:\n        return None\n|    value = int(text)\n    return value\n"
+    assert checked(parser_factory, doc, "        ").ok is False  # `value = ...` moved into the `if`
+    # whole lines at the `if` body's depth: the existing line moves down at its own depth
+    assert checked(parser_factory, doc, "        text = text.strip()\n").ok is True
+    assert checked(parser_factory, doc, "if x:\n").ok is False  # the function closed above the line

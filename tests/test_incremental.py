@@ -144,14 +144,12 @@ def test_the_mask_store_and_stopping_measure_indents_as_the_parser():
     an open one) and the stop policy's cursor context give the parser's widths: form feeds reset,
     a comment ends the indentation."""
     from grammar_tools.indentation import newline_width
-    from lsp_server.decoding.stopping.context import first_words
+    from lsp_server.decoding.stopping.context import continues_deeper
     from mask_store.token_lexing import extend_width
 
     for lexeme in (b"\n  \f    ", b"\n\t  ", b"\n    \f", b"\n  # note", b"\n\n\t # c", b"\n \t"):
         assert extend_width(None, lexeme) == newline_width(lexeme), lexeme
         assert extend_width(extend_width(None, lexeme[:2]), lexeme[2:]) == newline_width(lexeme), lexeme
     # after a form feed the next line is at column 2, not deeper than the cursor's statement at 4
-    follow, _, continued = first_words("\n\f      \f  y = 1\n", indent=4)
-    assert not continued and follow == "\n\f      \f  y "
-    follow, _, continued = first_words("\n      y = 1\nz\n", indent=4)
-    assert continued and "      y = 1" in follow
+    assert not continues_deeper("\n\f      \f  y = 1\n", 4)
+    assert continues_deeper("\n      y = 1\nz\n", 4)

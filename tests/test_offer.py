@@ -11,7 +11,7 @@ from grammar_tools.cpython_check import compiles
 from grammar_tools.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.offer import choose_offer, offered_text
-from lsp_server.decoding.stopping.compatibility import Compatibility
+from lsp_server.decoding.stopping.rest_of_file import RestOfFile
 from lsp_server.decoding.stopping.line_scanner import LineScanner
 from lsp_server.options import EngineOptions
 
@@ -35,12 +35,12 @@ def complete(compiled, text: str, off: int, intended_after: str, **opts):
 # ---------------------------------------------------------------- the search, on real checks
 
 
-def offer(compiled, before: bytes, after: bytes, completion: bytes, cut: int, covered: bytes = b""):
+def offer(compiled, before: bytes, after: bytes, completion: bytes, cut: int):
     comp, _ = compiled
     parser = PrefixParser(comp.recognizer, comp.lexer)
-    parser.parse(before)
-    compat = Compatibility(parser, before, after, covered)
-    return choose_offer(compat, LineScanner(comp.lexer), b"", completion, 0, cut, strip=True)
+    scanner = LineScanner(comp.lexer)
+    rest = RestOfFile.build(before.decode(), after.decode(), "auto", scanner, b"", b"", 0, parser, before)
+    return choose_offer(rest, scanner, b"", completion, 0, cut)
 
 
 def test_the_models_stop_is_offered_when_it_passes(compiled):

@@ -83,32 +83,34 @@ def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compile
 # ---------------------------------------------------------------- steered by the following lines
 
 
-def compat_at(compiled, doc: str):
+def rest_at(compiled, doc: str):
+    """The rest of the file at the `|` of `doc`, as a constrained request builds it."""
     from grammar_tools.incremental import PrefixParser
-    from lsp_server.decoding.stopping.compatibility import Compatibility
+    from lsp_server.decoding.stopping.line_scanner import LineScanner
+    from lsp_server.decoding.stopping.rest_of_file import RestOfFile
 
     comp, _ = compiled
     off = doc.index("|")
-    before, after = doc[:off].encode(), doc[off + 1 :].encode()
+    before, after = doc[:off], doc[off + 1 :]
     parser = PrefixParser(comp.recognizer, comp.lexer)
-    parser.parse(before)
-    return Compatibility(parser, before, after, b"")
+    return RestOfFile.build(before, after, "auto", LineScanner(comp.lexer), b"", b"", 0, parser, before.encode())
 
 
 def test_the_headers_the_following_lines_need(compiled):
     """Which block headers fit at a cut header line is what the whole-file check says of each
     keyword's header alone there: any block opener above a deeper body, a clause after a
     `try` body; nothing where the file is valid without a completion or the line holds code."""
-    fits = header_steering.needed_headers(compat_at(compiled, LOOP), True)
+    fits = header_steering.needed_headers(rest_at(compiled, LOOP))
     assert {b"if", b"for", b"while", b"with"} <= set(fits)
     assert not {b"else", b"elif", b"except", b"finally"} & set(fits)
     clause = "def first(words):\n    try:\n        word = words[1]\n    |\n        word = None\n    return word\n"
-    fits = header_steering.needed_headers(compat_at(compiled, clause), True)
+    fits = header_steering.needed_headers(rest_at(compiled, clause))
     assert {b"except", b"finally"} <= set(fits) and b"if" not in fits
-    assert header_steering.needed_headers(compat_at(compiled, "x = 1\n|\ny = 2\n"), True) == ()
+    assert header_steering.needed_headers(rest_at(compiled, "x = 1\n|\ny = 2\n")) == ()
     doc = 'def f(value):\n    |\n    Convert it.\n    """\n    return int(value)\n'  # a docstring's first line cut
-    assert header_steering.needed_headers(compat_at(compiled, doc), True) == (b'"""',)
-    assert header_steering.needed_headers(compat_at(compiled, LOOP), False) == ()
+    assert header_steering.needed_headers(rest_at(compiled, doc)) == (b'"""',)
+    # code before the cursor on its line: no steering
+    assert header_steering.needed_headers(rest_at(compiled, LOOP.replace("|", "x = 1|"))) == ()
     assert header_steering.starts_with_keyword(b" for", b"for") and not header_steering.starts_with_keyword(b"format", b"for")
     assert header_steering.starts_with_keyword(b'"""Con', b'"""')
 
@@ -137,7 +139,7 @@ def test_the_search_starts_with_a_header_where_the_next_lines_need_one(compiled)
 
 
 def test_unsteered_the_same_search_finds_nothing(compiled, monkeypatch):
-    monkeypatch.setattr(header_steering, "needed_headers", lambda compat, line_blank: ())
+    monkeypatch.setattr(header_steering, "needed_headers", lambda rest: ())
     r, _ = five_minded(compiled)
     assert (r.text, r.offer_path) == ("", "empty")
 

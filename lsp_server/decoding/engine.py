@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
+from typing import TYPE_CHECKING
 from collections.abc import Callable
 
 from grammar_tools.incremental import ParseError, PrefixParser
@@ -30,8 +31,15 @@ from mask_store.store import MaskStoreError
 from ..options import EngineOptions
 from ..positions import offset_at, utf16_len
 from ..target_version import target_version
-from .stopping.decision import StopReason
+from .offer import EMPTY, choose_offer
+from .redecode import Pass
+from .stopping.decision import Stop, StopReason
+from .stopping.policy import StopPolicy
+from .stopping.rest_of_file import RestOfFile
 from .workspace_context import NO_CONTEXT, WorkspaceContext
+
+if TYPE_CHECKING:  # sampling.py imports torch, which loads after threads.py set its environment
+    from .sampling import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +132,31 @@ def no_op_dropped(result: CompletionResult, text: str, cursor: int) -> Completio
 
 
 Cancel = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every step of one request reads (built once by `CompletionEngine._constrain`)."""
+
+    req: CompletionRequest
+    opts: EngineOptions
+    compiled: object  # the compiled grammar of the document's target version
+    before: str  # the document split at the cursor
+    after: str
+    prompt: object  # prompt.Prompt: its ids, the healed bytes backed off
+    matcher: GrammarMatcher | None  # None: unconstrained
+    recovery: object | None  # how a syntax error before the cursor was skipped
+    held: bytes  # the open lexeme before the cursor (healed bytes left out)
+    depth: int  # bracket depth where `held` starts
+    rest: RestOfFile  # the text after the cursor, as every step asks about it
+    sampler: Sampler
+    max_tokens: int
+    cancel: Cancel
+    guide: object | None = None  # identifiers.IdentifierGuide: names that exist (None: off or not ready)
+
+    @property
+    def heal(self) -> bytes:
+        return self.prompt.healed
 
 
 @dataclass(frozen=True)
@@ -356,153 +389,185 @@ class CompletionEngine:
         pos = (req.line, req.character)
         return CompletionResult("", pos, pos, reason, req.mode or opts.mode, opts.constrained)
 
+    # A request's steps, in order (`_complete`): prompt (with healing), constrain (the grammar
+    # matcher after the text before the cursor, and the rest of the file, built once), prefill,
+    # decode (speculate, stop: `loop.decode` under the `StopPolicy`), offer (`offer.choose_offer`),
+    # redecode when nothing was offered (`redecode.search`), result. Modules that import torch
+    # are imported inside the steps: the CLI sets the thread environment (`threads.py`) before
+    # torch loads.
+
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
                   after: str) -> CompletionResult:
         """The completion between `before` and `after` (the document split at the cursor)."""
-        from . import header_steering, redecode
-        from .loop import DecodeOutcome, ModelStepper, decode
-        from .offer import Offer, choose_offer, offered_text
-        from .redecode import Pass
-        from .sampling import Sampler
-        from .stopping.decision import Stop
-        from .stopping.factory import stop_policy
-
-        compiled = self._compiled_for(req.document, opts)
-        constrained = opts.constrained
-        t0 = time.perf_counter()
-
-        # the prompt, with the last token backed off when the grammar can re-create it
-        prompt = self._prompt(req, before, after, opts)
-        heal = prompt.healed
-        before_b = before.encode()
-        parser = self._parser(req.document, compiled)
-        matcher = None
-        recovery = None
-        if constrained:
-            try:
-                matcher = self._matcher(compiled, before_b, heal, parser, prompt, opts)
-            except (ParseError, LexError) as e:
-                log.info("no completion: the text before the cursor does not parse (%s)", e)
-                return self._empty(req, StopReason.NO_CONTINUATION, opts)
-            st = matcher.prefix_state
-            recovery = st.recovered
-            parsed_before = recovery.rewrite(before_b) if recovery else before_b
-            prefix_len = len(before_b) - len(heal)
-            held = before_b[st.lexeme_start : prefix_len]
-            depth = st.configs[0].depth if st.configs else 0
-            try:
-                policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
-                                     parser, parsed_before)
-            except (ParseError, LexError) as e:
-                log.info("no completion: the text before the cursor does not parse with its typed part (%s)", e)
-                return self._empty(req, "no-continuation", opts)
-        else:
-            held, depth = self._lexeme_before(before_b)
-            policy = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth)
-        ctx = policy.ctx
-        guide = self._identifier_guide(req, opts, compiled, before_b[: len(before_b) - len(heal)]) if constrained else None
-
         from ..model.prompt_cache import PrefillCancelled
+        from . import redecode
 
+        t0 = time.perf_counter()
+        setup = self._constrain(req, opts, before, after, cancel)
+        if isinstance(setup, StopReason):
+            return self._empty(req, setup, opts)
         try:
-            logits, past, reused = self.prompt_cache.prefill(req.document, prompt.ids, cancel,
+            logits, past, reused = self.prompt_cache.prefill(req.document, setup.prompt.ids, cancel,
                                                              opts.cache_memory_mb, between_layers=False)
         except PrefillCancelled:
             return self._empty(req, StopReason.CANCELLED, opts)
         prompt_ms = (time.perf_counter() - t0) * 1000
+        t1 = time.perf_counter()
+        fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
+        chosen = self._decode_pass(setup, setup.matcher, logits, past)
+        if (chosen.offer.path == "empty" and setup.matcher is not None
+                and chosen.outcome.stop.reason not in (StopReason.CANCELLED, StopReason.ECHO)
+                and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
+            chosen = self._redecode(setup, chosen) or chosen
+        decode_ms = (time.perf_counter() - t1) * 1000
+        return self._result(setup, chosen, reused, prompt_ms, decode_ms,
+                            setup.compiled.stats["canonical_fallbacks"] - fallbacks)
+
+    def _constrain(self, req: CompletionRequest, opts: EngineOptions, before: str, after: str,
+                   cancel: Cancel) -> _Setup | StopReason:
+        """The prompt (its last token backed off when the grammar can re-create it: healing), the
+        grammar matcher after the text before the cursor (constrained), and the rest of the file
+        the completion must respect; a StopReason when the text before the cursor does not parse."""
+        from .sampling import Sampler
+
+        compiled = self._compiled_for(req.document, opts)
+        prompt = self._prompt(req, before, after, opts)
+        heal = prompt.healed
+        before_b = before.encode()
+        parser = self._parser(req.document, compiled)
+        mode = req.mode or opts.mode
         sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
         max_tokens = req.max_tokens or opts.max_tokens
-        t1 = time.perf_counter()
-        fallbacks = compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
-        speculators = []
+        if not opts.constrained:
+            held, depth = self._lexeme_before(before_b)
+            rest = RestOfFile.build(before, after, mode, self.scanner, held, heal, depth)
+            return _Setup(req, opts, compiled, before, after, prompt, None, None, held, depth, rest, sampler,
+                          max_tokens, cancel)
+        try:
+            matcher = self._matcher(compiled, before_b, heal, parser, prompt, opts)
+        except (ParseError, LexError) as e:
+            log.info("no completion: the text before the cursor does not parse (%s)", e)
+            return StopReason.NO_CONTINUATION
+        st = matcher.prefix_state
+        recovery = st.recovered
+        parsed_before = recovery.rewrite(before_b) if recovery else before_b
+        held = before_b[st.lexeme_start : len(before_b) - len(heal)]
+        depth = st.configs[0].depth if st.configs else 0
+        try:
+            rest = RestOfFile.build(before, after, mode, self.scanner, held, heal, depth, parser, parsed_before)
+        except (ParseError, LexError) as e:
+            log.info("no completion: the text before the cursor does not parse with its typed part (%s)", e)
+            return StopReason.NO_CONTINUATION
+        guide = self._identifier_guide(req, opts, compiled, before_b[: len(before_b) - len(heal)])
+        return _Setup(req, opts, compiled, before, after, prompt, matcher, recovery, held, depth, rest, sampler,
+                      max_tokens, cancel, guide)
 
-        def decode_pass(matcher, policy, logits, past, replay=(), avoid=frozenset(), limit=max_tokens,
-                        steer=None) -> Pass:
-            """One decoding pass from the prompt (after `replay`, `avoid` banned at the next
-            step: redecode.py) and the offer search over its text."""
-            stepper = ModelStepper(partial(self.runtime.forward, cancel=cancel), logits, past,
-                                   on_forward=self.spec_stats.record_forward)
-            speculator = None
-            if opts.speculative:
-                from .prompt import lookup_reference
-                from .speculation.lookup import PromptLookup
-                from .speculation.speculator import Speculator
+    def _speculator(self, setup: _Setup):
+        """A speculator for one decoding pass (None: speculation off)."""
+        if not setup.opts.speculative:
+            return None
+        from .prompt import lookup_reference
+        from .speculation.lookup import PromptLookup
+        from .speculation.speculator import Speculator
 
-                reference = partial(lookup_reference, self.tokenizer, before, after, prompt)
-                speculator = Speculator(self.spec_stats, list(prompt.ids), self._stop_tokens,
-                                        PromptLookup(reference=reference), draft_model=self.draft_model)
-                speculators.append(speculator)
-            try:
-                outcome = decode(stepper, matcher, compiled.tokens, self._stop_tokens, sampler, policy,
-                                 limit, cancel, speculator, replay=replay, avoid=avoid, steer=steer, names=guide)
-            finally:
-                self.prompt_cache.release(req.document, stepper.past, len(prompt.ids))
-            log.debug("generated %r (healed %r), stop %s", outcome.generated, heal, outcome.stop)
-            if outcome.stop.reason == StopReason.CANCELLED:
-                return Pass(outcome, Offer(0, "empty", 0, 0.0))
-            offer = choose_offer(policy.compat, self.scanner, held + heal, outcome.generated[len(heal) :], depth,
-                                 outcome.stop.cut, strip=not ctx.infix,
-                                 later=outcome.stop.reason != StopReason.ECHO)
-            return Pass(outcome, offer)
+        reference = partial(lookup_reference, self.tokenizer, setup.before, setup.after, setup.prompt)
+        return Speculator(self.spec_stats, list(setup.prompt.ids), self._stop_tokens,
+                          PromptLookup(reference=reference), draft_model=self.draft_model)
 
-        chosen = decode_pass(matcher, policy, logits, past)
-        if (chosen.offer.path == "empty" and constrained and chosen.outcome.stop.reason != StopReason.CANCELLED
-                and not redecode.ended_where_valid(chosen, len(heal), policy.compat)):
-            # the headers the following lines need, if they need one: the passes start with one
-            steer = self._header_starts.steer(header_steering.needed_headers(policy.compat, policy.line_blank))
+    def _decode_pass(self, setup: _Setup, matcher, logits, past, replay=(), avoid=frozenset(), limit=None,
+                     steer=None) -> Pass:
+        """One decoding pass from the prompt (after `replay`, `avoid` banned at the next step:
+        redecode.py), stopped by a fresh `StopPolicy` over the request's rest of the file, and
+        the offer search over its text."""
+        from .loop import ModelStepper, decode
 
-            def decode_from(replay, avoid, limit) -> Pass:
-                try:
-                    logits, past, _ = self.prompt_cache.prefill(req.document, prompt.ids, cancel,
-                                                                opts.cache_memory_mb, between_layers=False)
-                except PrefillCancelled:
-                    return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), Offer(0, "empty", 0, 0.0))
-                again = stop_policy(before, after, req.mode or opts.mode, self.scanner, held, heal, depth,
-                                    parser, parsed_before, compat=policy.compat)
-                p = decode_pass(self._matcher(compiled, before_b, heal, parser, prompt, opts), again, logits, past,
-                                replay, avoid, limit, steer)
-                return Pass(p.outcome, replace(p.offer, path="redecode")) if p.offer.cut else p
+        stepper = ModelStepper(partial(self.runtime.forward, cancel=setup.cancel), logits, past,
+                               on_forward=self.spec_stats.record_forward)
+        speculator = self._speculator(setup)
+        policy = StopPolicy(setup.rest, self.scanner, setup.held, setup.heal, setup.depth)
+        try:
+            outcome = decode(stepper, matcher, setup.compiled.tokens, self._stop_tokens, setup.sampler, policy,
+                             limit or setup.max_tokens, setup.cancel, speculator, replay=replay, avoid=avoid,
+                             steer=steer, names=setup.guide)
+        finally:
+            self.prompt_cache.release(setup.req.document, stepper.past, len(setup.prompt.ids))
+        log.debug("generated %r (healed %r), stop %s", outcome.generated, setup.heal, outcome.stop)
+        if outcome.stop.reason == StopReason.CANCELLED:
+            return Pass(outcome, EMPTY, speculator)
+        offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal,
+                             outcome.generated[len(setup.heal) :], setup.depth, outcome.stop.cut,
+                             later=outcome.stop.reason != StopReason.ECHO)
+        return Pass(outcome, offer, speculator)
 
-            found = redecode.search(chosen, decode_from, compiled.tokens, self.tokenizer.vocab.by_bytes, len(heal),
-                                    self._stop_tokens, max_tokens, cancel)
-            chosen = found or chosen
-        decode_ms = (time.perf_counter() - t1) * 1000
+    def _redecode(self, setup: _Setup, first: Pass) -> Pass | None:
+        """Search, don't give up (`redecode.search`): passes from the step where validity was
+        lost, steered to start with a header where the following lines need one."""
+        from . import header_steering, redecode
+
+        keywords, widths = header_steering.needed_headers(setup.rest), ()
+        if not keywords:
+            keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
+        steer = self._header_starts.steer(keywords, widths)
+        return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
+                               self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
+                               setup.max_tokens, setup.cancel, steered=steer is not None)
+
+    def _redecode_from(self, setup: _Setup, steer, replay, avoid, limit) -> Pass:
+        """A re-decoding pass (redecode.search): the prompt again, a fresh matcher, the same
+        rest of the file (its set-up and verdicts are the request's)."""
+        from ..model.prompt_cache import PrefillCancelled
+        from .loop import DecodeOutcome
+
+        try:
+            logits, past, _ = self.prompt_cache.prefill(setup.req.document, setup.prompt.ids, setup.cancel,
+                                                        setup.opts.cache_memory_mb, between_layers=False)
+        except PrefillCancelled:
+            return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
+        matcher = self._matcher(setup.compiled, setup.before.encode(), setup.heal, self._parser(
+            setup.req.document, setup.compiled), setup.prompt, setup.opts)
+        p = self._decode_pass(setup, matcher, logits, past, replay, avoid, limit, steer)
+        return replace(p, offer=replace(p.offer, path="redecode")) if p.offer.cut else p
+
+    def _result(self, setup: _Setup, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float,
+                fallbacks: int) -> CompletionResult:
+        """The completion result of the chosen pass: the text offered, its replace range and the
+        request's figures."""
+        req, rest = setup.req, setup.rest
         outcome, offer = chosen.outcome, chosen.offer
-        speculator = speculators[-1] if speculators else None
-
-        start = (req.line, req.character)
-        completion = outcome.generated[len(heal) :]
-        body = offered_text(completion, offer.cut, not ctx.infix).decode("utf-8", errors="replace")
+        completion = outcome.generated[len(setup.heal) :]
+        body = rest.offered(completion, offer.cut).decode("utf-8", errors="replace")
         log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
                   offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
-        end = (req.line, req.character + utf16_len(ctx.covered))
+        start = (req.line, req.character)
+        covered = rest.ctx.covered
+        end = (req.line, req.character + utf16_len(covered))
         return CompletionResult(
             text=body,
             start=start,
-            end=end if body or not ctx.covered else start,
+            end=end if body or not covered else start,
             stop_reason=outcome.stop.reason,
             offer_path=offer.path,
-            check_ms=round(policy.compat.ms, 2) if policy.compat is not None else 0.0,
-            mode=ctx.mode,
-            constrained=constrained,
+            check_ms=rest.check_ms,
+            mode=rest.ctx.mode,
+            constrained=setup.opts.constrained,
             tokens_generated=outcome.sampled,
             tokens_forced=outcome.forced,
-            tokens_healed=len(prompt.healed_ids),
-            prompt_tokens=len(prompt.ids),
+            tokens_healed=len(setup.prompt.healed_ids),
+            prompt_tokens=len(setup.prompt.ids),
             prompt_reused=reused,
             prompt_ms=round(prompt_ms, 2),
             decode_ms=round(decode_ms, 2),
             mask_ms=[round(m, 4) for m in outcome.mask_ms],
-            recovery=str(recovery.restart_line) if recovery else None,
-            speculation=speculator.to_json() if speculator else None,
-            canonical=matcher is not None and matcher.canonical.active,
-            canonical_fallbacks=compiled.stats["canonical_fallbacks"] - fallbacks,
+            recovery=str(setup.recovery.restart_line) if setup.recovery else None,
+            speculation=chosen.speculator.to_json() if chosen.speculator else None,
+            canonical=setup.matcher is not None and setup.matcher.canonical.active,
+            canonical_fallbacks=fallbacks,
             token_ids=list(outcome.tokens),
-            python_version=format_version(compiled.recognizer.python_version),
-            names_ready=guide is not None,
-            names_shaped=guide.stats["shaped"] if guide else 0,
-            names_masked=guide.stats["masked"] if guide else 0,
-            names_ms=round(guide.stats["ms"], 2) if guide else 0.0,
+            python_version=format_version(setup.compiled.recognizer.python_version),
+            names_ready=setup.guide is not None,
+            names_shaped=setup.guide.stats["shaped"] if setup.guide else 0,
+            names_masked=setup.guide.stats["masked"] if setup.guide else 0,
+            names_ms=round(setup.guide.stats["ms"], 2) if setup.guide else 0.0,
         )
 
     def _identifier_guide(self, req: CompletionRequest, opts: EngineOptions, compiled, before: bytes):

@@ -133,176 +133,234 @@ def decode(
     A re-decoding (`redecode.py`) first takes the `replay` tokens an earlier pass accepted (fed
     to the model with the next forward pass, not asked for), and the step after them may not
     take a token of `avoid` (the earlier passes' choices there): the model's next-best, among
-    the tokens `steer(room)` allows when given (`room`: the healed bytes still to re-create),
+    the tokens `steer(room, written)` allows when given (`room`: the healed bytes still to
+    re-create; `written`: the bytes written after them),
     up to the first that writes more than blanks (what the following lines need:
     header_steering.py). `names`: an `identifiers.IdentifierGuide` that reshapes each sampled
     position's logits and mask towards names that exist."""
-    out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
-    generated = bytearray()
-    first_banned = [set(avoid)] if avoid else []  # consumed by the first position decided after the replay
-    # the steps after the replay take tokens `steer` allows until one writes more than blanks
-    first_only = [] if steer is None else [steer]
-    healed = policy.cursor - len(policy.held)
+    return _Decoding(stepper, matcher, token_bytes, stop_tokens, sampler, policy, max_tokens, cancel,
+                     speculator, avoid, steer, names).run(replay)
 
-    def commit(token: int, forced: bool) -> Decision:
+
+class _Decoding:
+    """One decoding pass's state and its steps: `mask` (the grammar's, then steering), `commit`
+    (a token accepted: matcher, bytes, stop policy), `position` (sample one position, trying the
+    next-best while the policy rejects), `speculate` (verify a draft in one forward pass), `run`."""
+
+    def __init__(self, stepper: ModelStepper, matcher: GrammarMatcher | None, token_bytes: list[bytes],
+                 stop_tokens: set[int], sampler: Sampler, policy: StopPolicy, max_tokens: int,
+                 cancel: Callable[[], bool], speculator, avoid: frozenset[int],
+                 steer: Callable[[int], np.ndarray] | None, names=None) -> None:
+        self.stepper = stepper
+        self.matcher = matcher
+        self.token_bytes = token_bytes
+        self.stop_tokens = stop_tokens
+        self.sampler = sampler
+        self.policy = policy
+        self.max_tokens = max_tokens
+        self.cancel = cancel
+        self.speculator = speculator
+        self.out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
+        self.generated = bytearray()
+        self.avoid: set[int] | None = set(avoid) if avoid else None  # banned at the first position decided after the replay
+        self.steer = steer  # the steps after the replay take tokens it allows until one writes more than blanks
+        self.healed = policy.cursor - len(policy.held)
+        self.names = names  # an identifiers.IdentifierGuide, or None
+
+    # ------------------------------------------------------------------ one position
+
+    def mask(self) -> np.ndarray | None:
+        """The tokens allowed at this step (None: unconstrained): the grammar's mask, narrowed by
+        the steering while it lasts. The one place a step's mask is made."""
+        if self.matcher is None:
+            return None
+        self.stepper.launch()  # CUDA: step t's forward runs while its mask is computed
+        t0 = time.perf_counter()
+        mask = self.matcher.next_token_mask()
+        self.out.mask_ms.append((time.perf_counter() - t0) * 1000)
+        self.stepper.overlap.masked(self.out.mask_ms[-1])
+        if self.steer is not None:
+            only = self.steer(max(self.healed - len(self.generated), 0), len(self.generated) - self.healed)
+            n = min(len(mask), len(only))
+            mask = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
+        return mask
+
+    def take_avoided(self) -> set[int]:
+        """The tokens banned at this position (the earlier passes' choices, once)."""
+        banned, self.avoid = self.avoid or set(), None
+        return banned
+
+    def commit(self, token: int, forced: bool) -> Decision:
         """Accept `token`: matcher, bytes, stop policy (Verdict.REJECT undoes it)."""
-        if matcher is not None and not matcher.accept_token(token):
+        out = self.out
+        if self.matcher is not None and not self.matcher.accept_token(token):
             # the mask is exact but inside an f-/t-string, where it is the lexeme's and the
             # fields' expressions are parsed as tokens are taken: choosing again among the
             # rest is sampling from the exact mask (rejection sampling)
             out.rejected += 1
             return Verdict.REJECT
-        generated.extend(token_bytes[token])
-        decision = policy.after_token(bytes(generated))
+        spelled = self.token_bytes[token]
+        self.generated.extend(spelled)
+        decision = self.policy.after_token(bytes(self.generated))
         if decision is Verdict.REJECT:
-            if matcher is not None:
-                matcher.rollback(1)
-            del generated[len(generated) - len(token_bytes[token]) :]
+            if self.matcher is not None:
+                self.matcher.rollback(1)
+            del self.generated[len(self.generated) - len(spelled) :]
             out.rejected += 1
             return Verdict.REJECT
         out.tokens.append(token)
-        if first_only and token_bytes[token].strip():
-            first_only.clear()
+        if self.steer is not None and spelled.strip():
+            self.steer = None
         if forced:
             out.forced += 1
         else:
             out.sampled += 1
         return decision
 
-    def at_eos() -> Stop | None:
+    def stop_where_it_can(self, reason: StopReason, at_end: bool = False) -> Stop:
+        return self.policy.fallback(bytes(self.generated), reason, at_end=at_end)
+
+    def at_eos(self) -> Stop | None:
         """The model ended: the stop if the text may end here (None: try another token)."""
-        stop = policy.fallback(bytes(generated), StopReason.EOS, at_end=True)
-        if matcher is None or stop.cut + policy.cursor - len(policy.held) >= len(generated):
+        stop = self.stop_where_it_can(StopReason.EOS, at_end=True)
+        if self.matcher is None or stop.cut + self.healed >= len(self.generated):
             return stop
-        out.rejected += 1
+        self.out.rejected += 1
         return None
 
-    def position(row, mask, draft_token=None, q=None, forced=False):
+    def position(self, row, mask, draft_token=None, q=None, forced=False) -> tuple[int | None, Decision]:
         """Decide one position from its logits row: (token, decision) where decision is a
         Stop, Verdict.CONTINUE, or a Stop from giving up."""
-        banned: set[int] = first_banned.pop() if first_banned else set()
+        banned = self.take_avoided()
         avoided = len(banned)
         if banned and forced and draft_token in banned:
             return None, Stop(0, StopReason.NO_CONTINUATION)  # no other token at this step
-        if names is not None and mask is not None and not forced:
-            row, mask = names.shape(row, mask, matcher, bytes(generated))
+        if self.names is not None and mask is not None and not forced:
+            row, mask = self.names.shape(row, mask, self.matcher, bytes(self.generated))
         while True:
             if forced:
                 token = draft_token
             else:
-                token = choose(sampler, row, mask, banned, draft_token if not banned else None, q)
+                token = choose(self.sampler, row, mask, banned, draft_token if not banned else None, q)
             if token is None:
-                return None, policy.fallback(bytes(generated), StopReason.NO_CONTINUATION, at_end=False)
-            if token in stop_tokens:
-                stop = at_eos()
+                return None, self.stop_where_it_can(StopReason.NO_CONTINUATION)
+            if token in self.stop_tokens:
+                stop = self.at_eos()
                 if stop is not None:
                     return token, stop
                 banned.add(token)
             else:
-                decision = commit(token, forced)
+                decision = self.commit(token, forced)
                 if decision is not Verdict.REJECT:
                     return token, decision
                 banned.add(token)
                 forced = False
             if len(banned) - avoided > MAX_REJECTS:
-                return None, policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
+                return None, self.stop_where_it_can(StopReason.LINE_END)
 
-    for token in replay:
-        stepper.feed(token)
-        if commit(token, True) is not Verdict.CONTINUE:  # the earlier pass went on after it: never
+    # ------------------------------------------------------------------ steps
+
+    def fast_forward(self, mask: np.ndarray) -> Stop | Verdict | None:
+        """The grammar leaves one token: take it without asking the model (None: it leaves more)."""
+        token = forced_token(mask, self.stop_tokens)
+        if token is not None and self.avoid is not None and token in self.take_avoided():
+            return Stop(0, StopReason.NO_CONTINUATION)  # the grammar leaves no other token at this step
+        self.stepper.overlap.step(forced=token is not None)
+        if token is None:
+            return None
+        self.stepper.feed(token)
+        decision = self.commit(token, True)
+        if decision is Verdict.REJECT:
+            self.stepper.unfeed()
+            return self.stop_where_it_can(StopReason.LINE_END)
+        return decision
+
+    def sample(self, mask: np.ndarray | None) -> Decision:
+        """One position from the model's logits (no draft)."""
+        token, decision = self.position(self.stepper.current_logits(), mask)
+        if token is not None and token not in self.stop_tokens:
+            self.stepper.feed(token)
+        return decision
+
+    def speculate(self, draft) -> Stop | None:
+        """Verify a whole draft with one forward pass: the positions it got right are kept, the
+        first it got wrong takes the model's own token (a Stop when one ended the completion)."""
+        speculator, out = self.speculator, self.out
+        rows = self.stepper.verify(draft.tokens)
+        kept, agreed = 0, 0
+        n = len(draft.tokens)
+        for j in range(n + 1):
+            if len(out.tokens) >= self.max_tokens:
+                return self.stop_where_it_can(StopReason.MAX_TOKENS)
+            d = draft.tokens[j] if j < n else None
+            is_forced = j < n and draft.forced[j]
+            m = draft.masks[j] if self.matcher is not None else None
+            token, decision = self.position(rows[j], m, d, draft.qs[j] if j < n else None, is_forced)
+            if isinstance(decision, Stop):
+                if j < n and not is_forced:
+                    speculator.record(draft, agreed, token != d)
+                return decision
+            if j < n and token == d:
+                kept += 1
+                agreed += 0 if is_forced else 1
+                continue
+            speculator.record(draft, agreed, j < n)
+            self.stepper.keep(kept, token)
+            return None
+        return None
+
+    def replayed(self, replay: Sequence[int]) -> bool:
+        """Take an earlier pass's tokens again (False: the policy did not go on after one)."""
+        for token in replay:
+            self.stepper.feed(token)
+            if self.commit(token, True) is not Verdict.CONTINUE:  # the earlier pass went on after it: never
+                return False
+        return True
+
+    def run(self, replay: Sequence[int]) -> DecodeOutcome:
+        out = self.out
+        if not self.replayed(replay):
             out.stop = Stop(0, StopReason.NO_CONTINUATION)
-            out.generated = bytes(generated)
+            out.generated = bytes(self.generated)
             return out
-    try:  # a cancellation is also seen between the layers of a forward pass
+        try:  # a cancellation is also seen between the layers of a forward pass
+            out.stop = self._steps()
+        except ForwardCancelled:
+            out.stop = Stop(0, StopReason.CANCELLED)
+        out.generated = bytes(self.generated)
+        self.stepper.clock.finish()
+        self.stepper.overlap.close()
+        out.forward_ms = self.stepper.forward_ms
+        return out
+
+    def _steps(self) -> Stop:
+        """Decoding steps until one stops: mask, fast-forward, draft and verify, or sample."""
+        out, speculator = self.out, self.speculator
         while True:
-            if cancel():
-                out.stop = Stop(0, StopReason.CANCELLED)
-                break
-            if len(out.tokens) >= max_tokens:
-                out.stop = policy.fallback(bytes(generated), StopReason.MAX_TOKENS, at_end=False)
-                break
+            if self.cancel():
+                return Stop(0, StopReason.CANCELLED)
+            if len(out.tokens) >= self.max_tokens:
+                return self.stop_where_it_can(StopReason.MAX_TOKENS)
             step_start, step_tokens = time.perf_counter(), len(out.tokens)  # for the step tallies
-            mask = None
-            if matcher is not None:
-                stepper.launch()  # CUDA: step t's forward runs while its mask is computed
-                t0 = time.perf_counter()
-                mask = matcher.next_token_mask()
-                out.mask_ms.append((time.perf_counter() - t0) * 1000)
-                stepper.overlap.masked(out.mask_ms[-1])
-                if first_only:
-                    only = first_only[0](max(healed - len(generated), 0))
-                    n = min(len(mask), len(only))
-                    mask = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
+            mask = self.mask()
+            if mask is not None:
                 if not mask.any():
-                    out.stop = policy.fallback(bytes(generated), StopReason.NO_CONTINUATION, at_end=False)
-                    break
-                token = forced_token(mask, stop_tokens)
-                if token is not None and first_banned:
-                    if token in first_banned.pop():  # the grammar leaves no other token at this step
-                        out.stop = Stop(0, StopReason.NO_CONTINUATION)
-                        break
-                stepper.overlap.step(forced=token is not None)
-                if token is not None:  # fast-forward: the grammar leaves one token; the model isn't asked
-                    stepper.feed(token)
-                    decision = commit(token, True)
-                    if decision is Verdict.REJECT:
-                        stepper.unfeed()
-                        out.stop = policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
-                        break
-                    if isinstance(decision, Stop):
-                        out.stop = decision
-                        break
+                    return self.stop_where_it_can(StopReason.NO_CONTINUATION)
+                forwarded = self.fast_forward(mask)
+                if isinstance(forwarded, Stop):
+                    return forwarded
+                if forwarded is not None:
                     continue
             draft = None
             if speculator is not None:
-                draft = speculator.draft(matcher, mask, out.tokens, max_tokens - len(out.tokens), sampler)
-            if draft is not None:
-                out.mask_ms.extend(draft.mask_ms)  # the drafted positions' masks, computed while drafting
+                draft = speculator.draft(self.matcher, mask, out.tokens, self.max_tokens - len(out.tokens), self.sampler)
             if draft is None:
-                token, decision = position(stepper.current_logits(), mask)
-                if token is not None and token not in stop_tokens:
-                    stepper.feed(token)
+                decision = self.sample(mask)
                 if speculator is not None:
                     speculator.record_step(None, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
-                if isinstance(decision, Stop):
-                    out.stop = decision
-                    break
-                continue
-            # speculative step: verify the whole draft with one forward pass
-            rows = stepper.verify(draft.tokens)
-            kept, agreed, stop = 0, 0, None
-            n = len(draft.tokens)
-            for j in range(n + 1):
-                if len(out.tokens) >= max_tokens:
-                    stop = policy.fallback(bytes(generated), StopReason.MAX_TOKENS, at_end=False)
-                    break
-                d = draft.tokens[j] if j < n else None
-                is_forced = j < n and draft.forced[j]
-                m = draft.masks[j] if matcher is not None else None
-                token, decision = position(rows[j], m, d, draft.qs[j] if j < n else None, is_forced)
-                if isinstance(decision, Stop):
-                    stop = decision
-                    if j < n and not is_forced:
-                        speculator.record(draft, agreed, token != d)
-                    break
-                if j < n and token == d:
-                    kept += 1
-                    agreed += 0 if is_forced else 1
-                    continue
-                if j < n:
-                    speculator.record(draft, agreed, True)
-                else:
-                    speculator.record(draft, agreed, False)
-                stepper.keep(kept, token)
-                break
-            speculator.record_step(draft, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
-            if stop is not None:
-                out.stop = stop
-                break
-    except ForwardCancelled:
-        out.stop = Stop(0, StopReason.CANCELLED)
-    out.generated = bytes(generated)
-    stepper.clock.finish()
-    stepper.overlap.close()
-    out.forward_ms = stepper.forward_ms
-    return out
+            else:
+                out.mask_ms.extend(draft.mask_ms)  # the drafted positions' masks, computed while drafting
+                decision = self.speculate(draft)
+                speculator.record_step(draft, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
+            if isinstance(decision, Stop):
+                return decision

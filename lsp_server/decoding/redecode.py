@@ -24,10 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .loop import DecodeOutcome
 from .offer import Offer
 from .stopping.decision import StopReason
+from .stopping.rest_of_file import RestOfFile
+
+if TYPE_CHECKING:  # loop.py imports torch, which loads after threads.py set its environment
+    from .loop import DecodeOutcome
 
 TRIES = 3  # next-best tokens tried at the step where validity was lost
 
@@ -38,6 +42,7 @@ class Pass:
 
     outcome: DecodeOutcome
     offer: Offer
+    speculator: object | None = None  # the pass's Speculator, when speculation ran (its statistics)
 
 
 def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
@@ -62,28 +67,33 @@ def same_start(token: bytes, by_bytes: Mapping[bytes, int]) -> set[int]:
     return out
 
 
-def ended_where_valid(first: Pass, healed: int, compat) -> bool:
+def ended_where_valid(first: Pass, healed: int, rest: RestOfFile) -> bool:
     """Whether the model's own answer was "nothing here": its first pass ended the line (a
     newline or its end) before writing any code past the `healed` bytes, and the file is valid
     without a completion (the end of a complete line, as after accepting a suggestion). That
     answer fits the file, so there is nothing to search past: forcing its next-best start
     there writes what the model did not want (a trailing comment, a `+ ...` on a done line)."""
     text = first.outcome.generated[healed:]
-    return not text.split(b"\n", 1)[0].strip() and compat is not None and compat.ok(b"")
+    return not text.split(b"\n", 1)[0].strip() and rest.compat is not None and rest.keeps_valid(b"")
 
 
 def search(first: Pass, decode_from: Callable[[list[int], frozenset[int], int], Pass],
            token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int, stop_tokens: set[int],
-           max_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Pass | None:
+           max_tokens: int, cancel: Callable[[], bool] = lambda: False, steered: bool = False) -> Pass | None:
     """The first re-decoded pass that offers something (None: none did within the bounds).
     `decode_from(replay, avoid, max_tokens)` decodes after taking the `replay` tokens, with
-    `avoid` banned at the next step."""
+    `avoid` banned at the next step. `steered`: the passes start with a header (header
+    steering), so a first choice that only wrote the newline and indentation is not banned (the
+    header may follow the same indentation token)."""
     tokens = first.outcome.tokens
     step = restart_step(tokens, token_bytes, healed)
     replay = list(tokens[:step])
     # the model's choice at the step (and its shorter spellings); it ended there (nothing past
     # the healed text): its end
-    if step < len(tokens):
+    blank_start = step < len(tokens) and not b"".join(token_bytes[t] for t in tokens[: step + 1])[healed:].strip()
+    if steered and blank_start:
+        avoid = frozenset()
+    elif step < len(tokens):
         avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
     else:
         avoid = frozenset(stop_tokens)

@@ -60,13 +60,14 @@ def _repeats(text: bytes, lines: tuple[bytes, ...], at_end: bool) -> bool:
     return 0 < len(done) <= len(lines) and all(a == b for a, b in zip(done, lines))
 
 
-def following_text(before: str, after: str, infix: bool) -> FollowingText:
+def following_text(before: str, after: str, infix: bool, lines_start: bool = False) -> FollowingText:
     """The text after the cursor as `FollowingText` (`infix`: the completion joins the rest of
-    the cursor's line)."""
-    nl = after.find("\n")
+    the cursor's line; `lines_start`: the cursor is at the start of the existing line, which is
+    then the first of the next lines)."""
+    nl = -1 if lines_start else after.find("\n")
     rest = after if nl < 0 else after[:nl]
     lines: list[bytes] = []
-    if nl >= 0:
+    if nl >= 0 or lines_start:
         for line in after[nl + 1 :].split("\n"):
             s = line.strip()
             if s:
@@ -74,4 +75,4 @@ def following_text(before: str, after: str, infix: bool) -> FollowingText:
                 if len(lines) >= ECHO_LINES:
                     break
     line_before = before[before.rfind("\n") + 1 :].encode()
-    return FollowingText(line_before, rest.strip().encode() if infix else b"", tuple(lines))
+    return FollowingText(line_before, rest.strip().encode() if infix and not lines_start else b"", tuple(lines))

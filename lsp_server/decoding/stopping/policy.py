@@ -8,7 +8,9 @@ The cursor's surroundings decide the policy (`CursorContext`):
 - multi-line (after a block opener `:`, or on an empty line inside a block): stop when a line
   dedents below the block the completion started in, or at a blank line after complete code;
 - infix (the rest of the line holds code other than closing brackets/quotes): the completion must
-  join that code; it ends at the longest point where completion + rest of line parses.
+  join that code; it ends at the longest point where completion + rest of line parses;
+- a line start (the cursor at or inside the leading whitespace of a non-blank line): single-line,
+  the answer's lines go above the existing one (`RestOfFile.tail` ends them).
 
 Whatever the policy, a stop is taken only where the file stays valid: the document with the
 completion in place of the auto-closed brackets it supplies again has no syntax error it did not
@@ -22,42 +24,37 @@ from __future__ import annotations
 
 import re
 
-from .compatibility import Compatibility
-from .context import CursorContext
 from .decision import Decision, Stop, StopReason, Verdict
-from .echo import FollowingText
 from .line_scanner import LineScanner
+from .rest_of_file import RestOfFile
 
 _OPENER_BYTES = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
 
 
 class StopPolicy:
     """Decides, after every accepted token, whether the completion is done (`Stop`), must go
-    on (`Verdict.CONTINUE`) or took a token that ends it incompatibly (`Verdict.REJECT`). Built
-    with every field set by `factory.stop_policy` from the cursor's context.
+    on (`Verdict.CONTINUE`) or took a token that ends it incompatibly (`Verdict.REJECT`), asking
+    the request's `RestOfFile` whether the file stays valid and whether the text repeats it.
 
     Scanned bytes are `held + generated`: `held` is the open lexeme before the cursor (the
     scanner starts at a lexeme start), `generated` starts with the healed bytes (typed text
     the first tokens re-created). The completion proper starts `cursor` bytes in."""
 
-    def __init__(self, ctx: CursorContext, scanner: LineScanner, compat: Compatibility | None,
-                 held: bytes, heal: bytes, start_depth: int, line_col: int, line_blank: bool = False,
-                 cursor_depth: int | None = None, follow: FollowingText | None = None) -> None:
-        self.ctx = ctx
+    def __init__(self, rest: RestOfFile, scanner: LineScanner, held: bytes, heal: bytes, start_depth: int) -> None:
+        self.rest = rest  # what stands after the cursor: validity, the echo rule, a line start's tail
+        self.ctx = rest.ctx
         self.scanner = scanner
-        self.compat = compat  # None: unconstrained (no compatibility constraint)
         self.held = held
         self.cursor = len(held) + len(heal)
         self.start_depth = start_depth  # bracket depth where `held` starts
-        self.cursor_depth = start_depth if cursor_depth is None else cursor_depth
-        self.line_col = line_col
-        self.mode = ctx.mode
-        self.line_blank = line_blank  # nothing but indentation before the cursor on its line
+        self.cursor_depth = rest.cursor_depth
+        self.line_col = rest.line_col
+        self.mode = rest.ctx.mode
+        self.line_blank = rest.line_blank  # nothing but indentation before the cursor on its line
         self.body_from = self.cursor  # multi-line: the block's indentation is its first line's after this
-        self.follow = follow  # the file's text after the cursor, which the completion must not repeat (None: unchecked)
 
     def _ok(self, data: bytes, cut: int) -> bool:
-        return self.compat is None or self.compat.ok(data[self.cursor : cut])
+        return self.rest.keeps_valid(data[self.cursor : cut])
 
     def after_token(self, generated: bytes) -> Decision:
         data = self.held + generated
@@ -79,7 +76,7 @@ class StopPolicy:
                 return self.fallback(generated, StopReason.SUFFIX, at_end=False)
             return Verdict.CONTINUE
         if self._blank_so_far(data, k):
-            return Verdict.CONTINUE if self.compat is None else Verdict.REJECT
+            return Verdict.CONTINUE if self.rest.compat is None else Verdict.REJECT
         if self.mode == "single":
             i = data.find(b"\n", k)
             if i >= 0 and self._inside_held_lexeme(i, ends, scan[1]):
@@ -129,13 +126,12 @@ class StopPolicy:
     def _echo(self, data: bytes, ends, bounds, at_end: bool) -> Stop | None:
         """The earliest valid stop where the generated text starts to repeat the text after the
         cursor (the file's next lines; infix: the rest of the cursor's line), if any."""
-        if self.follow is None:
-            return None
         k = self.cursor
+        follow = self.rest.follow
         if self.ctx.infix:
-            cuts = self.follow.rest_echoes(data, k, [b for b, _ in bounds])
+            cuts = follow.rest_echoes(data, k, [b for b, _ in bounds])
         else:
-            cuts = self.follow.line_echoes(data, k, [e.cut for e in ends], at_end)
+            cuts = follow.line_echoes(data, k, [e.cut for e in ends], at_end)
         for cut in cuts:
             if self._ok(data, cut):
                 return Stop(cut - k, StopReason.ECHO)

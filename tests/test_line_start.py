@@ -1,0 +1,123 @@
+"""Fill in the middle at a line start: with the cursor at or inside the leading whitespace of a
+non-blank line, an answer is whole lines above it (the existing line moves down with its own
+text and indentation) or nothing; mid-line completions still join the rest of the line."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+from lsp_server.decoding.stopping.context import cursor_context
+from lsp_server.decoding.stopping.decision import StopReason
+from lsp_server.options import EngineOptions
+
+from cpython_oracle import compiles
+from scripted_model import ScriptedRuntime
+
+LOOP = "def f(items):\n    result = 0\n    for item in items:\n        result += item\n    return result\n"
+
+
+def complete_at(compiled, doc: str, wants: str):
+    """Complete `doc` at its `|` with a scripted model that writes `wants` there; the result and
+    the document with the answer applied over its range."""
+    comp, tok = compiled
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    before = text[:off]
+    engine = CompletionEngine(EngineOptions(), ScriptedRuntime(tok, (before + wants).encode()), comp)
+    line = before.count("\n")
+    r = engine.complete(CompletionRequest(text, line, len(before) - (before.rfind("\n") + 1)))
+    end = off + (r.end[1] - r.start[1])
+    return r, text[:off] + r.text + text[end:]
+
+
+def kept_intact(applied: str, doc: str) -> bool:
+    """Whether every line of `doc` after its cursor's line start stands whole in `applied`,
+    in order, after the answer (the cursor's line included, with its indentation)."""
+    off = doc.index("|")
+    existing = doc[doc.rfind("\n", 0, off) + 1 :].replace("|", "")
+    return applied.endswith(existing)
+
+
+@pytest.mark.parametrize("before, after", [
+    ("def f():\n", "    return 1\n"),  # column 0 of an indented line
+    ("def f():\n  ", "  return 1\n"),  # inside its indentation
+    ("def f():\n    ", "return 1\n"),  # at the end of its indentation
+    ("x = f(\n    1,\n", ")\n"),  # a closing bracket that stands on its own line: the line's own, not auto-closed
+])
+def test_a_line_start_of_existing_code_inserts_lines(before, after):
+    ctx = cursor_context(before, after)
+    assert ctx.lines and not ctx.infix and ctx.covered == "" and ctx.mode == "single"
+
+
+def test_mid_line_is_not_a_line_start():
+    ctx = cursor_context("def f(a):\n    x = ", "a.strip()\n")
+    assert ctx.infix and not ctx.lines
+
+
+def test_column_0_of_an_indented_line_gets_whole_lines_and_the_line_stays(compiled):
+    doc = LOOP.replace("        result += item", "|        result += item")
+    r, applied = complete_at(compiled, doc, "        total = item\n        result += item\n    return result\n")
+    assert r.text == "        total = item\n"
+    assert kept_intact(applied, doc) and compiles(applied)
+
+
+def test_the_end_of_the_indentation_gets_lines_then_the_indentation_again(compiled):
+    doc = LOOP.replace("        result += item", "        |result += item")
+    r, applied = complete_at(compiled, doc, "total = item\n        result += item\n    return result\n")
+    assert r.text == "total = item\n        "
+    assert kept_intact(applied, doc) and compiles(applied)
+
+
+def test_a_model_that_glues_onto_the_line_gets_a_line_of_its_own_or_nothing(compiled):
+    """The model writes `answer = ` and then the existing line (a chained assignment, valid
+    Python that rewrites the user's line): the glue is never offered."""
+    doc = "def g(x):\n    y = x\n|    result = len(y)\n    return result\n"
+    r, applied = complete_at(compiled, doc, "    answer = result = len(y)\n    return result\n")
+    assert r.text == "" or (r.text.endswith("\n") and "\n" not in r.text[:-1])
+    assert kept_intact(applied, doc) and compiles(applied)
+
+
+def test_an_answer_that_would_reindent_the_next_line_is_refused(compiled):
+    """The model writes eight spaces more before the existing line (it would move into the
+    `if` above): no answer re-indents it."""
+    doc = "def h(text):\n    if not text:\n        return None\n|    value = int(text)\n    return value\n"
+    r, applied = complete_at(compiled, doc, "            value = int(text)\n    return value\n")
+    assert r.text == "" or r.text.endswith("\n")
+    assert kept_intact(applied, doc) and compiles(applied)
+
+
+def test_writing_the_existing_line_again_is_an_echo(compiled):
+    doc = "def g(x):\n    y = x\n|    return y\n"
+    r, _ = complete_at(compiled, doc, "    return y\n")
+    assert r.text == "" and r.stop_reason == StopReason.ECHO
+
+
+def test_a_mid_line_completion_still_joins_the_rest_of_the_line(compiled):
+    doc = "def f(a):\n    x = |a.strip()\n    return x\n"
+    r, applied = complete_at(compiled, doc, "len(a) + a.strip()\n    return x\n")
+    assert r.text.rstrip() == "len(a) +" and r.stop_reason == StopReason.ECHO  # where it began to write the rest
+    assert applied == f"def f(a):\n    x = {r.text}a.strip()\n    return x\n" and compiles(applied)
+
+
+CUT_HEADER = "def check(value):\n|        raise TypeError(value)\n    return value\n"
+
+
+def test_a_line_whose_header_was_cut_gets_a_header_above_it(compiled):
+    """Column 0 of a line whose block header was cut away: the model's first four choices are
+    statements (none lets the line stand: it is a block's body), its fifth a header at the
+    function's depth. The search starts its passes with a header at an indentation of the lines
+    above, so the answer is that header, and the line stays as it was."""
+    from scripted_model import choices_runtime
+
+    comp, tok = compiled
+    off = CUT_HEADER.index("|")
+    text = CUT_HEADER[:off] + CUT_HEADER[off + 1 :]
+    before = text[:off]
+    minds = ["    value = 1\n", "    print(value)\n", "    return value\n", "    del value\n",
+             "    if not value:\n"]
+    runtime = choices_runtime([ScriptedRuntime(tok, (before + m).encode()) for m in minds])
+    r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest(text, 1, 0))
+    applied = text[:off] + r.text + text[off:]
+    assert r.text == "    if not value:\n" and r.offer_path == "redecode"
+    assert kept_intact(applied, CUT_HEADER) and compiles(applied)
