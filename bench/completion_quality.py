@@ -6,7 +6,7 @@ file is cut at the cursor, the rest of that line is dropped, the following lines
 request on the same document first, as when the user is typing). Reported per mode:
 - parses_after_accept: the completion spliced in place of the rest of the line, the following
   lines kept, CPython compiles the file (`compile(text, name, "exec")`:
-  grammar_tools/cpython_check.py) -- over the non-empty answers (what a user
+  grammar_tools/parsing/cpython_check.py) -- over the non-empty answers (what a user
   can accept); parses_all_cuts: the same over every cut point (an empty answer leaves the cut
   file, which rarely parses, as it is);
 - exact_match / edit_similarity of the completion's first line against the original rest of line;
@@ -59,7 +59,7 @@ use_fair_threads()  # before torch loads libgomp, as the CLI does: waiting threa
 import numpy as np  # noqa: E402
 from _util import CODE_SETS, code_files, relative_name  # noqa: E402
 
-from grammar_tools.cpython_check import compiles  # noqa: E402
+from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
 
 def percentile(values, q: float) -> float:

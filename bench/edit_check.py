@@ -13,7 +13,7 @@ at p90 to a request): ms per check and per request (set-up + its checks), lexeme
 how the checks ended (met the document's parse / read to the end of the file / refused).
 
 The grammar against CPython: every edit the grammar passes is also given to CPython's compiler
-(grammar_tools/cpython_check.py; the whole edited file, untimed); `grammar_ok_cpython_rejects`
+(grammar_tools/parsing/cpython_check.py; the whole edited file, untimed); `grammar_ok_cpython_rejects`
 counts those CPython refuses (the grammar accepts a few things CPython rejects, `f() = 1`), and
 `cpython_statement_ms` is what a bounded CPython check would cost: compiling the top-level
 statement(s) from the one holding the cursor to the one where the check met the document's
@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
 
-from grammar_tools.cpython_check import compiles  # noqa: E402
-from grammar_tools.edit_check import EditCheck  # noqa: E402
-from grammar_tools.incremental import ParseError, PrefixParser  # noqa: E402
-from grammar_tools.lexer_automaton import LexError, load_lexer_automaton  # noqa: E402
-from grammar_tools.recognizer import Recognizer  # noqa: E402
-from grammar_tools.recovery import parse_prefix  # noqa: E402
+from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
+from grammar_tools.parsing.edit_check import EditCheck  # noqa: E402
+from grammar_tools.parsing.incremental import ParseError, PrefixParser  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import LexError, load_lexer_automaton  # noqa: E402
+from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
+from grammar_tools.parsing.recovery import parse_prefix  # noqa: E402
 
 
 

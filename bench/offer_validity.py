@@ -8,7 +8,7 @@ probability: random tokens, as a model that strays) and, with `--closers`, a clo
     .venv/bin/python bench/offer_validity.py [--code stdlib|thirdparty] [--cuts 300] [--noise 0.15]
         [--closers] [--max-tokens 48] [--out rows.jsonl]
 
-Reported: offered answers whose file compiles (CPython's `compile`, grammar_tools/cpython_check.py,
+Reported: offered answers whose file compiles (CPython's `compile`, grammar_tools/parsing/cpython_check.py,
 of the cut file with the answer in place of the rest of the line, the next lines kept: as
 completion_quality.py's parses_after_accept), empty answers, exact match and edit similarity of the answer's first line
 against the original rest of the line, which search step gave each answer (`offer_path`, where
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from completion_quality import cut_points, edit_similarity, percentile  # noqa: E402
 
-from grammar_tools.cpython_check import compiles  # noqa: E402
+from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
 CLOSERS = [")", "]", "}", '"', "'", '"""', "):", ")\n", '"""\n', "\n", ":\n"]
 

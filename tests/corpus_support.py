@@ -6,7 +6,7 @@ from __future__ import annotations
 import sysconfig
 from pathlib import Path
 
-from grammar_tools.cpython_check import compilable_source as read_source
+from grammar_tools.parsing.cpython_check import compilable_source as read_source
 
 __all__ = ["ROOT", "STDLIB", "is_test_file", "read_source", "stdlib_files"]
 

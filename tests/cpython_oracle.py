@@ -1,4 +1,4 @@
-"""The tests' plumbing around the one CPython oracle (grammar_tools/cpython_check.py): the
+"""The tests' plumbing around the one CPython oracle (grammar_tools/parsing/cpython_check.py): the
 CPython of each other supported version where the machine has one (python3.X on PATH or
 pyenv's), asked through the same oracle run as a script under it (`cpython_compiles`,
 `ORACLE_PRELUDE` for scripts of their own); and what our recognizer says of the same text
@@ -13,12 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grammar_tools import cpython_check
-from grammar_tools.cpython_check import compiles
-from grammar_tools.incremental import ParseError, PrefixParser
-from grammar_tools.lexer_automaton import LexError
-from grammar_tools.recognizer import Recognizer
-from grammar_tools.versions import SUPPORTED
+from grammar_tools.parsing import cpython_check
+from grammar_tools.parsing.cpython_check import compiles
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
+from grammar_tools.lexing.lexer_automaton import LexError
+from grammar_tools.parsing.recognizer import Recognizer
+from grammar_tools.parsing.versions import SUPPORTED
 
 __all__ = ["INTERPRETERS", "ORACLE_PRELUDE", "allows", "compiles", "cpython_compiles", "parser_for"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cpython_oracle import INTERPRETERS, ORACLE_PRELUDE
 
-from grammar_tools.lexer_automaton import START, LexerAutomaton
+from grammar_tools.lexing.lexer_automaton import START, LexerAutomaton
 
 FSTRING_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
 

@@ -23,7 +23,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 
 WORDS = ("alpha", "beta", "gamma", "delta", "item", "value", "count", "total", "node", "left", "right",
          "point", "user", "name", "data", "result", "key", "entry", "buffer", "size", "limit", "path")

@@ -4,9 +4,9 @@ grammar with CPython (tests/test_python_versions.py, tests/test_cpython_versions
 
 from __future__ import annotations
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
 
 # (since, valid snippets, snippets invalid in every version)
 SNIPPETS: dict[str, tuple[tuple[int, int], list[str], list[str]]] = {

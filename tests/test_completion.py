@@ -17,7 +17,7 @@ from completion_support import accept, complete_at_marker, scripted_engine, stdl
 from corpus_support import ROOT, STDLIB
 from scripted_model import ScriptedRuntime
 
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 
 
 # ---------------------------------------------------------------- cursor context
@@ -242,7 +242,7 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
 
 
 def matcher_parser(comp):
-    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.parsing.incremental import PrefixParser
 
     return PrefixParser(comp.recognizer, comp.lexer)
 

@@ -15,7 +15,7 @@ from lsp_server.options import EngineOptions
 from scripted_model import ScriptedRuntime
 from completion_support import accept, complete_at_marker
 
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 
 BROKEN = "def broken(x:\n    return x\n\n\ndef g():\n    pass\n\n\n"  # recovery mode for what follows
 

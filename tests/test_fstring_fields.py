@@ -1,4 +1,4 @@
-"""Replacement fields of f-/t-strings are parsed by the grammar (grammar_tools/fstring_fields.py):
+"""Replacement fields of f-/t-strings are parsed by the grammar (grammar_tools/parsing/fstring_fields.py):
 the whole-file check, the matcher and the completions refuse what CPython refuses inside `{}`.
 
 The oracle is CPython's `compile`: the running interpreter (3.11, as set-up installs it) always,
@@ -10,16 +10,16 @@ import sys
 
 import pytest
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import ParseError, PrefixParser
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
 from mask_store.matcher import GrammarMatcher
 
 from completion_support import accept, complete_at_marker
 from cpython_oracle import INTERPRETERS, compiles, cpython_compiles
 from fstring_field_cases import CONTEXTS, FIELD_CASES, wrap
 
-# what the lexer's f-string automaton (grammar_tools/string_automata.py, PEP 701's tokenizer
+# what the lexer's f-string automaton (grammar_tools/lexing/string_automata.py, PEP 701's tokenizer
 # within FIELD_LIMITS) refuses although CPython accepts it: from 3.12 a third level of
 # format-spec fields. Under-accepting, never unsound: the tests check both directions.
 LEXER_GAPS = {

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from grammar_tools.cpython_check import compiles
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.cpython_check import compiles
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
 
 VALID = {
     "PEP 646 star in subscript": "x[*a]\nx[*a, b]\n",

@@ -9,8 +9,8 @@ import tokenize
 import pytest
 from corpus_support import read_source, stdlib_files
 
-from grammar_tools.cpython_check import compiles
-from grammar_tools.lexer_automaton import LexError
+from grammar_tools.parsing.cpython_check import compiles
+from grammar_tools.lexing.lexer_automaton import LexError
 
 
 def _our_tokens(lexer, data: bytes) -> list[str]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 
 
-from grammar_tools.cpython_check import compiles
-from grammar_tools.incremental import PrefixParser
+from grammar_tools.parsing.cpython_check import compiles
+from grammar_tools.parsing.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.offer import choose_offer, offered_text
 from lsp_server.decoding.stopping.rest_of_file import RestOfFile

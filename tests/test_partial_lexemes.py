@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 from mask_store import healing
 from mask_store.matcher import GrammarMatcher
 

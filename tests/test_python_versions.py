@@ -15,10 +15,10 @@ import libcst
 import pytest
 from python_versions_support import SNIPPETS, accepts
 
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 
-from grammar_tools.recognizer import Recognizer
-from grammar_tools.versions import (
+from grammar_tools.parsing.recognizer import Recognizer
+from grammar_tools.parsing.versions import (
     FEATURES,
     NEWEST,
     SUPPORTED,

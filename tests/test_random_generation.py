@@ -21,7 +21,7 @@ import pytest
 import torch
 from corpus_support import read_source, stdlib_files
 
-from grammar_tools.cpython_check import refusal
+from grammar_tools.parsing.cpython_check import refusal
 from mask_store.matcher import GrammarMatcher
 
 N_WANTED = 400

@@ -12,7 +12,7 @@ from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 
 from scripted_model import ScriptedRuntime, SecondChoiceRuntime, choices_runtime
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 
 
 def complete(compiled, doc: str, first: str, second: str, **opts):
@@ -85,7 +85,7 @@ def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compile
 
 def rest_at(compiled, doc: str):
     """The rest of the file at the `|` of `doc`, as a constrained request builds it."""
-    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.parsing.incremental import PrefixParser
     from lsp_server.decoding.stopping.line_scanner import LineScanner
     from lsp_server.decoding.stopping.rest_of_file import RestOfFile
 

@@ -13,7 +13,7 @@ from pytest_lsp import LanguageClient
 
 from server_support import apply_item, command, config, initialize, inline, items_of, open_doc
 
-from grammar_tools.cpython_check import compiles
+from grammar_tools.parsing.cpython_check import compiles
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grammar_tools.indentation import line_indent
+from grammar_tools.parsing.indentation import line_indent
 
 CLOSERS = frozenset(")]}\"'")
 _OPENER_END = re.compile(r":[ \t]*(#.*)?$")
