@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="default")
     args = ap.parse_args(argv)
 
-    from grammar_tools.recognizer import Recognizer
+    from grammar_tools.parsing.recognizer import Recognizer
     from mask_store.loading import load_compiled
     from mask_store.matcher import CompiledGrammar
 

@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
 
-from grammar_tools.edit_check import EditCheck  # noqa: E402
-from grammar_tools.incremental import ParseError, PrefixParser  # noqa: E402
-from grammar_tools.lexer_automaton import LexError, load_lexer_automaton  # noqa: E402
-from grammar_tools.recognizer import Recognizer  # noqa: E402
-from grammar_tools.recovery import parse_prefix  # noqa: E402
+from grammar_tools.parsing.edit_check import EditCheck  # noqa: E402
+from grammar_tools.parsing.incremental import ParseError, PrefixParser  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import LexError, load_lexer_automaton  # noqa: E402
+from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
+from grammar_tools.parsing.recovery import parse_prefix  # noqa: E402
 
 
 def parses(text: str) -> bool:

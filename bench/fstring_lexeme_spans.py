@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fstring_spans import FSTRING_TERMINALS, compare, cpython_spans, interpreters, stdlib_files  # noqa: E402
 
-from grammar_tools.lexer_automaton import load_lexer_automaton  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
 
 
 def main() -> None:

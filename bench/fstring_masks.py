@@ -9,7 +9,7 @@ template strings TSTRING, LONG_TSTRING) or outside. Without FILES: stdlib files 
 that hold f-strings, shuffled, until `--tokens`; t-strings are in the modern corpus
 (`tests/modern_corpus.py DIR`, then its files as FILES). `accept_ms`: the time to take each
 token, split the same way: inside an f-/t-string it includes parsing the replacement fields the
-token writes (`grammar_tools.fstring_fields`), the check that makes the lexeme's mask exact.
+token writes (`grammar_tools.parsing.fstring_fields`), the check that makes the lexeme's mask exact.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import files_until_tokens, stats_ms, stdlib_files  # noqa: E402
 
-from grammar_tools.versions import NEWEST, format_version, parse_version  # noqa: E402
+from grammar_tools.parsing.versions import NEWEST, format_version, parse_version  # noqa: E402
 from mask_store.loading import load_compiled  # noqa: E402
 from mask_store.matcher import GrammarMatcher  # noqa: E402
 

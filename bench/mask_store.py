@@ -37,10 +37,11 @@ stats_ms, stdlib_files = _util.stats_ms, _util.stdlib_files
 
 import numpy as np  # noqa: E402
 
-from grammar_tools import bar_hillel, cache  # noqa: E402
-from grammar_tools.contexts import after  # noqa: E402
-from grammar_tools.lexer_automaton import load_lexer_automaton  # noqa: E402
-from grammar_tools.recognizer import Recognizer  # noqa: E402
+from grammar_tools.analyses import bar_hillel  # noqa: E402
+from grammar_tools import cache  # noqa: E402
+from grammar_tools.analyses.contexts import after  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
+from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
 from mask_store.loading import build_store, open_store  # noqa: E402
 from mask_store.matcher import CompiledGrammar, GrammarMatcher  # noqa: E402
 from mask_store.streamline import streamline_store  # noqa: E402

@@ -8,7 +8,7 @@ lexeme of a sample of stdlib files; and the milliseconds to parse a 2,000-line p
 to update it after a one-character edit at its end. Also lark's own
 `InteractiveParser.accepts()` on the same prefixes, for reference. `feed_lexeme`: the prefix
 parser's cost per lexeme, f-/t-string lexemes (whose replacement fields are parsed:
-`grammar_tools.fstring_fields`) apart from the others.
+`grammar_tools.parsing.fstring_fields`) apart from the others.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import STDLIB, read_source, stats_ms, stats_us, stdlib_files  # noqa: E402
 
-from grammar_tools.incremental import IncrementalParser, PrefixParser  # noqa: E402
-from grammar_tools.lexer_automaton import load_lexer_automaton  # noqa: E402
-from grammar_tools.recognizer import Recognizer  # noqa: E402
-from grammar_tools.versions import NEWEST  # noqa: E402
+from grammar_tools.parsing.incremental import IncrementalParser, PrefixParser  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
+from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
+from grammar_tools.parsing.versions import NEWEST  # noqa: E402
 
 
 def main() -> None:
@@ -177,7 +177,7 @@ def _steps(rec, lexer, data, lexeme_t):
 
 def _terminals(rec, lexer, data) -> list[str]:
     """The terminal sequence of a file (names), as fed to the recognizer."""
-    from grammar_tools.incremental import newline_width
+    from grammar_tools.parsing.incremental import newline_width
 
     g = rec.grammar
     nl = g.term_id["_NEWLINE"]

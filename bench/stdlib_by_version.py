@@ -17,9 +17,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
 
 _ASK = "import sys, sysconfig; print(*sys.version_info[:2]); print(sysconfig.get_paths()['stdlib'])"
 

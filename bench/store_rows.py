@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grammar_tools.lexer_automaton import LexerAutomaton, load_lexer_automaton  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_automaton  # noqa: E402
 from mask_store.loading import open_store  # noqa: E402
 from mask_store.vocabulary import load_tokenizer  # noqa: E402
 

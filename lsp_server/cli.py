@@ -15,7 +15,7 @@ def _read(path: str) -> bytes:
 
 
 def cmd_check(args) -> int:
-    from grammar_tools.check import check_source
+    from grammar_tools.parsing.check import check_source
 
     status = 0
     for name in args.files:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from grammar_tools.versions import VersionError, parse_version
+from grammar_tools.parsing.versions import VersionError, parse_version
 
 MODES = ("auto", "single", "multi")
 DEVICES = ("auto", "cpu", "cuda")

@@ -1,4 +1,4 @@
-"""The Python version a document targets: what its masks allow (`grammar_tools.versions`).
+"""The Python version a document targets: what its masks allow (`grammar_tools.parsing.versions`).
 
     target_version("3.9", "file:///p/a.py")   # (3, 9): the `pythonVersion` setting wins
     target_version(None, "file:///p/a.py")    # from /p/pyproject.toml or /p/.python-version, upward
@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from grammar_tools.versions import NEWEST, OLDEST, PythonVersion, format_version, parse_version
+from grammar_tools.parsing.versions import NEWEST, OLDEST, PythonVersion, format_version, parse_version
 
 log = logging.getLogger(__name__)
 

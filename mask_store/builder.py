@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from grammar_tools.lexer_automaton import START, LexError, LexerAutomaton
+from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
 from .store import MaskStore
 from .token_lexing import TokenMatrix, first_lexeme, indent_of

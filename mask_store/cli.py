@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from grammar_tools.versions import NEWEST, format_version
+from grammar_tools.parsing.versions import NEWEST, format_version
 
 
 def _err(msg: str) -> int:
@@ -100,8 +100,8 @@ def cmd_verify(args) -> int:
             pairs, canonical = load_canonical(tok), START
         except CanonicalUnsupported as e:
             return _err(str(e))
-    from grammar_tools.recognizer import Recognizer
-    from grammar_tools.versions import VersionError, parse_version
+    from grammar_tools.parsing.recognizer import Recognizer
+    from grammar_tools.parsing.versions import VersionError, parse_version
 
     try:
         version = parse_version(args.python_version)

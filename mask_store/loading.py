@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 from grammar_tools import cache
-from grammar_tools.lexer_automaton import load_lexer_automaton
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.lexing.lexer_automaton import load_lexer_automaton
+from grammar_tools.parsing.recognizer import Recognizer
 
 from . import builder
 from .builder import StoreBuilder

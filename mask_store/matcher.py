@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grammar_tools.fstring_fields import FieldChecker
-from grammar_tools.incremental import PrefixParser, PrefixState
-from grammar_tools.lexer_automaton import LexerAutomaton, load_lexer_automaton
-from grammar_tools.recognizer import Node, Recognizer
-from grammar_tools.recovery import parse_prefix
+from grammar_tools.parsing.fstring_fields import FieldChecker
+from grammar_tools.parsing.incremental import PrefixParser, PrefixState
+from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_automaton
+from grammar_tools.parsing.recognizer import Node, Recognizer
+from grammar_tools.parsing.recovery import parse_prefix
 
 from .canonical import OFF, CanonicalPairs, CanonicalState
 from .store import MaskStore
@@ -90,7 +90,7 @@ class CompiledGrammar:
             raise ValueError("a streamlined mask store needs a recognizer with semantic checks")
         self.lexer = lexer or load_lexer_automaton(self.recognizer.grammar)
         # f-/t-string fields: the store's rows see a string lexeme; every token that writes one
-        # has the fields' expressions parsed (`grammar_tools.fstring_fields`)
+        # has the fields' expressions parsed (`grammar_tools.parsing.fstring_fields`)
         self.fields = FieldChecker(self.recognizer, self.lexer)
         g = self.recognizer.grammar
         self.T = g.n_terminals
@@ -126,7 +126,7 @@ class CompiledGrammar:
                       "canonical_masks": 0, "canonical_fallbacks": 0}
 
     def for_version(self, python_version) -> CompiledGrammar:
-        """The same store serving another target Python version (`grammar_tools.versions`):
+        """The same store serving another target Python version (`grammar_tools.parsing.versions`):
         one store serves them all, the recognizer of the version decides. Own caches."""
         if tuple(python_version) == self.recognizer.python_version:
             return self
@@ -400,7 +400,7 @@ class GrammarMatcher:
     ) -> GrammarMatcher:
         """A matcher for the text before the cursor (minus `heal`: bytes that the first tokens
         must spell again). Recovers from syntax errors before the cursor; raises
-        `grammar_tools.incremental.ParseError`/`LexError` when it can't. `canonical`: the
+        `grammar_tools.parsing.incremental.ParseError`/`LexError` when it can't. `canonical`: the
         canonical state after the prompt's tokens kept (`CanonicalPairs.state_after`), or OFF."""
         data = text.encode() if isinstance(text, str) else text
         parser = parser or PrefixParser(compiled.recognizer, compiled.lexer)

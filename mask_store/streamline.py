@@ -2,7 +2,7 @@
 
 A row of the full store is "from lexer state q = (X, d), tokens m announce terminal sequence
 S"; at run time m is allowed when the parser accepts S in q's *context* (X just fed: see
-`grammar_tools.contexts`). Rows whose answer the grammar fixes in advance need no parser check,
+`grammar_tools.analyses.contexts`). Rows whose answer the grammar fixes in advance need no parser check,
 and rows that always get the same answer can share one check. The seed's order:
 
 1. interchangeable terminals (`interchangeable`): S and its image under interchangeable
@@ -45,13 +45,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grammar_tools import cache
-from grammar_tools.always_legal import is_always_legal
-from grammar_tools.contexts import AFTER, Context, after, context_of
-from grammar_tools.follow_graph import follow_graph
-from grammar_tools.interchangeable import canonical_map, recognizer_classes
-from grammar_tools.jointly_legal import Fate, jointly_legal_classes, jointly_legal_prefix
-from grammar_tools.never_legal import is_never_legal_many, is_never_legal_shown, may_be_never_legal
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.analyses.always_legal import is_always_legal
+from grammar_tools.analyses.contexts import AFTER, Context, after, context_of
+from grammar_tools.analyses.follow_graph import follow_graph
+from grammar_tools.analyses.interchangeable import canonical_map, recognizer_classes
+from grammar_tools.analyses.jointly_legal import Fate, jointly_legal_classes, jointly_legal_prefix
+from grammar_tools.analyses.never_legal import is_never_legal_many, is_never_legal_shown, may_be_never_legal
+from grammar_tools.parsing.recognizer import Recognizer
 
 from .builder import assemble
 from .store import MaskStore

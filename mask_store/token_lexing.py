@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grammar_tools.indentation import indent_width
-from grammar_tools.lexer_automaton import LexError, LexerAutomaton
+from grammar_tools.parsing.indentation import indent_width
+from grammar_tools.lexing.lexer_automaton import LexError, LexerAutomaton
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,14 @@ def stdlib_files(include_tests: bool = True) -> list[Path]:
 
 @pytest.fixture(scope="session")
 def recognizer():
-    from grammar_tools.recognizer import Recognizer
+    from grammar_tools.parsing.recognizer import Recognizer
 
     return Recognizer(python_version=(3, 11))
 
 
 @pytest.fixture(scope="session")
 def lexer():
-    from grammar_tools.lexer_automaton import load_lexer_automaton
+    from grammar_tools.lexing.lexer_automaton import load_lexer_automaton
 
     return load_lexer_automaton()
 

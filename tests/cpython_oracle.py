@@ -10,10 +10,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from grammar_tools.incremental import ParseError, PrefixParser
-from grammar_tools.lexer_automaton import LexError
-from grammar_tools.recognizer import Recognizer
-from grammar_tools.versions import SUPPORTED
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
+from grammar_tools.lexing.lexer_automaton import LexError
+from grammar_tools.parsing.recognizer import Recognizer
+from grammar_tools.parsing.versions import SUPPORTED
 
 _COMPILE = """\
 import json, sys, warnings

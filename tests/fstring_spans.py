@@ -16,7 +16,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from grammar_tools.lexer_automaton import START, LexerAutomaton
+from grammar_tools.lexing.lexer_automaton import START, LexerAutomaton
 
 FSTRING_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
 

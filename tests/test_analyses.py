@@ -11,20 +11,20 @@ import json
 
 import pytest
 
-from grammar_tools import bar_hillel
-from grammar_tools.always_legal import is_always_legal
-from grammar_tools.contexts import ANY, after, parse_names
-from grammar_tools.exploration import ACC, REJ, Explorer, explorer
-from grammar_tools.follow_graph import follow_graph
+from grammar_tools.analyses import bar_hillel
+from grammar_tools.analyses.always_legal import is_always_legal
+from grammar_tools.analyses.contexts import ANY, after, parse_names
+from grammar_tools.analyses.exploration import ACC, REJ, Explorer, explorer
+from grammar_tools.analyses.follow_graph import follow_graph
 from grammar_tools.grammar import load_grammar
-from grammar_tools.interchangeable import (
+from grammar_tools.analyses.interchangeable import (
     are_interchangeable,
     interchangeable_classes,
     recognizer_classes,
 )
-from grammar_tools.jointly_legal import are_jointly_legal
-from grammar_tools.lockstep import Lockstep, lockstep
-from grammar_tools.never_legal import is_never_legal, is_never_legal_many, is_never_legal_shown
+from grammar_tools.analyses.jointly_legal import are_jointly_legal
+from grammar_tools.analyses.lockstep import Lockstep, lockstep
+from grammar_tools.analyses.never_legal import is_never_legal, is_never_legal_many, is_never_legal_shown
 
 # the seed's toy grammar: S ::= aSb | ε, i.e. a^n b^n
 TOY = 'start: A start B\n     |\nA: "a"\nB: "b"\n'
@@ -319,11 +319,11 @@ def test_has_as_nodes_sit_on_with(python_grammar):
     """The rules show that a node carrying HAS_AS (a parenthesized tuple of `x as y` items)
     has a `with` below it; the recognizer agrees on the parenthesized with-statements of a
     text, at every lexeme."""
-    from grammar_tools import guards as G
-    from grammar_tools.guards import accessing_symbols
-    from grammar_tools.incremental import PrefixParser
-    from grammar_tools.recognizer import Recognizer
-    from grammar_tools.semantics import has_as_parent_states
+    from grammar_tools.parsing import guards as G
+    from grammar_tools.parsing.guards import accessing_symbols
+    from grammar_tools.parsing.incremental import PrefixParser
+    from grammar_tools.parsing.recognizer import Recognizer
+    from grammar_tools.analyses.semantics import has_as_parent_states
 
     g = python_grammar
     acc = accessing_symbols(g)

@@ -1,5 +1,6 @@
-"""The tree's shape: imports flow one way (lsp_server -> mask_store -> grammar_tools) and no
-module imports itself back through others, function-level imports included."""
+"""The tree's shape: imports flow one way (lsp_server -> mask_store -> grammar_tools, and inside
+grammar_tools analyses -> parsing -> lexing -> its top-level modules) and no module imports
+itself back through others, function-level imports included."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("grammar_tools", "mask_store", "lsp_server")
 LAYER = {name: i for i, name in enumerate(PACKAGES)}  # a package may import those before it
+# grammar_tools' parts, in the same sense: its top-level modules (the grammar and the cache,
+# which all parts read), then the subpackages
+GRAMMAR_BASE = ("cache", "grammar")
+GRAMMAR_LAYERS = ("lexing", "parsing", "analyses")
 
 
 def _modules() -> dict[str, Path]:
@@ -57,6 +62,26 @@ def test_imports_flow_from_the_server_to_the_grammar():
     assert not bad, f"imports against the layering: {bad}"
 
 
+def _grammar_layer(module: str) -> int:
+    """0 for grammar_tools' top-level modules, then 1, 2, ... for its subpackages in order."""
+    parts = module.split(".")
+    return GRAMMAR_LAYERS.index(parts[1]) + 1 if len(parts) > 1 and parts[1] in GRAMMAR_LAYERS else 0
+
+
+def test_grammar_tools_parts_import_one_way():
+    bad = [(a, b) for a, deps in _graph().items() if a.startswith("grammar_tools") for b in deps
+           if b.startswith("grammar_tools") and _grammar_layer(b) > _grammar_layer(a)]
+    assert not bad, f"imports against grammar_tools' layering: {bad}"
+
+
+def test_grammar_tools_modules_live_in_their_parts():
+    """Only the shared base stays at the top; every other module is in a part (a new module
+    goes where its imports put it: /work/wt/brief/move_grammar_tools.py's LAYOUT)."""
+    top = ROOT / "grammar_tools"
+    assert sorted(p.stem for p in top.glob("*.py") if p.stem != "__init__") == sorted(GRAMMAR_BASE)
+    assert sorted(p.parent.name for p in top.glob("*/__init__.py")) == sorted(GRAMMAR_LAYERS)
+
+
 def test_no_import_cycles():
     graph = _graph()
     # a module's own package __init__ is imported with it; only real modules form cycles
@@ -97,3 +122,7 @@ def test_the_graph_resolves_relative_imports():
     assert "lsp_server.decoding.sampling" in graph["lsp_server.decoding.loop"]
     assert "lsp_server.model.kv_cache" in graph["lsp_server.decoding.loop"]
     assert "mask_store.matcher" in graph["lsp_server.decoding.loop"]
+    # across grammar_tools' parts, relative (`..lexing.lexer_automaton`, `.. import cache`)
+    assert "grammar_tools.lexing.lexer_automaton" in graph["grammar_tools.parsing.incremental"]
+    assert "grammar_tools.cache" in graph["grammar_tools.lexing.lexer_automaton"]
+    assert "grammar_tools.parsing.guards" in graph["grammar_tools.analyses.exploration"]

@@ -27,7 +27,7 @@ import sys
 import pytest
 from cpython_oracle import INTERPRETERS, allows, compiles, cpython_compiles, parser_for
 
-from grammar_tools.check import check_source
+from grammar_tools.parsing.check import check_source
 
 EXPRESSIONS = {
     "element": "(await x for x in y)",

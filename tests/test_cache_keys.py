@@ -11,7 +11,9 @@ from pathlib import Path
 import lark
 import pytest
 
-from grammar_tools import bar_hillel, cache, lexer_automaton
+from grammar_tools.analyses import bar_hillel
+from grammar_tools import cache
+from grammar_tools.lexing import lexer_automaton
 from grammar_tools.grammar import grammar_key, grammar_text, load_grammar
 from mask_store import loading, streamline
 
@@ -41,14 +43,14 @@ STREAMLINED_BY = [
     "mask_store/streamline.py",
     "mask_store/builder.py",
     "mask_store/token_lexing.py",
-    "grammar_tools/recognizer.py",
-    "grammar_tools/guards.py",
-    "grammar_tools/attributes.py",
-    "grammar_tools/exploration.py",
-    "grammar_tools/lockstep.py",
-    "grammar_tools/jointly_legal.py",
-    "grammar_tools/bar_hillel.py",
-    "grammar_tools/lexer_automaton.py",
+    "grammar_tools/parsing/recognizer.py",
+    "grammar_tools/parsing/guards.py",
+    "grammar_tools/parsing/attributes.py",
+    "grammar_tools/analyses/exploration.py",
+    "grammar_tools/analyses/lockstep.py",
+    "grammar_tools/analyses/jointly_legal.py",
+    "grammar_tools/analyses/bar_hillel.py",
+    "grammar_tools/lexing/lexer_automaton.py",
 ]
 
 
@@ -68,12 +70,12 @@ def test_streamlined_store_key_covers_its_libraries(monkeypatch, library):
 
 def test_full_store_key_covers_the_builder_only(monkeypatch):
     before = loading.full_store_code_hash()
-    for module in ("mask_store/builder.py", "mask_store/token_lexing.py", "grammar_tools/lexer_automaton.py"):
+    for module in ("mask_store/builder.py", "mask_store/token_lexing.py", "grammar_tools/lexing/lexer_automaton.py"):
         with monkeypatch.context() as m:
             _edit(m, module)
             assert loading.full_store_code_hash() != before, module
     # the run-time matcher and the analyses don't make the full store
-    _edit(monkeypatch, "mask_store/matcher.py", "mask_store/streamline.py", "grammar_tools/exploration.py")
+    _edit(monkeypatch, "mask_store/matcher.py", "mask_store/streamline.py", "grammar_tools/analyses/exploration.py")
     assert loading.full_store_code_hash() == before
 
 
@@ -93,20 +95,20 @@ def test_bar_hillel_answers_key(monkeypatch):
     g = load_grammar()
     before = bar_hillel.cache_path(g)
     with monkeypatch.context() as m:
-        _edit(m, "grammar_tools/bar_hillel.py")
+        _edit(m, "grammar_tools/analyses/bar_hillel.py")
         assert bar_hillel.cache_path(g) != before
     with monkeypatch.context() as m:
         _bump(m, "pyformlang")
         assert bar_hillel.cache_path(g) != before
-    _edit(monkeypatch, "grammar_tools/exploration.py")  # the exploration doesn't answer them
+    _edit(monkeypatch, "grammar_tools/analyses/exploration.py")  # the exploration doesn't answer them
     assert bar_hillel.cache_path(g) == before
 
 
 def test_lexer_automaton_key(monkeypatch):
     g = load_grammar()
     before = lexer_automaton.cache_path(g)
-    for module in ("grammar_tools/string_automata.py", "grammar_tools/byte_automaton.py",
-                   "grammar_tools/terminal_automata.py"):
+    for module in ("grammar_tools/lexing/string_automata.py", "grammar_tools/lexing/byte_automaton.py",
+                   "grammar_tools/lexing/terminal_automata.py"):
         with monkeypatch.context() as m:
             _edit(m, module)
             assert lexer_automaton.cache_path(g) != before, module
@@ -128,7 +130,7 @@ def test_grammar_key(monkeypatch):
 def test_closure_follows_imports_in_function_bodies():
     """An import inside a function counts: `loading` imports the streamlining lazily."""
     files = {p.relative_to(ROOT).as_posix() for p in cache.project_closure(ROOT / "mask_store/loading.py")}
-    assert {"mask_store/streamline.py", "grammar_tools/exploration.py", "grammar_tools/cache.py"} <= files
+    assert {"mask_store/streamline.py", "grammar_tools/analyses/exploration.py", "grammar_tools/cache.py"} <= files
     assert not any(f.startswith("lsp_server/") for f in files)
 
 

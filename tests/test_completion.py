@@ -267,7 +267,7 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
 
 
 def matcher_parser(comp):
-    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.parsing.incremental import PrefixParser
 
     return PrefixParser(comp.recognizer, comp.lexer)
 

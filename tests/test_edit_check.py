@@ -7,10 +7,10 @@ import random
 import pytest
 from conftest import read_source, stdlib_files
 
-from grammar_tools.check import check_source
-from grammar_tools.edit_check import EditCheck
-from grammar_tools.incremental import ParseError, PrefixParser
-from grammar_tools.recovery import parse_prefix
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.edit_check import EditCheck
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
+from grammar_tools.parsing.recovery import parse_prefix
 
 
 @pytest.fixture(scope="module")

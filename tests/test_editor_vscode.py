@@ -89,7 +89,7 @@ def test_package_vsix():
 def test_settings_mirror_the_server_options():
     """package.json has one setting per server option, with the server's default and choices."""
     from lsp_server.options import DEVICES, INT_RANGES, MAX_TEMPERATURE, MODES
-    from grammar_tools.versions import SUPPORTED, format_version
+    from grammar_tools.parsing.versions import SUPPORTED, format_version
     from lsp_server.server.settings import ENGINE_KEYS, SERVER_KEYS, ServerOptions
 
     props = json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]

@@ -15,12 +15,12 @@ import random
 
 import pytest
 
-from grammar_tools import guards as G
-from grammar_tools.exploration import CUT, D0, DP, REJ, explorer
+from grammar_tools.parsing import guards as G
+from grammar_tools.analyses.exploration import CUT, D0, DP, REJ, explorer
 from grammar_tools.grammar import load_grammar
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.recognizer import Recognizer
-from grammar_tools.semantics import NOT_SINGLE, NOT_SINGLE_NO_AS, UNKNOWN, UNKNOWN_NO_AS, admits
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
+from grammar_tools.analyses.semantics import NOT_SINGLE, NOT_SINGLE_NO_AS, UNKNOWN, UNKNOWN_NO_AS, admits
 
 ABSTRACT = (UNKNOWN, UNKNOWN_NO_AS, NOT_SINGLE, NOT_SINGLE_NO_AS)
 

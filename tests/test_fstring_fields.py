@@ -1,4 +1,4 @@
-"""Replacement fields of f-/t-strings are parsed by the grammar (grammar_tools/fstring_fields.py):
+"""Replacement fields of f-/t-strings are parsed by the grammar (grammar_tools/parsing/fstring_fields.py):
 the whole-file check, the matcher and the completions refuse what CPython refuses inside `{}`.
 
 The oracle is CPython's `compile`: the running interpreter (3.11, as set-up installs it) always,
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import ParseError, PrefixParser
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
 from mask_store.matcher import GrammarMatcher
 
 from cpython_oracle import INTERPRETERS
@@ -23,7 +23,7 @@ from test_fstring_fields_oracle import verdicts, wrap
 
 HERE = Path(__file__).parent
 
-# what the lexer's f-string automaton (grammar_tools/string_automata.py, PEP 701's tokenizer
+# what the lexer's f-string automaton (grammar_tools/lexing/string_automata.py, PEP 701's tokenizer
 # within FIELD_LIMITS) refuses although CPython accepts it: from 3.12 a third level of
 # format-spec fields. Under-accepting, never unsound: the tests check both directions.
 LEXER_GAPS = {

@@ -174,9 +174,9 @@ def test_bytes_that_are_not_utf8_are_refused(version, lexer):
     """The literal parts and specs take exactly UTF-8; inside a field the automaton takes any
     byte >= 0x80 and the field checker, lexing the field again with the exact automata, refuses
     what is not UTF-8 (`string_automata._FStringMachine`)."""
-    from grammar_tools.check import check_source
-    from grammar_tools.incremental import PrefixParser
-    from grammar_tools.recognizer import Recognizer
+    from grammar_tools.parsing.check import check_source
+    from grammar_tools.parsing.incremental import PrefixParser
+    from grammar_tools.parsing.recognizer import Recognizer
 
     assert our_lexeme(lexer, b'f"\xff"', 0)[1] == []  # the literal part: the lexer refuses
     assert our_lexeme(lexer, b'f"{x:\xed\xa0\x80}"', 0)[1] == []  # a surrogate in a spec
@@ -207,9 +207,9 @@ def test_escapes_in_literal_parts_as_cpython(literal):
     the field checker checks them: the whole check agrees with this CPython's compile."""
     import warnings
 
-    from grammar_tools.check import check_source
-    from grammar_tools.incremental import PrefixParser
-    from grammar_tools.recognizer import Recognizer
+    from grammar_tools.parsing.check import check_source
+    from grammar_tools.parsing.incremental import PrefixParser
+    from grammar_tools.parsing.recognizer import Recognizer
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
 
 VALID = {
     "PEP 646 star in subscript": "x[*a]\nx[*a, b]\n",

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import STDLIB, _is_test_file, read_source, stdlib_files
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import PrefixParser
 
 
 @pytest.mark.slow

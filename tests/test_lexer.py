@@ -10,7 +10,7 @@ import warnings
 import pytest
 from conftest import read_source, stdlib_files
 
-from grammar_tools.lexer_automaton import LexError
+from grammar_tools.lexing.lexer_automaton import LexError
 
 
 def _our_tokens(lexer, data: bytes) -> list[str]:

@@ -24,7 +24,7 @@ import sys
 import pytest
 from cpython_oracle import INTERPRETERS, allows, compiles, cpython_compiles, parser_for
 
-from grammar_tools.check import check_source
+from grammar_tools.parsing.check import check_source
 
 # every place a star_expressions stands: `{}` is the expression
 PLACES = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from modern_corpus import SECTIONS, generate
 
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.recognizer import Recognizer
 from mask_store.matcher import CompiledGrammar
 from mask_store.verify import verify_files
 
@@ -35,8 +35,8 @@ def test_modern_corpus_is_sound_and_exact_for_3_14(compiled_full, tmp_path: Path
 def test_the_corpus_needs_its_versions(compiled_full):
     """Each section's syntax is refused by a target older than the section (the corpus does
     exercise what it names), and accepted from its version on."""
-    from grammar_tools.check import check_source
-    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.parsing.check import check_source
+    from grammar_tools.parsing.incremental import PrefixParser
     from modern_corpus import _Gen
 
     import random

@@ -8,7 +8,7 @@ import ast
 import random
 
 
-from grammar_tools.incremental import PrefixParser
+from grammar_tools.parsing.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.offer import choose_offer, offered_text
 from lsp_server.decoding.stopping.compatibility import Compatibility

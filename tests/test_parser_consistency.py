@@ -17,9 +17,9 @@ from lark import Lark, Token
 from lark.lexer import Lexer
 
 from grammar_tools.grammar import grammar_text
-from grammar_tools.incremental import PrefixParser, newline_width
-from grammar_tools.recognizer import Recognizer
-from grammar_tools.versions import NEWEST
+from grammar_tools.parsing.incremental import PrefixParser, newline_width
+from grammar_tools.parsing.recognizer import Recognizer
+from grammar_tools.parsing.versions import NEWEST
 
 N_FILES = 100
 CUTS_PER_FILE = 100

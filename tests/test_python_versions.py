@@ -15,10 +15,10 @@ import warnings
 import libcst
 import pytest
 
-from grammar_tools.check import check_source
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.recognizer import Recognizer
-from grammar_tools.versions import (
+from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.recognizer import Recognizer
+from grammar_tools.parsing.versions import (
     FEATURES,
     NEWEST,
     SUPPORTED,

@@ -12,9 +12,9 @@ import re
 
 from conftest import read_source, stdlib_files
 
-from grammar_tools.incremental import IncrementalParser, ParseError, PrefixParser
-from grammar_tools.lexer_automaton import LexError
-from grammar_tools.recovery import parse_prefix
+from grammar_tools.parsing.incremental import IncrementalParser, ParseError, PrefixParser
+from grammar_tools.lexing.lexer_automaton import LexError
+from grammar_tools.parsing.recovery import parse_prefix
 
 TOP = re.compile(rb"^(def|class|async def) ", re.M)
 

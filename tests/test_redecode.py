@@ -84,7 +84,7 @@ def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compile
 
 
 def compat_at(compiled, doc: str):
-    from grammar_tools.incremental import PrefixParser
+    from grammar_tools.parsing.incremental import PrefixParser
     from lsp_server.decoding.stopping.compatibility import Compatibility
 
     comp, _ = compiled

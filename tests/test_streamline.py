@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import read_source, stdlib_files
 
-from grammar_tools.recognizer import Recognizer
+from grammar_tools.parsing.recognizer import Recognizer
 from mask_store.cli import main as mask_store_main
 from mask_store.matcher import CompiledGrammar
 from mask_store.store import load_store

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from scripted_model import ScriptedRuntime
 
-from grammar_tools.versions import NEWEST, VersionError
+from grammar_tools.parsing.versions import NEWEST, VersionError
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions, OptionError
 from lsp_server.server.settings import ServerOptions

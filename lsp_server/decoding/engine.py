@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from collections.abc import Callable
 
-from grammar_tools.incremental import ParseError, PrefixParser
-from grammar_tools.lexer_automaton import START, LexError
-from grammar_tools.versions import format_version
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
+from grammar_tools.lexing.lexer_automaton import START, LexError
+from grammar_tools.parsing.versions import format_version
 from mask_store import canonical as canonical_tokenization
 from mask_store.matcher import GrammarMatcher
 from mask_store.store import MaskStoreError

@@ -1,13 +1,13 @@
 """Whether a completion leaves the file valid: the whole rest of the file is read
-(`grammar_tools.edit_check.EditCheck`), not a window of the next lines, and a file that already
+(`grammar_tools.parsing.edit_check.EditCheck`), not a window of the next lines, and a file that already
 has errors after the cursor is judged by "no new error"."""
 
 from __future__ import annotations
 
 import time
 
-from grammar_tools.edit_check import EditCheck
-from grammar_tools.incremental import PrefixParser
+from grammar_tools.parsing.edit_check import EditCheck
+from grammar_tools.parsing.incremental import PrefixParser
 
 
 REACH = 16_384  # bytes after a completion within which its parse must meet the document's (the cost's bound)

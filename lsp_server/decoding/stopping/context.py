@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grammar_tools.indentation import line_indent
-from grammar_tools.lexer_automaton import START, LexError, LexerAutomaton
+from grammar_tools.parsing.indentation import line_indent
+from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
 CLOSERS = frozenset(")]}\"'")
 _FIRST_WORD = re.compile(r"[ \t\f]*(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|\S)")

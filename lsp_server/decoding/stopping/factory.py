@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from grammar_tools.incremental import PrefixParser
-from grammar_tools.indentation import line_indent
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.indentation import line_indent
 
 from .compatibility import Compatibility
 from .context import cursor_context

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grammar_tools.incremental import newline_width
-from grammar_tools.lexer_automaton import START, LexError, LexerAutomaton
+from grammar_tools.parsing.incremental import newline_width
+from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
 _BLANK_LINE = re.compile(rb"\n[ \t\f]*\r?\n")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 
 from .contexts import AFTER, Context, Layout
-from .grammar import Grammar
+from ..grammar import Grammar
 
 
 class FollowGraph:

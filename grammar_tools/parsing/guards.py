@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .grammar import Grammar
+from ..grammar import Grammar
 from .versions import features_after
 
 # ---- attributes (synthesized)

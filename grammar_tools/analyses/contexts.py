@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .grammar import DEDENT, INDENT, NEWLINE, Grammar
+from ..grammar import DEDENT, INDENT, NEWLINE, Grammar
 
 AFTER = "after"
 

@@ -22,8 +22,8 @@ import heapq
 
 from .contexts import Context
 from .exploration import ACC, ANY_FRAME, CUT, DEFAULT_BUDGET, REJ, Explorer, explorer
-from .grammar import END, Grammar
-from .guards import AS_ITEM, HAS_AS, HAS_STAR, SINGLE, STAR, STARRED, TARGET
+from ..grammar import END, Grammar
+from ..parsing.guards import AS_ITEM, HAS_AS, HAS_STAR, SINGLE, STAR, STARRED, TARGET
 from .semantics import MAY_HAVE_AS, NOT_SINGLE, NOT_SINGLE_NO_AS
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .lexer_automaton import START, LexError, LexerAutomaton
+from ..lexing.lexer_automaton import START, LexError, LexerAutomaton
 from .recognizer import Node, Recognizer
 
 FIELD_TERMINALS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .incremental import ParseError, PrefixParser, same_configs
 from .indentation import indent_width
-from .lexer_automaton import START, LexError
+from ..lexing.lexer_automaton import START, LexError
 from .recognizer import Node
 
 

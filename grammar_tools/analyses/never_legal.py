@@ -17,7 +17,7 @@ from __future__ import annotations
 from . import bar_hillel
 from .contexts import Context, context_from_name, parse_names
 from .exploration import Verdict, explorer
-from .grammar import Grammar
+from ..grammar import Grammar
 
 
 def is_never_legal(grammar: Grammar, x, seq) -> bool:

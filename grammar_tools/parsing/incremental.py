@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from .indentation import newline_width
 from .fstring_fields import FieldChecker, FieldError
-from .lexer_automaton import START, LexError, LexerAutomaton, load_lexer_automaton
+from ..lexing.lexer_automaton import START, LexError, LexerAutomaton, load_lexer_automaton
 from .recognizer import ACCEPTED, Node, Recognizer
 
 CHECKPOINT_EVERY = 64  # lexemes between checkpoints inside long bracketed expressions

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .contexts import context_from_name, parse_names
 from .exploration import Verdict, explorer
-from .grammar import Grammar
+from ..grammar import Grammar
 
 
 def is_always_legal(grammar: Grammar, x, seq, python: bool = True) -> bool:

@@ -20,7 +20,7 @@ node itself, so a mask computation that asks the same node twice pays once.
 
 from __future__ import annotations
 
-from .grammar import (
+from ..grammar import (
     BRACKET_CLOSE,
     BRACKET_OPEN,
     DEDENT,

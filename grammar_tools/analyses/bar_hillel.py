@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import cache
+from .. import cache
 from .contexts import AFTER, Context, Layout
-from .grammar import Grammar
+from ..grammar import Grammar
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ _worker_grammar: Grammar | None = None
 
 def _init_worker(text: str, start: str) -> None:
     global _worker_grammar
-    from .grammar import load_grammar
+    from ..grammar import load_grammar
 
     _worker_grammar = load_grammar(text, start)
     grammar_cfg(_worker_grammar)

@@ -23,7 +23,7 @@ from .byte_automaton import (
     literal_dfa,
     minimize,
 )
-from .grammar import Grammar
+from ..grammar import Grammar
 from .string_automata import STRING_TERMINALS, string_dfa
 
 NO_NEWLINE_CHARS = [(0x01, 0x09), (0x0B, 0x0C), (0x0E, 0x10FFFF)]  # not \n, \r or NUL

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from .contexts import Context, context_from_name, parse_names
 from .exploration import ACC, REJ, Verdict, explorer
-from .grammar import Grammar
+from ..grammar import Grammar
 from .interchangeable import canonical_map, interchangeable_classes, recognizer_classes
 from .lockstep import lockstep
 

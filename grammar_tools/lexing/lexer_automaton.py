@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache, terminal_automata
+from .. import cache
+from . import terminal_automata
 from .byte_automaton import DEAD, ByteDFA, minimize
-from .grammar import NEWLINE, SOFT_KEYWORDS, Grammar, load_grammar
+from ..grammar import NEWLINE, SOFT_KEYWORDS, Grammar, load_grammar
 
 START = 0
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .fstring_fields import FieldError
 from .incremental import ParseError, PrefixParser
-from .lexer_automaton import LexError
+from ..lexing.lexer_automaton import LexError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import re
 
 from .incremental import ParseError, PrefixParser, PrefixState, Recovery
 from .indentation import indent_width
-from .lexer_automaton import LexError
+from ..lexing.lexer_automaton import LexError
 
 _HEADER_END = re.compile(rb":\s*(#.*)?$")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 
-from .grammar import BRACKET_CLOSE, BRACKET_OPEN, DEDENT, END, INDENT, NEWLINE, Grammar
+from ..grammar import BRACKET_CLOSE, BRACKET_OPEN, DEDENT, END, INDENT, NEWLINE, Grammar
 
 HOLE = "\x00"
 # terminals that the recognizer treats by name (layout, brackets, the with-statement colon)
@@ -126,7 +126,7 @@ def verify_in_tables(grammar: Grammar, guard_tables, a: str, b: str) -> bool:
 @functools.lru_cache(maxsize=4)
 def recognizer_classes(grammar: Grammar) -> tuple[tuple[str, ...], ...]:
     """The interchangeable classes, split where the recognizer's guards tell members apart."""
-    from .guards import build_guard_tables
+    from ..parsing.guards import build_guard_tables
 
     # the oldest Python version removes the most (PEP 695): the strictest check
     gt = build_guard_tables(grammar, (3, 0))

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import attributes
-from . import guards as G
-from .grammar import BRACKET_CLOSE, BRACKET_OPEN, Grammar
+from ..parsing import attributes
+from ..parsing import guards as G
+from ..grammar import BRACKET_CLOSE, BRACKET_OPEN, Grammar
 
 # abstract attributes (a known attribute is >= 0)
 UNKNOWN = -1  # any attribute

@@ -46,10 +46,10 @@ import enum
 import functools
 import heapq
 
-from . import attributes
-from . import guards as G
+from ..parsing import attributes
+from ..parsing import guards as G
 from .contexts import AFTER, Context, Layout
-from .grammar import Grammar
+from ..grammar import Grammar
 from .semantics import MAY_HAVE_AS, NOT_SINGLE, NOT_SINGLE_NO_AS, UNKNOWN, Semantics
 
 ACC, REJ, CUT = 1, 2, 4
