@@ -14,17 +14,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # cache for the whole test session; CI starts with it empty
 os.environ.setdefault("SYNTAXLOCK_CACHE", str(ROOT / ".cache" / "tests"))
 
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `cuda` run only where torch sees a CUDA GPU."""
+    """Tests marked `cuda` run only where torch sees a CUDA GPU (torch is imported only when
+    such a test was collected)."""
+    cuda = [item for item in items if "cuda" in item.keywords]
+    if not cuda:
+        return
     import torch
 
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
-    for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
-
+    for item in cuda:
+        item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
