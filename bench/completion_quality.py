@@ -173,7 +173,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
     opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens, speculative=speculative,
                                   canonical=canonical)
-    req = CompletionRequest(doc, i, ch, document=cut["path"])
+    req = CompletionRequest.at(doc, i, ch, document=cut["path"])
     t0 = time.perf_counter()
     r = engine.complete(req, options=opts)
     latency = (time.perf_counter() - t0) * 1000
@@ -427,7 +427,7 @@ def main(argv=None) -> int:
         lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
         i, ch = cut["line"], cut["character"]
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
-        engine.complete(CompletionRequest(doc, i, ch, document=cut["path"], max_tokens=1))
+        engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1))
         for mode in modes:
             constrained, speculative, canonical = MODES[mode]
             row = run(engine, cut, constrained, args.max_tokens, speculative, canonical)

@@ -227,7 +227,6 @@ def main(argv=None) -> int:
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
     from lsp_server.options import EngineOptions
-    from lsp_server.positions import offset_at
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens, temperature=0.0))
     cuts = cut_points(args.cuts, args.seed, args.code)
@@ -236,9 +235,9 @@ def main(argv=None) -> int:
     for n, cut in enumerate(cuts):
         for kind in args.kinds:
             doc, line, col = case(cut, kind)
-            r = engine.complete(CompletionRequest(doc, line, col, document=cut["path"]))
+            r = engine.complete(CompletionRequest.at(doc, line, col, document=cut["path"]))
             row = {"file": cut["path"], "line": line, "character": col, "kind": kind,
-                   "start": offset_at(doc, *r.start), "end": offset_at(doc, *r.end),
+                   "start": r.start, "end": r.end,
                    "stop_reason": str(r.stop_reason), "offer_path": r.offer_path}
             row = score(row, r.text)
             rows[kind].append(row)

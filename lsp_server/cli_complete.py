@@ -88,26 +88,31 @@ def _load_engine(opts: EngineOptions):
 
 
 def _complete_one(engine, path: str, line: int, character: int, max_tokens: int | None = None):
+    """(the file's text, the completion at an LSP position of it)."""
     from .decoding.engine import CompletionRequest
 
     text = _read_text(path)
-    request = CompletionRequest(text, line, character, document=str(Path(path).resolve()), max_tokens=max_tokens)
+    request = CompletionRequest.at(text, line, character, document=str(Path(path).resolve()), max_tokens=max_tokens)
     engine.names_ahead(request, wait=NAMES_WAIT_S)  # one shot: no work ahead made it before
-    return engine.complete(request)
+    return text, engine.complete(request)
+
+
+def _result_json(text: str, result) -> dict:
+    """The result as JSON, its replace range in LSP positions ([line, character]) as the cut's."""
+    from .positions import position_of
+
+    return result.to_json() | {"start": list(position_of(text, result.start)), "end": list(position_of(text, result.end))}
 
 
 def _show(path: str, text: str, result) -> str:
     """The cursor's line with the completion after it, for a person."""
-    line_no, ch = result.start
-    lines = text.split("\n")
-    line = lines[line_no] if line_no < len(lines) else ""
-    from .positions import offset_at
+    from .positions import position_of
 
-    off = offset_at(text, line_no, ch) - sum(len(x) + 1 for x in lines[:line_no])
-    head = line[:off]
-    tail = line[off:]
-    covered = result.end[1] - result.start[1]
-    rest = tail[covered:] if covered else tail
+    line_no, ch = position_of(text, result.start)
+    first = text.rfind("\n", 0, result.start) + 1
+    last = text.find("\n", result.start)
+    head = text[first : result.start]
+    rest = text[result.end : len(text) if last < 0 else last]
     green, plain = ("\033[32m", "\033[0m") if sys.stdout.isatty() else ("", "")
     shown = head + green + result.text + plain + rest
     total = result.prompt_ms + result.decode_ms
@@ -130,16 +135,16 @@ def cmd_complete(args) -> int:
     if args.file is None or args.line is None or args.character is None:
         raise SystemExit("syntaxlock complete: give FILE --line L --character C, or --batch CUTS.jsonl")
     try:
-        text = _read_text(args.file)
+        _read_text(args.file)  # a clear error before the model loads
     except ValueError as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None
     engine = _load_engine(opts)
     try:
-        result = _complete_one(engine, args.file, args.line, args.character)
+        text, result = _complete_one(engine, args.file, args.line, args.character)
     except (ValueError, PositionError) as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(_result_json(text, result)))
     else:
         print(_show(args.file, text, result))
     return 0
@@ -158,8 +163,8 @@ def _batch(args, opts: EngineOptions) -> int:
         try:
             cut = json.loads(raw)
             path, line, ch = cut["path"], int(cut["line"]), int(cut["character"])
-            result = _complete_one(engine, path, line, ch, cut.get("max_tokens"))
-            out = {"path": path, "line": line, "character": ch, **result.to_json()}
+            text, result = _complete_one(engine, path, line, ch, cut.get("max_tokens"))
+            out = {"path": path, "line": line, "character": ch, **_result_json(text, result)}
         except (ValueError, KeyError, TypeError) as e:
             out = {"error": f"{args.batch}:{n}: {e}", "input": raw}
             status = 1

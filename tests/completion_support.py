@@ -26,14 +26,13 @@ def complete_at_marker(compiled, doc: str, intended_after: str, **opts):
     engine = scripted_engine(compiled, before + intended_after, **opts)
     line = before.count("\n")
     ch = len(before) - (before.rfind("\n") + 1)
-    result = engine.complete(CompletionRequest(text, line, ch))
+    result = engine.complete(CompletionRequest.at(text, line, ch))
     return text, off, result
 
 
 def accept(text: str, off: int, result) -> str:
-    line, ch = result.end
-    end = off + (ch - result.start[1])
-    return text[:off] + result.text + text[end:]
+    assert result.start == off  # the replace range starts at the cursor
+    return text[:off] + result.text + text[result.end :]
 
 
 def stdlib_cuts(n: int, seed: int = 7, small: bool = False):

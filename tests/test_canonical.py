@@ -355,11 +355,11 @@ def test_engine_generates_canonical_sequences_with_a_real_forward_pass(tiny_mode
         line, ch = doc.count("\n"), len(doc) - doc.rfind("\n") - 1
         prompt = build_prompt(engine.tokenizer, doc, "", engine.options.context_tokens, None, heal=True,
                               heal_pretoken=True)
-        r = engine.complete(CompletionRequest(doc, line, ch, document=f"d{k}"))
+        r = engine.complete(CompletionRequest.at(doc, line, ch, document=f"d{k}"))
         assert r.canonical and len(r.token_ids) == 24
         assert _replay(pairs, prompt.ids, r.token_ids) <= r.canonical_fallbacks
     off = engine.options.updated(canonical=False)
-    r = engine.complete(CompletionRequest(docs[0], 3, 17, document="off"), options=off)
+    r = engine.complete(CompletionRequest.at(docs[0], 3, 17, document="off"), options=off)
     assert not r.canonical and r.canonical_fallbacks == 0
 
 
@@ -380,7 +380,7 @@ def test_a_model_that_spells_against_its_tokenizer_is_stopped_unless_turned_off(
     for canonical in (True, False):
         runtime = ScriptedRuntime(tok, (before + "1, [2,\n 3])\nz = 2\n").encode(), own_tokens=False)
         engine = CompletionEngine(EngineOptions(canonical=canonical, speculative=False), runtime, comp)
-        r = engine.complete(CompletionRequest(doc, 3, 6))
+        r = engine.complete(CompletionRequest.at(doc, 3, 6))
         assert r.canonical == canonical
         spelled[canonical] = [tok.vocab.token_bytes[t] for t in r.token_ids]
         if not canonical:
@@ -425,7 +425,7 @@ def test_a_grammar_without_canonical_pairs_completes_without_them(compiled_full)
     doc = "def f(x):\n    return x\n\ny = f(\n"
     runtime = ScriptedRuntime(tok, (doc[:-1] + "1)\n").encode())
     engine = CompletionEngine(EngineOptions(speculative=False), runtime, without)
-    r = engine.complete(CompletionRequest(doc, 3, 6))
+    r = engine.complete(CompletionRequest.at(doc, 3, 6))
     assert engine.options.canonical and not r.canonical and r.canonical_fallbacks == 0
     assert r.text == "1)"
 
@@ -467,7 +467,7 @@ def test_a_prompt_ending_in_a_blank_line_and_indentation_continues_canonically(c
     for canonical in (True, False):
         runtime = ScriptedRuntime(tok, (before + "# noqa\n        return x\n").encode())
         engine = CompletionEngine(EngineOptions(canonical=canonical, speculative=False), runtime, comp)
-        r = engine.complete(CompletionRequest(before, 4, 8))
+        r = engine.complete(CompletionRequest.at(before, 4, 8))
         prompt = build_prompt(tok, before, "", engine.options.context_tokens, None, heal=True, heal_pretoken=canonical)
         results[canonical] = r
         assert r.text.startswith("# noqa"), r.text

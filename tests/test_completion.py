@@ -56,7 +56,7 @@ def test_closing_brackets_after_the_cursor_are_covered(compiled):
     doc = "def f(x):\n    return x\n\ny = f(|)\nz = 2\n"
     text, off, r = complete_at_marker(compiled, doc, "g(1))\nz = 2\n")
     assert r.text == "g(1))"
-    assert r.end == (r.start[0], r.start[1] + 1)  # the replace range covers the auto-closed ")"
+    assert r.end == r.start + 1 == off + 1  # the replace range covers the auto-closed ")"
     assert accept(text, off, r).splitlines()[3] == "y = f(g(1))"
     assert compiles(accept(text, off, r))
 
@@ -164,25 +164,25 @@ def test_typing_through_a_suggestion_serves_its_rest(compiled):
     text, off, r = complete_at_marker(compiled, doc, "g(1, 2))\nz = 2\n")
     assert r.text == "g(1, 2))" and r.typed_through == 0
     engine = scripted_engine(compiled, text[:off] + "g(1, 2))\nz = 2\n")
-    line, ch = r.start
-    first = engine.complete(CompletionRequest(text, line, ch, document="d"))
+    assert r.start == off
+    first = engine.complete(CompletionRequest(text, cursor=off, document="d"))
     assert first.text == r.text
     calls = len(engine.runtime.calls)
     typed = text[:off] + "g(1" + text[off:]  # the user types the first three characters
-    rest = engine.complete(CompletionRequest(typed, line, ch + 3, document="d"))
+    rest = engine.complete(CompletionRequest(typed, cursor=off + 3, document="d"))
     assert rest.text == ", 2))" and rest.typed_through == 3
-    assert rest.start == (line, ch + 3) and rest.end == (line, ch + 4)  # still covers the ")"
+    assert rest.start == off + 3 and rest.end == off + 4  # still covers the ")"
     assert len(engine.runtime.calls) == calls  # no model call
     assert accept(typed, off + 3, rest) == accept(text, off, r)  # the same file as accepting it whole
     other = text[:off] + "h(" + text[off:]  # typed something else: a new completion
-    again = engine.complete(CompletionRequest(other, line, ch + 2, document="d"))
+    again = engine.complete(CompletionRequest(other, cursor=off + 2, document="d"))
     assert again.typed_through == 0 and len(engine.runtime.calls) > calls
 
 
 def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
     from lsp_server.decoding.engine import CompletionResult, _Shown, typed_through
 
-    shown = _Shown("x = ", "\n", CompletionResult("foo(1)", (0, 4), (0, 4), "line-end", "single", True),
+    shown = _Shown("x = ", "\n", CompletionResult("foo(1)", 4, 4, "line-end", "single", True),
                    EngineOptions(), None, None)
     assert typed_through(shown, "x = fo", "\n") == "o(1)"
     assert typed_through(shown, "x = fo", "\ny = 2\n") is None  # the rest of the file changed
@@ -256,7 +256,7 @@ def test_unconstrained_mode_uses_no_mask(compiled):
 def test_cancel_stops_at_once(compiled):
     comp, tok = compiled
     engine = CompletionEngine(EngineOptions(), ScriptedRuntime(tok, b"x = 1\n"), comp)
-    r = engine.complete(CompletionRequest("x = ", 0, 4), cancel=lambda: True)
+    r = engine.complete(CompletionRequest.at("x = ", 0, 4), cancel=lambda: True)
     assert r.stop_reason == "cancelled" and r.text == ""
 
 
@@ -266,7 +266,7 @@ def test_cursor_outside_the_document_is_an_error(compiled):
     comp, tok = compiled
     engine = CompletionEngine(EngineOptions(), ScriptedRuntime(tok, b""), comp)
     with pytest.raises(PositionError):
-        engine.complete(CompletionRequest("x = 1\n", 5, 0))
+        engine.complete(CompletionRequest.at("x = 1\n", 5, 0))
 
 
 # ---------------------------------------------------------------- a real (tiny) model
@@ -289,7 +289,7 @@ def test_straying_models_never_break_the_file(compiled, noise, least):
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
         runtime = ScriptedRuntime(tok, "\n".join(lines).encode(), noise=noise, seed=n)
         engine = CompletionEngine(EngineOptions(max_tokens=24), runtime, comp)
-        r = engine.complete(CompletionRequest(doc, i, ch, document=str(path)))
+        r = engine.complete(CompletionRequest.at(doc, i, ch, document=str(path)))
         assert r.stop_reason in ("line-end", "block-end", "eos", "max-tokens", "suffix", "no-continuation", "echo")
         if r.text:
             nonempty += 1
@@ -303,7 +303,7 @@ def test_tiny_model_runs_the_whole_path(tiny_engine):
     lines = path.read_text().split("\n")
     for i, ch in ((40, 8), (120, 0), (200, 4)):
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
-        r = tiny_engine.complete(CompletionRequest(doc, i, ch, document=str(path)))
+        r = tiny_engine.complete(CompletionRequest.at(doc, i, ch, document=str(path)))
         assert r.prompt_tokens > 0 and r.tokens_generated + r.tokens_forced > 0
         if r.text:
             assert compiles("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
@@ -311,9 +311,9 @@ def test_tiny_model_runs_the_whole_path(tiny_engine):
 
 def test_typing_reuses_the_prompt_cache(tiny_engine):
     doc = "import os\n\n\ndef main():\n    path = os.pa"
-    r1 = tiny_engine.complete(CompletionRequest(doc, 4, 16, document="typing"))
+    r1 = tiny_engine.complete(CompletionRequest.at(doc, 4, 16, document="typing"))
     doc2 = doc + "th.jo"
-    r2 = tiny_engine.complete(CompletionRequest(doc2, 4, 21, document="typing"))
+    r2 = tiny_engine.complete(CompletionRequest.at(doc2, 4, 21, document="typing"))
     assert r2.prompt_reused >= r1.prompt_tokens - 2
 
 
@@ -330,7 +330,7 @@ def test_a_cancelled_prefill_stops_between_layers_and_a_request_keeps_its_chunk(
     lines = path.read_text().split("\n")
     i = 300
     doc = "\n".join(lines[:i] + ["    "] + lines[i + 1 :])
-    reference = tiny_engine.complete(CompletionRequest(doc, i, 4, document="reference"))
+    reference = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="reference"))
     asked_in_chunk: list[int] = []  # per forward pass: how often cancel() was asked during it
     forward = runtime.forward
 
@@ -346,21 +346,21 @@ def test_a_cancelled_prefill_stops_between_layers_and_a_request_keeps_its_chunk(
         return len(asked_in_chunk) == 2 and asked_in_chunk[-1] >= layers or len(asked_in_chunk) > 2
 
     monkeypatch.setattr(runtime, "forward", counting_forward)
-    out = tiny_engine.prefill(CompletionRequest(doc, i, 4, document="chunks"), cancel=cancel)
+    out = tiny_engine.prefill(CompletionRequest.at(doc, i, 4, document="chunks"), cancel=cancel)
     assert not out.complete and out.computed == AHEAD_CHUNK
     assert asked_in_chunk == [layers, layers]  # asked before each layer, stopped at once
-    again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
+    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"))
     assert again.prompt_tokens > 2 * AHEAD_CHUNK
     assert again.prompt_reused == AHEAD_CHUNK  # the chunk finished before the cancellation
     assert again.text == reference.text  # the half-run chunk left nothing behind
     # a request cancelled while its second chunk runs finishes that chunk and keeps it
     asked_in_chunk.clear()
     tiny_engine.forget("chunks")
-    r = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"),
+    r = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"),
                              cancel=lambda: len(asked_in_chunk) >= 2)
     assert r.stop_reason == "cancelled" and r.text == ""
     assert asked_in_chunk == [0, 0]  # not asked inside a chunk
-    again = tiny_engine.complete(CompletionRequest(doc, i, 4, document="chunks"))
+    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"))
     assert again.prompt_reused == 2 * PREFILL_CHUNK and again.text == reference.text
 
 
@@ -382,10 +382,10 @@ def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkey
 
     monkeypatch.setattr(runtime, "forward", counting_forward)
     opts = tiny_engine.options.updated(speculative=False)
-    r = tiny_engine.complete(CompletionRequest(doc, 4, 16, document="steps"), cancel=cancel, options=opts)
+    r = tiny_engine.complete(CompletionRequest.at(doc, 4, 16, document="steps"), cancel=cancel, options=opts)
     assert r.stop_reason == "cancelled" and r.text == ""
     assert asked_in_pass == [0, 1]  # one prompt pass, one decoding pass stopped before its first layer
-    again = tiny_engine.complete(CompletionRequest(doc, 4, 16, document="steps"), options=opts)
+    again = tiny_engine.complete(CompletionRequest.at(doc, 4, 16, document="steps"), options=opts)
     assert again.prompt_reused == again.prompt_tokens  # the cache holds the prompt, nothing else
 
 
@@ -421,7 +421,7 @@ def test_real_model_completes_a_real_file():
     ch = len(lines[i]) - len(lines[i].lstrip())
     doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
     engine = CompletionEngine.load(EngineOptions(max_tokens=32))
-    r = engine.complete(CompletionRequest(doc, i, ch, document=str(path)))
+    r = engine.complete(CompletionRequest.at(doc, i, ch, document=str(path)))
     assert r.text.strip()
     assert compiles("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
 

@@ -29,7 +29,7 @@ def engine(tiny_model_dir):
 def request(doc: str):
     from lsp_server.decoding.engine import CompletionRequest
 
-    return CompletionRequest(TEXT, LINE, CHAR, document=doc)
+    return CompletionRequest.at(TEXT, LINE, CHAR, document=doc)
 
 
 def test_load_takes_the_static_path_with_graphs(engine):

@@ -120,10 +120,10 @@ def test_an_item_equal_to_what_it_replaces_is_not_offered(compiled):
     comp, tok = compiled
     doc = "print(circle_area())\n"
     engine = CompletionEngine(EngineOptions(), ScriptedRuntime(tok, b"print(circle_area(radius))\n"), comp)
-    first = engine.complete(CompletionRequest(doc, 0, 18))
-    assert first.text == "radius))" and first.end == (0, 20)
+    first = engine.complete(CompletionRequest.at(doc, 0, 18))
+    assert first.text == "radius))" and first.end == 20  # over the auto-closed "))"
     typed = "print(circle_area(radius))\n"
-    r = engine.complete(CompletionRequest(typed, 0, 24))
+    r = engine.complete(CompletionRequest.at(typed, 0, 24))
     assert r.text == "" and r.stop_reason == "echo"
 
 

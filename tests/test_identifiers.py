@@ -62,7 +62,7 @@ def complete(compiled, doc: str, first: str, second: str | None = None, margin: 
     text = doc[:off] + doc[off + 1 :]
     before = text[:off]
     engine = engine_for(compiled, before, first, second, margin, identifiers=identifiers, mode="single")
-    request = CompletionRequest(text, before.count("\n"), len(before) - before.rfind("\n") - 1, document="file:///t.py")
+    request = CompletionRequest.at(text, before.count("\n"), len(before) - before.rfind("\n") - 1, document="file:///t.py")
     if ready:
         engine.names_ahead(request, wait=120)
     return engine.complete(request)

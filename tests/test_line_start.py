@@ -26,9 +26,9 @@ def complete_at(compiled, doc: str, wants: str):
     before = text[:off]
     engine = CompletionEngine(EngineOptions(), ScriptedRuntime(tok, (before + wants).encode()), comp)
     line = before.count("\n")
-    r = engine.complete(CompletionRequest(text, line, len(before) - (before.rfind("\n") + 1)))
-    end = off + (r.end[1] - r.start[1])
-    return r, text[:off] + r.text + text[end:]
+    r = engine.complete(CompletionRequest.at(text, line, len(before) - (before.rfind("\n") + 1)))
+    assert r.start == off  # the replace range starts at the cursor
+    return r, text[:off] + r.text + text[r.end :]
 
 
 def kept_intact(applied: str, doc: str) -> bool:
@@ -117,7 +117,7 @@ def test_a_line_whose_header_was_cut_gets_a_header_above_it(compiled):
     minds = ["    value = 1\n", "    print(value)\n", "    return value\n", "    del value\n",
              "    if not value:\n"]
     runtime = choices_runtime([ScriptedRuntime(tok, (before + m).encode()) for m in minds])
-    r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest(text, 1, 0))
+    r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest.at(text, 1, 0))
     applied = text[:off] + r.text + text[off:]
     assert r.text == "    if not value:\n" and r.offer_path == "redecode"
     assert kept_intact(applied, CUT_HEADER) and compiles(applied)

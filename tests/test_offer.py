@@ -27,9 +27,9 @@ def complete(compiled, text: str, off: int, intended_after: str, **opts):
     engine = CompletionEngine(EngineOptions(**opts), ScriptedRuntime(tok, (before + intended_after).encode()), comp)
     line = before.count("\n")
     ch = len(before) - (before.rfind("\n") + 1)
-    r = engine.complete(CompletionRequest(text, line, ch))
-    end = off + (r.end[1] - r.start[1])
-    return r, text[:off] + r.text + text[end:]
+    r = engine.complete(CompletionRequest.at(text, line, ch))
+    assert r.start == off  # the replace range starts at the cursor
+    return r, text[:off] + r.text + text[r.end :]
 
 
 # ---------------------------------------------------------------- the search, on real checks

@@ -26,9 +26,9 @@ def complete(compiled, doc: str, first: str, second: str, **opts):
                                   ScriptedRuntime(tok, (before + second).encode()))
     engine = CompletionEngine(EngineOptions(**opts), runtime, comp)
     line = before.count("\n")
-    r = engine.complete(CompletionRequest(text, line, off - (before.rfind("\n") + 1)))
-    end = off + (r.end[1] - r.start[1])
-    return r, text[:off] + r.text + text[end:]
+    r = engine.complete(CompletionRequest.at(text, line, off - (before.rfind("\n") + 1)))
+    assert r.start == off  # the replace range starts at the cursor
+    return r, text[:off] + r.text + text[r.end :]
 
 
 # the line at the cursor was a block's header: the lines after it are its body, indented deeper
@@ -125,7 +125,7 @@ def five_minded(compiled, **opts):
     before = text[:off]
     runtime = choices_runtime([ScriptedRuntime(tok, (before + s).encode()) for s in FIVE_MINDS])
     engine = CompletionEngine(EngineOptions(**opts), runtime, comp)
-    return engine.complete(CompletionRequest(text, 2, 4)), text
+    return engine.complete(CompletionRequest.at(text, 2, 4)), text
 
 
 def test_the_search_starts_with_a_header_where_the_next_lines_need_one(compiled):

@@ -110,7 +110,7 @@ class EchoEngine:
 
     def complete(self, request, cancel, options=None):
         self.requests.append(request)
-        pos = (request.line, request.character)
+        pos = request.cursor
         return CompletionResult("x)\nnext(", pos, pos, "line-end", "multi", True, tokens_generated=3)
 
     def forget(self, uri) -> None:
@@ -139,8 +139,8 @@ async def test_the_engine_reads_lf_text_with_the_client_cursor():
         got = await suggester.suggest(uri, types.Position(line, 6), None, None)
         request = engines[0].requests[-1]
         assert "\r" not in request.text
-        assert request.text.split("\n")[request.line][: request.character] == "b = f("
-        assert (request.line, request.character) == (line, 6)
+        assert request.text[: request.cursor].endswith("\nb = f(")  # the cursor's offset in the "\n" text
+        assert request.line == line
         assert got.text == "x)" + eol + "next(" and got.range.start == types.Position(line, 6)
     host.shutdown()
 

@@ -143,7 +143,7 @@ class StandInEngine:
         self.started = 0  # runs begun, for the tests to wait on
 
     def complete(self, request: CompletionRequest, cancel, options=None) -> CompletionResult:
-        pos = (request.line, request.character)
+        pos = request.cursor
         self.started += 1
         for i in range(self.steps):
             if cancel():
@@ -213,7 +213,7 @@ async def test_host_superseding_and_cancellation():
     host, _, loaded = make_host()
     host.configure(EngineOptions(model="m"))
     await until(lambda: host.ready)
-    req = CompletionRequest("x = ", 0, 4, document="u")
+    req = CompletionRequest.at("x = ", 0, 4, document="u")
     # a newer ticket for the same document stops the older run within a step
     t1 = host.ticket("u", 1)
     first = asyncio.ensure_future(host.complete(req, t1))

@@ -93,7 +93,7 @@ def run_cuts(engine, cuts, speculative):
         lines = path.read_text().split("\n")
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
         opts = engine.options.updated(speculative=speculative)
-        r = engine.complete(CompletionRequest(doc, i, ch, document=f"{path}:{speculative}"), options=opts)
+        r = engine.complete(CompletionRequest.at(doc, i, ch, document=f"{path}:{speculative}"), options=opts)
         out.append(r)
     return out
 
@@ -109,7 +109,7 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(com
             doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
             engine = CompletionEngine(EngineOptions(max_tokens=24, speculative=spec),
                                       ScriptedRuntime(tok, "\n".join(lines).encode()), comp)
-            results.append(engine.complete(CompletionRequest(doc, i, ch)))
+            results.append(engine.complete(CompletionRequest.at(doc, i, ch)))
         texts[spec] = [(r.text, r.stop_reason) for r in results]
         if spec:
             accepted = sum(r.speculation["request"]["accepted"] for r in results)

@@ -119,7 +119,7 @@ def _complete(compiled_full, doc: str, document: str, **opts):
     comp, tok = compiled_full
     engine = CompletionEngine(EngineOptions(mode="single", **opts), ScriptedRuntime(tok, MATCH_SCRIPT.encode()), comp)
     lines = doc.split("\n")
-    return engine.complete(CompletionRequest(doc, len(lines) - 1, len(lines[-1]), document=document))
+    return engine.complete(CompletionRequest.at(doc, len(lines) - 1, len(lines[-1]), document=document))
 
 
 def test_the_target_decides_whether_match_is_completed(compiled_full, tmp_path: Path):
@@ -156,7 +156,7 @@ def test_typing_through_follows_the_project_version(compiled_full, tmp_path: Pat
 
     def ask(text: str):
         lines = text.split("\n")
-        return engine.complete(CompletionRequest(text, len(lines) - 1, len(lines[-1]), document=doc))
+        return engine.complete(CompletionRequest.at(text, len(lines) - 1, len(lines[-1]), document=doc))
 
     first = ask(MATCH_DOC)
     assert first.text.startswith("match command:")

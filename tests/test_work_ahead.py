@@ -136,7 +136,7 @@ INTENDED = DOC + "sorted(os.listdir(folder))\n"
 
 def request(text: str = DOC) -> CompletionRequest:
     line = text.count("\n")
-    return CompletionRequest(text, line, len(text) - (text.rfind("\n") + 1), document="file:///d.py")
+    return CompletionRequest.at(text, line, len(text) - (text.rfind("\n") + 1), document="file:///d.py")
 
 
 def engine_of(compiled, runtime, **opts) -> CompletionEngine:
@@ -238,7 +238,7 @@ class BackgroundEngine:
         return "done"
 
     def complete(self, request, cancel, options=None):
-        pos = (request.line, request.character)
+        pos = request.cursor
         return CompletionResult("x", pos, pos, "line-end", "single", True)
 
     def describe(self):
@@ -259,7 +259,7 @@ async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
     host.on_idle(lambda: idle.append(True))
     job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
     await asyncio.to_thread(engines[0].started.wait, 10)
-    req = CompletionRequest("x = ", 0, 4, document="u")
+    req = CompletionRequest.at("x = ", 0, 4, document="u")
     result = await host.complete(req, host.ticket("u", 1))
     assert result.text == "x"
     assert await job == "stopped" and engines[0].prefills == ["stopped"]
@@ -267,7 +267,7 @@ async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
     # while a request is queued or running, background work does not start
     gate = threading.Event()
     engines[0].complete = lambda r, cancel, options=None: gate.wait(10) and CompletionResult(
-        "y", (0, 4), (0, 4), "line-end", "single", True)
+        "y", 4, 4, "line-end", "single", True)
     running = asyncio.ensure_future(host.complete(req, host.ticket("u", 2)))
     await until(lambda: host.busy, what="the request to be queued")
     assert await host.background(lambda e, o, c: e.prefill(None, c, o), "u") is None

@@ -1,8 +1,12 @@
 """The completion engine: a document and a cursor in, the completion that keeps the file valid out.
 
     engine = CompletionEngine.load(EngineOptions(model="default"))
-    result = engine.complete(CompletionRequest(text, line=10, character=8, document="file:///a.py"))
-    result.text, result.start, result.end   # insert `text` in place of start..end (LSP positions)
+    result = engine.complete(CompletionRequest(text, cursor=120, document="file:///a.py"))
+    result.text, result.start, result.end   # insert `text` in place of text[start:end]
+
+The engine reads offsets into the request's text (code points, "\n" line ends); LSP's (line,
+UTF-16 character) positions are converted at the server's edge (`server/suggester.py`), or by
+`CompletionRequest.at` for callers that hold one.
 
 `complete` is synchronous and thread-safe (one completion at a time per engine); `cancel` is
 polled between decoding steps and between the decoder layers of every decoding pass, and between
@@ -16,7 +20,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 from collections.abc import Callable
@@ -29,7 +33,7 @@ from mask_store.matcher import GrammarMatcher
 from mask_store.store import MaskStoreError
 
 from ..options import EngineOptions
-from ..positions import offset_at, utf16_len
+from ..positions import PositionError, offset_at
 from ..target_version import target_version
 from .offer import EMPTY, choose_offer
 from .redecode import Pass
@@ -46,20 +50,35 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    text: str  # the whole document
-    line: int  # cursor, LSP coordinates: 0-based line, UTF-16 code units
-    character: int
+    text: str  # the whole document ("\n" line ends)
+    _: KW_ONLY
+    cursor: int  # offset of the cursor in `text` (code points)
     document: str = "untitled"  # key of the per-document caches (KV cache, prefix parser)
     max_tokens: int | None = None  # overrides the engine's option for this request
     mode: str | None = None  # overrides the engine's option (auto | single | multi)
     workspace: WorkspaceContext = NO_CONTEXT  # other open documents (for models that read them)
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.cursor <= len(self.text):
+            raise PositionError(f"cursor offset {self.cursor} is outside the document ({len(self.text)} characters)")
+
+    @classmethod
+    def at(cls, text: str, line: int, character: int, **fields) -> CompletionRequest:
+        """The request at an LSP position (0-based line, UTF-16 code units; PositionError when
+        it is outside the text)."""
+        return cls(text, cursor=offset_at(text, line, character), **fields)
+
+    @property
+    def line(self) -> int:
+        """The cursor's 0-based line (logs, and the names analysis, which works per line)."""
+        return self.text.count("\n", 0, self.cursor)
+
 
 @dataclass
 class CompletionResult:
     text: str  # what to insert
-    start: tuple[int, int]  # replace range, LSP coordinates; start is the cursor
-    end: tuple[int, int]  # past the auto-closed brackets/quotes the text supplies again
+    start: int  # replace range, offsets in the request's text; start is the cursor
+    end: int  # past the auto-closed brackets/quotes the text supplies again
     stop_reason: StopReason  # see STOP_REASONS
     mode: str  # single | multi
     constrained: bool
@@ -126,7 +145,7 @@ def no_op_dropped(result: CompletionResult, text: str, cursor: int) -> Completio
     """`result`, or no completion (stop reason `echo`) when its text is what its replace range
     already holds (`))` over the auto-closed `))`, the rest of a suggestion typed up to its
     closers): an item that changes nothing is never offered."""
-    if not result.text or text[cursor : offset_at(text, *result.end)] != result.text:
+    if not result.text or text[cursor : result.end] != result.text:
         return result
     return replace(result, text="", end=result.start, stop_reason=StopReason.ECHO)
 
@@ -292,7 +311,7 @@ class CompletionEngine:
         try:
             opts = options or self.options
             text = request.text
-            off = offset_at(text, request.line, request.character)
+            off = request.cursor
             before, after = text[:off], text[off:]
             shown = self._shown.get(request.document)
             if shown is not None and (shown.options, shown.mode, shown.max_tokens, shown.result.python_version) == (
@@ -337,7 +356,7 @@ class CompletionEngine:
                 return Prefilled(0, 0, 0, False)
         try:
             opts = options or self.options
-            off = offset_at(request.text, request.line, request.character)
+            off = request.cursor
             before, after = request.text[:off], request.text[off:]
             self.names_ahead(request, opts)
             prompt = self._prompt(request, before, after, opts)
@@ -364,7 +383,7 @@ class CompletionEngine:
         result = self.complete(request, cancel, opts)
         if result.stop_reason == StopReason.CANCELLED:
             return result
-        off = offset_at(request.text, request.line, request.character)
+        off = request.cursor
         shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
                        prefetched=True)
         with self._lock:
@@ -376,18 +395,16 @@ class CompletionEngine:
     def _rest_of(result: CompletionResult, rest: str, req: CompletionRequest) -> CompletionResult:
         """The previous result, cut to what is left after the typed characters (its replace
         range moved to the new cursor; same auto-closed brackets covered)."""
-        start = (req.line, req.character)
-        end = (req.line, req.character + result.end[1] - result.start[1])  # the same closers after the cursor
+        end = req.cursor + result.end - result.start  # the same closers after the cursor
         return replace(
-            result, text=rest, start=start, end=end,
+            result, text=rest, start=req.cursor, end=end,
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
             typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],
         )
 
     def _empty(self, req: CompletionRequest, reason: StopReason, opts: EngineOptions) -> CompletionResult:
-        pos = (req.line, req.character)
-        return CompletionResult("", pos, pos, reason, req.mode or opts.mode, opts.constrained)
+        return CompletionResult("", req.cursor, req.cursor, reason, req.mode or opts.mode, opts.constrained)
 
     # A request's steps, in order (`_complete`): prompt (with healing), constrain (the grammar
     # matcher after the text before the cursor, and the rest of the file, built once), prefill,
@@ -538,13 +555,11 @@ class CompletionEngine:
         body = rest.offered(completion, offer.cut).decode("utf-8", errors="replace")
         log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
                   offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
-        start = (req.line, req.character)
         covered = rest.ctx.covered
-        end = (req.line, req.character + utf16_len(covered))
         return CompletionResult(
             text=body,
-            start=start,
-            end=end if body or not covered else start,
+            start=req.cursor,
+            end=req.cursor + len(covered) if body or not covered else req.cursor,
             stop_reason=outcome.stop.reason,
             offer_path=offer.path,
             check_ms=rest.check_ms,

@@ -59,6 +59,7 @@ class Job:
 
     key: tuple
     ticket: Ticket
+    engine_text: str  # the document as the engine reads it ("\n" line ends): the result's offsets are in it
     task: asyncio.Task | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set when superseded or forgotten
     waiters: int = 0
@@ -164,20 +165,20 @@ class Suggester:
             cursor = a + len(selected.text)
             shift = len(selected.text) - (b - a)
             sel_range = (a, b)
-        line, character = position_of(text, cursor) if selected is not None else (position.line, position.character)
-        key = (version, line, character, selected.text if selected else None, sel_range)
+        key = (version, cursor, selected.text if selected else None, sel_range)
 
         job = self._jobs.get(uri)
         if (job is None or job.key != key or job.ticket.stopped()
                 or job.task.done() and (job.task.cancelled() or job.task.result() is None)):
             # a new run, unless the same request is running or has a result to give again
             old = self._jobs.get(uri)
-            job = Job(key, self.host.ticket(uri, version))  # stops the previous ticket of uri
+            # the engine reads "\n" line ends and offsets in that text: the one conversion of the cursor
+            lf = doc.lf_text if selected is None else to_lf(text)
+            job = Job(key, self.host.ticket(uri, version), lf)  # stops the previous ticket of uri
             self._jobs[uri] = job
             if old is not None:
                 old.stopped.set()
-            # the engine reads "\n" line ends: the same lines and characters as the client's text
-            request = CompletionRequest(doc.lf_text if selected is None else to_lf(text), line, character, document=uri,
+            request = CompletionRequest(lf, cursor=cursor if lf is text else len(to_lf(text[:cursor])), document=uri,
                                         workspace=self.documents.workspace(uri))
             job.task = asyncio.ensure_future(self._run(request, job))
         job.waiters += 1
@@ -206,7 +207,7 @@ class Suggester:
         if not result.text:
             return None
         try:
-            return self._suggestion(job, result, doc.text, text, shift, sel_range, selected, t0)
+            return self._suggestion(job, result, doc.text, text, job.engine_text, shift, sel_range, selected, t0)
         except PositionError as e:
             self.report(f"completion in {uri}: the engine's range is outside the text: {e}", types.MessageType.Error)
             return None
@@ -214,14 +215,14 @@ class Suggester:
     async def _run(self, request: CompletionRequest, job: Job) -> CompletionResult | None:
         try:
             if self.work_ahead is not None:
-                await self.work_ahead.join(request.document, request.text, request.line, request.character)
+                await self.work_ahead.join(request.document, request.text, request.cursor)
             result = await self.host.complete(request, job.ticket)
         except asyncio.CancelledError:
             return None
         except Exception:
-            log.exception("completion failed in %s at %s:%s", request.document, request.line, request.character)
+            log.exception("completion failed in %s at offset %d", request.document, request.cursor)
             self.report(
-                f"completion failed in {request.document} at {request.line}:{request.character} (see the server log)",
+                f"completion failed in {request.document} at line {request.line + 1} (see the server log)",
                 types.MessageType.Error,
             )
             return None
@@ -242,26 +243,28 @@ class Suggester:
         if result.prefetched and self.work_ahead is not None:
             self.work_ahead.stats["prefetch_served"] += 1
         log.info(
-            "completed %s at %s:%s: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
+            "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
             "decode %.0f ms, %d sampled + %d forced",
-            request.document, request.line, request.character, result.stop_reason, result.offer_path,
+            request.document, request.cursor, result.stop_reason, result.offer_path,
             result.check_ms, result.prompt_tokens, result.prompt_reused, result.prompt_ms, result.decode_ms,
             result.tokens_generated, result.tokens_forced,
         )
         return result
 
-    def _suggestion(self, job: Job, result: CompletionResult, original: str, text: str, shift: int,
-                    sel_range, selected, t0: float) -> Suggestion:
+    def _suggestion(self, job: Job, result: CompletionResult, original: str, text: str, engine_text: str,
+                    shift: int, sel_range, selected, t0: float) -> Suggestion:
         if job.suggestion is not None and self.telemetry.pending(job.suggestion.id):
             return job.suggestion  # the same run, asked for by another request, not yet settled
         eol = line_end_of(original)
         body = result.text if eol == "\n" else result.text.replace("\n", eol)  # the engine writes "\n"
+        # the result's offsets are in the engine's "\n" text: the same lines and characters as the client's
+        start, end = position_of(engine_text, result.start), position_of(engine_text, result.end)
         if selected is None:
             insert = body
-            rng = types.Range(_pos(result.start), _pos(result.end))
+            rng = types.Range(_pos(start), _pos(end))
         else:
             a, b = sel_range
-            end = offset_at(text, *result.end) - shift  # back in the original document
+            end = offset_at(text, *end) - shift  # back in the original document
             end = max(end, b)
             insert = selected.text + body
             rng = types.Range(selected.range.start, _pos(position_of(original, end)))

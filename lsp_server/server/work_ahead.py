@@ -5,7 +5,7 @@ the next suggestion after an accepted one computed before the user presses Enter
     ahead.cursor(uri, version, line, character)   # the client's syntaxlock/cursor notification
     ahead.changed(uri, version, (line, character)) # didChange: the end of the last change
     ahead.accepted(uri, text_after, (line, character))   # a suggestion was accepted
-    await ahead.join(uri, text, line, character)   # a request: wait for the prefetch made for it
+    await ahead.join(uri, text, cursor)   # a request (cursor: an offset in text): wait for its prefetch
 
 Why: the first suggestion in a file costs its prompt, ~1,000 tokens at ~2.3 ms each on a 2-core
 CPU (the arithmetic limit for SmolLM2-135M there), so it must be computed before it is asked
@@ -59,14 +59,14 @@ class Work(enum.Enum):
 
 @dataclass(frozen=True)
 class Plan:
-    """One piece of work for a document: at `line`:`character` of `text` (the document as it
-    is, or as the plan expects it to be), valid while the document's text is one of `valid_for`."""
+    """One piece of work for a document: at offset `cursor` of `text` (the document as it is, or
+    as the plan expects it to be, "\n" line ends as the engine reads it), valid while the
+    document's text is one of `valid_for`. The client's position is converted when planned."""
 
     work: Work
     uri: str
     text: str
-    line: int
-    character: int
+    cursor: int
     valid_for: tuple[str, ...]
 
 
@@ -147,22 +147,22 @@ class WorkAhead:
         after Enter."""
         try:
             entered, line, character = after_enter(text, *cursor)
+            at = offset_at(entered, line, character)
         except PositionError:
             return
         self._focus_on(uri)
         self._plans = [p for p in self._plans if p.work is Work.PREFETCH] + [
-            Plan(Work.PREFETCH, uri, entered, line, character, (text, entered))]
+            Plan(Work.PREFETCH, uri, entered, at, (text, entered))]
         self._schedule()
 
-    async def join(self, uri: str, text: str, line: int, character: int) -> None:
+    async def join(self, uri: str, text: str, cursor: int) -> None:
         """Before a request runs: wait for the prefetch running for exactly this text and cursor
         (its result then serves the request without a model call)."""
         running = self._running
         if running is None:
             return
         plan, task = running
-        if plan.work is Work.PREFETCH and (plan.uri, plan.text, plan.line, plan.character) == (
-                uri, text, line, character):
+        if plan.work is Work.PREFETCH and (plan.uri, plan.text, plan.cursor) == (uri, text, cursor):
             self.stats["requests_joined_a_prefetch"] += 1
             await asyncio.shield(task)
 
@@ -184,8 +184,12 @@ class WorkAhead:
             return
         # a prefetch still valid for this text stays first (its prefill comes with it)
         text = doc.lf_text  # as the engine reads it (a request's text too)
+        try:
+            at = offset_at(text, *cursor)
+        except PositionError:
+            return  # a cursor past the text: the change that moves it is on its way
         keep = [p for p in self._plans if p.work is Work.PREFETCH and text in p.valid_for]
-        self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor[0], cursor[1], (text,))]
+        self._plans = keep + [Plan(Work.PREFILL, uri, text, at, (text,))]
         self._schedule()
 
     def _schedule(self) -> None:
@@ -221,7 +225,7 @@ class WorkAhead:
         self._running = (plan, task)
 
     async def _run(self, plan: Plan) -> None:
-        request = CompletionRequest(plan.text, plan.line, plan.character, document=plan.uri,
+        request = CompletionRequest(plan.text, cursor=plan.cursor, document=plan.uri,
                                     workspace=self.documents.workspace(plan.uri))
         t0 = time.perf_counter()
         done = False
@@ -231,14 +235,14 @@ class WorkAhead:
                 done = out is not None and out.complete
                 if out is not None:
                     self.stats["prefill_tokens_computed"] += out.computed
-                    log.info("prefilled %s at %d:%d: %d tokens (%d reused, %d computed) in %.0f ms%s",
-                             plan.uri, plan.line, plan.character, out.prompt_tokens, out.reused, out.computed,
+                    log.info("prefilled %s at offset %d: %d tokens (%d reused, %d computed) in %.0f ms%s",
+                             plan.uri, plan.cursor, out.prompt_tokens, out.reused, out.computed,
                              (time.perf_counter() - t0) * 1000, "" if done else ", stopped")
             else:
                 out = await self.host.background(lambda e, o, c: e.prefetch(request, c, o), plan.uri)
                 done = out is not None and out.stop_reason != StopReason.CANCELLED
                 if out is not None:
-                    log.info("prefetched %s at %d:%d: %s, %r in %.0f ms", plan.uri, plan.line, plan.character,
+                    log.info("prefetched %s at offset %d: %s, %r in %.0f ms", plan.uri, plan.cursor,
                              out.stop_reason, out.text[:60], (time.perf_counter() - t0) * 1000)
         except Exception:
             log.exception("%s of %s failed", plan.work.value, plan.uri)
