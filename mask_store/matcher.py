@@ -4,7 +4,8 @@ Stages, as in XGrammar: `Vocabulary` -> `MaskStore` (offline) -> `CompiledGramma
 loaded with the recognizer, lexer and lazily built row tries; immutable, shared by all
 requests) -> `GrammarMatcher` (one per completion, cheap to create).
 
-A matcher holds a set of configurations `(q, node, width)`: NFA state q = (X, d), the parser
+A matcher holds a set of configurations `(q, node, width)`: NFA state q (a class of lexer
+configurations (X, d) that read every token alike, walked from its representative d), the parser
 node after everything announced so far (X included), and the indentation width typed so far
 when the open lexeme is a newline. `next_token_mask()` ORs, for every configuration, the rows
 of q's group whose terminal sequence the parser accepts, walking the rows as a trie so that a
@@ -97,9 +98,7 @@ class CompiledGrammar:
         self.NL = g.term_id["_NEWLINE"]
         self.ignored = g.ignored
         self.V = store.vocab_size
-        self.q_index = {
-            (int(x), int(d)): q for q, (x, d) in enumerate(zip(store.q_term, store.q_state))
-        }
+        self.q_index = store.nfa().index()  # (X, d) -> q: many to one (`nfa_states`)
         self.q_term = store.q_term.tolist()
         self.q_state = store.q_state.tolist()
         self.q_group = store.q_group.tolist()

@@ -4,7 +4,9 @@ A row says: "from lexer configuration q, these tokens announce the terminal sequ
 `token_lexing`). At run time a row's tokens are allowed when the parser accepts S. Rows live in
 *groups*:
 
-- one group per NFA state q = (X, d): the tokens that keep the lexeme growing (S = ()) and the
+- one group per NFA state q: a class of lexer configurations (X, d) that every token reads
+  alike (`nfa_states`; `pair_*` map each (X, d) to its q, `q_state` is one d of the class). Its
+  group holds the tokens that keep the lexeme growing (S = ()) and the
   tokens that end it somewhere inside themselves;
 - *boundary* groups: tokens whose very first byte ends the current lexeme. What they announce
   depends on the token alone, not on q, so all states share them; a state applies them when X
@@ -33,12 +35,13 @@ import numpy as np
 
 from grammar_tools import cache
 
+from .nfa_states import NfaStates
 from .token_lexing import Indent
 
 FORMAT = "syntaxlock-mask-store"
-FORMAT_VERSION = 4  # 4: the checksum
+FORMAT_VERSION = 5  # 4: the checksum; 5: NFA states merged by class (`pair_*`)
 CHECKSUM = "blake2b-256"
-ARRAYS = ("q_term", "q_state", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
+ARRAYS = ("q_term", "q_state", "pair_term", "pair_state", "pair_q", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
           "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids")
 
 
@@ -69,7 +72,10 @@ def checksum(header_json: str, arrays: dict[str, np.ndarray]) -> str:
 class MaskStore:
     header: dict
     q_term: np.ndarray  # (Q,) int32: terminal X of NFA state q
-    q_state: np.ndarray  # (Q,) int32: lexer state d of q
+    q_state: np.ndarray  # (Q,) int32: lexer state d of q (its class's representative)
+    pair_term: np.ndarray  # (P,) int32: every configuration (X, d) of the lexer...
+    pair_state: np.ndarray  # (P,) int32
+    pair_q: np.ndarray  # (P,) int32: ...and the q it belongs to
     q_group: np.ndarray  # (Q,) int32: q's own group
     q_boundary: np.ndarray  # (Q,) int32: boundary group q uses, -1 if X can't end at d
     d_dead: np.ndarray  # (n_lexer_states,) int32: index into dead_sets
@@ -97,6 +103,9 @@ class MaskStore:
     def n_states(self) -> int:
         return int(self.q_term.shape[0])
 
+    def nfa(self) -> NfaStates:
+        return NfaStates(self.q_term, self.q_state, self.pair_term, self.pair_state, self.pair_q)
+
     def logical_rows(self) -> int:
         """Rows as a store without shared groups would have them (the seed's count): each
         state's own rows plus the boundary rows it applies. A streamlined store records this
@@ -112,6 +121,7 @@ class MaskStore:
             rows=self.n_rows,
             logical_rows=self.logical_rows(),
             nfa_states=self.n_states,
+            lexer_configurations=int(self.pair_q.shape[0]),
             groups=int(self.group_start.shape[0] - 1),
             unique_masks=int(self.dense.shape[0] + self.sparse_start.shape[0] - 1),
             dense_masks=int(self.dense.shape[0]),
@@ -211,6 +221,11 @@ def _validate(s: MaskStore) -> None:
         raise ValueError("row arrays disagree")
     if np.any(np.diff(s.group_start) < 0) or np.any(np.diff(s.row_seq_start) < 0):
         raise ValueError("offsets not sorted")
+    P = s.pair_q.shape[0]
+    if not (s.pair_term.shape == s.pair_state.shape == (P,)) or P < Q:
+        raise ValueError("configuration arrays disagree")
+    if P and (s.pair_q.min() < 0 or s.pair_q.max() >= Q or np.any(s.q_term[s.pair_q] != s.pair_term)):
+        raise ValueError("configuration maps to a state of another terminal")
     if Q and (s.q_group.max() >= G or s.q_boundary.max() >= G):
         raise ValueError("group index out of range")
     n_dense, n_sparse = s.dense.shape[0], s.sparse_start.shape[0] - 1
