@@ -272,12 +272,14 @@ def assemble(
     dead_sets,
     groups: list[dict[tuple, list[np.ndarray]]],
 ) -> MaskStore:
-    """Pack grouped rows into the store's arrays, storing each distinct token set once."""
+    """Pack grouped rows into the store's arrays, storing each distinct token set once: as a
+    bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest."""
     W = (vocab_size + 63) // 64
     use16 = vocab_size <= 1 << 16
     dense_rows: list[np.ndarray] = []
     sparse_parts: list[np.ndarray] = []
     sparse_start = [0]
+    sparse_negated: list[bool] = []
     mask_index: dict[bytes, int] = {}
     group_start = [0]
     row_seq_start = [0]
@@ -290,10 +292,17 @@ def assemble(
             key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
             m = mask_index.get(key)
             if m is None:
-                if toks.size * (2 if use16 else 4) < W * 8:
+                per_id = 2 if use16 else 4
+                negated = (vocab_size - toks.size) < toks.size
+                if min(toks.size, vocab_size - toks.size) * per_id < W * 8:
                     m = ~(len(sparse_start) - 1)
+                    if negated:  # most of the vocabulary: the ids left out
+                        keep = np.ones(vocab_size, dtype=bool)
+                        keep[toks] = False
+                        toks = np.flatnonzero(keep)
                     sparse_parts.append(toks.astype(np.uint16 if use16 else np.uint32))
                     sparse_start.append(sparse_start[-1] + toks.size)
+                    sparse_negated.append(negated)
                 else:
                     bits = np.zeros(W * 64, dtype=np.uint8)
                     bits[toks] = 1
@@ -323,6 +332,7 @@ def assemble(
         row_mask=np.array(row_mask, dtype=np.int32),
         dense=np.stack(dense_rows) if dense_rows else np.zeros((0, W), dtype=np.uint64),
         sparse_start=np.array(sparse_start, dtype=np.int64),
+        sparse_negated=np.array(sparse_negated, dtype=np.uint8),
         sparse_ids=(
             np.concatenate(sparse_parts) if sparse_parts else np.zeros(0, dtype=np.uint16 if use16 else np.uint32)
         ),

@@ -109,6 +109,7 @@ class CompiledGrammar:
             store.sparse_ids[store.sparse_start[k] : store.sparse_start[k + 1]]
             for k in range(store.sparse_start.shape[0] - 1)
         ]
+        self._negated = store.sparse_negated.astype(bool).tolist()  # ids left out, not allowed
         # (S, V): tokens whose first byte ends a lexeme in each dead set; the store's, whatever the version
         self._dead_masks = _dead_masks if _dead_masks is not None else dead_token_masks(store, vocab)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
@@ -212,9 +213,14 @@ class CompiledGrammar:
         if dense:
             d = self.store.dense[dense[0]] if len(dense) == 1 else np.bitwise_or.reduce(self.store.dense[dense], axis=0)
             out |= np.unpackbits(d.view(np.uint8), bitorder="little")[: self.V].astype(bool)
-        if sparse:
-            parts = [self._sparse[k] for k in sparse]
+        parts = [self._sparse[k] for k in sparse if not self._negated[k]]
+        if parts:
             out[np.concatenate(parts) if len(parts) > 1 else parts[0]] = True
+        for k in sparse:
+            if self._negated[k]:  # every token but these
+                rest = np.ones(self.V, dtype=bool)
+                rest[self._sparse[k]] = False
+                out |= rest
         self.stats["rows"] += len(ids)
         return out
 

@@ -14,8 +14,9 @@ A row says: "from lexer configuration q, these tokens announce the terminal sequ
   The full store has one boundary group; streamlining gives each terminal X its own, pruned
   (and merges it into the state's own rows where both are checked from the same parser node).
 
-Identical token sets are stored once, each as a sorted id array or a packed bitset, whichever is
-smaller. The file is safetensors (a JSON header and raw arrays, memory-mapped on load, never
+Identical token sets are stored once, each as a sorted id array, the sorted ids it leaves out
+(most rows inside an identifier allow nearly every token) or a packed bitset, whichever is
+smallest. The file is safetensors (a JSON header and raw arrays, memory-mapped on load, never
 pickle) with a versioned header: format, grammar hash, tokenizer hash, vocabulary size, build
 options, and a checksum over the header and every array (name, dtype, shape, bytes), checked at
 load: one flipped bit anywhere is an error, never a wrong mask (safetensors checks offsets and
@@ -39,10 +40,10 @@ from .nfa_states import NfaStates
 from .token_lexing import Indent
 
 FORMAT = "syntaxlock-mask-store"
-FORMAT_VERSION = 5  # 4: the checksum; 5: NFA states merged by class (`pair_*`)
+FORMAT_VERSION = 5  # 4: the checksum; 5: NFA states merged by class (`pair_*`), negated sparse masks
 CHECKSUM = "blake2b-256"
 ARRAYS = ("q_term", "q_state", "pair_term", "pair_state", "pair_q", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
-          "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids")
+          "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids", "sparse_negated")
 
 
 class MaskStoreError(RuntimeError):
@@ -87,6 +88,7 @@ class MaskStore:
     dense: np.ndarray  # (n_dense, W) uint64 bitsets
     sparse_start: np.ndarray  # (n_sparse+1,) int64
     sparse_ids: np.ndarray  # uint16 or uint32 token ids
+    sparse_negated: np.ndarray  # (n_sparse,) uint8: 1 where the ids are those the mask leaves out
     indents: list[Indent] = field(default_factory=list)
 
     # ------------------------------------------------------------------ facts
@@ -140,8 +142,16 @@ class MaskStore:
         if m >= 0:
             bits = np.unpackbits(self.dense[m].view(np.uint8), bitorder="little")
             return np.flatnonzero(bits[: self.vocab_size])
-        k = ~m
-        return self.sparse_ids[self.sparse_start[k] : self.sparse_start[k + 1]].astype(np.int64)
+        return self.sparse_tokens(~m).astype(np.int64)
+
+    def sparse_tokens(self, k: int) -> np.ndarray:
+        """The token ids of sparse mask k (sorted)."""
+        ids = self.sparse_ids[self.sparse_start[k] : self.sparse_start[k + 1]]
+        if not self.sparse_negated[k]:
+            return ids
+        keep = np.ones(self.vocab_size, dtype=bool)
+        keep[ids] = False
+        return np.flatnonzero(keep)
 
     # ------------------------------------------------------------------ file
 
@@ -231,7 +241,7 @@ def _validate(s: MaskStore) -> None:
     n_dense, n_sparse = s.dense.shape[0], s.sparse_start.shape[0] - 1
     if R and (s.row_mask.max() >= n_dense or (~s.row_mask[s.row_mask < 0]).max(initial=-1) >= n_sparse):
         raise ValueError("mask index out of range")
-    if s.sparse_start[-1] != s.sparse_ids.shape[0]:
+    if s.sparse_start[-1] != s.sparse_ids.shape[0] or s.sparse_negated.shape != (n_sparse,):
         raise ValueError("sparse arrays disagree")
     if s.sparse_ids.size and int(s.sparse_ids.max()) >= s.vocab_size:
         raise ValueError("token id out of range")

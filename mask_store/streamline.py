@@ -379,8 +379,7 @@ class _Streamliner:
                 bits = np.unpackbits(s.dense[m].view(np.uint8), bitorder="little")
                 t = np.flatnonzero(bits[: s.vocab_size]).astype(np.int32)
             else:
-                k = ~m
-                t = s.sparse_ids[s.sparse_start[k] : s.sparse_start[k + 1]].astype(np.int32)
+                t = s.sparse_tokens(~m).astype(np.int32)
             self._tokens[m] = t
         return t
 
