@@ -8,9 +8,9 @@ Per model, with the store path of its own (a temporary directory, so every build
 store of the tokenizer exists; the grammar's own artefacts and analyses' caches are what the
 machine has):
 1. `mask-store build` (streamlined) and `mask-store build --no-streamline`, each a process of its
-   own: wall and CPU seconds (CPU: the build's own, a fairer figure on a shared machine), peak
-   RSS (the child's ru_maxrss), store MB, rows (logical, stored), whether the streamlining
-   analyses came from the cache;
+   own: wall and CPU seconds (CPU: the build's own and its analysis workers', a fairer figure on
+   a shared machine), peak RSS (the child's ru_maxrss, and its workers' largest), store MB, rows
+   (logical, stored), whether the streamlining analyses came from the cache;
 2. `mask-store verify --store STREAMLINED --compare-full FULL` on third-party code (the pinned
    wheels, `--tokens` of them): soundness rejections, differing masks, mask ms p50/p99;
 3. canonical tokenization: available, or the reason it is off for the tokenizer.
@@ -61,14 +61,17 @@ def _child_build(model: str, out: str, streamline: bool) -> None:
     store.save(Path(out))
     wall = time.perf_counter() - t0
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the analyses' forked workers
     info = store.info()
     analysis = (store.header.get("streamline") or {}).get("analysis", {})
     print(json.dumps({
         "streamline_analyses_cached": bool(analysis.get("analysis_cached")) if analysis else None,
         "streamline_seconds": (store.header.get("streamline") or {}).get("seconds"),
         "wall_seconds": round(wall, 1),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),  # the process's, whatever the load
+        # the process's and its workers', whatever the load
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime + workers.ru_utime + workers.ru_stime, 1),
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "workers_peak_rss_mb": round(workers.ru_maxrss / 1024, 1),
         "store_mb": round(os.path.getsize(out) / 1e6, 2),
         "logical_rows": info["logical_rows"],
         "stored_rows": info["rows"],

@@ -9,12 +9,11 @@ stay inside its lexeme: no analysis can merge a state's only row) and the rows a
 in the states inside the lexeme; the same for the f-/t-string terminals together, and the
 reduction without them or with all their inside states at the floor.
 
-`per_terminal_classes`: the same counts with the NFA states of each terminal X merged where the
-store can't tell them apart, by construction: the lexer automaton seen from X (a byte keeps
-the lexeme with X still possible, keeps it without X, or ends it; X accepted or not) and
-minimized. States in one class have the same rows for every token and their successors are
-in one class again (`identical_rows` checks the first half on both stores: the groups, the
-boundary groups and the dead sets of every state against its class's first state).
+`per_terminal_classes`: the same counts with the NFA states of each terminal X merged by class
+of the lexer seen from X (`mask_store.nfa_states`, what the builder does since store format 5;
+on stores built with `--no-merge-states` this shows what the merge gives): `identical_rows`
+checks that the groups, the boundary groups and the dead sets of every state are its class's
+first state's, on both stores (on merged stores every class has one state).
 """
 
 from __future__ import annotations
@@ -25,38 +24,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_automaton  # noqa: E402
+from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
 from mask_store.loading import open_store  # noqa: E402
+from mask_store.nfa_states import terminal_classes  # noqa: E402
 from mask_store.vocabulary import load_tokenizer  # noqa: E402
 
 FIELD_STRINGS = ("FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING")
-_ENDS, _LEAVES = -1, -2  # a byte ends the lexeme / keeps it, with X no longer possible
-
-
-def terminal_classes(lexer: LexerAutomaton, x: int) -> dict[int, int]:
-    """Lexer state -> class, over the states where X is possible: Moore's partition
-    refinement of the lexer automaton seen from X."""
-    states = [d for d in range(lexer.n_states) if lexer.possible[d] >> x & 1]
-    index = {d: i for i, d in enumerate(states)}
-    table = lexer.table[states]
-    succ = np.where(table < 0, _ENDS, _LEAVES)
-    for i, row in enumerate(table.tolist()):
-        for b, e in enumerate(row):
-            if e >= 0 and lexer.possible[e] >> x & 1:
-                succ[i, b] = index[e]
-    cls = np.array([lexer.accepting[d] >> x & 1 for d in states], dtype=np.int64)
-    n = len(set(cls.tolist()))
-    while True:
-        seen: dict = {}
-        view = np.where(succ >= 0, cls[np.clip(succ, 0, None)], succ)
-        new = np.array([seen.setdefault((int(c), r.tobytes()), len(seen)) for c, r in zip(cls, view)])
-        if len(seen) == n:
-            return dict(zip(states, new.tolist()))
-        cls, n = new, len(seen)
 
 
 def _rows(store):

@@ -19,6 +19,7 @@ import numpy as np
 
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
+from .nfa_states import NfaStates
 from .store import MaskStore
 from .token_lexing import TokenMatrix, first_lexeme, indent_of
 from .vocabulary import Vocabulary
@@ -59,10 +60,11 @@ def _digest(toks: np.ndarray) -> bytes:
 
 
 class StoreBuilder:
-    def __init__(self, vocab: Vocabulary, lexer: LexerAutomaton, progress: bool = True):
+    def __init__(self, vocab: Vocabulary, lexer: LexerAutomaton, progress: bool = True, merge_states: bool = True):
         self.vocab = vocab
         self.lexer = lexer
         self.progress = progress
+        self.nfa = NfaStates.of(lexer, merge=merge_states)  # one q per class of (X, d): `nfa_states`
         g = lexer.grammar
         self.T = g.n_terminals
         self.nl = g.term_id["_NEWLINE"]
@@ -154,9 +156,12 @@ class StoreBuilder:
         sig = self._suffix_signatures()
         t_sig_s = time.perf_counter() - t0
 
-        # NFA states q = (X, d)
-        q_list = [(x, d) for d in range(1, n) for x in lexer.possible_ids[d]]
-        q_index = {k: i for i, k in enumerate(q_list)}
+        # NFA states q: one per class of configurations (X, d), its rows built from the
+        # representative's d (the others of the class have the same rows)
+        nfa = self.nfa
+        q_of: dict[int, list[tuple[int, int]]] = defaultdict(list)  # d -> [(X, q)] where d represents q
+        for q, (x, d) in enumerate(zip(nfa.q_term.tolist(), nfa.q_state.tolist())):
+            q_of[d].append((x, q))
         rows: dict[int, dict[tuple, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
         # group 0: the boundary group (tokens whose first byte ends the lexeme)
         ids = self.ids
@@ -177,14 +182,17 @@ class StoreBuilder:
             states = tqdm(states, desc="lexer states", unit="state", leave=False)
         for d in states:
             d_dead[d] = dead_sets(np.packbits(table[d] < 0, bitorder="little").tobytes())
+            represented = q_of.get(d)
+            if not represented:
+                continue
             end, st = first_lexeme(table, self.tokens, d, ids)
             # tokens that keep the lexeme growing: S = ()
             stay = end == -1
             stay_ids, stay_state = ids[stay], st[stay]
-            for x in lexer.possible_ids[d]:
+            for x, q in represented:
                 sel = stay_ids[self.possible[stay_state, x]]
                 if sel.size:
-                    rows[1 + q_index[(x, d)]][()].append(self.token_sets(sel))
+                    rows[1 + q][()].append(self.token_sets(sel))
             # tokens whose lexeme ends inside them, after at least one byte
             tail = end > 0
             if not tail.any():
@@ -193,11 +201,11 @@ class StoreBuilder:
             t_sigs = sig[t_ids, t_end]
             good = t_sigs >= 0
             t_ids, t_end, t_state, t_sigs = t_ids[good], t_end[good], t_state[good], t_sigs[good]
-            for x in lexer.possible_ids[d]:
+            for x, q in represented:
                 sel = self.accepting[t_state, x]
                 if not sel.any():
                     continue
-                g = 1 + q_index[(x, d)]
+                g = 1 + q
                 if x == self.nl:
                     # the newline's indentation depends on the bytes it took in this token
                     by_key = defaultdict(list)
@@ -215,18 +223,17 @@ class StoreBuilder:
                         rows[g][seq].append(toks)
         t_walk = time.perf_counter() - t0 - t_sig_s
 
-        q_term = np.array([x for x, _ in q_list], dtype=np.int32)
-        q_state = np.array([d for _, d in q_list], dtype=np.int32)
-        q_group = np.arange(1, len(q_list) + 1, dtype=np.int32)
-        q_boundary = np.where(self.accepting[q_state, q_term], 0, -1).astype(np.int32)
-        groups = [rows.get(g, {}) for g in range(len(q_list) + 1)]
+        Q = nfa.q_term.shape[0]
+        q_group = np.arange(1, Q + 1, dtype=np.int32)
+        q_boundary = np.where(self.accepting[nfa.q_state, nfa.q_term], 0, -1).astype(np.int32)
+        groups = [rows.get(g, {}) for g in range(Q + 1)]
+        header = dict(header, options=dict(header.get("options", {}), merge_states=nfa.merged))
         store = assemble(
             header=header,
             vocab_size=self.vocab.size,
             n_terminals=self.T,
             indents=list(self.indents.items),
-            q_term=q_term,
-            q_state=q_state,
+            nfa=nfa,
             q_group=q_group,
             q_boundary=q_boundary,
             d_dead=d_dead,
@@ -258,20 +265,21 @@ def assemble(
     vocab_size,
     n_terminals,
     indents,
-    q_term,
-    q_state,
+    nfa: NfaStates,
     q_group,
     q_boundary,
     d_dead,
     dead_sets,
     groups: list[dict[tuple, list[np.ndarray]]],
 ) -> MaskStore:
-    """Pack grouped rows into the store's arrays, storing each distinct token set once."""
+    """Pack grouped rows into the store's arrays, storing each distinct token set once: as a
+    bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest."""
     W = (vocab_size + 63) // 64
     use16 = vocab_size <= 1 << 16
     dense_rows: list[np.ndarray] = []
     sparse_parts: list[np.ndarray] = []
     sparse_start = [0]
+    sparse_negated: list[bool] = []
     mask_index: dict[bytes, int] = {}
     group_start = [0]
     row_seq_start = [0]
@@ -284,10 +292,17 @@ def assemble(
             key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
             m = mask_index.get(key)
             if m is None:
-                if toks.size * (2 if use16 else 4) < W * 8:
+                per_id = 2 if use16 else 4
+                negated = (vocab_size - toks.size) < toks.size
+                if min(toks.size, vocab_size - toks.size) * per_id < W * 8:
                     m = ~(len(sparse_start) - 1)
+                    if negated:  # most of the vocabulary: the ids left out
+                        keep = np.ones(vocab_size, dtype=bool)
+                        keep[toks] = False
+                        toks = np.flatnonzero(keep)
                     sparse_parts.append(toks.astype(np.uint16 if use16 else np.uint32))
                     sparse_start.append(sparse_start[-1] + toks.size)
+                    sparse_negated.append(negated)
                 else:
                     bits = np.zeros(W * 64, dtype=np.uint8)
                     bits[toks] = 1
@@ -302,8 +317,11 @@ def assemble(
     header.update(vocab_size=int(vocab_size), n_terminals=int(n_terminals))
     return MaskStore(
         header=header,
-        q_term=q_term,
-        q_state=q_state,
+        q_term=nfa.q_term,
+        q_state=nfa.q_state,
+        pair_term=nfa.pair_term,
+        pair_state=nfa.pair_state,
+        pair_q=nfa.pair_q,
         q_group=q_group,
         q_boundary=q_boundary,
         d_dead=d_dead,
@@ -314,6 +332,7 @@ def assemble(
         row_mask=np.array(row_mask, dtype=np.int32),
         dense=np.stack(dense_rows) if dense_rows else np.zeros((0, W), dtype=np.uint64),
         sparse_start=np.array(sparse_start, dtype=np.int64),
+        sparse_negated=np.array(sparse_negated, dtype=np.uint8),
         sparse_ids=(
             np.concatenate(sparse_parts) if sparse_parts else np.zeros(0, dtype=np.uint16 if use16 else np.uint32)
         ),

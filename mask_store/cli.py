@@ -27,8 +27,9 @@ def cmd_build(args) -> int:
     except ModelNotFound as e:
         return _err(str(e))
     streamline = not args.no_streamline
-    out = Path(args.out) if args.out else store_path_for(tok, streamline)
-    store = build_store(tok, args.model, streamline=streamline, progress=not args.quiet)
+    merge = not args.no_merge_states
+    out = Path(args.out) if args.out else store_path_for(tok, streamline, merge)
+    store = build_store(tok, args.model, streamline=streamline, progress=not args.quiet, merge_states=merge)
     store.save(out)
     info = store.info()
     info["path"] = str(out)
@@ -113,10 +114,16 @@ def cmd_verify(args) -> int:
                           progress=not args.json and sys.stderr.isatty(),
                           canonical=canonical)
     s = report.summary()
+    s["rows"] = {"store": store.logical_rows(), "nfa_states": store.n_states}
+    if full is not None:
+        s["rows"].update(compare_full=full.logical_rows(), compare_full_nfa_states=full.n_states,
+                         reduction=round(full.logical_rows() / max(store.logical_rows(), 1), 3))
     if args.json:
         print(json.dumps(s, indent=2))
     else:
         print(f"files {s['files']}, tokens {s['tokens']}, positions {s['positions']}, rejections {s['rejections']}")
+        r = s["rows"]
+        print(f"rows {r['store']}" + (f" (compared store: {r['compare_full']}, {r['reduction']}x)" if full else ""))
         for r in s["first_rejections"]:
             print(f"  {r['file']}:{r['line']}: token {r['token']!r} after {r['context']!r}")
         if "differing_masks" in s:
@@ -141,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="output file (default: the per-user cache, where the server looks)")
     b.add_argument("--no-streamline", action="store_true",
                    help="build the full store, without the grammar analyses (default: streamlined, same masks)")
+    b.add_argument("--no-merge-states", action="store_true",
+                   help="one NFA state per lexer configuration (X, d), not per class of them (same masks, "
+                        "more rows: to check the merge with `verify --compare-full`)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=cmd_build)

@@ -31,9 +31,12 @@ def build_store(
     streamline: bool = True,
     progress: bool = True,
     full: MaskStore | None = None,
+    merge_states: bool = True,
 ) -> MaskStore:
     """The mask store of a tokenizer: streamlined (the default: same masks, fewer rows and
-    parser checks) or full. `full`: the full store when it is at hand (it is streamlined)."""
+    parser checks) or full. `full`: the full store when it is at hand (it is streamlined).
+    `merge_states`: one NFA state per class of lexer configurations (`nfa_states`; the
+    default, same masks); False keeps one per configuration, to compare with."""
     lexer = load_lexer_automaton()
     if full is None:
         header = {
@@ -43,7 +46,7 @@ def build_store(
             "options": {"streamline": False},
             "code": full_store_code_hash(),
         }
-        full = StoreBuilder(tok.vocab, lexer, progress=progress).build(header)
+        full = StoreBuilder(tok.vocab, lexer, progress=progress, merge_states=merge_states).build(header)
     if not streamline:
         return full
     from .streamline import streamline_store
@@ -57,15 +60,17 @@ def full_store_code_hash() -> str:
     return cache.source_hash(builder)[:8]
 
 
-def store_path_for(tok: LoadedTokenizer, streamline: bool = True) -> Path:
+def store_path_for(tok: LoadedTokenizer, streamline: bool = True, merge_states: bool = True) -> Path:
     """The cached store's file, keyed by the grammar (its lexer automaton), the tokenizer and
-    the code that builds it: a store made by other code is never read for this one."""
+    the code and options that build it: a store made by other code is never read for this one."""
     if streamline:
         from .streamline import code_hash
 
         variant = code_hash()
     else:
         variant = full_store_code_hash()
+    if not merge_states:
+        variant += "-unmerged"
     return default_store_path(load_lexer_automaton().hash, tok.vocab.hash, streamline, variant)
 
 

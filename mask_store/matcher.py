@@ -4,7 +4,8 @@ Stages, as in XGrammar: `Vocabulary` -> `MaskStore` (offline) -> `CompiledGramma
 loaded with the recognizer, lexer and lazily built row tries; immutable, shared by all
 requests) -> `GrammarMatcher` (one per completion, cheap to create).
 
-A matcher holds a set of configurations `(q, node, width)`: NFA state q = (X, d), the parser
+A matcher holds a set of configurations `(q, node, width)`: NFA state q (a class of lexer
+configurations (X, d) that read every token alike, walked from its representative d), the parser
 node after everything announced so far (X included), and the indentation width typed so far
 when the open lexeme is a newline. `next_token_mask()` ORs, for every configuration, the rows
 of q's group whose terminal sequence the parser accepts, walking the rows as a trie so that a
@@ -97,9 +98,7 @@ class CompiledGrammar:
         self.NL = g.term_id["_NEWLINE"]
         self.ignored = g.ignored
         self.V = store.vocab_size
-        self.q_index = {
-            (int(x), int(d)): q for q, (x, d) in enumerate(zip(store.q_term, store.q_state))
-        }
+        self.q_index = store.nfa().index()  # (X, d) -> q: many to one (`nfa_states`)
         self.q_term = store.q_term.tolist()
         self.q_state = store.q_state.tolist()
         self.q_group = store.q_group.tolist()
@@ -110,6 +109,7 @@ class CompiledGrammar:
             store.sparse_ids[store.sparse_start[k] : store.sparse_start[k + 1]]
             for k in range(store.sparse_start.shape[0] - 1)
         ]
+        self._negated = store.sparse_negated.astype(bool).tolist()  # ids left out, not allowed
         # (S, V): tokens whose first byte ends a lexeme in each dead set; the store's, whatever the version
         self._dead_masks = _dead_masks if _dead_masks is not None else dead_token_masks(store, vocab)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
@@ -213,9 +213,14 @@ class CompiledGrammar:
         if dense:
             d = self.store.dense[dense[0]] if len(dense) == 1 else np.bitwise_or.reduce(self.store.dense[dense], axis=0)
             out |= np.unpackbits(d.view(np.uint8), bitorder="little")[: self.V].astype(bool)
-        if sparse:
-            parts = [self._sparse[k] for k in sparse]
+        parts = [self._sparse[k] for k in sparse if not self._negated[k]]
+        if parts:
             out[np.concatenate(parts) if len(parts) > 1 else parts[0]] = True
+        for k in sparse:
+            if self._negated[k]:  # every token but these
+                rest = np.ones(self.V, dtype=bool)
+                rest[self._sparse[k]] = False
+                out |= rest
         self.stats["rows"] += len(ids)
         return out
 

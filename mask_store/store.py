@@ -4,7 +4,9 @@ A row says: "from lexer configuration q, these tokens announce the terminal sequ
 `token_lexing`). At run time a row's tokens are allowed when the parser accepts S. Rows live in
 *groups*:
 
-- one group per NFA state q = (X, d): the tokens that keep the lexeme growing (S = ()) and the
+- one group per NFA state q: a class of lexer configurations (X, d) that every token reads
+  alike (`nfa_states`; `pair_*` map each (X, d) to its q, `q_state` is one d of the class). Its
+  group holds the tokens that keep the lexeme growing (S = ()) and the
   tokens that end it somewhere inside themselves;
 - *boundary* groups: tokens whose very first byte ends the current lexeme. What they announce
   depends on the token alone, not on q, so all states share them; a state applies them when X
@@ -12,8 +14,9 @@ A row says: "from lexer configuration q, these tokens announce the terminal sequ
   The full store has one boundary group; streamlining gives each terminal X its own, pruned
   (and merges it into the state's own rows where both are checked from the same parser node).
 
-Identical token sets are stored once, each as a sorted id array or a packed bitset, whichever is
-smaller. The file is safetensors (a JSON header and raw arrays, memory-mapped on load, never
+Identical token sets are stored once, each as a sorted id array, the sorted ids it leaves out
+(most rows inside an identifier allow nearly every token) or a packed bitset, whichever is
+smallest. The file is safetensors (a JSON header and raw arrays, memory-mapped on load, never
 pickle) with a versioned header: format, grammar hash, tokenizer hash, vocabulary size, build
 options, and a checksum over the header and every array (name, dtype, shape, bytes), checked at
 load: one flipped bit anywhere is an error, never a wrong mask (safetensors checks offsets and
@@ -33,13 +36,14 @@ import numpy as np
 
 from grammar_tools import cache
 
+from .nfa_states import NfaStates
 from .token_lexing import Indent
 
 FORMAT = "syntaxlock-mask-store"
-FORMAT_VERSION = 4  # 4: the checksum
+FORMAT_VERSION = 5  # 4: the checksum; 5: NFA states merged by class (`pair_*`), negated sparse masks
 CHECKSUM = "blake2b-256"
-ARRAYS = ("q_term", "q_state", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
-          "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids")
+ARRAYS = ("q_term", "q_state", "pair_term", "pair_state", "pair_q", "q_group", "q_boundary", "d_dead", "dead_sets", "group_start",
+          "row_seq_start", "seq", "row_mask", "dense", "sparse_start", "sparse_ids", "sparse_negated")
 
 
 class MaskStoreError(RuntimeError):
@@ -69,7 +73,10 @@ def checksum(header_json: str, arrays: dict[str, np.ndarray]) -> str:
 class MaskStore:
     header: dict
     q_term: np.ndarray  # (Q,) int32: terminal X of NFA state q
-    q_state: np.ndarray  # (Q,) int32: lexer state d of q
+    q_state: np.ndarray  # (Q,) int32: lexer state d of q (its class's representative)
+    pair_term: np.ndarray  # (P,) int32: every configuration (X, d) of the lexer...
+    pair_state: np.ndarray  # (P,) int32
+    pair_q: np.ndarray  # (P,) int32: ...and the q it belongs to
     q_group: np.ndarray  # (Q,) int32: q's own group
     q_boundary: np.ndarray  # (Q,) int32: boundary group q uses, -1 if X can't end at d
     d_dead: np.ndarray  # (n_lexer_states,) int32: index into dead_sets
@@ -81,6 +88,7 @@ class MaskStore:
     dense: np.ndarray  # (n_dense, W) uint64 bitsets
     sparse_start: np.ndarray  # (n_sparse+1,) int64
     sparse_ids: np.ndarray  # uint16 or uint32 token ids
+    sparse_negated: np.ndarray  # (n_sparse,) uint8: 1 where the ids are those the mask leaves out
     indents: list[Indent] = field(default_factory=list)
 
     # ------------------------------------------------------------------ facts
@@ -97,6 +105,9 @@ class MaskStore:
     def n_states(self) -> int:
         return int(self.q_term.shape[0])
 
+    def nfa(self) -> NfaStates:
+        return NfaStates(self.q_term, self.q_state, self.pair_term, self.pair_state, self.pair_q)
+
     def logical_rows(self) -> int:
         """Rows as a store without shared groups would have them (the seed's count): each
         state's own rows plus the boundary rows it applies. A streamlined store records this
@@ -112,6 +123,7 @@ class MaskStore:
             rows=self.n_rows,
             logical_rows=self.logical_rows(),
             nfa_states=self.n_states,
+            lexer_configurations=int(self.pair_q.shape[0]),
             groups=int(self.group_start.shape[0] - 1),
             unique_masks=int(self.dense.shape[0] + self.sparse_start.shape[0] - 1),
             dense_masks=int(self.dense.shape[0]),
@@ -130,8 +142,16 @@ class MaskStore:
         if m >= 0:
             bits = np.unpackbits(self.dense[m].view(np.uint8), bitorder="little")
             return np.flatnonzero(bits[: self.vocab_size])
-        k = ~m
-        return self.sparse_ids[self.sparse_start[k] : self.sparse_start[k + 1]].astype(np.int64)
+        return self.sparse_tokens(~m).astype(np.int64)
+
+    def sparse_tokens(self, k: int) -> np.ndarray:
+        """The token ids of sparse mask k (sorted)."""
+        ids = self.sparse_ids[self.sparse_start[k] : self.sparse_start[k + 1]]
+        if not self.sparse_negated[k]:
+            return ids
+        keep = np.ones(self.vocab_size, dtype=bool)
+        keep[ids] = False
+        return np.flatnonzero(keep)
 
     # ------------------------------------------------------------------ file
 
@@ -211,12 +231,17 @@ def _validate(s: MaskStore) -> None:
         raise ValueError("row arrays disagree")
     if np.any(np.diff(s.group_start) < 0) or np.any(np.diff(s.row_seq_start) < 0):
         raise ValueError("offsets not sorted")
+    P = s.pair_q.shape[0]
+    if not (s.pair_term.shape == s.pair_state.shape == (P,)) or P < Q:
+        raise ValueError("configuration arrays disagree")
+    if P and (s.pair_q.min() < 0 or s.pair_q.max() >= Q or np.any(s.q_term[s.pair_q] != s.pair_term)):
+        raise ValueError("configuration maps to a state of another terminal")
     if Q and (s.q_group.max() >= G or s.q_boundary.max() >= G):
         raise ValueError("group index out of range")
     n_dense, n_sparse = s.dense.shape[0], s.sparse_start.shape[0] - 1
     if R and (s.row_mask.max() >= n_dense or (~s.row_mask[s.row_mask < 0]).max(initial=-1) >= n_sparse):
         raise ValueError("mask index out of range")
-    if s.sparse_start[-1] != s.sparse_ids.shape[0]:
+    if s.sparse_start[-1] != s.sparse_ids.shape[0] or s.sparse_negated.shape != (n_sparse,):
         raise ValueError("sparse arrays disagree")
     if s.sparse_ids.size and int(s.sparse_ids.max()) >= s.vocab_size:
         raise ValueError("token id out of range")

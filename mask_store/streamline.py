@@ -14,7 +14,9 @@ and rows that always get the same answer can share one check. The seed's order:
 4. the remaining rows: always legal -> unconditional row; never legal -> delete (the
    exploration, then Bar-Hillel (`never_legal`) for what it left open); then jointly legal
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
-   and rows whose outcomes agree on every refined frame merge into one.
+   and rows whose outcomes agree on every refined frame merge into one. The pairwise
+   comparisons of the classes step have a CPU budget per context (`JOINTLY_LEGAL_BUDGET_S`):
+   a context that spends it keeps the classes shown so far (more rows, the same masks).
 
 5. (with the vocabulary) each state's boundary rows merge into its own rows: both are checked
    from the same parser node (newlines aside), the boundary ones only for the tokens whose first
@@ -37,7 +39,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import multiprocessing
 import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -61,6 +65,9 @@ log = logging.getLogger(__name__)
 STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaining_rows")
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
+# CPU seconds per context for the jointly-legal comparisons: past it, the classes shown so far
+# (`jointly_legal_classes`' `cut`); SmolLM2's contexts need < JOINTLY_LEGAL_BUDGET_S / 4
+JOINTLY_LEGAL_BUDGET_S = 8.0
 
 
 class Decision(enum.Enum):
@@ -89,12 +96,14 @@ class _Group:
 
 
 class _Streamliner:
-    def __init__(self, store: MaskStore, recognizer: Recognizer, progress: bool, processes: int, budget_s: float):
+    def __init__(self, store: MaskStore, recognizer: Recognizer, progress: bool, processes: int, budget_s: float,
+                 joint_budget_s: float | None):
         self.store = store
         self.g = recognizer.grammar
         self.progress = progress
         self.processes = processes
         self.budget_s = budget_s
+        self.joint_budget_s = joint_budget_s
         self.fg = follow_graph(self.g)
         self.stats: dict = defaultdict(int)
         self.steps: list[dict] = []
@@ -208,6 +217,7 @@ class _Streamliner:
             self.g.hash,
             code_hash(),
             repr([(c.key(self.g), s) for c, s in pairs]),
+            repr((self.budget_s, self.joint_budget_s)),
         )
         path = cache.cache_dir() / f"streamline-{key}.json"
         data = cache.read_json(path)
@@ -235,18 +245,34 @@ class _Streamliner:
         self.stats["analysis_cached"] = 0
         return decisions
 
+    def _per_context(self, fn, pairs, desc: str) -> dict:
+        """`fn(grammar, context, seqs, budget)` for the pairs of each context, in `processes`
+        forked workers (the contexts are independent; the explorer's memo so far is shared by
+        the fork); {context: its result}."""
+        by_ctx: dict[Context, list] = defaultdict(list)
+        for ctx, seq in pairs:
+            by_ctx[ctx].append(seq)
+        items = sorted(by_ctx.items(), key=lambda kv: -len(kv[1]))  # the largest first: they balance
+        if self.processes < 2 or len(items) < 2 or threading.active_count() > 1:  # no fork beside threads
+            return {ctx: fn(self.g, ctx, seqs, self.joint_budget_s) for ctx, seqs in self._bar(items, desc)}
+        global _WORKER
+        _WORKER = (fn, self.g, self.joint_budget_s)
+        with multiprocessing.get_context("fork").Pool(self.processes) as pool:
+            done = pool.imap_unordered(_context_work, items, chunksize=1)
+            return dict(self._bar(done, desc) if self.progress else done)
+
     def _decide(self, pairs) -> dict:
         g = self.g
         out: dict = {}
         # always / never, shown by the exploration; what it leaves open: the exact test
         undecided = []
-        for p in self._bar(pairs, "always/never legal"):
-            if is_always_legal(g, *p):
-                out[p] = Decision.ALWAYS
-            elif is_never_legal_shown(g, *p):
-                out[p] = Decision.DROP
-            elif may_be_never_legal(g, *p):
-                undecided.append(p)
+        for ctx, shown in self._per_context(_always_never, pairs, "always/never legal").items():
+            for seq, d in shown.items():
+                if d is None:
+                    undecided.append((ctx, seq))
+                elif d is not Decision.KEEP:
+                    out[(ctx, seq)] = d
+        undecided.sort(key=lambda p: (p[0].kind, p[0].terminal, p[1]))
         t0 = time.perf_counter()
         never = is_never_legal_many(
             g, undecided, processes=self.processes, time_budget_s=self.budget_s, progress=self.progress
@@ -263,28 +289,26 @@ class _Streamliner:
                 kept.append(p)
             kind = "single" if len(p[1]) == 1 else "remaining"
             self.stats[f"{kind}_{out[p].value}"] += 1
-        # jointly legal: the shortest prefix that the rest always follows
+        # jointly legal, per context: the shortest prefix that the rest always follows, then
+        # classes of the shortened sequences
         shortened = {}
-        for ctx, seq in self._bar(kept, "jointly legal (prefixes)"):
-            shortened[(ctx, seq)] = jointly_legal_prefix(g, ctx, seq)
-        self.stats["jointly_legal_shortened"] = sum(1 for p, s in shortened.items() if s != p[1])
-        # jointly legal: classes of the shortened sequences after each context
-        by_ctx: dict[Context, set] = defaultdict(set)
-        for (ctx, _), short in shortened.items():
-            by_ctx[ctx].add(short)
         rep: dict = {}
         merged = 0
         lockstep = 0
-        for ctx, seqs in self._bar(list(by_ctx.items()), "jointly legal (classes)"):
-            found = jointly_legal_classes(g, ctx, seqs)
+        cut = 0
+        for ctx, (short, found) in self._per_context(_jointly_legal, kept, "jointly legal").items():
+            shortened.update(((ctx, seq), sh) for seq, sh in short.items())
+            cut += found.cut
             for cls in found.classes:
                 d = _FATE_DECISION.get(cls.fate, cls.representative)
                 for seq in cls.members:
                     rep[(ctx, seq)] = d
             merged += found.merged
             lockstep += found.lockstep_unions
+        self.stats["jointly_legal_shortened"] = sum(1 for p, s in shortened.items() if s != p[1])
         self.stats["jointly_legal_merged"] = merged
         self.stats["jointly_legal_lockstep"] = lockstep
+        self.stats["jointly_legal_contexts_cut"] = cut
         for p, short in shortened.items():
             final = rep[(p[0], short)]
             out[p] = final if isinstance(final, Decision) else Decision.KEEP if final == p[1] else final
@@ -351,12 +375,11 @@ class _Streamliner:
             if isinstance(m, tuple):
                 base = self._mask_tokens(m[2])
                 t = base[self._dead_bits[m[1]][self._first[base]]]
-            elif m >= 0:
+            elif m >= 0:  # int32: thousands of these are kept, many of most of the vocabulary
                 bits = np.unpackbits(s.dense[m].view(np.uint8), bitorder="little")
-                t = np.flatnonzero(bits[: s.vocab_size])
+                t = np.flatnonzero(bits[: s.vocab_size]).astype(np.int32)
             else:
-                k = ~m
-                t = s.sparse_ids[s.sparse_start[k] : s.sparse_start[k + 1]].astype(np.int64)
+                t = s.sparse_tokens(~m).astype(np.int32)
             self._tokens[m] = t
         return t
 
@@ -386,14 +409,42 @@ class _Streamliner:
             vocab_size=s.vocab_size,
             n_terminals=int(s.header["n_terminals"]),
             indents=list(s.indents),
-            q_term=s.q_term.copy(),
-            q_state=s.q_state.copy(),
+            nfa=s.nfa(),
             q_group=q_group,
             q_boundary=q_boundary,
             d_dead=s.d_dead.copy(),
             dead_sets=s.dead_sets.copy(),
             groups=groups,
         )
+
+
+_WORKER: tuple | None = None  # (fn, grammar, budget) for the forked workers of `_per_context`
+
+
+def _context_work(item):
+    fn, grammar, budget = _WORKER
+    ctx, seqs = item
+    return ctx, fn(grammar, ctx, seqs, budget)
+
+
+def _always_never(grammar, ctx: Context, seqs, budget) -> dict:
+    """seq -> ALWAYS or DROP where the exploration shows it, None where only the exact test
+    can (`may_be_never_legal`), KEEP otherwise."""
+    out = {}
+    for seq in seqs:
+        if is_always_legal(grammar, ctx, seq):
+            out[seq] = Decision.ALWAYS
+        elif is_never_legal_shown(grammar, ctx, seq):
+            out[seq] = Decision.DROP
+        else:
+            out[seq] = None if may_be_never_legal(grammar, ctx, seq) else Decision.KEEP
+    return out
+
+
+def _jointly_legal(grammar, ctx: Context, seqs, budget):
+    """The shortest jointly legal prefix of each sequence, and the classes of those."""
+    short = {seq: jointly_legal_prefix(grammar, ctx, seq) for seq in seqs}
+    return short, jointly_legal_classes(grammar, ctx, set(short.values()), budget_s=budget)
 
 
 def code_hash() -> str:
@@ -413,6 +464,7 @@ def streamline_store(
     processes: int = 2,
     bar_hillel_budget_s: float = BAR_HILLEL_BUDGET_S,
     vocab=None,
+    jointly_legal_budget_s: float | None = JOINTLY_LEGAL_BUDGET_S,
 ) -> MaskStore:
     """The streamlined store: same masks at every position, fewer rows (see the module doc).
     With the store's vocabulary, step 5 also merges each state's boundary rows into its own.
@@ -420,7 +472,8 @@ def streamline_store(
     if store.header.get("options", {}).get("streamline"):
         raise ValueError("the store is streamlined already")
     t_all = time.perf_counter()
-    sl = _Streamliner(store, recognizer or Recognizer(), progress, processes, bar_hillel_budget_s)
+    sl = _Streamliner(store, recognizer or Recognizer(), progress, processes, bar_hillel_budget_s,
+                      jointly_legal_budget_s)
     sl.record("full", 0.0)
     sl.steps[0]["stored_rows"] = store.n_rows  # the full store keeps every group, alike or not
     sl.steps[0]["groups"] = int(store.group_start.shape[0] - 1)

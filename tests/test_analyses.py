@@ -22,7 +22,7 @@ from grammar_tools.analyses.interchangeable import (
     interchangeable_classes,
     recognizer_classes,
 )
-from grammar_tools.analyses.jointly_legal import are_jointly_legal
+from grammar_tools.analyses.jointly_legal import are_jointly_legal, jointly_legal_classes
 from grammar_tools.analyses.lockstep import Lockstep, lockstep
 from grammar_tools.analyses.never_legal import is_never_legal, is_never_legal_many, is_never_legal_shown
 
@@ -267,6 +267,25 @@ def test_are_jointly_legal(python_grammar):
     assert not are_jointly_legal(g, "NAME", ["COMMA"], ["COMMA", "RPAR"])
     # and wherever `x(` is legal, so is `x()`: a call, `def f()`, `class A()`, `case P()`
     assert are_jointly_legal(g, "NAME", ["LPAR"], ["LPAR", "RPAR"])
+
+
+def test_jointly_legal_classes_within_a_budget_are_finer_never_wrong(python_grammar):
+    """A spent budget stops the pairwise comparisons: the classes are then a refinement of the
+    unlimited ones (each union and fate still shown), and the answer says it was cut."""
+    g = python_grammar
+    names = ["DOT", "LPAR", "LPAR RPAR", "LSQB", "EQUAL", "PLUS", "MINUS", "STAR", "COMMA",
+             "COMMA RPAR", "AND", "OR", "EQEQUAL", "LESSTHAN", "IF", "FOR", "NAME", "COLON"]
+    seqs = {parse_names(g, n.split()) for n in names}
+    full = jointly_legal_classes(g, "NAME", seqs)
+    cut = jointly_legal_classes(g, "NAME", seqs, budget_s=0.0)
+    assert not full.cut and cut.cut
+    assert full.merged > cut.merged  # the comparisons join classes that the signatures leave apart
+    class_of = {m: i for i, c in enumerate(full.classes) for m in c.members}
+    for c in cut.classes:
+        assert len({class_of[m] for m in c.members}) == 1
+        if c.fate.value != "checked":
+            assert full.classes[class_of[c.members[0]]].fate is c.fate
+    assert sorted(m for c in cut.classes for m in c.members) == sorted(seqs)
 
 
 @pytest.mark.parametrize(

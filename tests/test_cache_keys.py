@@ -42,6 +42,7 @@ def _bump(monkeypatch, library: str) -> None:
 STREAMLINED_BY = [
     "mask_store/streamline.py",
     "mask_store/builder.py",
+    "mask_store/nfa_states.py",
     "mask_store/token_lexing.py",
     "grammar_tools/parsing/recognizer.py",
     "grammar_tools/parsing/guards.py",
@@ -70,7 +71,8 @@ def test_streamlined_store_key_covers_its_libraries(monkeypatch, library):
 
 def test_full_store_key_covers_the_builder_only(monkeypatch):
     before = loading.full_store_code_hash()
-    for module in ("mask_store/builder.py", "mask_store/token_lexing.py", "grammar_tools/lexing/lexer_automaton.py"):
+    for module in ("mask_store/builder.py", "mask_store/nfa_states.py", "mask_store/token_lexing.py",
+                   "grammar_tools/lexing/lexer_automaton.py"):
         with monkeypatch.context() as m:
             _edit(m, module)
             assert loading.full_store_code_hash() != before, module

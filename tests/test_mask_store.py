@@ -22,7 +22,7 @@ def test_store_roundtrip_and_info(compiled_full, tmp_path):
         path, grammar_hash=store.header["grammar_hash"], tokenizer_hash=tok.vocab.hash, vocab_size=tok.vocab.size
     )
     assert again.n_rows == store.n_rows and again.n_states == store.n_states
-    for name in ("seq", "row_mask", "dense", "sparse_ids", "group_start"):
+    for name in ("seq", "row_mask", "dense", "sparse_ids", "sparse_negated", "group_start", "pair_q"):
         assert np.array_equal(getattr(again, name), getattr(store, name))
     info = again.info()
     for key in ("rows", "logical_rows", "nfa_states", "unique_masks", "build_seconds", "grammar_hash",
@@ -31,6 +31,26 @@ def test_store_roundtrip_and_info(compiled_full, tmp_path):
     assert info["vocab_size"] == tok.vocab.size == 49152
     # identical token sets are stored once
     assert info["unique_masks"] < info["rows"]
+
+
+def test_each_kind_of_stored_mask_reads_back_as_its_token_set(compiled_full):
+    """Bitsets, id lists and the id lists of what a mask leaves out (most of the vocabulary)
+    give the same tokens through the store and through the matcher."""
+    compiled, tok = compiled_full
+    store = compiled.store
+    negated = store.sparse_negated.astype(bool)
+    assert negated.any() and (~negated).any() and store.dense.shape[0] > 0
+    kinds = {"dense": store.row_mask >= 0,
+             "sparse": (store.row_mask < 0) & ~negated[np.maximum(~store.row_mask, 0)],
+             "negated": (store.row_mask < 0) & negated[np.maximum(~store.row_mask, 0)]}
+    for kind, rows in kinds.items():
+        picked = np.flatnonzero(rows)[:40]
+        assert picked.size, kind
+        for r in picked.tolist():
+            ids = store.row_tokens(r)
+            assert np.array_equal(np.flatnonzero(compiled.masks_to_bool([int(store.row_mask[r])])), ids), kind
+            if kind == "negated":
+                assert ids.size > tok.vocab.size // 2
 
 
 def test_bad_files_give_a_clear_error_naming_the_fix(compiled_full, tmp_path):

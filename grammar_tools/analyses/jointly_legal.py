@@ -27,6 +27,7 @@ is jointly legal with (a row checked with fewer terminals).
 from __future__ import annotations
 
 import enum
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -104,6 +105,7 @@ class JointClass:
 class JointClasses:
     classes: tuple[JointClass, ...]
     lockstep_unions: int  # unions made by a lockstep comparison (for the streamlining's report)
+    cut: bool = False  # the budget ran out: classes may be finer than the rules could show
 
     @property
     def merged(self) -> int:
@@ -111,16 +113,39 @@ class JointClasses:
         return sum(len(c.members) - 1 for c in self.classes)
 
 
-def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True) -> JointClasses:
+class _Budget:
+    """CPU seconds (this process's, so that the answer depends little on the machine's load)
+    for one call; None: unlimited."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.deadline = None if seconds is None else time.process_time() + seconds
+        self.spent = False
+
+    def out(self) -> bool:
+        if self.deadline is not None and not self.spent and time.process_time() > self.deadline:
+            self.spent = True
+        return self.spent
+
+
+def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True,
+                          budget_s: float | None = None) -> JointClasses:
     """The sequences `seqs` after `x`, partitioned into classes whose members are legal after
     exactly the same prefixes (see the module doc). Every union is sound, so the classes are
-    those of the relation `are_jointly_legal` shows, closed under transitivity."""
+    those of the relation `are_jointly_legal` shows, closed under transitivity.
+
+    `budget_s`: CPU seconds for the pairwise comparisons (in lockstep, and `are_jointly_legal`
+    between the classes left); when they are spent, only the signatures (one pass per sequence)
+    go on, and the classes found are the answer (`cut`): sound still, since each union and fate
+    was shown, only finer (a sequence left alone keeps a row of its own, checked as itself).
+    With many long sequences (a 151k vocabulary's) the pairwise comparisons grow without a
+    useful bound."""
     ctx = context_from_name(grammar, x)
     ex = explorer(grammar, python)
     seqs = set(seqs)
     uf = _UnionFind(seqs)
     fate: dict = {}  # seq -> Fate.ALWAYS | Fate.NEVER
     unions = 0
+    budget = _Budget(budget_s)
     longest = max((len(s) for s in seqs), default=0)
     for n in range(longest):
         by_prefix: dict[tuple, list] = defaultdict(list)
@@ -130,8 +155,8 @@ def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True) -> Joi
         for prefix, members in by_prefix.items():
             if len(members) < 2 and n:
                 continue
-            if len(members) > 1:
-                unions += _join_in_lockstep(grammar, ctx, prefix, members, uf, python)
+            if len(members) > 1 and not budget.out():
+                unions += _join_in_lockstep(grammar, ctx, prefix, members, uf, python, budget)
             frames = ex.refine(ex.frames_after(ctx, prefix), SIGNATURE_DEPTH)
             if not frames:
                 continue
@@ -149,16 +174,18 @@ def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True) -> Joi
             for group in buckets.values():
                 for other in group[1:]:
                     uf.union(group[0], other)
-    unions += _join_classes(grammar, ctx, seqs, uf, python)
+    if not budget.out():
+        unions += _join_classes(grammar, ctx, seqs, uf, python, budget)
     classes = []
     for comp in uf.components():
         fates = {fate[s] for s in comp if s in fate}
         best = Fate.NEVER if Fate.NEVER in fates else Fate.ALWAYS if Fate.ALWAYS in fates else Fate.CHECKED
         classes.append(JointClass(tuple(sorted(comp, key=lambda s: (len(s), s))), best))
-    return JointClasses(tuple(classes), unions)
+    return JointClasses(tuple(classes), unions, budget.spent)
 
 
-def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: list, uf, python: bool) -> int:
+def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: list, uf, python: bool,
+                      budget: _Budget) -> int:
     """Joins the members (sequences that start with `prefix`) that differ in one terminal
     right after it and are accepted alike there, fed in lockstep on every frame that read
     the prefix; returns how many unions it made."""
@@ -175,7 +202,11 @@ def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: li
     for rest, seqs in by_rest.items():
         classes: list[tuple] = []  # one member of each class found so far
         for seq in sorted(seqs):
+            if budget.out():
+                return unions
             for other in classes:
+                if budget.out():
+                    return unions
                 if uf.find(other) == uf.find(seq) or all(
                     ls.accepted_alike(f, (other[n],) + rest, (seq[n],) + rest, LOCKSTEP_REFINE) for f in frames
                 ):
@@ -188,7 +219,7 @@ def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: li
     return unions
 
 
-def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool) -> int:
+def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool, budget: _Budget) -> int:
     """Joins the classes of `uf` whose representatives `are_jointly_legal`; returns how many
     unions it made. Pairs that some start frame tells apart (always legal on it for one,
     never for the other) are not tried."""
@@ -209,7 +240,11 @@ def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool) -> int
         roots.setdefault(uf.find(seq), seq)
     members = list(roots.values())
     for i, seq in enumerate(members):
+        if budget.out():
+            break
         for other in members[:i]:
+            if budget.out():
+                return unions
             if uf.find(other) == uf.find(seq):
                 break
             if may_agree(other, seq) and are_jointly_legal(grammar, ctx, other, seq, python):
