@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -51,7 +52,7 @@ def weights_dir(src: ModelSource) -> Path:
     if src.kind == "hf_dir":
         return src.path
     out = converted_dir(src)
-    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
+    if _complete(out):
         return out
     log.info("converting %s to safetensors (once; about 20 s)", src.path)
     # De-quantizing holds the float32 model and transformers' GGUF reader (~1 GB at the peak for
@@ -71,7 +72,7 @@ def weights_dir(src: ModelSource) -> Path:
 def convert(gguf: Path, out: Path) -> None:
     """De-quantize the GGUF file `gguf` and write it to `out` as a Hugging Face directory
     (matrices float16, vectors float32; written aside and renamed, so a reader never sees
-    half a directory)."""
+    half a directory, and two processes converting at once don't write into each other's)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
@@ -81,19 +82,31 @@ def convert(gguf: Path, out: Path) -> None:
         )
     except Exception as e:
         raise ConversionError(f"{type(e).__name__}: {e}") from e
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.data = p.data.to(HALF_DTYPE)
-    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)
-    (tmp / "config.json").write_text(json.dumps(cfg))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent))  # one per process
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2:
+                    p.data = p.data.to(HALF_DTYPE)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        if out.exists() and not _complete(out):  # left by something else than a rename: not ours to keep
+            shutil.rmtree(out)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not _complete(out):
+                raise
+            # another process converted it meanwhile (the same key: the same weights); keep its own
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _complete(out: Path) -> bool:
+    return (out / "model.safetensors").is_file() and (out / "config.json").is_file()
 
 
 def main(argv: list[str]) -> int:
