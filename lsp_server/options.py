@@ -20,7 +20,7 @@ INT_RANGES = {
     "context_tokens": (16, 131072),
     # torch's generator takes 64 bits; JSON clients (JavaScript numbers) hold integers exactly to 2^53 - 1
     "seed": (0, 2**53 - 1),
-    # the documents' KV caches: ~50-100 MB each (prompt_cache.py)
+    # the documents' KV caches: ~60 MB each for a full 1,024-token window (prompt_cache.py)
     "cache_memory_mb": (16, 1 << 20),
 }
 # temperature: 0 is greedy; below MIN_TEMPERATURE the logits divided by it overflow float32
@@ -48,7 +48,9 @@ class EngineOptions:
     canonical: bool = True  # only token sequences the tokenizer itself would produce (mask_store.canonical)
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
-    cache_memory_mb: int = 512  # the documents' KV caches, least recently used out first past this
+    # the documents' KV caches, least recently used out first past this: 192 keeps the last three
+    # documents' full windows (~60 MB each with SmolLM2-135M; docs/memory.md)
+    cache_memory_mb: int = 192
     # the Python the documents target ("3.8".."3.14"): the syntax the masks allow; None: each
     # document's project says (target_version.py), else the newest
     python_version: str | None = None

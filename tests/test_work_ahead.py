@@ -216,6 +216,27 @@ def test_the_memory_cap_evicts_the_least_recent_documents(compiled):
     assert cache.documents() == ["e"]
 
 
+def test_the_memory_cap_bounds_the_peak_while_a_prompt_is_computed(compiled, monkeypatch):
+    """The documents a new prompt would push over the cap are evicted before it is computed."""
+    comp, tok = compiled
+    runtime = ScriptedRuntime(tok, b"")
+    cache = PromptCache(runtime)
+    held = []  # the caches' memory at each forward pass, the one being filled included
+    forward = runtime.forward
+
+    def counting_forward(ids, past=None, keep=None, cancel=None):
+        logits, past = forward(ids, past, keep, cancel)
+        held.append(cache.memory_bytes() + past.nbytes)
+        return logits, past
+
+    monkeypatch.setattr(runtime, "forward", counting_forward)
+    per_doc = 100 * CountingCache.BYTES_PER_POSITION
+    cap_mb = 2.5 * per_doc / MB
+    for doc in ("a", "b", "c", "d"):
+        cache.prefill(doc, list(range(100, 200)), memory_mb=cap_mb)
+    assert cache.documents() == ["c", "d"] and max(held) <= cap_mb * MB
+
+
 # --- the engine host: background work yields to requests -----------------------------------
 
 

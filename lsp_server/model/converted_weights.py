@@ -9,15 +9,19 @@ GGUF's 4- and 8-bit blocks de-quantize to values that float16 holds to within 2^
 (bfloat16 would keep 2^-8); the CUDA path casts the file to bfloat16 at load. The cached
 directory is keyed by the GGUF file (path, size, mtime), this code and the versions of the
 libraries that read and write the tensors (transformers, gguf, torch, safetensors), so that an
-upgrade converts anew instead of loading weights that another version produced.
+upgrade converts anew instead of loading weights that another version produced. The conversion
+runs in a child process (`weights_dir`), so its ~1 GB peak never stays with the server.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 LIBRARIES = ("transformers", "gguf", "torch", "safetensors")
 HALF_DTYPE = torch.float16  # the matrices' dtype in the converted file
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # where `lsp_server` is imported from (the child's path)
 
 
 class ConversionError(RuntimeError):
@@ -42,33 +47,80 @@ def converted_dir(src: ModelSource) -> Path:
 
 
 def weights_dir(src: ModelSource) -> Path:
-    """A HF directory with safetensors weights: the model's own, or the converted GGUF."""
+    """A HF directory with safetensors weights: the model's own, or the converted GGUF
+    (converted here first when not cached, in a child process: `convert`)."""
     if src.kind == "hf_dir":
         return src.path
     out = converted_dir(src)
-    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
+    if _complete(out):
         return out
     log.info("converting %s to safetensors (once; about 20 s)", src.path)
+    # De-quantizing holds the float32 model and transformers' GGUF reader (~1 GB at the peak for
+    # SmolLM2-135M), and the memory freed after it mostly stays with the process (Python's and
+    # malloc's heaps): a server that converted in-process held ~500 MiB more for its whole life.
+    # A child process gives all of it back when it exits.
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(
+        [str(PROJECT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    proc = subprocess.run([sys.executable, "-m", __name__, str(src.path), str(out)],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ConversionError(f"cannot read the GGUF model {src.path}: {why}")
+    return out
+
+
+def convert(gguf: Path, out: Path) -> None:
+    """De-quantize the GGUF file `gguf` and write it to `out` as a Hugging Face directory
+    (matrices float16, vectors float32; written aside and renamed, so a reader never sees
+    half a directory, and two processes converting at once don't write into each other's)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(src.path.parent), gguf_file=src.path.name, dtype=torch.float32, trust_remote_code=False
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
         )
     except Exception as e:
-        raise ConversionError(f"cannot read the GGUF model {src.path}: {e}") from e
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.data = p.data.to(HALF_DTYPE)
-    save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)
-    (tmp / "config.json").write_text(json.dumps(cfg))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+        raise ConversionError(f"{type(e).__name__}: {e}") from e
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent))  # one per process
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2:
+                    p.data = p.data.to(HALF_DTYPE)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        if out.exists() and not _complete(out):  # left by something else than a rename: not ours to keep
+            shutil.rmtree(out)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not _complete(out):
+                raise
+            # another process converted it meanwhile (the same key: the same weights); keep its own
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _complete(out: Path) -> bool:
+    return (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+
+
+def main(argv: list[str]) -> int:
+    """`python -m lsp_server.model.converted_weights GGUF OUT` (what `weights_dir` runs)."""
+    if len(argv) != 2:
+        print("usage: python -m lsp_server.model.converted_weights GGUF_FILE OUT_DIR", file=sys.stderr)
+        return 2
+    try:
+        convert(Path(argv[0]), Path(argv[1]))
+    except ConversionError as e:
+        print(str(e).replace("\n", " "), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -3,9 +3,9 @@ prompt shares a prefix with it runs only the tokens after the shared part.
 
 Documents are kept least-recently-used first out under a memory cap (`memory_mb`, the
 `cacheMemoryMB` setting): SmolLM2-135M holds 46 KB per position (30 layers, 3 KV heads of 64
-dims, keys and values in float32), so a 1,024-token prompt and its completion take ~50-95 MB
-(the buffers grow by doubling); the default 512 MB keeps the last five to ten documents the
-user worked in, on a machine where the editor and other work share 24 GB.
+dims, keys and values in float32), so a 1,000-token prompt and its completion take ~59 MB (the
+buffers grow in steps: `kv_cache.GROW_STEP`). Before a prompt is computed, documents are evicted
+until it fits beside the others, so the cap bounds the peak as well as what stays.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .kv_cache import ForwardCancelled, cache_bytes, rewind
+from .kv_cache import ForwardCancelled, cache_bytes, position_bytes, rewind
 from .runtime import ModelRuntime
 
 PREFILL_CHUNK = 128  # a request's prompt tokens per forward pass (a chunk once started is finished)
@@ -51,6 +51,7 @@ class PromptCache:
         self.max_documents = max_documents
         self._entries: dict[str, _Entry] = {}  # least recently used first
         self.stats = {"reused_tokens": 0, "computed_tokens": 0, "evicted": 0}
+        self._bytes_per_position = 0.0  # what a position took in the last document kept
         # a runtime may fix its own chunk (scripted models take a prompt in one call)
         self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
         self.ahead_chunk = int(getattr(runtime, "prefill_chunk", AHEAD_CHUNK))
@@ -69,6 +70,7 @@ class PromptCache:
         8 keys a second no chunk of 128 tokens would ever be finished). The other documents are
         then evicted, least recently used first, down to `memory_mb` in all."""
         entry = self._entries.pop(key, None)
+        self._make_room(len(ids), memory_mb)
         common = 0
         if entry is not None:
             n = min(len(entry.ids), len(ids))
@@ -106,7 +108,20 @@ class PromptCache:
         self._keep(key, _Entry(list(ids), past, logits), memory_mb)
         return logits, past, common
 
+    def _make_room(self, positions: int, memory_mb: float | None) -> None:
+        """Before a prompt of `positions` is computed, evict the least recently used documents
+        until it fits beside the rest under the cap (as the documents kept so far took memory
+        per position, spare room not counted): the cap then bounds the peak too (within a
+        growth step), not only what is kept after."""
+        if memory_mb is None or not self._entries or not self._bytes_per_position:
+            return
+        need = positions * self._bytes_per_position
+        while self._entries and self.memory_bytes() + need > memory_mb * MB:
+            self._entries.pop(next(iter(self._entries)))
+            self.stats["evicted"] += 1
+
     def _keep(self, key: str, entry: _Entry, memory_mb: float | None) -> None:
+        self._bytes_per_position = position_bytes(entry.past) or self._bytes_per_position
         self._entries[key] = entry
         cap = None if memory_mb is None else memory_mb * MB
         while len(self._entries) > 1 and (len(self._entries) > self.max_documents

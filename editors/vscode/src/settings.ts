@@ -74,7 +74,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   contextTokens: 1024,
   completionItems: true,
   workAhead: true,
-  cacheMemoryMB: 512,
+  cacheMemoryMB: 192,
   pythonVersion: null,
   identifiers: "constrain",
 });
