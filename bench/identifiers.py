@@ -68,11 +68,11 @@ def unknown_attributes(head: str, completion: str, scope) -> int:
     return n
 
 
-def why_undefined(before: str, completion: str, names: list[str], scope) -> list[str]:
+def why_undefined(before: str, completion: str, names: list[str], scope, ready: bool) -> list[str]:
     """Where each undefined name the completion introduced came from: the place its first
     occurrence in the completion was written (`slots.SlotKind`; `line 2+`: not on the first
-    line; `known`: the analysis lists it), or `binding lost` (the completion never writes it:
-    it replaced what bound a name the rest of the file reads), `not ready`."""
+    line; `known`: the analysis lists it; `not ready`: the guide was not used), or `binding lost`
+    (the completion never writes it: it replaced what bound a name the rest of the file reads)."""
     from lsp_server.decoding.identifiers.slots import slot_at
 
     out = []
@@ -83,9 +83,9 @@ def why_undefined(before: str, completion: str, names: list[str], scope) -> list
             continue
         slot = slot_at((before + completion[: m.start()]).encode()[-4000:])
         where = [slot.kind.value] + (["line 2+"] if "\n" in completion[: m.start()] else [])
-        if scope is None:
+        if not ready:
             where.append("not ready")
-        elif name.encode() in scope.names:
+        if scope is not None and name.encode() in scope.names:
             where.append("known")
         out.append(f"{name}: {', '.join(where)}")
     return out
@@ -127,8 +127,8 @@ def run_cut(engine, cut: dict, modes: list[str], max_tokens: int, turn: int = 0)
             "accepted": after is not None,
             "undefined": sum((after - before).values()) if after is not None else 0,
             "undefined_names": sorted(after - before) if after is not None else [],
-            "why": why_undefined("\n".join(lines[:i] + [lines[i][:ch]]), r.text,
-                                 sorted(after - before), scope if r.names_ready else None) if after is not None else [],
+            "why": why_undefined("\n".join(lines[:i] + [lines[i][:ch]]), r.text, sorted(after - before), scope,
+                                 mode == "off" or r.names_ready) if after is not None else [],
             "unknown_attributes": unknown_attributes(lines[i][:ch], r.text, scope) if after is not None else 0,
             "exact": first == reference,
             "similarity": edit_similarity(first, reference),

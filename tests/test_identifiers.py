@@ -20,6 +20,7 @@ from lsp_server.options import EngineOptions, OptionError
 
 from scripted_model import ScriptedRuntime
 
+pytestmark = pytest.mark.names
 FLOOR = -10.0  # ScriptedRuntime's score of the tokens it does not favour
 
 
@@ -237,9 +238,13 @@ def test_the_option_is_checked():
         EngineOptions(identifiers="strict").validated()
 
 
-async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
+@pytest.mark.parametrize("doc, first, expected", [
+    (SHOP, "custmers)", "customers)"),  # an attribute that does not exist
+    ("def helper(x):\n    return x\n\n\ndef f(items):\n    total = |\n", "helpr(items)", "helper(items)"),  # a load
+])
+async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, doc, first, expected):
     """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
-    pause makes the analysis, and the request after it masks the attribute that does not exist."""
+    pause makes the analysis, and the request after it masks the name that does not exist."""
     from lsprotocol import types
 
     from lsp_server.server.documents import DocumentStore
@@ -248,15 +253,15 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
     from lsp_server.server.telemetry import Telemetry
     from lsp_server.server.work_ahead import WorkAhead
 
-    off = SHOP.index("|")
-    text = SHOP[:off] + SHOP[off + 1 :]
-    line, ch = SHOP[:off].count("\n"), off - SHOP[:off].rfind("\n") - 1
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    line, ch = doc[:off].count("\n"), off - doc[:off].rfind("\n") - 1
     engines = []
 
     def loader(options, progress):
         comp, tok = compiled
-        runtime = LeaningRuntime(ScriptedRuntime(tok, (SHOP[:off] + "custmers)\n").encode()),
-                                 ScriptedRuntime(tok, (SHOP[:off] + "customers)\n").encode()), 1000.0)
+        runtime = LeaningRuntime(ScriptedRuntime(tok, (doc[:off] + first + "\n").encode()),
+                                 ScriptedRuntime(tok, (doc[:off] + expected + "\n").encode()), 1000.0)
         engines.append(CompletionEngine(options, runtime, comp))
         return engines[-1]
 
@@ -277,7 +282,7 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
         await asyncio.sleep(0.01)
     assert engines[0].names.ready(uri, text, line) is not None
     got = await suggester.suggest(uri, types.Position(line, ch), None, None)
-    assert got is not None and got.text == "customers)"
+    assert got is not None and got.text == expected
     host.shutdown()
 
 
