@@ -173,15 +173,6 @@ def test_a_name_that_may_exist_is_never_masked(compiled, doc, first, expected):
     assert r.text == expected
 
 
-def test_a_binding_place_favours_the_name_the_file_reads_and_never_defines(compiled):
-    doc = "def ignore(|\n    return [p for p in patterns if p]\n"
-    r = complete(compiled, doc, "names):\n", "patterns):\n", margin=1.0)
-    assert r.names_shaped > 0 and r.names_masked == 0
-    assert r.text == "patterns):"
-    assert complete(compiled, doc, "names):\n", "patterns):\n", margin=1.0, identifiers="off").text == "names):"
-    assert analyse(doc.replace("|", ""), 0).wanted.with_prefix(b"") == [b"patterns"]
-
-
 def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     r = complete(compiled, SHOP, "custmers)\n", "customers)\n", ready=False)
     assert not r.names_ready and r.text == "custmers)"
@@ -192,14 +183,14 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("x = os.path.jo", SlotKind.ATTRIBUTE, b"jo", b"os.path"),
     ("    self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
     ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
-    ("def f(a, b", SlotKind.BINDING, b"b", b""),
-    ("for x", SlotKind.BINDING, b"x", b""),
+    ("def f(a, b", SlotKind.FREE, b"b", b""),
+    ("for x", SlotKind.FREE, b"x", b""),
     ("for x in ite", SlotKind.LOAD, b"ite", b""),
     ("    x = [it", SlotKind.NAME, b"it", b""),  # maybe a comprehension's variable
     ("if n", SlotKind.NAME, b"n", b""),  # maybe a walrus target
     ("    while chunk", SlotKind.NAME, b"chunk", b""),
     ("    case poi", SlotKind.FREE, b"poi", b""),  # a capture pattern
-    ("type Ali", SlotKind.BINDING, b"Ali", b""),
+    ("type Ali", SlotKind.FREE, b"Ali", b""),
     ("del x, ", SlotKind.FREE, b"", b""),
     ("    global co", SlotKind.FREE, b"co", b""),
     ("x = f'{na", SlotKind.NAME, b"na", b""),  # an f-string's field
@@ -211,9 +202,9 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("a, ", SlotKind.FREE, b"", b""),
     ("x = 12", SlotKind.NONE, b"", b""),
     ("x = f().", SlotKind.NONE, b"", b""),
-    ("from a import b", SlotKind.BINDING, b"b", b""),
+    ("from a import b", SlotKind.FREE, b"b", b""),
     ("from a", SlotKind.FREE, b"a", b""),
-    ("lambda a", SlotKind.BINDING, b"a", b""),
+    ("lambda a", SlotKind.FREE, b"a", b""),
     ("x = \"a(\" + fo", SlotKind.LOAD, b"fo", b""),
 ])
 def test_slots(text, kind, partial, receiver):

@@ -44,7 +44,6 @@ _OPEN_SCOPE = re.compile(r"import\s*\*|\b(?:globals|exec|vars|locals)\s*\(|\b__b
 _IMPLICIT = ("__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__",
              "__builtins__", "__annotations__", "__cached__", "__module__", "__qualname__", "__class__",
              "__debug__", "WindowsError")
-MAX_WANTED = 64  # names the document reads and nothing defines, kept per analysis
 # jedi's inference state (the environment's compiled modules, its caches) is not thread-safe:
 # two analyses at once (two engines, a test beside a server's thread) broke inside it
 _JEDI = threading.Lock()
@@ -102,8 +101,6 @@ class ScopeAnalysis:
     document_names: Names  # the keyword names the document writes (`f(name=`, `def f(name=`): keyword arguments
     receivers: dict[bytes, Receiver] = field(default_factory=dict)  # "os", "os.path", "self", "Config"
     name_set: NameSet = NameSet.OPEN
-    wanted: Names = field(default_factory=lambda: Names(()))  # read in the document, defined nowhere:
-    # the names the user is about to bind (favoured at binding places)
 
 
 def line_key(text: str, line: int) -> str:
@@ -138,7 +135,6 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
     names = Names([c.name for c in here] + defined + keyword.kwlist + keyword.softkwlist + dir(builtins)
                   + list(_IMPLICIT))
     open_scope = _OPEN_SCOPE.search(text) is not None
-    wanted = Names(()) if open_scope else _wanted(script, lines, names)
     document_names = Names(_KEYWORD_NAME.findall(text))
     between()
     classes = _file_classes(script, lines)
@@ -182,23 +178,7 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
         receivers[name.encode()] = Receiver(attributes, closed)
         if kind == "module":
             memo[key] = receivers[name.encode()]
-    return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED, wanted)
-
-
-def _wanted(script: jedi.Script, lines: list[str], names: Names) -> Names:
-    """The names the document reads (not after a dot) that it defines nowhere and that are no
-    builtins: what the user is about to define (`def f(` whose body reads `patterns`)."""
-    out: list[str] = []
-    for n in script.get_names(all_scopes=True, definitions=False, references=True):
-        if n.name.encode() in names or n.line is None or n.name in out:
-            continue
-        before = lines[n.line - 1][: n.column].rstrip() if n.line - 1 < len(lines) else ""
-        if before.endswith("."):
-            continue  # an attribute
-        out.append(n.name)
-        if len(out) >= MAX_WANTED:
-            break
-    return Names(out)
+    return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED)
 
 
 def _file_classes(script: jedi.Script, lines: list[str]) -> dict[str, str]:

@@ -8,10 +8,8 @@ on a name that is not known) lose `BIAS_NATS` of logit; in `CONSTRAIN` mode they
 instead where the analysis is sure: after a closed receiver (`analysis.Receiver.closed`) read in
 an expression, and at a load outside brackets (`SlotKind.LOAD`) when the analysis' names are
 closed (`analysis.NameSet.CLOSED`). A mask is only cut while a token towards a known name is
-left in it: the analysis never refuses a completion. Binding places (`SlotKind.BINDING`) are
-never restricted: the names the document reads and defines nowhere (`ScopeAnalysis.wanted`)
-gain `BIAS_NATS` there. `SlotKind.FREE` places and `self.`/`cls.` at a statement's start (maybe
-an attribute being assigned) are left alone.
+left in it: the analysis never refuses a completion. Binding places (`SlotKind.FREE`) and
+`self.`/`cls.` at a statement's start (maybe an attribute being assigned) are left alone.
 
 At a statement's start the name may be a new target: only the tokens that would read an
 unknown name there (anything that ends it but `=`, `:` or `,`: `helper(`, `obj.`, `table[`,
@@ -84,8 +82,6 @@ class IdentifierGuide:
         slot = slot_at(text[-TAIL:])
         if slot.partial and self._name not in terms:
             return row, mask
-        if slot.kind is SlotKind.BINDING:
-            return self._favour(row, mask, slot)
         found = self._bad(slot, text)
         if found is None:
             return row, mask
@@ -104,25 +100,6 @@ class IdentifierGuide:
         shaped = row.clone()
         idx = torch.from_numpy(np.flatnonzero(hit)).to(row.device)
         shaped[idx] -= BIAS_NATS
-        return shaped, mask
-
-    def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot):
-        """At a binding place: the tokens towards a name the document reads and defines nowhere
-        gain `BIAS_NATS` (nothing is lowered or masked)."""
-        key = (SlotKind.BINDING, slot.partial)
-        if key not in self._cache:
-            wanted = self.scope.wanted
-            self._cache[key] = self._toward(wanted, slot.partial, True)[0] if wanted.with_prefix(slot.partial) else None
-        good = self._cache[key]
-        if good is None:
-            return row, mask
-        n = min(len(good), len(mask))
-        up = np.flatnonzero(good[:n] & mask[:n])
-        if not len(up):
-            return row, mask
-        self.stats["shaped"] += 1
-        shaped = row.clone()
-        shaped[torch.from_numpy(up).to(row.device)] += BIAS_NATS
         return shaped, mask
 
     def _bad(self, slot: Slot, text: bytes) -> tuple[np.ndarray, np.ndarray, bool] | None:

@@ -19,9 +19,7 @@ from .token_index import is_name_byte
 
 class SlotKind(enum.Enum):
     NONE = "none"  # not an identifier (a number, a string prefix, inside a bracket we can't read)
-    BINDING = "binding"  # a name being defined (def/class names, parameters, for targets, as-names,
-    # imported names): never restricted; the names the document reads and defines nowhere are favoured
-    FREE = "free"  # a place we can't tell from a binding (decorator, del, global, tuples): never touched
+    FREE = "free"  # a binding or a place we can't tell from one: never restricted
     STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
     NAME = "name"  # a name read in an expression (a load) inside a bracket or a string: a comprehension's
     # variable (`[x for x in ...]`) or a walrus target (`if n := ...`) may be bound after it
@@ -122,11 +120,8 @@ def slot_at(text: bytes) -> Slot:
         at_start = not lead.strip() or lead.rstrip().endswith((b";", b":"))
         kind = SlotKind.ATTRIBUTE_TARGET if at_start or _binds(lead) else SlotKind.ATTRIBUTE
         return Slot(kind, partial, receiver)
-    if _FREE_KEYWORD.search(line.rstrip(b" \t")):
-        return Slot(SlotKind.FREE, partial)
-    if _binds(line) or _TYPE_ALIAS.match(line.lstrip(b"\n")):
-        return Slot(SlotKind.BINDING, partial)
-    if _CASE_HEADER.match(line.lstrip(b"\n")):
+    if (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(line.lstrip(b"\n"))
+            or _CASE_HEADER.match(line.lstrip(b"\n"))):
         return Slot(SlotKind.FREE, partial)
     body = line.strip()
     if body.endswith(b"@") and not open_:
