@@ -15,6 +15,10 @@ guide took inside it); analysis_ms p50/p90 (made ahead, off the request path). E
 runs the modes in a rotated order (the first one in turn), so no mode always pays first.
 
     .venv/bin/python bench/identifiers.py --cuts 100 --code stdlib|thirdparty [--modes off bias constrain]
+
+A long measurement is run in parts (`--start 0 --cuts 40 --out a.jsonl`, `--start 40 --cuts 80
+--out b.jsonl`: cut points 0-39 and 40-79 of the same seed's list) and summarized together:
+`bench/identifiers.py --merge a.jsonl b.jsonl`.
 """
 
 from __future__ import annotations
@@ -64,6 +68,29 @@ def unknown_attributes(head: str, completion: str, scope) -> int:
     return n
 
 
+def why_undefined(before: str, completion: str, names: list[str], scope, ready: bool) -> list[str]:
+    """Where each undefined name the completion introduced came from: the place its first
+    occurrence in the completion was written (`slots.SlotKind`; `line 2+`: not on the first
+    line; `known`: the analysis lists it; `not ready`: the guide was not used), or `binding lost`
+    (the completion never writes it: it replaced what bound a name the rest of the file reads)."""
+    from lsp_server.decoding.identifiers.slots import slot_at
+
+    out = []
+    for name in names:
+        m = re.search(rf"(?<![\w.]){re.escape(name)}\b", completion)
+        if m is None:
+            out.append(f"{name}: binding lost")
+            continue
+        slot = slot_at((before + completion[: m.start()]).encode()[-4000:])
+        where = [slot.kind.value] + (["line 2+"] if "\n" in completion[: m.start()] else [])
+        if not ready:
+            where.append("not ready")
+        if scope is not None and name.encode() in scope.names:
+            where.append("known")
+        out.append(f"{name}: {', '.join(where)}")
+    return out
+
+
 def first_identifier(text: str) -> str | None:
     m = _IDENT.search(text)
     return m.group() if m else None
@@ -100,6 +127,8 @@ def run_cut(engine, cut: dict, modes: list[str], max_tokens: int, turn: int = 0)
             "accepted": after is not None,
             "undefined": sum((after - before).values()) if after is not None else 0,
             "undefined_names": sorted(after - before) if after is not None else [],
+            "why": why_undefined("\n".join(lines[:i] + [lines[i][:ch]]), r.text, sorted(after - before), scope,
+                                 mode == "off" or r.names_ready) if after is not None else [],
             "unknown_attributes": unknown_attributes(lines[i][:ch], r.text, scope) if after is not None else 0,
             "exact": first == reference,
             "similarity": edit_similarity(first, reference),
@@ -141,9 +170,33 @@ def summarize(rows: list[dict], mode: str) -> dict:
     }
 
 
+def report_of(rows: list[dict], code: str, seed: int, model: str | None, bias_nats: float | None,
+              modes: list[str]) -> dict:
+    modes = [m for m in modes if all(m in r for r in rows)]
+    analysis = [r["analysis_ms"] for r in rows[1:]] or [r["analysis_ms"] for r in rows]  # the first loads jedi
+    report = {
+        "code": code,
+        "seed": seed,
+        "model": model,
+        "bias_nats": bias_nats,
+        "files": len({r["path"] for r in rows if "path" in r}),
+        "analysis_ms_p50": round(percentile(analysis, 50), 1),
+        "analysis_ms_p90": round(percentile(analysis, 90), 1),
+        **{m: summarize(rows, m) for m in modes},
+    }
+    if "off" in modes:
+        base = report["off"]["latency_ms_p50"]
+        for m in modes:
+            if m != "off" and base:
+                report[m]["latency_p50_vs_off"] = round(report[m]["latency_ms_p50"] / base, 3)
+    return report
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cuts", type=int, default=100)
+    ap.add_argument("--cuts", type=int, default=100, help="the seed's first CUTS cut points")
+    ap.add_argument("--start", type=int, default=0, help="measure cut points START.. of them (a part)")
+    ap.add_argument("--merge", nargs="+", metavar="JSONL", help="summarize the parts' --out files (nothing run)")
     ap.add_argument("--code", default="stdlib", choices=CODE_SETS)
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--model", default="default")
@@ -152,6 +205,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="one JSON line per cut point here")
     ap.add_argument("--bias-nats", type=float, help="the guide's bias (default: guide.BIAS_NATS), to measure another")
     args = ap.parse_args(argv)
+    if args.merge:
+        rows = [json.loads(line) for f in args.merge for line in Path(f).read_text().splitlines() if line.strip()]
+        print(json.dumps(report_of(rows, args.code, args.seed, None, None, args.modes), indent=2))
+        return 0
     from lsp_server.decoding.identifiers import guide
 
     if args.bias_nats is not None:
@@ -161,33 +218,18 @@ def main(argv=None) -> int:
     from lsp_server.options import EngineOptions
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens))
-    cuts = cut_points(args.cuts, args.seed, args.code)
+    cuts = cut_points(args.cuts, args.seed, args.code)[args.start :]
     rows = []
     out = open(args.out, "w") if args.out else None
     for k, cut in enumerate(cuts):
-        row = run_cut(engine, cut, args.modes, args.max_tokens, k)
+        row = {**cut, **run_cut(engine, cut, args.modes, args.max_tokens, args.start + k)}
         rows.append(row)
         if out:
-            out.write(json.dumps({**cut, **row}) + "\n")
+            out.write(json.dumps(row) + "\n")
             out.flush()
         if (k + 1) % 10 == 0:
             print(f"{k + 1}/{len(cuts)} cut points", file=sys.stderr, flush=True)
-    analysis = [r["analysis_ms"] for r in rows[1:]] or [r["analysis_ms"] for r in rows]  # the first loads jedi
-    report = {
-        "code": args.code,
-        "seed": args.seed,
-        "model": engine.describe()["model"],
-        "bias_nats": guide.BIAS_NATS,
-        "files": len({c["path"] for c in cuts}),
-        "analysis_ms_p50": round(percentile(analysis, 50), 1),
-        "analysis_ms_p90": round(percentile(analysis, 90), 1),
-        **{m: summarize(rows, m) for m in args.modes},
-    }
-    if "off" in args.modes:
-        base = report["off"]["latency_ms_p50"]
-        for m in args.modes:
-            if m != "off" and base:
-                report[m]["latency_p50_vs_off"] = round(report[m]["latency_ms_p50"] / base, 3)
+    report = report_of(rows, args.code, args.seed, engine.describe()["model"], guide.BIAS_NATS, args.modes)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,6 +20,7 @@ from lsp_server.options import EngineOptions, OptionError
 
 from scripted_model import ScriptedRuntime
 
+pytestmark = pytest.mark.names
 FLOOR = -10.0  # ScriptedRuntime's score of the tokens it does not favour
 
 
@@ -112,7 +114,6 @@ def test_a_name_defined_later_in_the_file_is_known(compiled):
 
 
 @pytest.mark.parametrize("doc, first, expected", [
-    ("def f(items):\n    |\n", "countr = len(items)\n", "countr = len(items)"),  # an assignment target
     ("def f(items, |):\n    return items\n", "wantd):\n", "wantd"),  # a parameter
     ("def f(items):\n    for |\n", "itm in items: pass\n", "itm in items: pass"),  # a for target
     ("import json as |\n", "jsn\n", "jsn"),  # an import's as-name
@@ -120,8 +121,8 @@ def test_a_name_defined_later_in_the_file_is_known(compiled):
     ("class Shop:\n    def __init__(self):\n        self.|\n", "custmers = []\n", "custmers = []"),  # an attribute assigned
 ])
 def test_a_binding_place_is_never_restricted(compiled, doc, first, expected):
-    r = complete(compiled, doc, first)
-    assert r.names_ready and r.names_masked == 0
+    r = complete(compiled, doc, first)  # (a load after it, `in items`, may be masked towards known names)
+    assert r.names_ready
     assert r.text == expected
 
 
@@ -136,6 +137,42 @@ def test_a_dynamic_object_is_never_masked(compiled, doc):
     assert r.text == "anything_at_all"
 
 
+HELPER = "def helper(x):\n    return x\n\n\ndef f(items):\n"
+
+
+def test_a_misspelled_function_read_outside_brackets_is_masked(compiled):
+    doc = HELPER + "    total = |\n"
+    r = complete(compiled, doc, "helpr(items)\n", "helper(items)\n")
+    assert r.names_ready and r.names_masked > 0
+    assert r.text == "helper(items)"
+    assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", identifiers="off").text == "helpr(items)"
+
+
+def test_an_unknown_name_at_a_statement_start_is_not_read_but_may_be_bound(compiled):
+    doc = HELPER + "    |\n"
+    r = complete(compiled, doc, "helpr(items)\n", "helper(items)\n")
+    assert r.names_masked > 0 and not r.text.startswith("helpr(")
+    # a new target: what follows the name while it is written may be masked (`helpr(`), the name is not
+    assert complete(compiled, doc, "helpr = items\n", "helper(items)\n").text == "helpr = items"
+    assert complete(compiled, "def f(items):\n    |\n", "countr = len(items)\n").text == "countr = len(items)"
+
+
+@pytest.mark.parametrize("doc, first, expected", [
+    ("def f(items):\n    return [|\n", "itm for itm in items]\n", "itm for itm in items]"),  # a comprehension
+    ("def f(items):\n    return sum(|\n", "itm for itm in items)\n", "itm for itm in items)"),
+    ("def f(stream):\n    while |\n", "chunk := stream.read(): pass\n", "chunk := stream.read(): pass"),  # walrus
+    ("def f(p):\n    match p:\n        case |\n", "pt: return pt\n", "pt: return pt"),  # a capture
+    ("def f(x):\n    return f'{|\n", "[c for c in x]}'\n", "[c for c in x]}'"),  # an f-string's field
+    ("from os.path import *\n\n\ndef f():\n    return |\n", "joinx(1)\n", "joinx(1)"),  # a star import
+    ("def f():\n    return |\n\n\ndef g():\n    later = 1\n", "later\n", "later"),  # any scope's name
+    ("def f():\n    return |\n", "__name__\n", "__name__"),
+])
+def test_a_name_that_may_exist_is_never_masked(compiled, doc, first, expected):
+    r = complete(compiled, doc, first)  # the guide masks towards the names it knows, never away from these
+    assert r.names_ready
+    assert r.text == expected
+
+
 def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     r = complete(compiled, SHOP, "custmers)\n", "customers)\n", ready=False)
     assert not r.names_ready and r.text == "custmers)"
@@ -148,7 +185,16 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
     ("def f(a, b", SlotKind.FREE, b"b", b""),
     ("for x", SlotKind.FREE, b"x", b""),
-    ("for x in ite", SlotKind.NAME, b"ite", b""),
+    ("for x in ite", SlotKind.LOAD, b"ite", b""),
+    ("    x = [it", SlotKind.NAME, b"it", b""),  # maybe a comprehension's variable
+    ("if n", SlotKind.NAME, b"n", b""),  # maybe a walrus target
+    ("    while chunk", SlotKind.NAME, b"chunk", b""),
+    ("    case poi", SlotKind.FREE, b"poi", b""),  # a capture pattern
+    ("type Ali", SlotKind.FREE, b"Ali", b""),
+    ("del x, ", SlotKind.FREE, b"", b""),
+    ("    global co", SlotKind.FREE, b"co", b""),
+    ("x = f'{na", SlotKind.NAME, b"na", b""),  # an f-string's field
+    ("    return helper(x) + ", SlotKind.LOAD, b"", b""),
     ("x = foo(a, ", SlotKind.ARGUMENT, b"", b""),
     ("x = foo(\n    a,\n    b", SlotKind.ARGUMENT, b"b", b""),
     ("    ret", SlotKind.STATEMENT, b"ret", b""),
@@ -157,8 +203,9 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("x = 12", SlotKind.NONE, b"", b""),
     ("x = f().", SlotKind.NONE, b"", b""),
     ("from a import b", SlotKind.FREE, b"b", b""),
+    ("from a", SlotKind.FREE, b"a", b""),
     ("lambda a", SlotKind.FREE, b"a", b""),
-    ("x = \"a(\" + fo", SlotKind.NAME, b"fo", b""),
+    ("x = \"a(\" + fo", SlotKind.LOAD, b"fo", b""),
 ])
 def test_slots(text, kind, partial, receiver):
     slot = slot_at(text.encode())
@@ -182,9 +229,13 @@ def test_the_option_is_checked():
         EngineOptions(identifiers="strict").validated()
 
 
-async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
+@pytest.mark.parametrize("doc, first, expected", [
+    (SHOP, "custmers)", "customers)"),  # an attribute that does not exist
+    ("def helper(x):\n    return x\n\n\ndef f(items):\n    total = |\n", "helpr(items)", "helper(items)"),  # a load
+])
+async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, doc, first, expected):
     """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
-    pause makes the analysis, and the request after it masks the attribute that does not exist."""
+    pause makes the analysis, and the request after it masks the name that does not exist."""
     from lsprotocol import types
 
     from lsp_server.server.documents import DocumentStore
@@ -193,15 +244,15 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
     from lsp_server.server.telemetry import Telemetry
     from lsp_server.server.work_ahead import WorkAhead
 
-    off = SHOP.index("|")
-    text = SHOP[:off] + SHOP[off + 1 :]
-    line, ch = SHOP[:off].count("\n"), off - SHOP[:off].rfind("\n") - 1
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    line, ch = doc[:off].count("\n"), off - doc[:off].rfind("\n") - 1
     engines = []
 
     def loader(options, progress):
         comp, tok = compiled
-        runtime = LeaningRuntime(ScriptedRuntime(tok, (SHOP[:off] + "custmers)\n").encode()),
-                                 ScriptedRuntime(tok, (SHOP[:off] + "customers)\n").encode()), 1000.0)
+        runtime = LeaningRuntime(ScriptedRuntime(tok, (doc[:off] + first + "\n").encode()),
+                                 ScriptedRuntime(tok, (doc[:off] + expected + "\n").encode()), 1000.0)
         engines.append(CompletionEngine(options, runtime, comp))
         return engines[-1]
 
@@ -222,13 +273,14 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled):
         await asyncio.sleep(0.01)
     assert engines[0].names.ready(uri, text, line) is not None
     got = await suggester.suggest(uri, types.Position(line, ch), None, None)
-    assert got is not None and got.text == "customers)"
+    assert got is not None and got.text == expected
     host.shutdown()
 
 
-def test_at_a_statement_start_only_reading_an_unknown_name_is_biased(compiled):
-    """After `helpr` at a line start, `(` would read a name nothing defines: it loses the bias,
-    ` =` (binding it) does not; after `helper` (defined) neither does."""
+def test_at_a_statement_start_only_reading_an_unknown_name_is_held_back(compiled):
+    """After `helpr` at a line start, `(` would read a name nothing defines: it loses the bias
+    (bias) or is masked (constrain: the document's names are closed), ` =` (binding it) is
+    untouched; after `helper` (defined) nothing is."""
     from mask_store.matcher import GrammarMatcher
 
     from lsp_server.decoding.identifiers.guide import IdentifierGuide
@@ -241,12 +293,18 @@ def test_at_a_statement_start_only_reading_an_unknown_name_is_biased(compiled):
     doc = "def helper(x):\n    return x\n\n\ndef f(items):\n    "
     scope = analyse(doc + "pass\n", 5)
     paren, equals = vocab.by_bytes[b"("], vocab.by_bytes[b" ="]
-    for written, lowered in ((b"helpr", {paren}), (b"helper", set())):
-        before = doc.encode() + written
-        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, tokens, comp, before)
-        matcher = GrammarMatcher.from_prefix(comp, before)
-        mask = matcher.next_token_mask()
-        row = torch.zeros(comp.V)
-        shaped, kept = guide.shape(row, mask, matcher, b"")
-        assert (kept == mask).all()  # a statement's start is never masked
-        assert {paren, equals} & {int(i) for i in torch.nonzero(shaped < 0)} == lowered, written
+    for mode in (IdentifierMode.BIAS, IdentifierMode.CONSTRAIN):
+        for written, held in ((b"helpr", {paren}), (b"helper", set())):
+            before = doc.encode() + written
+            guide = IdentifierGuide(mode, scope, tokens, comp, before)
+            matcher = GrammarMatcher.from_prefix(comp, before)
+            mask = matcher.next_token_mask()
+            assert mask[paren] and mask[equals]
+            shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+            lowered = {int(i) for i in torch.nonzero(shaped < 0)} | {int(i) for i in np.flatnonzero(mask & ~kept)}
+            assert {paren, equals} & lowered == held, (mode, written)
+            assert kept[equals]
+            if mode is IdentifierMode.BIAS or not held:
+                assert (kept == mask).all()
+            else:
+                assert not kept[paren]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import enum
 import hashlib
 import keyword
 import re
@@ -35,6 +36,14 @@ _KEYWORD_NAME = re.compile(r"[(,]\s*([^\W\d]\w*)\s*=(?!=)")
 _DYNAMIC = re.compile(r"__getattr__|__getattribute__|\bsetattr\s*\(|__dict__")
 _HEADER = re.compile(r"class\s+\w+\s*(?:\[[^\]]*\])?\s*(?:\((?P<bases>[^)]*)\))?\s*:")
 _ALLOWED_DECORATOR = re.compile(r"@\s*(?:dataclasses\.)?dataclass\b")
+# what makes names jedi does not list: a star import (its module may not resolve), names made at
+# run time (globals(), exec, vars, locals, __builtins__), type parameters (`def f[T]`, `type X`)
+_OPEN_SCOPE = re.compile(r"import\s*\*|\b(?:globals|exec|vars|locals)\s*\(|\b__builtins__\b"
+                         r"|^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+\w+[ \t]*\[|^[ \t]*type[ \t]+\w+", re.M)
+# names every module, class body or method has without a definition
+_IMPLICIT = ("__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__",
+             "__builtins__", "__annotations__", "__cached__", "__module__", "__qualname__", "__class__",
+             "__debug__", "WindowsError")
 # jedi's inference state (the environment's compiled modules, its caches) is not thread-safe:
 # two analyses at once (two engines, a test beside a server's thread) broke inside it
 _JEDI = threading.Lock()
@@ -78,11 +87,20 @@ class Receiver:
     closed: bool
 
 
+class NameSet(enum.Enum):
+    """Whether `ScopeAnalysis.names` holds every name a load at the cursor may read."""
+
+    CLOSED = "closed"  # yes: a name outside it does not exist (decoding may mask it where sure)
+    OPEN = "open"  # the document makes names jedi can't list (`_OPEN_SCOPE`): favoured, never masked
+
+
 @dataclass(frozen=True)
 class ScopeAnalysis:
-    names: Names  # in scope at the cursor: locals, parameters, enclosing, globals (later ones too), builtins, keywords
+    names: Names  # in scope at the cursor: locals, parameters, enclosing, globals (later ones too), builtins, keywords,
+    # and every name the document defines in any scope (a superset: masking never refuses one that exists)
     document_names: Names  # the keyword names the document writes (`f(name=`, `def f(name=`): keyword arguments
     receivers: dict[bytes, Receiver] = field(default_factory=dict)  # "os", "os.path", "self", "Config"
+    name_set: NameSet = NameSet.OPEN
 
 
 def line_key(text: str, line: int) -> str:
@@ -113,8 +131,10 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
 
     script = script_with(indent + "pass")  # a statement: a block the cursor line alone makes stays one
     here = script.complete(line + 1, len(indent))
-    module_names = [n.name for n in script.get_names(all_scopes=False, definitions=True)]
-    names = Names([c.name for c in here] + module_names + keyword.kwlist + keyword.softkwlist)
+    defined = [n.name for n in script.get_names(all_scopes=True, definitions=True)]
+    names = Names([c.name for c in here] + defined + keyword.kwlist + keyword.softkwlist + dir(builtins)
+                  + list(_IMPLICIT))
+    open_scope = _OPEN_SCOPE.search(text) is not None
     document_names = Names(_KEYWORD_NAME.findall(text))
     between()
     classes = _file_classes(script, lines)
@@ -158,7 +178,7 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
         receivers[name.encode()] = Receiver(attributes, closed)
         if kind == "module":
             memo[key] = receivers[name.encode()]
-    return ScopeAnalysis(names, document_names, receivers)
+    return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED)
 
 
 def _file_classes(script: jedi.Script, lines: list[str]) -> dict[str, str]:

@@ -4,19 +4,21 @@ returns the step's logits and mask reshaped towards names that exist.
 While an identifier is open or about to start (`slots.slot_at` on the text; the grammar matcher
 says the text is not inside a string or a comment), the tokens that leave every known name
 there (`bad`: they write identifier bytes no known name continues with, or end the identifier
-on a name that is not known) lose `BIAS_NATS` of logit; in `CONSTRAIN` mode, after a closed
-receiver (`analysis.Receiver.closed`) read in an expression, they are masked instead. A mask
-that would leave nothing but the end of sequence is left as the grammar made it: the analysis
-never refuses a completion. Binding places (`SlotKind.FREE`) and `self.`/`cls.` at a statement's
-start (maybe an attribute being assigned) are left alone.
+on a name that is not known) lose `BIAS_NATS` of logit; in `CONSTRAIN` mode they are masked
+instead where the analysis is sure: after a closed receiver (`analysis.Receiver.closed`) read in
+an expression, and at a load outside brackets (`SlotKind.LOAD`) when the analysis' names are
+closed (`analysis.NameSet.CLOSED`). A mask is only cut while a token towards a known name is
+left in it: the analysis never refuses a completion. Binding places (`SlotKind.FREE`) and
+`self.`/`cls.` at a statement's start (maybe an attribute being assigned) are left alone.
 
-At a statement's start the name may be a new target: only the tokens that read an unknown name
-there (`(`, `.`, `[` right after it) lose the bias.
+At a statement's start the name may be a new target: only the tokens that would read an
+unknown name there (anything that ends it but `=`, `:` or `,`: `helper(`, `obj.`, `table[`,
+`name + 1`) lose the bias, or are masked under the conditions of a load.
 
 Known names: at a name read in an expression, the names in scope (`ScopeAnalysis.names`) and the
-identifiers of the statement being written (a name the completion binds, `for item in ...`,
-and then reads); at a call's argument, also the keyword names the document writes
-(`f(name=`); after `receiver.`, the receiver's attributes.
+identifiers the cursor's line and the completion write (not after a dot: a name they bind,
+`for item in items: total += item`); at a call's argument, also the keyword names the document
+writes (`f(name=`); after `receiver.`, the receiver's attributes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 import numpy as np
 import torch
 
-from .analysis import Names, ScopeAnalysis
+from .analysis import Names, NameSet, ScopeAnalysis
 from .modes import IdentifierMode
 from .slots import Slot, SlotKind, slot_at
 from .token_index import IdentifierTokens
@@ -37,7 +39,9 @@ BIAS_NATS = 4.0
 TAIL = 4000  # bytes of the text before the cursor the slots are read from (slots.WINDOW)
 _STRING_TERMINALS = ("STRING", "LONG_STRING", "FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING", "COMMENT")
 _STRING_PREFIXES = frozenset(b"r b f u t rb br fr rf tr rt".split())
-_IDENTIFIER = re.compile(rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
+# a name as a load or a binding writes it (not an attribute: `self.data` does not bind `data`)
+_IDENTIFIER = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
+_QUOTED = re.compile(rb"'[^'\n]*'|\"[^\"\n]*\"")  # a string on one line: its words bind nothing
 _OWN = (b"self", b"cls")
 
 
@@ -53,11 +57,12 @@ class IdentifierGuide:
         self.scope = scope
         self.tokens = tokens
         self.before = before[-TAIL:]  # the text before the cursor, healed bytes not included
+        self._line_start = self.before.rfind(b"\n") + 1  # the analysis read the lines before this one
+        self._sure = scope.name_set is NameSet.CLOSED and mode is IdentifierMode.CONSTRAIN
         grammar = compiled.recognizer.grammar
         self._q_term = compiled.q_term
         self._name = grammar.term_id["NAME"]
         self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
-        self._nothing = np.zeros(tokens.size, dtype=bool)
         self._cache: dict = {}
         self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0, "ms": 0.0}
 
@@ -88,7 +93,7 @@ class IdentifierGuide:
             return row, mask
         self.stats["shaped"] += 1
         if closed and self.mode is IdentifierMode.CONSTRAIN:
-            if (good[:n] & mask[:n]).any():  # a known name can still be written from here
+            if (good[:n] & mask[:n] & ~hit[:n]).any():  # a known name can still be written from here
                 self.stats["masked"] += 1
                 return row, mask & ~hit
             self.stats["fallbacks"] += 1
@@ -105,10 +110,10 @@ class IdentifierGuide:
             return None
         if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
             p = slot.partial
-            if not p or p in self.scope.names or p in _written(text, p) or p.lower() in _STRING_PREFIXES:
+            if not p or p in self.scope.names or p in self._written(text, p) or p.lower() in _STRING_PREFIXES:
                 return None
-            return self.tokens.reads, self._nothing, False
-        spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT)
+            return self.tokens.reads_name, self.tokens.continues, self._sure
+        spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT, SlotKind.LOAD)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
             receiver = self.scope.receivers.get(slot.receiver)
             if receiver is None or (kind is SlotKind.ATTRIBUTE_TARGET and slot.receiver in _OWN):
@@ -125,11 +130,11 @@ class IdentifierGuide:
                 names = names.union(self.scope.document_names)
             self._cache[key] = self._toward(names, slot.partial, spaced)
         good, known = self._cache[key]
-        extra = [n for n in _written(text, slot.partial) if n.startswith(slot.partial) and n not in self.scope.names]
+        extra = [n for n in self._written(text, slot.partial) if n.startswith(slot.partial) and n not in self.scope.names]
         if extra:  # names written since the analysis: few, checked every step
             more, known_more = self._toward(Names(extra), slot.partial, spaced)
             good, known = good | more, known or known_more
-        return self._leaving(good, known, slot.partial, spaced), good, False
+        return self._leaving(good, known, slot.partial, spaced), good, kind is SlotKind.LOAD and self._sure
 
     def _toward(self, names: Names, p: bytes, spaced: bool) -> tuple[np.ndarray, bool]:
         """The tokens towards the `names` that start with `p`, and whether `p` is one of them."""
@@ -147,8 +152,8 @@ class IdentifierGuide:
             writing = tok.starts_name | tok.spaced_start if spaced else tok.starts_name
         return writing & ~good
 
-
-def _written(text: bytes, partial: bytes) -> frozenset[bytes]:
-    """The identifiers of the last 400 bytes before the one being written (names the completion
-    or the cursor's statement bound: `for item in items: total += item`)."""
-    return frozenset(_IDENTIFIER.findall(text[-400 : len(text) - len(partial)]))
+    def _written(self, text: bytes, partial: bytes) -> frozenset[bytes]:
+        """The names the cursor's line (before the cursor) and the completion write before the one
+        being written, attributes and one-line strings left out (names they bind: `for item in
+        items: total += item`; the analysis read the other lines)."""
+        return frozenset(_IDENTIFIER.findall(_QUOTED.sub(b"", text[self._line_start : len(text) - len(partial)])))

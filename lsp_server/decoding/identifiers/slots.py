@@ -21,7 +21,9 @@ class SlotKind(enum.Enum):
     NONE = "none"  # not an identifier (a number, a string prefix, inside a bracket we can't read)
     FREE = "free"  # a binding or a place we can't tell from one: never restricted
     STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
-    NAME = "name"  # a name read in an expression (a load)
+    NAME = "name"  # a name read in an expression (a load) inside a bracket or a string: a comprehension's
+    # variable (`[x for x in ...]`) or a walrus target (`if n := ...`) may be bound after it
+    LOAD = "load"  # a name read in an expression outside brackets and strings: it must exist already
     ARGUMENT = "argument"  # the start of a call's argument: a load, or a keyword of the callee
     ATTRIBUTE = "attribute"  # after `receiver.`, read (not assigned)
     ATTRIBUTE_TARGET = "attribute-target"  # after `receiver.` at a statement's start: maybe assigned
@@ -36,10 +38,14 @@ class Slot:
 
 NONE = Slot(SlotKind.NONE)
 _RECEIVER = re.compile(rb"((?:[A-Za-z_][A-Za-z0-9_]*[ \t]*\.[ \t]*)*[A-Za-z_][A-Za-z0-9_]*)[ \t]*\.[ \t]*\Z")
-_BINDING_KEYWORD = re.compile(rb"(?:^|[^\w.])(?:def|class|as|global|nonlocal|import|from|del)\Z")
+_BINDING_KEYWORD = re.compile(rb"(?:^|[^\w.])(?:def|class|as|import)\Z")
+_FREE_KEYWORD = re.compile(rb"(?:^|[^\w.])(?:global|nonlocal|from|del)\Z")
 _FOR_TARGET = re.compile(rb"(?:^|[^\w.])for\b(?:(?!\bin\b)[^=])*\Z")
 _LAMBDA_PARAMS = re.compile(rb"(?:^|[^\w.])lambda\b[^:]*\Z")
 _DEF_HEADER = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]")
+_CASE_HEADER = re.compile(rb"^[ \t]*case(?:\Z|[ \t]+(?![=.(\[:]))")  # a match's case: its names are captures
+_TYPE_ALIAS = re.compile(rb"^[ \t]*type\Z")  # `type Alias = ...` (3.12): the alias' name
+_WALRUS_PLACE = re.compile(rb"(?:^|[^\w.])(?:if|elif|while|match)\Z")  # `if n := len(a) ...`: maybe a target
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:import|from)[ \t]")
 _OPEN = b"([{"
 _CLOSE = b")]}"
@@ -48,9 +54,10 @@ _CLOSE = b")]}"
 WINDOW = 4000  # bytes read back from the end: a logical line longer than this is read in part
 
 
-def _scan(text: bytes) -> tuple[int, list[tuple[int, int]]]:
+def _scan(text: bytes) -> tuple[int, list[tuple[int, int]], bool]:
     """Where the logical line that `text` ends in starts (physical lines joined while a bracket
-    is open or after a backslash), and (position, bracket byte) of its brackets still open.
+    is open or after a backslash), (position, bracket byte) of its brackets still open, and
+    whether it ends inside a quote (an f-string's field: its brackets are not counted).
     Read forward from a line start `WINDOW` bytes back; quotes are skipped on one line
     (a triple-quoted string that spans lines miscounts, and the slot is then read wrongly but
     only ever towards a place that is restricted less or not at all: see `slot_at`)."""
@@ -81,7 +88,7 @@ def _scan(text: bytes) -> tuple[int, list[tuple[int, int]]]:
         elif b == 0x0A and not stack and not text[:i].endswith(b"\\"):
             start = i + 1
         i += 1
-    return start, [(p - start, b) for p, b in stack]
+    return start, [(p - start, b) for p, b in stack], bool(quote)
 
 
 def _logical_line(text: bytes) -> bytes:
@@ -99,7 +106,7 @@ def slot_at(text: bytes) -> Slot:
         return NONE  # a number
     head = text[:i]
     stripped = head.rstrip(b" \t")
-    begin, open_ = _scan(stripped)
+    begin, open_, quoted = _scan(stripped)
     line = stripped[begin:]
     if stripped.endswith(b"."):
         m = _RECEIVER.search(head)
@@ -113,7 +120,8 @@ def slot_at(text: bytes) -> Slot:
         at_start = not lead.strip() or lead.rstrip().endswith((b";", b":"))
         kind = SlotKind.ATTRIBUTE_TARGET if at_start or _binds(lead) else SlotKind.ATTRIBUTE
         return Slot(kind, partial, receiver)
-    if _binds(line):
+    if (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(line.lstrip(b"\n"))
+            or _CASE_HEADER.match(line.lstrip(b"\n"))):
         return Slot(SlotKind.FREE, partial)
     body = line.strip()
     if body.endswith(b"@") and not open_:
@@ -123,7 +131,9 @@ def slot_at(text: bytes) -> Slot:
     if not open_:
         if b"=" not in line.replace(b"==", b"") and body.endswith(b","):
             return Slot(SlotKind.FREE, partial)  # `a, b` before `=`: a tuple of targets
-        return Slot(SlotKind.NAME, partial)
+        if quoted or _WALRUS_PLACE.search(body):
+            return Slot(SlotKind.NAME, partial)
+        return Slot(SlotKind.LOAD, partial)
     pos, bracket = open_[-1]
     if bracket == 0x28 and body.endswith((b"(", b",")):
         if pos > 0 and (is_name_byte(line[pos - 1]) or line[pos - 1] in b")]"):
@@ -133,8 +143,8 @@ def slot_at(text: bytes) -> Slot:
 
 
 def _binds(line: bytes) -> bool:
-    """The logical line so far puts the next name in a binding place: after def/class/as/global/
-    nonlocal/import/from/del, a for's target, lambda's or a def's parameters, an import line."""
+    """The logical line so far puts the next name in a binding place: after def/class/as/import,
+    a for's target, lambda's or a def's parameters, an import line."""
     body = line.rstrip(b" \t")
     if _BINDING_KEYWORD.search(body) or _FOR_TARGET.search(body) or _LAMBDA_PARAMS.search(body):
         return True

@@ -8,8 +8,8 @@ non-ASCII letters; a partial UTF-8 token is taken as part of one). For each toke
 - `starts_name[t]`: it starts a new identifier (a letter, `_` or >= 0x80 first), `spaced_start`
   the same after one space (`" foo"`, as byte-level BPE writes a name after an operator);
 - `continues[t]`: its first byte may continue an open identifier (digits too);
-- `reads[t]`: it starts with `(`, `.` or `[`: after a name, the name is read (called,
-  an attribute or an item taken), not assigned;
+- `reads_name[t]`: after a name at a statement's start, it ends the name and reads it (`(`,
+  `.`, `[`, an operator, the line's end): anything that ends it but `=`, `:` and `,` (a target);
 - `ends_with[lead]`: the tokens made of `lead` and then a byte that ends the identifier
   (`"path("`, `"path."`), `spaced_ends_with` the same after one space.
 A token that starts with a string prefix and a quote (`f"`, `rb'`) writes a string, not a name.
@@ -24,6 +24,7 @@ import numpy as np
 
 _LEAD = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")
 _STRING_PREFIX = re.compile(rb"(?i:[rbfut]|rb|br|fr|rf|tr|rt)['\"]")
+_TARGET_END = re.compile(rb"[ \t]*(?:=(?!=)|:(?!=)|,)")  # after a name: it is assigned (`x =`, `x: int`, `x, y =`)
 
 
 def is_name_start(byte: int) -> bool:
@@ -44,14 +45,14 @@ class IdentifierTokens:
         self.starts_name = np.zeros(V, dtype=bool)
         self.spaced_start = np.zeros(V, dtype=bool)
         self.continues = np.zeros(V, dtype=bool)
-        self.reads = np.zeros(V, dtype=bool)
+        binds = np.zeros(V, dtype=bool)
         ends: dict[bytes, list[int]] = defaultdict(list)
         spaced: dict[bytes, list[int]] = defaultdict(list)
         for t, b in enumerate(token_bytes):
             if not b or t in special or _STRING_PREFIX.match(b):
                 continue
             self.continues[t] = is_name_byte(b[0])
-            self.reads[t] = b[0] in b"(.["
+            binds[t] = _TARGET_END.match(b) is not None
             self.starts_name[t] = is_name_start(b[0])
             lead = _LEAD.match(b).group()
             if lead and len(lead) < len(b):
@@ -68,6 +69,7 @@ class IdentifierTokens:
         for t, b in enumerate(token_bytes):
             if not b or _STRING_PREFIX.match(b):
                 self.ends_name[t] = False
+        self.reads_name = self.ends_name & ~binds
 
     def toward(self, remainders: list[bytes], spaced: bool) -> np.ndarray:
         """The tokens that keep the identifier on the way to one of the names whose unwritten
