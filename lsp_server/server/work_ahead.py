@@ -24,6 +24,10 @@ for. The rules that keep this from costing the user anything:
 - after an accepted suggestion, the prefetch is made for the document as pressing Enter will
   leave it: a new line with the accepted line's indentation, one level deeper after a `:`
   (what VS Code and Neovim do by default);
+- an answer the latency budget cut (`decoding/budget.py`) is continued at once: a prefetch of
+  the same request that decodes on from the answer's tokens (`Plan.resume`), valid while the
+  user types the answer on; a request at the end of the whole answer (it was accepted) waits
+  for it, and its rest is then served by typing through (`engine.typed_through`);
 - when the work is done nothing more runs: the server is idle a prompt's prefill after the last
   keystroke at most.
 """
@@ -68,6 +72,24 @@ class Plan:
     line: int
     character: int
     valid_for: tuple[str, ...]
+    resume: tuple[int, ...] = ()  # a continuation: the tokens of the answer the budget cut
+    partial: str = ""  # and its text: valid too while the document is `text` with a start of it typed
+
+    def split(self) -> tuple[str, str]:
+        """The plan's text before and after its cursor."""
+        off = offset_at(self.text, self.line, self.character)
+        return self.text[:off], self.text[off:]
+
+    def valid(self, text: str) -> bool:
+        """Whether the plan still serves a document whose text is `text`."""
+        if text in self.valid_for:
+            return True
+        if not self.partial:
+            return False
+        before, after = self.split()
+        typed = len(text) - len(self.text)
+        return (0 < typed <= len(self.partial) and text.startswith(before) and text.endswith(after)
+                and text[len(before) : len(before) + typed] == self.partial[:typed])
 
 
 def after_enter(text: str, line: int, character: int) -> tuple[str, int, int]:
@@ -141,10 +163,14 @@ class WorkAhead:
         """A completion request: the user is in this document."""
         self._focus_on(uri)
 
-    def accepted(self, uri: str, text: str, cursor: tuple[int, int]) -> None:
+    def accepted(self, uri: str, text: str, cursor: tuple[int, int], partial: bool = False) -> None:
         """A suggestion was accepted: `text` is the document with it ("\n" line ends, as the
         engine reads it), `cursor` after it. The next suggestion is prefetched for the document
-        after Enter."""
+        after Enter; not after an answer the budget cut (`partial`): its continuation, planned
+        when it was offered, is what comes next there."""
+        if partial:
+            self._focus_on(uri)
+            return
         try:
             entered, line, character = after_enter(text, *cursor)
         except PositionError:
@@ -154,15 +180,36 @@ class WorkAhead:
             Plan(Work.PREFETCH, uri, entered, line, character, (text, entered))]
         self._schedule()
 
+    def continued(self, uri: str, text: str, line: int, character: int, partial: str,
+                  resume: tuple[int, ...]) -> None:
+        """The budget cut the answer `partial` to the request at `line`:`character` of `text`
+        ("\n" line ends): decode on from its tokens `resume` in the background, first thing."""
+        if self.focus != uri:
+            return
+        plan = Plan(Work.PREFETCH, uri, text, line, character, (text,), tuple(resume), partial)
+        self._plans = [plan] + [p for p in self._plans if p.work is Work.PREFETCH]
+        self.stats["continuations_planned"] += 1
+        self._schedule()
+
     async def join(self, uri: str, text: str, line: int, character: int) -> None:
         """Before a request runs: wait for the prefetch running for exactly this text and cursor
-        (its result then serves the request without a model call)."""
+        (its result then serves the request without a model call), or for the continuation of
+        an answer the budget cut when the request is at the end of that whole answer (accepted)."""
         running = self._running
         if running is None:
             return
         plan, task = running
-        if plan.work is Work.PREFETCH and (plan.uri, plan.text, plan.line, plan.character) == (
-                uri, text, line, character):
+        if plan.work is not Work.PREFETCH or plan.uri != uri:
+            return
+        same = (plan.text, plan.line, plan.character) == (text, line, character)
+        if not same and plan.partial:
+            before, after = plan.split()
+            try:
+                off = offset_at(text, line, character)
+            except PositionError:
+                return
+            same = text[:off] == before + plan.partial and text[off:] == after
+        if same:
             self.stats["requests_joined_a_prefetch"] += 1
             await asyncio.shield(task)
 
@@ -184,7 +231,7 @@ class WorkAhead:
             return
         # a prefetch still valid for this text stays first (its prefill comes with it)
         text = doc.lf_text  # as the engine reads it (a request's text too)
-        keep = [p for p in self._plans if p.work is Work.PREFETCH and text in p.valid_for]
+        keep = [p for p in self._plans if p.work is Work.PREFETCH and p.valid(text)]
         self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor[0], cursor[1], (text,))]
         self._schedule()
 
@@ -212,7 +259,7 @@ class WorkAhead:
             return
         plan = self._plans[0]
         doc = self.documents.get(plan.uri)
-        if plan.uri != self.focus or doc is None or doc.refused or doc.lf_text not in plan.valid_for:
+        if plan.uri != self.focus or doc is None or doc.refused or not plan.valid(doc.lf_text):
             self._plans.pop(0)
             self.stats[f"{plan.work.value}_dropped"] += 1
             self._schedule()
@@ -222,7 +269,7 @@ class WorkAhead:
 
     async def _run(self, plan: Plan) -> None:
         request = CompletionRequest(plan.text, plan.line, plan.character, document=plan.uri,
-                                    workspace=self.documents.workspace(plan.uri))
+                                    workspace=self.documents.workspace(plan.uri), resume=plan.resume)
         t0 = time.perf_counter()
         done = False
         try:
