@@ -135,3 +135,64 @@ def test_the_setting_and_its_bounds():
         opts, problems = ServerOptions().merged({"latencyBudgetMs": bad})
         assert opts.latency_budget_ms == 250 and problems and "latencyBudgetMs" in problems[0]
     assert ServerOptions().to_json()["latencyBudgetMs"] == 250
+
+
+# --- the work ahead's part --------------------------------------------------------------------
+
+
+class RecordingHost:
+    """Just enough of an EngineHost for WorkAhead: background jobs are recorded, not run."""
+
+    ready = True
+    busy = False
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+
+    def on_idle(self, listener) -> None:
+        pass
+
+    async def background(self, job, uri):
+        self.jobs.append(uri)
+        return None
+
+    def stop_background(self) -> None:
+        pass
+
+
+@pytest.mark.asyncio
+async def test_a_documents_first_prefill_starts_at_once_later_ones_after_the_pause():
+    import asyncio
+
+    from lsp_server.server.documents import DocumentStore
+    from lsp_server.server.work_ahead import WorkAhead
+
+    from wait_support import until
+
+    docs, host = DocumentStore(), RecordingHost()
+    ahead = WorkAhead(docs, host, enabled=lambda: True, pause_s=3600)  # a pause that never ends here
+    docs.open("file:///a.py", "python", 1, "x = 1\ny = \n")
+    ahead.opened("file:///a.py")
+    ahead.cursor("file:///a.py", 1, 1, 4)  # reported with the opening
+    await until(lambda: host.jobs == ["file:///a.py"], timeout=10, what="the first prefill")
+    await asyncio.sleep(0.05)
+    ahead.cursor("file:///a.py", 1, 0, 3)  # a move: waits for the pause
+    docs.open("file:///b.py", "python", 1, "z = \n")
+    ahead.opened("file:///b.py")
+    ahead.changed("file:///b.py", (0, 4))  # a client without cursor reports: its first change
+    await until(lambda: host.jobs == ["file:///a.py", "file:///b.py"], timeout=10, what="b's first prefill")
+    await asyncio.sleep(0.2)
+    assert host.jobs == ["file:///a.py", "file:///b.py"]
+
+
+def test_a_continuation_stays_valid_while_the_cut_answer_is_typed_on():
+    from lsp_server.server.work_ahead import Plan, Work
+
+    text = "def f():\n    \n"
+    plan = Plan(Work.PREFETCH, "u", text, 1, 4, (text,), (1, 2, 3), "x = 1\n    y = 2")
+    for typed in ("x", "x = 1\n", "x = 1\n    y = 2"):
+        assert plan.valid(text[:13] + typed + text[13:])
+    assert plan.valid(text)
+    assert not plan.valid(text[:13] + "z" + text[13:])
+    assert not plan.valid(text[:13] + "x = 1\n    y = 2!" + text[13:])
+    assert not Plan(Work.PREFETCH, "u", text, 1, 4, (text,)).valid(text[:13] + "x" + text[13:])

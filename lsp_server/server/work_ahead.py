@@ -13,7 +13,10 @@ for. The rules that keep this from costing the user anything:
 - only the document the user is in (the last one with a cursor report, a change or a request)
   gets work; a new focus drops the work planned for the previous one and stops what runs;
 - a prefill starts after a pause (`PAUSE_S` without a cursor move or a change), a prefetch as
-  soon as no request runs; both run on the engine's worker thread only while no request is
+  soon as no request runs; the first prefill of a document (its cursor just learnt: reported
+  with the opening, or the first change of a client that never reports it) starts at once, as
+  the user has not moved yet (docs/latency.md: it gives the prefill a quarter of a second more
+  before a request that comes soon after opening); both run on the engine's worker thread only while no request is
   queued or running, and a request stops them within one decoder layer and reuses what they
   computed (the KV cache of the prompt's first chunks);
 - a prefill is `CompletionEngine.prefill` (KV cache and parse of the text before the cursor;
@@ -134,24 +137,26 @@ class WorkAhead:
     # --- events --------------------------------------------------------------------------------
     def cursor(self, uri: str, version: int | None, line: int, character: int) -> None:
         """The client reported the cursor (it moved, or the editor came to the front)."""
+        first = uri not in self._cursors
         self._cursors[uri] = (line, character)
         self._focus_on(uri)
         doc = self.documents.get(uri)
         if doc is None or version is not None and doc.version != version:
             return  # not open yet (planned at didOpen), or a change is on its way
-        self._plan_prefill(uri)
+        self._plan_prefill(uri, at_once=first)
 
     def opened(self, uri: str) -> None:
         if uri in self._cursors:  # the cursor came before the document
             self._focus_on(uri)
-            self._plan_prefill(uri)
+            self._plan_prefill(uri, at_once=True)
 
     def changed(self, uri: str, cursor: tuple[int, int] | None) -> None:
         """The document changed; `cursor`: where the last change ended (the likely cursor)."""
+        first = cursor is not None and uri not in self._cursors
         if cursor is not None:
             self._cursors[uri] = cursor
         self._focus_on(uri)
-        self._plan_prefill(uri)
+        self._plan_prefill(uri, at_once=first)
 
     def closed(self, uri: str) -> None:
         self._cursors.pop(uri, None)
@@ -224,7 +229,7 @@ class WorkAhead:
         if self._running is not None:
             self.host.stop_background()
 
-    def _plan_prefill(self, uri: str) -> None:
+    def _plan_prefill(self, uri: str, at_once: bool = False) -> None:
         doc = self.documents.get(uri)
         cursor = self._cursors.get(uri)
         if doc is None or cursor is None or doc.refused:
@@ -233,11 +238,12 @@ class WorkAhead:
         text = doc.lf_text  # as the engine reads it (a request's text too)
         keep = [p for p in self._plans if p.work is Work.PREFETCH and p.valid(text)]
         self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor[0], cursor[1], (text,))]
-        self._schedule()
+        self._schedule(at_once)
 
-    def _schedule(self) -> None:
+    def _schedule(self, at_once: bool = False) -> None:
         """(Re)start the pause: the first plan runs when nothing happened for `pause_s` (a
-        prefetch as soon as no request runs: the accept said what comes next)."""
+        prefetch as soon as no request runs: the accept said what comes next; `at_once`: a
+        document's first prefill)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -247,7 +253,7 @@ class WorkAhead:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        delay = 0.0 if self._plans[0].work is Work.PREFETCH else self.pause_s
+        delay = 0.0 if at_once or self._plans[0].work is Work.PREFETCH else self.pause_s
         self._timer = loop.call_later(delay, self._start)
 
     def _start(self) -> None:
