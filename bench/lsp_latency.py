@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -514,6 +515,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
                    "similarity": round(sum(r["similarity"] for r in rows) / len(rows), 3)}
             for code in sorted({r["code"] for r in quality}) for rows in [[r for r in quality if r["code"] == code]]},
         "counts": counts,
+        "stop_reasons": dict(Counter(m.group(2) for m in COMPLETED.finditer(log) if m.group(1).startswith("file:///bench/"))),
         "ms_per_generated_token": {"requests": len(steps), "tokens": tokens,
                                    "ms": round(decode_ms / tokens, 2) if tokens else None},
         "engine": engine_figures(log, "file:///bench/"),
