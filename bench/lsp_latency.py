@@ -219,8 +219,9 @@ class Server:
 
 
 def options_of(args, **extra) -> dict:
-    budget = {} if args.latency_budget_ms is None else {"latencyBudgetMs": args.latency_budget_ms}
-    return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | budget | extra
+    given = {key: value for key, value in (("latencyBudgetMs", args.latency_budget_ms),
+                                            ("contextTokens", args.context_tokens)) if value is not None}
+    return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | given | extra
 
 
 COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
@@ -663,7 +664,7 @@ async def run(args) -> dict:
     cuts = cut_points(args.cuts, args.seed, args.code)
     out = {
         "model": args.model, "max_tokens": args.max_tokens, "mode": args.mode, "work_ahead": args.work_ahead,
-        "latency_budget_ms": args.latency_budget_ms,
+        "latency_budget_ms": args.latency_budget_ms, "context_tokens": args.context_tokens,
         "code": args.code, "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     scenarios = args.scenarios.split(",")
@@ -699,6 +700,7 @@ def main() -> None:
     ap.add_argument("--pause", type=float, default=0.5,
                     help="leads, cursor client: seconds between the character typed and the request")
     ap.add_argument("--latency-budget-ms", type=int, help="the server's latencyBudgetMs (default: the server's)")
+    ap.add_argument("--context-tokens", type=int, help="the server's contextTokens, the prompt window (default: the server's)")
     ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")
     ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
     ap.add_argument("--typing-docs", type=int, default=10)

@@ -39,8 +39,8 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "identifiers": "identifiers",
 }
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
-SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> (field, allowed range below)
-_SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
+SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> field (its range: SERVER_INT_RANGES)
+SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
 _INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}
 
 
@@ -86,7 +86,7 @@ class ServerOptions:
                     value = getattr(ServerOptions, name)
                 if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
                     value = int(value)
-                lo, hi = _SERVER_INT_RANGES[name]
+                lo, hi = SERVER_INT_RANGES[name]
                 if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                     problems.append(f"{SECTION}.{key} must be an integer from {lo} to {hi}, not {value!r}; "
                                     f"keeping {getattr(opts, name)!r}")
