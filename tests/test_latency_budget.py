@@ -196,3 +196,11 @@ def test_a_continuation_stays_valid_while_the_cut_answer_is_typed_on():
     assert not plan.valid(text[:13] + "z" + text[13:])
     assert not plan.valid(text[:13] + "x = 1\n    y = 2!" + text[13:])
     assert not Plan(Work.PREFETCH, "u", text, 1, 4, (text,)).valid(text[:13] + "x" + text[13:])
+
+
+def test_a_cut_answer_is_counted_in_the_statistics():
+    from lsp_server.server.telemetry import Telemetry
+
+    t = Telemetry()
+    t.count("budget_cut")
+    assert t.stats()["budget_cut"] == 1

@@ -26,7 +26,7 @@ from ..decoding.offer import PATHS as OFFER_PATHS  # which step of the validity 
 
 log = logging.getLogger(__name__)
 
-COUNTS = ("shown", "accepted", "dismissed", "requests", "cancelled", "superseded") + tuple(
+COUNTS = ("shown", "accepted", "dismissed", "requests", "cancelled", "superseded", "budget_cut") + tuple(
     f"offer:{p}" for p in OFFER_PATHS)
 PENDING_LIMIT = 4096  # suggestions remembered for an accept/dismiss report
 
