@@ -203,4 +203,4 @@ def test_a_cut_answer_is_counted_in_the_statistics():
 
     t = Telemetry()
     t.count("budget_cut")
-    assert t.stats()["budget_cut"] == 1
+    assert t.stats()["budgetCut"] == 1

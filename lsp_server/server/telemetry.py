@@ -45,6 +45,7 @@ def summary(counts: dict) -> dict:
     out["meanLatencyMs"] = round(counts.get("latency_ms_sum", 0.0) / shown, 1) if shown else 0.0
     for k in ("requests", "cancelled", "superseded"):
         out[k] = int(counts.get(k, 0))
+    out["budgetCut"] = int(counts.get("budget_cut", 0))  # answers the latency budget cut (docs/latency.md)
     out["offeredBy"] = {p: int(counts.get(f"offer:{p}", 0)) for p in OFFER_PATHS}
     return out
 
