@@ -433,11 +433,16 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
     counts = {"first_items": 0, "first_multiline": 0, "warm_items": 0, "accepted": 0, "after_accept_items": 0,
               "enter_items": 0, "offered": 0, "offered_compiling": 0}
 
-    def offered(doc: str, r) -> list:
+    not_compiling: list[dict] = []
+
+    def offered(doc: str, r, phase: str, where: str) -> list:
         items = items_of(r)
         for it in items[:1]:
             counts["offered"] += 1
-            counts["offered_compiling"] += compiles(apply_item(doc, it)[0])
+            ok = compiles(apply_item(doc, it)[0])
+            counts["offered_compiling"] += ok
+            if not ok:
+                not_compiling.append({"phase": phase, "cut": where, "insert_text": it.insert_text})
         return items
 
     for k, c in enumerate(cuts):
@@ -460,7 +465,8 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         r, dt = await s.timed(uri, c.line, col)
         times["first"].append(dt)
         first_by_code.setdefault(kind, []).append(dt)
-        items = offered(doc, r)
+        where = f"{c.name}:{c.line + 1}:{c.col}"
+        items = offered(doc, r, "first", where)
         counts["first_items"] += bool(items)
         if items:
             quality.append({"code": kind} | quality_of(doc, c, items[0]))
@@ -472,7 +478,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
             col += utf16(more)
             r, dt = await s.timed(uri, c.line, col)
             times["warm"].append(dt)
-            items = offered(doc, r)
+            items = offered(doc, r, "warm", where)
             counts["warm_items"] += bool(items)
         if not items:
             s.close(uri)
@@ -486,14 +492,14 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         counts["accepted"] += 1
         r, dt = await s.timed(uri, *end)
         times["after_accept"].append(dt)
-        counts["after_accept_items"] += bool(offered(accepted, r))
+        counts["after_accept_items"] += bool(offered(accepted, r, "after_accept", where))
         await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
         entered, line, character = after_enter(accepted, *end)
         off = offset_at(accepted, *end)
         s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
         r, dt = await s.timed(uri, line, character)
         times["after_accept_and_enter"].append(dt)
-        counts["enter_items"] += bool(offered(entered, r))
+        counts["enter_items"] += bool(offered(entered, r, "after_accept_and_enter", where))
         s.close(uri)
         if args.verbose:
             print(f"{k:3d} first {times['first'][-1] * 1000:7.0f} ms {c.name}:{c.line + 1}:{c.col}", file=sys.stderr)
@@ -516,6 +522,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
                    "similarity": round(sum(r["similarity"] for r in rows) / len(rows), 3)}
             for code in sorted({r["code"] for r in quality}) for rows in [[r for r in quality if r["code"] == code]]},
         "counts": counts,
+        "offered_not_compiling": not_compiling,
         "stop_reasons": dict(Counter(m.group(2) for m in COMPLETED.finditer(log) if m.group(1).startswith("file:///bench/"))),
         "ms_per_generated_token": {"requests": len(steps), "tokens": tokens,
                                    "ms": round(decode_ms / tokens, 2) if tokens else None},
