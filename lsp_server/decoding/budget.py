@@ -4,8 +4,8 @@
     budget.expired()                                 # asked between decoding steps
     NO_BUDGET.expired()                              # always False (background work, tools)
 
-Why: a multi-line answer on a 2-core CPU takes 20-50 ms per token, so a 6-line block holds the
-request for a second or more, and the search behind an empty answer (`redecode.search`) has
+Why: decoding costs 15-21 ms per generated token on a 2-core CPU (checks included;
+docs/latency.md), so a 6-line block of ~60 tokens holds the request for a second or more, and the search behind an empty answer (`redecode.search`) has
 been seen to take 2.7 s. Once the budget runs out, the decoding loop ends at the longest stop
 it has reached that ends a complete line and passes the same whole-file checks as any stop
 (`loop._Decoding.budget_stop`); the rest is decoded in the background from where it stopped
@@ -38,10 +38,6 @@ class Budget:
         if ms <= 0:
             return NO_BUDGET
         return cls((clock() if start is None else start) + ms / 1000, clock)
-
-    @property
-    def limited(self) -> bool:
-        return self.deadline is not None
 
     def expired(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline
