@@ -204,3 +204,24 @@ def test_a_cut_answer_is_counted_in_the_statistics():
     t = Telemetry()
     t.count("budget_cut")
     assert t.stats()["budgetCut"] == 1
+
+
+def test_a_new_window_leaves_room_so_that_the_next_lines_keep_its_start():
+    """A document's first prompt (the one prefilled ahead) holds at most REFILL_SHARE of the
+    budget: accepting a suggestion of a few lines after it keeps the window's start, so its KV
+    cache serves the next request instead of a whole new prefill."""
+    import os
+    import typing
+
+    from mask_store.vocabulary import load_tokenizer
+
+    from lsp_server.decoding.prompt import REFILL_SHARE, window
+
+    tok = load_tokenizer("default")
+    lines = open(os.path.abspath(typing.__file__), encoding="utf-8").read().splitlines(keepends=True)
+    for at in (900, 1500, 2200):
+        before = "".join(lines[:at])
+        first = window(tok, before, 1024)
+        assert first.truncated and len(tok.encode(before[first.start :])) <= REFILL_SHARE * 1024
+        accepted = before + "    value = compute(first, second)\n" * 12  # ~120 tokens
+        assert window(tok, accepted, 1024, anchor=first.line).line == first.line
