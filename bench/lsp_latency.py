@@ -341,6 +341,24 @@ async def warmup(s: Server, args) -> float:
     return dt
 
 
+async def accept_then_enter(s: Server, args, uri: str, doc: str, it) -> tuple:
+    """Accept item `it` of `doc` (the edit and `syntaxlock.accepted`), ask at its end, then
+    `--enter-after` seconds after the accept press Enter (the new line indented as editors do)
+    and ask: ((answer, seconds) after the accept, (answer, seconds) after Enter, the document
+    accepted, the document after Enter)."""
+    rng = it.range
+    accepted, end = apply_item(doc, it)
+    s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
+    t_accept = time.perf_counter()
+    await s.command("syntaxlock.accepted", it.command.arguments[0])
+    at_end = await s.timed(uri, *end)
+    await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
+    entered, line, character = after_enter(accepted, *end)
+    off = offset_at(accepted, *end)
+    s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
+    return at_end, await s.timed(uri, line, character), accepted, entered
+
+
 async def scenario_cuts(args, cuts: list[Cut]) -> dict:
     s = Server(args, options_of(args))
     ready_s = await s.start()
@@ -369,21 +387,10 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
             items = items_of(r)
             counts["warm_items"] += bool(items)
         if items:  # accept what is shown, ask at its end, then press Enter
-            it = items[0]
-            rng = it.range
-            accepted, end = apply_item(doc, it)
-            s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
-            t_accept = time.perf_counter()
-            await s.command("syntaxlock.accepted", it.command.arguments[0])
+            (_, dt), (r, dt_enter), _, _ = await accept_then_enter(s, args, uri, doc, items[0])
             counts["accepted"] += 1
-            _, dt = await s.timed(uri, *end)
             accept.append(dt)
-            await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
-            entered, line, character = after_enter(accepted, *end)
-            off = offset_at(accepted, *end)
-            s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
-            r, dt = await s.timed(uri, line, character)
-            enter.append(dt)
+            enter.append(dt_enter)
             counts["enter_items"] += bool(items_of(r))
         s.close(uri)
         if args.verbose:
@@ -483,23 +490,13 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         if not items:
             s.close(uri)
             continue
-        it = items[0]  # accept what is shown, ask at its end, then press Enter and ask
-        rng = it.range
-        accepted, end = apply_item(doc, it)
-        s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
-        t_accept = time.perf_counter()
-        await s.command("syntaxlock.accepted", it.command.arguments[0])
+        # accept what is shown, ask at its end, then press Enter and ask
+        (r, dt), (r_enter, dt_enter), accepted, entered = await accept_then_enter(s, args, uri, doc, items[0])
         counts["accepted"] += 1
-        r, dt = await s.timed(uri, *end)
         times["after_accept"].append(dt)
         counts["after_accept_items"] += bool(offered(accepted, r, "after_accept", where))
-        await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
-        entered, line, character = after_enter(accepted, *end)
-        off = offset_at(accepted, *end)
-        s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
-        r, dt = await s.timed(uri, line, character)
-        times["after_accept_and_enter"].append(dt)
-        counts["enter_items"] += bool(offered(entered, r, "after_accept_and_enter", where))
+        times["after_accept_and_enter"].append(dt_enter)
+        counts["enter_items"] += bool(offered(entered, r_enter, "after_accept_and_enter", where))
         s.close(uri)
         if args.verbose:
             print(f"{k:3d} first {times['first'][-1] * 1000:7.0f} ms {c.name}:{c.line + 1}:{c.col}", file=sys.stderr)
