@@ -1,7 +1,8 @@
 """End-to-end inline completion latency through the real server over stdio (prints JSON).
 
-    .venv/bin/python bench/lsp_latency.py [--cuts 40] [--scenarios cuts,typing,two,busy]
+    .venv/bin/python bench/lsp_latency.py [--cuts 40] [--scenarios cuts,typing,two,busy,leads]
                                           [--code both|stdlib|thirdparty] [--idle 3] [--no-work-ahead]
+                                          [--client cursor|plain] [--lead 2] [--pause 0.5]
 
 Each scenario starts its own `syntaxlock serve` (the CLI's fair thread settings included) and
 waits for it to be ready. Latency is measured in the client, from sending a request to its
@@ -26,6 +27,15 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
   /proc), its peak memory and the KV caches' memory against the cap.
 - `two`: the typing session in two servers at once, against the same session in one server
   alone (fresh servers each time): each one's wait after the last key, alone and together.
+- `leads`: the first request as users meet it, for one client kind (`--client`): `cursor` (the
+  project's clients: the document opened and its cursor reported, `--lead` seconds later minus
+  `--pause` one character typed (reported again), `--pause` seconds later the request) or `plain`
+  (no `syntaxlock/cursor`, as Helix, Zed, Emacs, Sublime: the document opened, one character
+  typed at once, the request `--lead` seconds later). Then warm (1-3 more characters typed, ask
+  at once), accept-then-continue (accept, ask at its end; `--enter-after` s later press Enter and
+  ask). Quality of every answer: the file with it compiles (CPython), exact match and edit
+  similarity of the completed cursor line against the real one; per generated token, from the
+  server's log (decode time, checks and searches included, over sampled + forced tokens).
 - `busy`: cold first requests without working ahead (`workAhead: false`, a whole prompt each),
   on a quiet machine and while two CPU-bound processes run (load 2-4 on 2 cores).
 """
@@ -42,11 +52,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
+
+from completion_quality import edit_similarity  # noqa: E402
 
 from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
@@ -206,7 +219,9 @@ class Server:
 
 
 def options_of(args, **extra) -> dict:
-    return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | extra
+    given = {key: value for key, value in (("latencyBudgetMs", args.latency_budget_ms),
+                                            ("contextTokens", args.context_tokens)) if value is not None}
+    return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | given | extra
 
 
 COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
@@ -326,6 +341,24 @@ async def warmup(s: Server, args) -> float:
     return dt
 
 
+async def accept_then_enter(s: Server, args, uri: str, doc: str, it) -> tuple:
+    """Accept item `it` of `doc` (the edit and `syntaxlock.accepted`), ask at its end, then
+    `--enter-after` seconds after the accept press Enter (the new line indented as editors do)
+    and ask: ((answer, seconds) after the accept, (answer, seconds) after Enter, the document
+    accepted, the document after Enter)."""
+    rng = it.range
+    accepted, end = apply_item(doc, it)
+    s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
+    t_accept = time.perf_counter()
+    await s.command("syntaxlock.accepted", it.command.arguments[0])
+    at_end = await s.timed(uri, *end)
+    await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
+    entered, line, character = after_enter(accepted, *end)
+    off = offset_at(accepted, *end)
+    s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
+    return at_end, await s.timed(uri, line, character), accepted, entered
+
+
 async def scenario_cuts(args, cuts: list[Cut]) -> dict:
     s = Server(args, options_of(args))
     ready_s = await s.start()
@@ -354,21 +387,10 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
             items = items_of(r)
             counts["warm_items"] += bool(items)
         if items:  # accept what is shown, ask at its end, then press Enter
-            it = items[0]
-            rng = it.range
-            accepted, end = apply_item(doc, it)
-            s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
-            t_accept = time.perf_counter()
-            await s.command("syntaxlock.accepted", it.command.arguments[0])
+            (_, dt), (r, dt_enter), _, _ = await accept_then_enter(s, args, uri, doc, items[0])
             counts["accepted"] += 1
-            _, dt = await s.timed(uri, *end)
             accept.append(dt)
-            await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
-            entered, line, character = after_enter(accepted, *end)
-            off = offset_at(accepted, *end)
-            s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
-            r, dt = await s.timed(uri, line, character)
-            enter.append(dt)
+            enter.append(dt_enter)
             counts["enter_items"] += bool(items_of(r))
         s.close(uri)
         if args.verbose:
@@ -393,6 +415,116 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
         "engine": engine_figures(log, "file:///bench/"),
         "work_ahead": status.get("workAhead"),
         "kv_cache": status.get("kvCache"),
+        "server_log": str(s.log_file),
+    }
+
+
+def quality_of(doc: str, cut: Cut, item) -> dict:
+    """Whether the file with `item` accepted compiles, and its cursor line against the real one."""
+    text, _ = apply_item(doc, item)
+    line = text.split("\n")[cut.line].rstrip()
+    real = (cut.doc.split("\n")[cut.line] + cut.rest).rstrip()
+    return {"compiles": compiles(text), "exact": line == real, "similarity": edit_similarity(line, real)}
+
+
+async def scenario_leads(args, cuts: list[Cut]) -> dict:
+    """The first request `--lead` s after the server can know the cursor, for one client kind;
+    then warm requests and accept-then-continue (see the module's docstring)."""
+    s = Server(args, options_of(args))
+    ready_s = await s.start()
+    first_s = await warmup(s, args)
+    pause = min(args.pause, args.lead)
+    times: dict[str, list[float]] = {"first": [], "warm": [], "after_accept": [], "after_accept_and_enter": []}
+    first_by_code: dict[str, list[float]] = {}
+    quality: list[dict] = []
+    counts = {"first_items": 0, "first_multiline": 0, "warm_items": 0, "accepted": 0, "after_accept_items": 0,
+              "enter_items": 0, "offered": 0, "offered_compiling": 0}
+
+    not_compiling: list[dict] = []
+
+    def offered(doc: str, r, phase: str, where: str) -> list:
+        items = items_of(r)
+        for it in items[:1]:
+            counts["offered"] += 1
+            ok = compiles(apply_item(doc, it)[0])
+            counts["offered_compiling"] += ok
+            if not ok:
+                not_compiling.append({"phase": phase, "cut": where, "insert_text": it.insert_text})
+        return items
+
+    for k, c in enumerate(cuts):
+        uri = f"file:///bench/{k}/{c.name}"
+        kind = c.name.split("/", 1)[0]
+        s.open(uri, c.doc)
+        doc, col = c.doc, c.col
+        typed = c.rest[:1]
+        if args.client == "cursor":
+            s.cursor(uri, c.line, col)
+            await asyncio.sleep(args.lead - pause)
+        s.edit(uri, (c.line, col), (c.line, col), typed)
+        doc = doc[: offset_at(doc, c.line, col)] + typed + doc[offset_at(doc, c.line, col):]
+        col += utf16(typed)
+        if args.client == "cursor":
+            s.cursor(uri, c.line, col)
+            await asyncio.sleep(pause)
+        else:
+            await asyncio.sleep(args.lead)
+        r, dt = await s.timed(uri, c.line, col)
+        times["first"].append(dt)
+        first_by_code.setdefault(kind, []).append(dt)
+        where = f"{c.name}:{c.line + 1}:{c.col}"
+        items = offered(doc, r, "first", where)
+        counts["first_items"] += bool(items)
+        if items:
+            quality.append({"code": kind} | quality_of(doc, c, items[0]))
+            counts["first_multiline"] += "\n" in items[0].insert_text.rstrip("\n")
+        more = c.rest[1 : 2 + k % 3]
+        if more:
+            s.edit(uri, (c.line, col), (c.line, col), more)
+            doc = doc[: offset_at(doc, c.line, col)] + more + doc[offset_at(doc, c.line, col):]
+            col += utf16(more)
+            r, dt = await s.timed(uri, c.line, col)
+            times["warm"].append(dt)
+            items = offered(doc, r, "warm", where)
+            counts["warm_items"] += bool(items)
+        if not items:
+            s.close(uri)
+            continue
+        # accept what is shown, ask at its end, then press Enter and ask
+        (r, dt), (r_enter, dt_enter), accepted, entered = await accept_then_enter(s, args, uri, doc, items[0])
+        counts["accepted"] += 1
+        times["after_accept"].append(dt)
+        counts["after_accept_items"] += bool(offered(accepted, r, "after_accept", where))
+        times["after_accept_and_enter"].append(dt_enter)
+        counts["enter_items"] += bool(offered(entered, r_enter, "after_accept_and_enter", where))
+        s.close(uri)
+        if args.verbose:
+            print(f"{k:3d} first {times['first'][-1] * 1000:7.0f} ms {c.name}:{c.line + 1}:{c.col}", file=sys.stderr)
+    status = await s.command("syntaxlock.status")
+    log = s.log()
+    await s.stop()
+    steps = [(int(m.group(6)), int(m.group(7)) + int(m.group(8))) for m in COMPLETED.finditer(log)
+             if m.group(1).startswith("file:///bench/") and int(m.group(3))]
+    decode_ms, tokens = sum(d for d, _ in steps), sum(n for _, n in steps)  # the log's figures are ms
+    return {
+        "client": args.client, "lead_s": args.lead, "pause_s": pause if args.client == "cursor" else args.lead,
+        "server_ready_s": round(ready_s, 2),
+        "first_request_of_the_process_ms": round(first_s * 1000, 1),
+        "cut_points": len(cuts),
+        **{name: stats_ms(v) if v else None for name, v in times.items()},
+        "first_by_code": {k: stats_ms(v) for k, v in first_by_code.items()},
+        "quality_of_the_first_answer": {
+            code: {"n": len(rows), "compiles": sum(r["compiles"] for r in rows),
+                   "exact": round(sum(r["exact"] for r in rows) / len(rows), 3),
+                   "similarity": round(sum(r["similarity"] for r in rows) / len(rows), 3)}
+            for code in sorted({r["code"] for r in quality}) for rows in [[r for r in quality if r["code"] == code]]},
+        "counts": counts,
+        "offered_not_compiling": not_compiling,
+        "stop_reasons": dict(Counter(m.group(2) for m in COMPLETED.finditer(log) if m.group(1).startswith("file:///bench/"))),
+        "ms_per_generated_token": {"requests": len(steps), "tokens": tokens,
+                                   "ms": round(decode_ms / tokens, 2) if tokens else None},
+        "engine": engine_figures(log, "file:///bench/"),
+        "work_ahead": status.get("workAhead"),
         "server_log": str(s.log_file),
     }
 
@@ -536,11 +668,14 @@ async def run(args) -> dict:
     cuts = cut_points(args.cuts, args.seed, args.code)
     out = {
         "model": args.model, "max_tokens": args.max_tokens, "mode": args.mode, "work_ahead": args.work_ahead,
+        "latency_budget_ms": args.latency_budget_ms, "context_tokens": args.context_tokens,
         "code": args.code, "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     scenarios = args.scenarios.split(",")
     if "cuts" in scenarios:
         out["cuts"] = await scenario_cuts(args, cuts)
+    if "leads" in scenarios:
+        out["leads"] = await scenario_leads(args, cuts)
     typing_cuts = cut_points(args.typing_docs, args.seed + 7, args.code)
     if "typing" in scenarios:
         out["typing"] = await scenario_typing(args, typing_cuts)
@@ -562,6 +697,14 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--mode", default="single", choices=["auto", "single", "multi"])
     ap.add_argument("--idle", type=float, default=3.0, help="seconds between the cursor report and the first request")
+    ap.add_argument("--client", default="cursor", choices=["cursor", "plain"],
+                    help="leads: a client that reports the cursor (syntaxlock/cursor) or one that does not")
+    ap.add_argument("--lead", type=float, default=2.0,
+                    help="leads: seconds from when the server can know the cursor to the request")
+    ap.add_argument("--pause", type=float, default=0.5,
+                    help="leads, cursor client: seconds between the character typed and the request")
+    ap.add_argument("--latency-budget-ms", type=int, help="the server's latencyBudgetMs (default: the server's)")
+    ap.add_argument("--context-tokens", type=int, help="the server's contextTokens, the prompt window (default: the server's)")
     ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")
     ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
     ap.add_argument("--typing-docs", type=int, default=10)

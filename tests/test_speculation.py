@@ -118,7 +118,8 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(com
 
 
 def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_model_dir):
-    engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), max_tokens=12, context_tokens=256))
+    # a window of ~256 tokens: a new window holds at most REFILL_SHARE of contextTokens (prompt.window)
+    engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), max_tokens=12, context_tokens=342))
     cuts = stdlib_cuts(100, seed=5, small=True)
     plain = run_cuts(engine, cuts, False)
     spec = run_cuts(engine, cuts, True)

@@ -35,6 +35,7 @@ from mask_store.store import MaskStoreError
 from ..options import EngineOptions
 from ..positions import PositionError, offset_at
 from ..target_version import target_version
+from .budget import NO_BUDGET, Budget
 from .offer import EMPTY, choose_offer
 from .redecode import Pass
 from .stopping.decision import Stop, StopReason
@@ -57,6 +58,8 @@ class CompletionRequest:
     max_tokens: int | None = None  # overrides the engine's option for this request
     mode: str | None = None  # overrides the engine's option (auto | single | multi)
     workspace: WorkspaceContext = NO_CONTEXT  # other open documents (for models that read them)
+    budget: Budget = NO_BUDGET  # the request's latency budget (decoding/budget.py)
+    resume: tuple[int, ...] = ()  # the tokens of an answer the budget cut, decoded on from (background)
 
     def __post_init__(self) -> None:
         if not 0 <= self.cursor <= len(self.text):
@@ -104,6 +107,7 @@ class CompletionResult:
     names_shaped: int = 0  # steps whose logits or mask it reshaped
     names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
+    budget_cut: bool = False  # the latency budget ended it early: the rest is worth decoding in the background
 
     def to_json(self) -> dict:
         return asdict(self) | {"stop_reason": str(self.stop_reason)}
@@ -431,14 +435,19 @@ class CompletionEngine:
         prompt_ms = (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
         fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
-        chosen = self._decode_pass(setup, setup.matcher, logits, past)
+        chosen = self._decode_pass(setup, setup.matcher, logits, past, replay=req.resume, budget=req.budget)
+        searched = False
         if (chosen.offer.path == "empty" and setup.matcher is not None
                 and chosen.outcome.stop.reason not in (StopReason.CANCELLED, StopReason.ECHO)
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
+            searched = True
             chosen = self._redecode(setup, chosen) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
-        return self._result(setup, chosen, reused, prompt_ms, decode_ms,
-                            setup.compiled.stats["canonical_fallbacks"] - fallbacks)
+        # the budget cut the answer, or stopped the search behind an empty one
+        cut = chosen.outcome.stop.reason is StopReason.BUDGET or (
+            searched and chosen.offer.path == "empty" and req.budget.expired())
+        return replace(self._result(setup, chosen, reused, prompt_ms, decode_ms,
+                                    setup.compiled.stats["canonical_fallbacks"] - fallbacks), budget_cut=cut)
 
     def _constrain(self, req: CompletionRequest, opts: EngineOptions, before: str, after: str,
                    cancel: Cancel) -> _Setup | StopReason:
@@ -492,7 +501,7 @@ class CompletionEngine:
                           PromptLookup(reference=reference), draft_model=self.draft_model)
 
     def _decode_pass(self, setup: _Setup, matcher, logits, past, replay=(), avoid=frozenset(), limit=None,
-                     steer=None) -> Pass:
+                     steer=None, budget: Budget = NO_BUDGET) -> Pass:
         """One decoding pass from the prompt (after `replay`, `avoid` banned at the next step:
         redecode.py), stopped by a fresh `StopPolicy` over the request's rest of the file, and
         the offer search over its text."""
@@ -505,7 +514,7 @@ class CompletionEngine:
         try:
             outcome = decode(stepper, matcher, setup.compiled.tokens, self._stop_tokens, setup.sampler, policy,
                              limit or setup.max_tokens, setup.cancel, speculator, replay=replay, avoid=avoid,
-                             steer=steer, names=setup.guide)
+                             steer=steer, names=setup.guide, budget=budget)
         finally:
             self.prompt_cache.release(setup.req.document, stepper.past, len(setup.prompt.ids))
         log.debug("generated %r (healed %r), stop %s", outcome.generated, setup.heal, outcome.stop)
@@ -525,9 +534,11 @@ class CompletionEngine:
         if not keywords:
             keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
         steer = self._header_starts.steer(keywords, widths)
+        budget = setup.req.budget  # no new pass once it has run out (a pass started is finished)
         return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
                                self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
-                               setup.max_tokens, setup.cancel, steered=steer is not None)
+                               setup.max_tokens, lambda: setup.cancel() or budget.expired(),
+                               steered=steer is not None)
 
     def _redecode_from(self, setup: _Setup, steer, replay, avoid, limit) -> Pass:
         """A re-decoding pass (redecode.search): the prompt again, a fresh matcher, the same

@@ -28,6 +28,7 @@ from mask_store.matcher import GrammarMatcher
 from ..model.device_timing import ForwardClock
 from ..model.kv_cache import ForwardCancelled, rewind
 from ..model.mask_overlap import MaskOverlap
+from .budget import NO_BUDGET, Budget
 from .fast_forward import forced_token
 from .sampling import Sampler, choose
 from .stopping.decision import Decision, Stop, StopReason, Verdict
@@ -127,6 +128,7 @@ def decode(
     avoid: frozenset[int] = frozenset(),
     steer: Callable[[int], np.ndarray] | None = None,
     names=None,
+    budget: Budget = NO_BUDGET,
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation.
 
@@ -137,9 +139,11 @@ def decode(
     re-create; `written`: the bytes written after them),
     up to the first that writes more than blanks (what the following lines need:
     header_steering.py). `names`: an `identifiers.IdentifierGuide` that reshapes each sampled
-    position's logits and mask towards names that exist."""
+    position's logits and mask towards names that exist. `budget`: once it has expired, the pass
+    ends at the longest stop so far that ends a complete line (`StopReason.BUDGET`; decoding goes
+    on until there is one)."""
     return _Decoding(stepper, matcher, token_bytes, stop_tokens, sampler, policy, max_tokens, cancel,
-                     speculator, avoid, steer, names).run(replay)
+                     speculator, avoid, steer, names, budget).run(replay)
 
 
 class _Decoding:
@@ -150,7 +154,7 @@ class _Decoding:
     def __init__(self, stepper: ModelStepper, matcher: GrammarMatcher | None, token_bytes: list[bytes],
                  stop_tokens: set[int], sampler: Sampler, policy: StopPolicy, max_tokens: int,
                  cancel: Callable[[], bool], speculator, avoid: frozenset[int],
-                 steer: Callable[[int], np.ndarray] | None, names=None) -> None:
+                 steer: Callable[[int], np.ndarray] | None, names=None, budget: Budget = NO_BUDGET) -> None:
         self.stepper = stepper
         self.matcher = matcher
         self.token_bytes = token_bytes
@@ -166,6 +170,8 @@ class _Decoding:
         self.steer = steer  # the steps after the replay take tokens it allows until one writes more than blanks
         self.healed = policy.cursor - len(policy.held)
         self.names = names  # an identifiers.IdentifierGuide, or None
+        self.budget = budget
+        self._lines_tried = 0  # line ends written when the budget's stop was last looked for
 
     # ------------------------------------------------------------------ one position
 
@@ -219,6 +225,23 @@ class _Decoding:
 
     def stop_where_it_can(self, reason: StopReason, at_end: bool = False) -> Stop:
         return self.policy.fallback(bytes(self.generated), reason, at_end=at_end)
+
+    def budget_stop(self) -> Stop | None:
+        """The budget ran out: the longest stop so far that ends a complete line and keeps the
+        file valid (the policy's own fallback, so the same whole-file checks as any stop), or an
+        echo stop; None while there is none (looked for again after the next line end)."""
+        written = bytes(self.generated[self.healed :]) if self.healed > 0 else bytes(self.generated)
+        lines = written.count(b"\n")
+        if lines == self._lines_tried:
+            return None
+        self._lines_tried = lines
+        stop = self.policy.fallback(bytes(self.generated), StopReason.BUDGET, at_end=False)
+        if stop.reason is StopReason.ECHO:
+            return stop
+        end = self.policy.cursor + stop.cut
+        if stop.cut > 0 and (self.policy.held + bytes(self.generated))[end : end + 1] == b"\n":
+            return stop
+        return None
 
     def at_eos(self) -> Stop | None:
         """The model ended: the stop if the text may end here (None: try another token)."""
@@ -364,3 +387,7 @@ class _Decoding:
                 speculator.record_step(draft, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
             if isinstance(decision, Stop):
                 return decision
+            if self.budget.expired():
+                stop = self.budget_stop()
+                if stop is not None:
+                    return stop

@@ -44,7 +44,7 @@ from .workspace_context import NO_CONTEXT, WorkspaceContext
 WINDOW_STEP = 16  # lines: a window starts on a line that is a multiple of this
 LINE_CUT_STEP = 64  # characters from a line's start: where a line too long for the budget is cut
 KEEP_SHARE = 0.5  # a document's previous start is kept while the window from it holds this share of the budget
-REFILL_SHARE = 0.75  # past the budget, the window starts again where it holds at most this share
+REFILL_SHARE = 0.75  # a new window, and one past the budget, starts where it holds at most this share
 IMPORT_SCAN_CHARS = 200_000  # the file's imports are looked for in its first characters only
 SUFFIX_SHARE = 0.25  # the suffix's budget, as a share of the prefix's
 MIN_SUFFIX_TOKENS = 16
@@ -157,8 +157,8 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     with the file's imports put back in front when they fit. The window starts on the first
     multiple of WINDOW_STEP lines that fits; with `anchor` (the start line of the document's
     previous window) it starts there again while that fits and holds at least KEEP_SHARE of the
-    budget, and when the cursor has gone on past it, on the first multiple that leaves
-    1 - REFILL_SHARE of the budget for what comes next."""
+    budget; otherwise (a new window, or the cursor has gone on past the anchor's) on the first
+    multiple that leaves 1 - REFILL_SHARE of the budget for what comes next."""
     limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
     cursor_line = before.count("\n")
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
@@ -180,10 +180,11 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         return _within_lines(tok, before, budget, limit)
     if anchor is not None and anchor in fits and fits[anchor][1] >= KEEP_SHARE * budget:
         line = anchor
-    elif anchor is not None and anchor < min(fits):  # typed on past the budget: room for more
-        line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
     else:
-        line = min(fits)
+        # a new window, or typed on past the budget: room for more (a new window filled to the
+        # budget would be started again, all of it computed again, at the first line accepted
+        # or typed after it: docs/latency.md)
+        line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
     off, total = fits[line]
     return Window(_with_imports(tok, before, off, total, budget, limit), True, off, line)
 

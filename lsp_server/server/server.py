@@ -102,7 +102,8 @@ class SyntaxlockServer(LanguageServer):
         self.host = EngineHost(self._status_from_any_thread)
         self.work_ahead = WorkAhead(self.documents, self.host, lambda: self.options.enabled and self.options.work_ahead)
         self.suggester = Suggester(self.documents, self.host, self.telemetry, self.report,
-                                   lambda: self.options.enabled, self.work_ahead)
+                                   lambda: self.options.enabled, self.work_ahead,
+                                   budget_ms=lambda: self.options.latency_budget_ms)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pending_problems: list[str] = []
         self._last_status: Status | None = None

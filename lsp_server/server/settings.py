@@ -39,6 +39,8 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "identifiers": "identifiers",
 }
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
+SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> field (its range: SERVER_INT_RANGES)
+SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
 _INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}
 
 
@@ -47,6 +49,9 @@ class ServerOptions:
     enabled: bool = True  # False: no engine loaded, no completions (state "disabled")
     completion_items: bool = True  # also answer textDocument/completion with the suggestion
     work_ahead: bool = True  # prefill at the cursor when the user pauses, prefetch after an accept
+    # a request's answer once this many ms have passed: the complete lines decoded so far, the rest
+    # decoded in the background (0: no budget; decoding/budget.py, docs/latency.md)
+    latency_budget_ms: int = 250
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def merged(self, raw: Any) -> tuple[ServerOptions, list[str]]:
@@ -75,6 +80,18 @@ class ServerOptions:
                     )
                     continue
                 opts = replace(opts, **{name: value})
+            elif key in SERVER_INT_KEYS:
+                name = SERVER_INT_KEYS[key]
+                if value is None:
+                    value = getattr(ServerOptions, name)
+                if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+                    value = int(value)
+                lo, hi = SERVER_INT_RANGES[name]
+                if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                    problems.append(f"{SECTION}.{key} must be an integer from {lo} to {hi}, not {value!r}; "
+                                    f"keeping {getattr(opts, name)!r}")
+                    continue
+                opts = replace(opts, **{name: value})
             elif key in ENGINE_KEYS:
                 name = ENGINE_KEYS[key]
                 if value is None:
@@ -91,7 +108,7 @@ class ServerOptions:
 
     def to_json(self) -> dict:
         """The settings under their camelCase names."""
-        out = {key: getattr(self, name) for key, name in SERVER_KEYS.items()}
+        out = {key: getattr(self, name) for key, name in (SERVER_KEYS | SERVER_INT_KEYS).items()}
         out.update({key: getattr(self.engine, name) for key, name in ENGINE_KEYS.items()})
         return out
 

@@ -4,7 +4,9 @@ One suggestion serves both `textDocument/inlineCompletion` and `textDocument/com
 requests for the same document, version, position and selected item share one engine run (an
 editor that asks for both while typing gets one computation), and a request that differs
 supersedes the run still going for that document. A suggestion is only returned for the
-document version the request was made on.
+document version the request was made on. Each request has the latency budget of the settings
+(`latencyBudgetMs`, from when it arrived): an answer the budget cut is continued in the
+background (`WorkAhead.continued`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 
 from lsprotocol import types
 
+from ..decoding.budget import Budget
 from ..decoding.engine import CompletionRequest, CompletionResult
 from ..decoding.stopping.decision import StopReason
 from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
@@ -76,20 +79,22 @@ class Suggester:
     shared by identical requests, superseded by a different one."""
 
     def __init__(self, documents: DocumentStore, host: EngineHost, telemetry: Telemetry, report: Report,
-                 enabled: Callable[[], bool], work_ahead: WorkAhead | None = None) -> None:
+                 enabled: Callable[[], bool], work_ahead: WorkAhead | None = None,
+                 budget_ms: Callable[[], int] = lambda: 0) -> None:
         self.documents = documents
         self.host = host
         self.telemetry = telemetry
         self.report = report  # (message, type): to the editor and the log
         self.enabled = enabled  # the user's setting, read at each request
         self.work_ahead = work_ahead
+        self.budget_ms = budget_ms  # the user's latency budget, read at each request (0: none)
         self._jobs: dict[str, Job] = {}
         self._shown: OrderedDict[str, tuple[str, str, Suggestion]] = OrderedDict()  # id -> (uri, text, s)
 
-    def accepted(self, sid) -> tuple[str, str, tuple[int, int]] | None:
+    def accepted(self, sid) -> tuple[str, str, tuple[int, int], bool] | None:
         """The document as accepting suggestion `sid` left it ("\n" line ends, as the engine
-        reads it), and the cursor after the suggestion: (uri, text, cursor); None for a suggestion
-        not remembered."""
+        reads it), the cursor after the suggestion, and whether the budget cut it (its rest is
+        being decoded): (uri, text, cursor, partial); None for a suggestion not remembered."""
         entry = self._shown.pop(sid, None) if isinstance(sid, str) else None
         if entry is None:
             return None
@@ -100,7 +105,7 @@ class Suggester:
         except PositionError:
             return None
         return (uri, to_lf(text[:a] + s.text + text[b:]),
-                end_of_insert((s.range.start.line, s.range.start.character), s.text))
+                end_of_insert((s.range.start.line, s.range.start.character), s.text), s.result.budget_cut)
 
     def forget(self, uri: str) -> None:
         job = self._jobs.pop(uri, None)
@@ -169,8 +174,10 @@ class Suggester:
 
         job = self._jobs.get(uri)
         if (job is None or job.key != key or job.ticket.stopped()
-                or job.task.done() and (job.task.cancelled() or job.task.result() is None)):
-            # a new run, unless the same request is running or has a result to give again
+                or job.task.done() and (job.task.cancelled() or job.task.result() is None
+                                        or job.task.result().budget_cut)):
+            # a new run, unless the same request is running or has a result to give again (not
+            # one the budget cut: the engine has its continuation, or is making it)
             old = self._jobs.get(uri)
             # the engine reads "\n" line ends and offsets in that text: the one conversion of the cursor
             lf = doc.lf_text if selected is None else to_lf(text)
@@ -179,7 +186,8 @@ class Suggester:
             if old is not None:
                 old.stopped.set()
             request = CompletionRequest(lf, cursor=cursor if lf is text else len(to_lf(text[:cursor])), document=uri,
-                                        workspace=self.documents.workspace(uri))
+                                        workspace=self.documents.workspace(uri),
+                                        budget=Budget.of(self.budget_ms(), start=t0))
             job.task = asyncio.ensure_future(self._run(request, job))
         job.waiters += 1
         stop = asyncio.ensure_future(job.stopped.wait())
@@ -242,6 +250,10 @@ class Suggester:
             self.telemetry.count(f"offer:{result.offer_path}")
         if result.prefetched and self.work_ahead is not None:
             self.work_ahead.stats["prefetch_served"] += 1
+        if result.budget_cut and self.work_ahead is not None:
+            self.telemetry.count("budget_cut")
+            self.work_ahead.continued(request.document, request.text, request.cursor, result.text,
+                                      tuple(result.token_ids) if result.text else ())
         log.info(
             "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
             "decode %.0f ms, %d sampled + %d forced",

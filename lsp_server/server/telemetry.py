@@ -26,7 +26,7 @@ from ..decoding.offer import PATHS as OFFER_PATHS  # which step of the validity 
 
 log = logging.getLogger(__name__)
 
-COUNTS = ("shown", "accepted", "dismissed", "requests", "cancelled", "superseded") + tuple(
+COUNTS = ("shown", "accepted", "dismissed", "requests", "cancelled", "superseded", "budget_cut") + tuple(
     f"offer:{p}" for p in OFFER_PATHS)
 PENDING_LIMIT = 4096  # suggestions remembered for an accept/dismiss report
 
@@ -45,6 +45,7 @@ def summary(counts: dict) -> dict:
     out["meanLatencyMs"] = round(counts.get("latency_ms_sum", 0.0) / shown, 1) if shown else 0.0
     for k in ("requests", "cancelled", "superseded"):
         out[k] = int(counts.get(k, 0))
+    out["budgetCut"] = int(counts.get("budget_cut", 0))  # answers the latency budget cut (docs/latency.md)
     out["offeredBy"] = {p: int(counts.get(f"offer:{p}", 0)) for p in OFFER_PATHS}
     return out
 

@@ -13,7 +13,10 @@ for. The rules that keep this from costing the user anything:
 - only the document the user is in (the last one with a cursor report, a change or a request)
   gets work; a new focus drops the work planned for the previous one and stops what runs;
 - a prefill starts after a pause (`PAUSE_S` without a cursor move or a change), a prefetch as
-  soon as no request runs; both run on the engine's worker thread only while no request is
+  soon as no request runs; the first prefill of a document (its cursor just learnt: reported
+  with the opening, or the first change of a client that never reports it) starts at once, as
+  the user has not moved yet (docs/latency.md: it gives the prefill a quarter of a second more
+  before a request that comes soon after opening); both run on the engine's worker thread only while no request is
   queued or running, and a request stops them within one decoder layer and reuses what they
   computed (the KV cache of the prompt's first chunks);
 - a prefill is `CompletionEngine.prefill` (KV cache and parse of the text before the cursor;
@@ -24,6 +27,10 @@ for. The rules that keep this from costing the user anything:
 - after an accepted suggestion, the prefetch is made for the document as pressing Enter will
   leave it: a new line with the accepted line's indentation, one level deeper after a `:`
   (what VS Code and Neovim do by default);
+- an answer the latency budget cut (`decoding/budget.py`) is continued at once: a prefetch of
+  the same request that decodes on from the answer's tokens (`Plan.resume`), valid while the
+  user types the answer on; a request at the end of the whole answer (it was accepted) waits
+  for it, and its rest is then served by typing through (`engine.typed_through`);
 - when the work is done nothing more runs: the server is idle a prompt's prefill after the last
   keystroke at most.
 """
@@ -68,6 +75,23 @@ class Plan:
     text: str
     cursor: int
     valid_for: tuple[str, ...]
+    resume: tuple[int, ...] = ()  # a continuation: the tokens of the answer the budget cut
+    partial: str = ""  # and its text: valid too while the document is `text` with a start of it typed
+
+    def split(self) -> tuple[str, str]:
+        """The plan's text before and after its cursor."""
+        return self.text[: self.cursor], self.text[self.cursor :]
+
+    def valid(self, text: str) -> bool:
+        """Whether the plan still serves a document whose text is `text`."""
+        if text in self.valid_for:
+            return True
+        if not self.partial:
+            return False
+        before, after = self.split()
+        typed = len(text) - len(self.text)
+        return (0 < typed <= len(self.partial) and text.startswith(before) and text.endswith(after)
+                and text[len(before) : len(before) + typed] == self.partial[:typed])
 
 
 def after_enter(text: str, line: int, character: int) -> tuple[str, int, int]:
@@ -112,24 +136,26 @@ class WorkAhead:
     # --- events --------------------------------------------------------------------------------
     def cursor(self, uri: str, version: int | None, line: int, character: int) -> None:
         """The client reported the cursor (it moved, or the editor came to the front)."""
+        first = uri not in self._cursors
         self._cursors[uri] = (line, character)
         self._focus_on(uri)
         doc = self.documents.get(uri)
         if doc is None or version is not None and doc.version != version:
             return  # not open yet (planned at didOpen), or a change is on its way
-        self._plan_prefill(uri)
+        self._plan_prefill(uri, at_once=first)
 
     def opened(self, uri: str) -> None:
         if uri in self._cursors:  # the cursor came before the document
             self._focus_on(uri)
-            self._plan_prefill(uri)
+            self._plan_prefill(uri, at_once=True)
 
     def changed(self, uri: str, cursor: tuple[int, int] | None) -> None:
         """The document changed; `cursor`: where the last change ended (the likely cursor)."""
+        first = cursor is not None and uri not in self._cursors
         if cursor is not None:
             self._cursors[uri] = cursor
         self._focus_on(uri)
-        self._plan_prefill(uri)
+        self._plan_prefill(uri, at_once=first)
 
     def closed(self, uri: str) -> None:
         self._cursors.pop(uri, None)
@@ -141,10 +167,14 @@ class WorkAhead:
         """A completion request: the user is in this document."""
         self._focus_on(uri)
 
-    def accepted(self, uri: str, text: str, cursor: tuple[int, int]) -> None:
+    def accepted(self, uri: str, text: str, cursor: tuple[int, int], partial: bool = False) -> None:
         """A suggestion was accepted: `text` is the document with it ("\n" line ends, as the
         engine reads it), `cursor` after it. The next suggestion is prefetched for the document
-        after Enter."""
+        after Enter; not after an answer the budget cut (`partial`): its continuation, planned
+        when it was offered, is what comes next there."""
+        if partial:
+            self._focus_on(uri)
+            return
         try:
             entered, line, character = after_enter(text, *cursor)
             at = offset_at(entered, line, character)
@@ -155,14 +185,31 @@ class WorkAhead:
             Plan(Work.PREFETCH, uri, entered, at, (text, entered))]
         self._schedule()
 
+    def continued(self, uri: str, text: str, cursor: int, partial: str, resume: tuple[int, ...]) -> None:
+        """The budget cut the answer `partial` to the request at offset `cursor` of `text`
+        ("\n" line ends): decode on from its tokens `resume` in the background, first thing."""
+        if self.focus != uri:
+            return
+        plan = Plan(Work.PREFETCH, uri, text, cursor, (text,), tuple(resume), partial)
+        self._plans = [plan] + [p for p in self._plans if p.work is Work.PREFETCH]
+        self.stats["continuations_planned"] += 1
+        self._schedule()
+
     async def join(self, uri: str, text: str, cursor: int) -> None:
         """Before a request runs: wait for the prefetch running for exactly this text and cursor
-        (its result then serves the request without a model call)."""
+        (its result then serves the request without a model call), or for the continuation of
+        an answer the budget cut when the request is at the end of that whole answer (accepted)."""
         running = self._running
         if running is None:
             return
         plan, task = running
-        if plan.work is Work.PREFETCH and (plan.uri, plan.text, plan.cursor) == (uri, text, cursor):
+        if plan.work is not Work.PREFETCH or plan.uri != uri:
+            return
+        same = (plan.text, plan.cursor) == (text, cursor)
+        if not same and plan.partial:
+            before, after = plan.split()
+            same = text[:cursor] == before + plan.partial and text[cursor:] == after
+        if same:
             self.stats["requests_joined_a_prefetch"] += 1
             await asyncio.shield(task)
 
@@ -177,7 +224,7 @@ class WorkAhead:
         if self._running is not None:
             self.host.stop_background()
 
-    def _plan_prefill(self, uri: str) -> None:
+    def _plan_prefill(self, uri: str, at_once: bool = False) -> None:
         doc = self.documents.get(uri)
         cursor = self._cursors.get(uri)
         if doc is None or cursor is None or doc.refused:
@@ -188,13 +235,14 @@ class WorkAhead:
             at = offset_at(text, *cursor)
         except PositionError:
             return  # a cursor past the text: the change that moves it is on its way
-        keep = [p for p in self._plans if p.work is Work.PREFETCH and text in p.valid_for]
+        keep = [p for p in self._plans if p.work is Work.PREFETCH and p.valid(text)]
         self._plans = keep + [Plan(Work.PREFILL, uri, text, at, (text,))]
-        self._schedule()
+        self._schedule(at_once)
 
-    def _schedule(self) -> None:
+    def _schedule(self, at_once: bool = False) -> None:
         """(Re)start the pause: the first plan runs when nothing happened for `pause_s` (a
-        prefetch as soon as no request runs: the accept said what comes next)."""
+        prefetch as soon as no request runs: the accept said what comes next; `at_once`: a
+        document's first prefill)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -204,7 +252,7 @@ class WorkAhead:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        delay = 0.0 if self._plans[0].work is Work.PREFETCH else self.pause_s
+        delay = 0.0 if at_once or self._plans[0].work is Work.PREFETCH else self.pause_s
         self._timer = loop.call_later(delay, self._start)
 
     def _start(self) -> None:
@@ -216,7 +264,7 @@ class WorkAhead:
             return
         plan = self._plans[0]
         doc = self.documents.get(plan.uri)
-        if plan.uri != self.focus or doc is None or doc.refused or doc.lf_text not in plan.valid_for:
+        if plan.uri != self.focus or doc is None or doc.refused or not plan.valid(doc.lf_text):
             self._plans.pop(0)
             self.stats[f"{plan.work.value}_dropped"] += 1
             self._schedule()
@@ -226,7 +274,7 @@ class WorkAhead:
 
     async def _run(self, plan: Plan) -> None:
         request = CompletionRequest(plan.text, cursor=plan.cursor, document=plan.uri,
-                                    workspace=self.documents.workspace(plan.uri))
+                                    workspace=self.documents.workspace(plan.uri), resume=plan.resume)
         t0 = time.perf_counter()
         done = False
         try:

@@ -27,6 +27,7 @@ export const SERVER_OPTION_KEYS = [
   "contextTokens",
   "completionItems",
   "workAhead",
+  "latencyBudgetMs",
   "cacheMemoryMB",
   "pythonVersion",
   "identifiers",
@@ -51,6 +52,7 @@ export interface ServerOptions {
   contextTokens: number;
   completionItems: boolean;
   workAhead: boolean;
+  latencyBudgetMs: number;
   cacheMemoryMB: number;
   pythonVersion: string | null;
   identifiers: "off" | "bias" | "constrain";
@@ -74,6 +76,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   contextTokens: 1024,
   completionItems: true,
   workAhead: true,
+  latencyBudgetMs: 250,
   cacheMemoryMB: 192,
   pythonVersion: null,
   identifiers: "constrain",

@@ -18,6 +18,7 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"
     NO_CONTINUATION = "no-continuation"
     ECHO = "echo"
+    BUDGET = "budget"
 
     @property
     def description(self) -> str:
@@ -35,6 +36,8 @@ _DESCRIPTIONS = {
     StopReason.NO_CONTINUATION: "the grammar allows nothing the model would say",
     StopReason.ECHO: "the completion stopped where it began to repeat the text after the cursor (the file's next "
                      "lines, the rest of the line), or it was that text already",
+    StopReason.BUDGET: "the latency budget ran out: the complete lines so far are offered, the rest is decoded in "
+                       "the background (decoding/budget.py)",
 }
 
 

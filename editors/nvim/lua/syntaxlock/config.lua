@@ -20,6 +20,7 @@ M.SETTING_NAMES = {
   context_tokens = "contextTokens",
   completion_items = "completionItems",
   work_ahead = "workAhead",
+  latency_budget_ms = "latencyBudgetMs",
   cache_memory_mb = "cacheMemoryMB",
   python_version = "pythonVersion",
   identifiers = "identifiers",
@@ -58,6 +59,7 @@ M.defaults = {
     context_tokens = nil, -- 1024
     completion_items = nil, -- true: also one item in the completion menu
     work_ahead = nil, -- true: prefill at the cursor when you pause, prefetch after an accept
+    latency_budget_ms = nil, -- 250: a longer answer shows its complete lines so far; 0: none
     cache_memory_mb = nil, -- 192: memory for the files' prepared prompts (KV caches)
     python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
     -- requires-python lower bound or .python-version, else 3.14
