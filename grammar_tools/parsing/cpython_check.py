@@ -8,7 +8,8 @@ Warnings (`SyntaxWarning` for `"\\d"`, `is` with a literal) are not refusals and
 caller's `from __future__` imports are not inherited (`dont_inherit`), so the verdict is the one
 a file of its own gets.
 
-Used by the tests and the benchmarks alike (`compiles`, `refusal`, `compilable_source`). For
+Used by the tests, the benchmarks and the engine's last check of an answer alike (`compiles`,
+`refusal`, `refused_lines`, `compilable_source`; lsp_server/decoding/compiler_gate.py). For
 another CPython version the file runs as a script under that interpreter (the tests' per-version
 plumbing, tests/cpython_oracle.py): a JSON list of sources on stdin, a JSON list of verdicts on
 stdout. So it imports nothing of the project and keeps to syntax that Python 3.8 reads.
@@ -24,18 +25,30 @@ import warnings
 from pathlib import Path
 
 
-def refusal(text: str | bytes, name: str = "<text>", mode: str = "exec") -> str | None:
-    """CPython's message where it refuses `text` (str or bytes) as `mode` ("exec" for a file,
-    "eval" for an expression): `"invalid syntax (line 3)"`; None where it compiles it."""
+def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec") -> tuple[str, int, int] | None:
+    """CPython's refusal of `text` (str or bytes) as `mode` ("exec" for a file, "eval" for an
+    expression): (message, first line, last line), lines 1-based (0 where CPython names none);
+    None where it compiles it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             compile(text, name, mode, dont_inherit=True)
         except SyntaxError as e:
-            return f"{e.msg} (line {e.lineno})"
+            line = e.lineno or 0
+            return e.msg, line, max(line, e.end_lineno or line)
         except ValueError as e:  # NUL bytes, before 3.12
-            return str(e)
+            return str(e), 0, 0
     return None
+
+
+def refusal(text: str | bytes, name: str = "<text>", mode: str = "exec") -> str | None:
+    """CPython's message where it refuses `text` as `mode`: `"invalid syntax (line 3)"` (a NUL
+    byte: the message alone); None where it compiles it."""
+    refused = refused_lines(text, name, mode)
+    if refused is None:
+        return None
+    message, line, _ = refused
+    return f"{message} (line {line})" if line else message
 
 
 def compiles(text: str | bytes, name: str = "<text>", mode: str = "exec") -> bool:

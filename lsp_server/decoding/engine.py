@@ -36,6 +36,7 @@ from ..options import EngineOptions
 from ..positions import PositionError, offset_at
 from ..target_version import target_version
 from .budget import NO_BUDGET, Budget
+from .compiler_gate import refused_where_written
 from .offer import EMPTY, choose_offer
 from .redecode import Pass
 from .stopping.decision import Stop, StopReason
@@ -143,6 +144,18 @@ def typed_through(shown: _Shown, before: str, after: str) -> str | None:
     if not typed or len(typed) >= len(text) or not text.startswith(typed):
         return None
     return text[len(typed) :]
+
+
+def compiler_checked(result: CompletionResult, before: str, after: str) -> CompletionResult:
+    """`result`, or no completion (stop reason `compiler`) when CPython's compiler refuses the
+    file with it where it was written (decoding/compiler_gate.py)."""
+    if not result.text:
+        return result
+    refusal = refused_where_written(before, result.text, after[result.end - result.start :])
+    if refusal is None:
+        return result
+    log.info("not offered: the compiler refuses %r: %s", result.text[:60], refusal)
+    return replace(result, text="", end=result.start, stop_reason=StopReason.COMPILER)
 
 
 def no_op_dropped(result: CompletionResult, text: str, cursor: int) -> CompletionResult:
@@ -326,6 +339,8 @@ class CompletionEngine:
                     return no_op_dropped(replace(self._rest_of(shown.result, rest, request),
                                                  prefetched=shown.prefetched), text, off)
             result = no_op_dropped(self._complete(request, cancel, opts, before, after), text, off)
+            if opts.constrained:
+                result = compiler_checked(result, before, after)
             if result.text and result.stop_reason != StopReason.CANCELLED:
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
                 self._shown.move_to_end(request.document)

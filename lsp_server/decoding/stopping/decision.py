@@ -19,6 +19,7 @@ class StopReason(StrEnum):
     NO_CONTINUATION = "no-continuation"
     ECHO = "echo"
     BUDGET = "budget"
+    COMPILER = "compiler"
 
     @property
     def description(self) -> str:
@@ -36,6 +37,8 @@ _DESCRIPTIONS = {
     StopReason.NO_CONTINUATION: "the grammar allows nothing the model would say",
     StopReason.ECHO: "the completion stopped where it began to repeat the text after the cursor (the file's next "
                      "lines, the rest of the line), or it was that text already",
+    StopReason.COMPILER: "CPython's compiler refuses the file with the completion where it was written (a check "
+                         "made after the parse: decoding/compiler_gate.py); nothing is offered",
     StopReason.BUDGET: "the latency budget ran out: the complete lines so far are offered, the rest is decoded in "
                        "the background (decoding/budget.py)",
 }

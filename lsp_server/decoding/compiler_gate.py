@@ -1,0 +1,34 @@
+"""The last check of an answer: CPython's compiler, where the grammar cannot see.
+
+The grammar and the edit check decide every stop and every offer, so an offered answer parses.
+CPython's compiler refuses a few files that parse: checks made after the parse, in the compiler
+and the symbol table (a keyword argument given twice, `yield from` or `return value` in an
+`async def` generator, `nonlocal` of a name no enclosing function has, a `*` target twice). No
+grammar holds them (they need names compared across a statement, or the kind of the enclosing
+function), so the file with the answer is compiled once, before it is offered (the project's one
+oracle, `grammar_tools.parsing.cpython_check`; ~1 ms for 400 lines, ~10 ms for 3,500), and an
+answer the compiler refuses *where it was written* is not offered.
+
+Where: the refusal's lines must touch the lines the answer wrote, or the line after them (a
+keyword argument the answer repeats from the line below is reported there). A refusal elsewhere
+is the file's own (text still being written further down, or syntax newer than the interpreter
+the server runs on) and refuses nothing here. Syntax newer than this interpreter inside the
+answer itself, for a document that targets that newer version, is refused too: an empty answer,
+never an invalid one, and the masks make it rare.
+"""
+
+from __future__ import annotations
+
+from grammar_tools.parsing.cpython_check import refused_lines
+
+
+def refused_where_written(before: str, answer: str, after: str) -> str | None:
+    """CPython's message when it refuses `before + answer + after` on the lines the answer wrote
+    or the line after them; None when the file compiles or the refusal is elsewhere."""
+    refused = refused_lines(before + answer + after, "<completion>")
+    if refused is None:
+        return None
+    message, line, end_line = refused
+    first = before.count("\n") + 1
+    last = first + answer.count("\n") + 1
+    return f"{message} (line {line})" if line <= last and end_line >= first else None

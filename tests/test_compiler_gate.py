@@ -1,0 +1,42 @@
+"""The compiler's last word on an answer (lsp_server/decoding/compiler_gate.py): what parses but
+CPython refuses where the answer wrote it is not offered; a refusal elsewhere in the file is the
+file's own and refuses nothing."""
+
+from __future__ import annotations
+
+from completion_support import complete_at_marker
+
+from grammar_tools.parsing.cpython_check import compiles
+from lsp_server.decoding.compiler_gate import refused_where_written
+from lsp_server.decoding.stopping.decision import StopReason
+
+ASYNC = "async def rows(source):\n    |\n\n\nprint(rows)\n"
+KWARGS = "result = dict(\n    |\n    key=2,\n)\n"
+
+
+def test_a_refusal_on_the_answers_lines_or_the_line_after_them_is_found():
+    before, after = ASYNC.split("|")
+    assert refused_where_written(before, "yield from source", after) is not None
+    assert refused_where_written(before, "return 1", after) is None  # compiles
+    before, after = KWARGS.split("|")
+    assert "repeated" in refused_where_written(before, "key=1,", after)  # reported on the line below
+
+
+def test_a_refusal_elsewhere_is_the_files_own():
+    before = "def f():\n    "
+    after = "\n\n\nx = 1\nreturn 2\n"  # `return` outside a function, three lines below the answer
+    assert not compiles(before + "pass" + after)
+    assert refused_where_written(before, "pass", after) is None
+
+
+def test_the_engine_does_not_offer_what_the_compiler_refuses_where_it_was_written(compiled):
+    text, off, r = complete_at_marker(compiled, ASYNC, "yield from source\n\n\nprint(rows)\n")
+    assert (r.text, r.stop_reason) == ("", StopReason.COMPILER)
+    text, off, r = complete_at_marker(compiled, KWARGS, "key=1,\n    key=2,\n)\n")
+    assert (r.text, r.stop_reason) == ("", StopReason.COMPILER)
+
+
+def test_what_compiles_is_offered_as_before(compiled):
+    text, off, r = complete_at_marker(compiled, ASYNC, "return [row async for row in source]\n\n\nprint(rows)\n")
+    assert r.text == "return [row async for row in source]"
+    assert compiles(text[:off] + r.text + text[off:])
