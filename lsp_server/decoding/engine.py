@@ -103,6 +103,7 @@ class _Shown:
     options: EngineOptions
     mode: str | None
     max_tokens: int | None
+    rest: RestOfFile | None  # the rest of the file the result was made for (None: the request ended before reading it)
     prefetched: bool = False  # made ahead of a request (`prefetch`): served whole to the first one
 
 
@@ -120,15 +121,6 @@ def typed_through(shown: _Shown, before: str, after: str) -> str | None:
     if not typed or len(typed) >= len(text) or not text.startswith(typed):
         return None
     return text[len(typed) :]
-
-
-def no_op_dropped(result: CompletionResult, text: str, cursor: int) -> CompletionResult:
-    """`result`, or no completion (stop reason `echo`) when its text is what its replace range
-    already holds (`))` over the auto-closed `))`, the rest of a suggestion typed up to its
-    closers): an item that changes nothing is never offered."""
-    if not result.text or text[cursor : offset_at(text, *result.end)] != result.text:
-        return result
-    return replace(result, text="", end=result.start, stop_reason=StopReason.ECHO)
 
 
 Cancel = Callable[[], bool]
@@ -300,11 +292,11 @@ class CompletionEngine:
                     format_version(target_version(opts.python_version, request.document))):  # the project's may change
                 rest = typed_through(shown, before, after)
                 if rest is not None:
-                    return no_op_dropped(replace(self._rest_of(shown.result, rest, request),
-                                                 prefetched=shown.prefetched), text, off)
-            result = no_op_dropped(self._complete(request, cancel, opts, before, after), text, off)
+                    return self._rest_of(shown, rest, request)
+            result, rest_of_file = self._complete(request, cancel, opts, before, after)
             if result.text and result.stop_reason != StopReason.CANCELLED:
-                self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
+                self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens,
+                                                       rest_of_file)
                 self._shown.move_to_end(request.document)
                 while len(self._shown) > 8:
                     self._shown.popitem(last=False)
@@ -365,21 +357,27 @@ class CompletionEngine:
         if result.stop_reason == StopReason.CANCELLED:
             return result
         off = offset_at(request.text, request.line, request.character)
-        shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
-                       prefetched=True)
         with self._lock:
+            made = self._shown.get(request.document)  # `complete` kept a non-empty result with its rest of the file
+            shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
+                           made.rest if made is not None and made.result is result else None, prefetched=True)
             self._shown[request.document] = shown
             self._shown.move_to_end(request.document)
         return result
 
     @staticmethod
-    def _rest_of(result: CompletionResult, rest: str, req: CompletionRequest) -> CompletionResult:
-        """The previous result, cut to what is left after the typed characters (its replace
-        range moved to the new cursor; same auto-closed brackets covered)."""
+    def _rest_of(shown: _Shown, rest: str, req: CompletionRequest) -> CompletionResult:
+        """The shown result, cut to what is left after the typed characters (its replace range
+        moved to the new cursor; same auto-closed brackets covered); nothing (an echo) where
+        what is left is what that range already holds (`RestOfFile.changes_nothing`)."""
+        result = shown.result
         start = (req.line, req.character)
         end = (req.line, req.character + result.end[1] - result.start[1])  # the same closers after the cursor
+        if shown.rest is not None and shown.rest.changes_nothing(rest.encode()):
+            rest, end = "", start
         return replace(
-            result, text=rest, start=start, end=end,
+            result, text=rest, start=start, end=end, prefetched=shown.prefetched,
+            stop_reason=StopReason.ECHO if not rest else result.stop_reason,
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
             typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],
@@ -397,20 +395,21 @@ class CompletionEngine:
     # torch loads.
 
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
-                  after: str) -> CompletionResult:
-        """The completion between `before` and `after` (the document split at the cursor)."""
+                  after: str) -> tuple[CompletionResult, RestOfFile | None]:
+        """The completion between `before` and `after` (the document split at the cursor), and
+        the rest of the file it was made for (None: the request ended before reading it)."""
         from ..model.prompt_cache import PrefillCancelled
         from . import redecode
 
         t0 = time.perf_counter()
         setup = self._constrain(req, opts, before, after, cancel)
         if isinstance(setup, StopReason):
-            return self._empty(req, setup, opts)
+            return self._empty(req, setup, opts), None
         try:
             logits, past, reused = self.prompt_cache.prefill(req.document, setup.prompt.ids, cancel,
                                                              opts.cache_memory_mb, between_layers=False)
         except PrefillCancelled:
-            return self._empty(req, StopReason.CANCELLED, opts)
+            return self._empty(req, StopReason.CANCELLED, opts), None
         prompt_ms = (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
         fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
@@ -421,7 +420,7 @@ class CompletionEngine:
             chosen = self._redecode(setup, chosen) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
         return self._result(setup, chosen, reused, prompt_ms, decode_ms,
-                            setup.compiled.stats["canonical_fallbacks"] - fallbacks)
+                            setup.compiled.stats["canonical_fallbacks"] - fallbacks), setup.rest
 
     def _constrain(self, req: CompletionRequest, opts: EngineOptions, before: str, after: str,
                    cancel: Cancel) -> _Setup | StopReason:
@@ -535,7 +534,9 @@ class CompletionEngine:
         req, rest = setup.req, setup.rest
         outcome, offer = chosen.outcome, chosen.offer
         completion = outcome.generated[len(setup.heal) :]
-        body = rest.offered(completion, offer.cut).decode("utf-8", errors="replace")
+        offered = rest.offered(completion, offer.cut)
+        no_op = rest.changes_nothing(offered)  # an item that changes nothing is never offered
+        body = "" if no_op else offered.decode("utf-8", errors="replace")
         log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
                   offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
         start = (req.line, req.character)
@@ -545,7 +546,7 @@ class CompletionEngine:
             text=body,
             start=start,
             end=end if body or not covered else start,
-            stop_reason=outcome.stop.reason,
+            stop_reason=StopReason.ECHO if no_op else outcome.stop.reason,
             offer_path=offer.path,
             check_ms=rest.check_ms,
             mode=rest.ctx.mode,
