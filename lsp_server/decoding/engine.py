@@ -399,12 +399,17 @@ class CompletionEngine:
         """The completion between `before` and `after` (the document split at the cursor), and
         the rest of the file it was made for (None: the request ended before reading it)."""
         from ..model.prompt_cache import PrefillCancelled
-        from . import redecode
+        from . import header_steering, redecode
 
         t0 = time.perf_counter()
         setup = self._constrain(req, opts, before, after, cancel)
         if isinstance(setup, StopReason):
             return self._empty(req, setup, opts), None
+        shape = header_steering.first_line(setup.rest, before) if setup.matcher is not None else header_steering.FREE
+        if shape.fit is header_steering.Fit.NOTHING:
+            log.info("no completion: nothing fits the rest of the file at the cursor")
+            return self._empty(req, StopReason.NO_CONTINUATION, opts), setup.rest
+        steer = self._header_starts.first_line(shape, setup.heal, self.tokenizer.encode)
         try:
             logits, past, reused = self.prompt_cache.prefill(req.document, setup.prompt.ids, cancel,
                                                              opts.cache_memory_mb, between_layers=False)
@@ -413,11 +418,13 @@ class CompletionEngine:
         prompt_ms = (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
         fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
-        chosen = self._decode_pass(setup, setup.matcher, logits, past)
+        chosen = self._decode_pass(setup, setup.matcher, logits, past, steer=steer)
         if (chosen.offer.path == "empty" and setup.matcher is not None
-                and chosen.outcome.stop.reason not in (StopReason.CANCELLED, StopReason.ECHO)
+                and chosen.outcome.stop.reason is not StopReason.CANCELLED
+                and (chosen.outcome.stop.reason is not StopReason.ECHO or setup.rest.inserts_lines)
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
-            chosen = self._redecode(setup, chosen) or chosen
+            # at a line start an echo is the existing line written again, not an answer: searched past
+            chosen = self._redecode(setup, chosen, steer) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
         return self._result(setup, chosen, reused, prompt_ms, decode_ms,
                             setup.compiled.stats["canonical_fallbacks"] - fallbacks), setup.rest
@@ -498,15 +505,12 @@ class CompletionEngine:
                              later=outcome.stop.reason != StopReason.ECHO)
         return Pass(outcome, offer, speculator)
 
-    def _redecode(self, setup: _Setup, first: Pass) -> Pass | None:
+    def _redecode(self, setup: _Setup, first: Pass, steer) -> Pass | None:
         """Search, don't give up (`redecode.search`): passes from the step where validity was
-        lost, steered to start with a header where the following lines need one."""
-        from . import header_steering, redecode
+        lost, steered as the first pass was (`steer`: what the rest of the file lets the first
+        line be, `header_steering.first_line`)."""
+        from . import redecode
 
-        keywords, widths = header_steering.needed_headers(setup.rest), ()
-        if not keywords:
-            keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
-        steer = self._header_starts.steer(keywords, widths)
         return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
                                self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
                                setup.max_tokens, setup.cancel, steered=steer is not None)
