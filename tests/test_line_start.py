@@ -12,6 +12,7 @@ from lsp_server.decoding.stopping.decision import StopReason
 from lsp_server.options import EngineOptions
 
 from cpython_oracle import compiles
+from completion_support import two_minded
 from scripted_model import ScriptedRuntime
 
 LOOP = "def f(items):\n    result = 0\n    for item in items:\n        result += item\n    return result\n"
@@ -174,17 +175,8 @@ def test_the_first_pass_writes_its_line_at_an_indentation_that_fits(compiled):
     """The model's first choice writes its line at the function's depth inside the loop (the
     existing line would become an unexpected indent), its second at the loop body's: the first
     tokens are steered to the body's indentation, so the first pass gives the second."""
-    from scripted_model import SecondChoiceRuntime
-
-    comp, tok = compiled
     doc = LOOP.replace("        result += item", "|        result += item")
-    off = doc.index("|")
-    text = doc[:off] + doc[off + 1 :]
-    before = text[:off]
-    runtime = SecondChoiceRuntime(ScriptedRuntime(tok, (before + "    total = item\n").encode()),
-                                  ScriptedRuntime(tok, (before + "        total = item\n").encode()))
-    r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest(text, 3, 0))
-    applied = text[:off] + r.text + text[off:]
+    r, applied = two_minded(compiled, doc, "    total = item\n", "        total = item\n")
     assert (r.text, r.offer_path) == ("        total = item\n", "model")
     assert kept_intact(applied, doc) and compiles(applied)
 
@@ -193,14 +185,5 @@ def test_an_echo_of_the_existing_line_is_searched_past(compiled):
     """At a line start the model writes the existing line again first (an echo, which is not an
     answer there), then a line of its own as its second choice: the search restarts at the
     first code, after the indentation it wrote."""
-    from scripted_model import SecondChoiceRuntime
-
-    comp, tok = compiled
-    doc = "def g(x):\n    y = x\n|    return y\n"
-    off = doc.index("|")
-    text = doc[:off] + doc[off + 1 :]
-    before = text[:off]
-    runtime = SecondChoiceRuntime(ScriptedRuntime(tok, (before + "    return y\n").encode()),
-                                  ScriptedRuntime(tok, (before + "    print(y)\n").encode()))
-    r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest(text, 2, 0))
+    r, _ = two_minded(compiled, "def g(x):\n    y = x\n|    return y\n", "    return y\n", "    print(y)\n")
     assert (r.text, r.offer_path) == ("    print(y)\n", "redecode")
