@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from corpus_support import STDLIB
-from scripted_model import ScriptedRuntime
+from scripted_model import ScriptedRuntime, SecondChoiceRuntime
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
@@ -28,6 +28,20 @@ def complete_at_marker(compiled, doc: str, intended_after: str, **opts):
     ch = len(before) - (before.rfind("\n") + 1)
     result = engine.complete(CompletionRequest.at(text, line, ch))
     return text, off, result
+
+
+def two_minded(compiled, doc: str, first: str, second: str, **opts):
+    """Complete `doc` at its `|` with a model whose first choice writes `first` there and whose
+    second choice writes `second`; the result and the document with it applied."""
+    comp, tok = compiled
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    before = text[:off]
+    runtime = SecondChoiceRuntime(ScriptedRuntime(tok, (before + first).encode()),
+                                  ScriptedRuntime(tok, (before + second).encode()))
+    engine = CompletionEngine(EngineOptions(**opts), runtime, comp)
+    r = engine.complete(CompletionRequest(text, cursor=off))
+    return r, accept(text, off, r)
 
 
 def accept(text: str, off: int, result) -> str:

@@ -12,6 +12,7 @@ from lsp_server.decoding.stopping.decision import StopReason
 from lsp_server.options import EngineOptions
 
 from cpython_oracle import compiles
+from completion_support import two_minded
 from scripted_model import ScriptedRuntime
 
 LOOP = "def f(items):\n    result = 0\n    for item in items:\n        result += item\n    return result\n"
@@ -89,8 +90,9 @@ def test_an_answer_that_would_reindent_the_next_line_is_refused(compiled):
 
 def test_writing_the_existing_line_again_is_an_echo(compiled):
     doc = "def g(x):\n    y = x\n|    return y\n"
-    r, _ = complete_at(compiled, doc, "    return y\n")
-    assert r.text == "" and r.stop_reason == StopReason.ECHO
+    r, applied = complete_at(compiled, doc, "    return y\n")
+    assert "return y" not in r.text  # never offered; what the search finds instead keeps the line
+    assert kept_intact(applied, doc) and compiles(applied)
 
 
 def test_a_mid_line_completion_still_joins_the_rest_of_the_line(compiled):
@@ -106,8 +108,8 @@ CUT_HEADER = "def check(value):\n|        raise TypeError(value)\n    return val
 def test_a_line_whose_header_was_cut_gets_a_header_above_it(compiled):
     """Column 0 of a line whose block header was cut away: the model's first four choices are
     statements (none lets the line stand: it is a block's body), its fifth a header at the
-    function's depth. The search starts its passes with a header at an indentation of the lines
-    above, so the answer is that header, and the line stays as it was."""
+    function's depth. No statement fits there, so the first pass is steered to a header at an
+    indentation where one fits: the answer is that header, and the line stays as it was."""
     from scripted_model import choices_runtime
 
     comp, tok = compiled
@@ -119,5 +121,69 @@ def test_a_line_whose_header_was_cut_gets_a_header_above_it(compiled):
     runtime = choices_runtime([ScriptedRuntime(tok, (before + m).encode()) for m in minds])
     r = CompletionEngine(EngineOptions(), runtime, comp).complete(CompletionRequest.at(text, 1, 0))
     applied = text[:off] + r.text + text[off:]
-    assert r.text == "    if not value:\n" and r.offer_path == "redecode"
+    assert r.text == "    if not value:\n" and r.offer_path == "model"  # the first pass is steered to a header
     assert kept_intact(applied, CUT_HEADER) and compiles(applied)
+
+
+# ---------------------------------------------------------------- the suffix steers from the first token
+
+
+def shape_at(compiled, doc: str):
+    """What the rest of the file lets the first line be at the `|` of `doc`."""
+    from grammar_tools.parsing.incremental import PrefixParser
+    from lsp_server.decoding.header_steering import first_line
+    from lsp_server.decoding.stopping.line_scanner import LineScanner
+    from lsp_server.decoding.stopping.rest_of_file import RestOfFile
+
+    comp, _ = compiled
+    off = doc.index("|")
+    before, after = doc[:off], doc[off + 1 :]
+    parser = PrefixParser(comp.recognizer, comp.lexer)
+    st = parser.parse(before.encode())  # the open lexeme at the cursor and its bracket depth, as a request has them
+    rest = RestOfFile.build(before, after, "auto", LineScanner(comp.lexer), before.encode()[st.lexeme_start :], b"",
+                            st.configs[0].depth, parser, before.encode())
+    return first_line(rest, before)
+
+
+def test_the_first_line_is_shaped_by_what_the_rest_of_the_file_requires(compiled):
+    from lsp_server.decoding.header_steering import Fit
+
+    # column 0 of a loop's body: a statement fits at the body's indentation only
+    shape = shape_at(compiled, LOOP.replace("        result += item", "|        result += item"))
+    assert (shape.fit, shape.widths, shape.keywords) == (Fit.SHAPED, (8,), ())
+    # column 0 of the line after a loop's body: the body's and the function's indentations (a dedent)
+    shape = shape_at(compiled, LOOP.replace("    return result", "|    return result"))
+    assert (shape.fit, shape.widths, shape.keywords) == (Fit.SHAPED, (4, 8), ())
+    # a body whose header was cut: no statement fits, headers at the function's depth do
+    shape = shape_at(compiled, CUT_HEADER)
+    assert shape.fit is Fit.SHAPED and shape.widths == (4,) and {b"if", b"for", b"while"} <= set(shape.keywords)
+    assert b"else" not in shape.keywords
+    # at the end of that body line's indentation nothing fits: a header would stand at the body's column
+    assert shape_at(compiled, CUT_HEADER.replace("|        raise", "        |raise")).fit is Fit.NOTHING
+    # inside brackets the grammar already asks for an expression; mid-line the model's own tokens
+    assert shape_at(compiled, "x = f(\n    1,\n|    2,\n)\n").fit is Fit.FREE
+    assert shape_at(compiled, "def f(a):\n    x = |a.strip()\n    return x\n").fit is Fit.FREE
+
+
+def test_where_nothing_fits_the_model_is_not_asked(compiled):
+    doc = CUT_HEADER.replace("|        raise", "        |raise")
+    r, applied = complete_at(compiled, doc, "if value:\n        raise TypeError(value)\n    return value\n")
+    assert (r.text, r.stop_reason, r.tokens_generated) == ("", StopReason.NO_CONTINUATION, 0)
+
+
+def test_the_first_pass_writes_its_line_at_an_indentation_that_fits(compiled):
+    """The model's first choice writes its line at the function's depth inside the loop (the
+    existing line would become an unexpected indent), its second at the loop body's: the first
+    tokens are steered to the body's indentation, so the first pass gives the second."""
+    doc = LOOP.replace("        result += item", "|        result += item")
+    r, applied = two_minded(compiled, doc, "    total = item\n", "        total = item\n")
+    assert (r.text, r.offer_path) == ("        total = item\n", "model")
+    assert kept_intact(applied, doc) and compiles(applied)
+
+
+def test_an_echo_of_the_existing_line_is_searched_past(compiled):
+    """At a line start the model writes the existing line again first (an echo, which is not an
+    answer there), then a line of its own as its second choice: the search restarts at the
+    first code, after the indentation it wrote."""
+    r, _ = two_minded(compiled, "def g(x):\n    y = x\n|    return y\n", "    return y\n", "    print(y)\n")
+    assert (r.text, r.offer_path) == ("    print(y)\n", "redecode")

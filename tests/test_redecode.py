@@ -11,24 +11,9 @@ from lsp_server.decoding import header_steering, redecode
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 
-from scripted_model import ScriptedRuntime, SecondChoiceRuntime, choices_runtime
+from completion_support import two_minded as complete
+from scripted_model import ScriptedRuntime, choices_runtime
 from grammar_tools.parsing.cpython_check import compiles
-
-
-def complete(compiled, doc: str, first: str, second: str, **opts):
-    """Complete `doc` at its `|` with a model whose first choice writes `first` there and whose
-    second choice writes `second`; the result and the document with it applied."""
-    comp, tok = compiled
-    off = doc.index("|")
-    text = doc[:off] + doc[off + 1 :]
-    before = text[:off]
-    runtime = SecondChoiceRuntime(ScriptedRuntime(tok, (before + first).encode()),
-                                  ScriptedRuntime(tok, (before + second).encode()))
-    engine = CompletionEngine(EngineOptions(**opts), runtime, comp)
-    line = before.count("\n")
-    r = engine.complete(CompletionRequest.at(text, line, off - (before.rfind("\n") + 1)))
-    assert r.start == off  # the replace range starts at the cursor
-    return r, text[:off] + r.text + text[r.end :]
 
 
 # the line at the cursor was a block's header: the lines after it are its body, indented deeper
@@ -39,17 +24,21 @@ LOOP = ("def total(items):\n    result = 0\n    |\n        result += item\n    r
 @pytest.mark.parametrize("speculative", [False, True])
 def test_the_next_best_first_token_gives_the_header_the_next_lines_need(compiled, speculative):
     """The model's first choice writes a statement (no cut of it keeps the file valid: the
-    deeper lines after it need a block header), its second choice the loop's header: that is
-    offered, reported as `redecode`."""
+    deeper lines after it need a block header), its second choice the loop's header: the first
+    pass is steered to the headers that fit, so that is offered from the first pass."""
     r, applied = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n",
                           speculative=speculative)
-    assert (r.text, r.offer_path) == ("for item in items:", "redecode")
+    assert (r.text, r.offer_path) == ("for item in items:", "model")
     assert compiles(applied)
 
 
 def test_without_redecoding_that_answer_is_empty(compiled, monkeypatch):
-    """The same request with the search's re-decoding turned off gets nothing: what the
-    first choice wrote has no valid cut (so the test above needs the mechanism)."""
+    """The same request with neither the first pass's steering nor the search's re-decoding
+    gets nothing: what the first choice wrote has no valid cut (so the test above needs a
+    mechanism); with the search alone, its second pass gives the header."""
+    monkeypatch.setattr(header_steering, "needed_headers", lambda rest: ())
+    r, _ = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n")
+    assert (r.text, r.offer_path) == ("for item in items:", "redecode")
     monkeypatch.setattr(redecode, "TRIES", 0)
     r, _ = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n")
     assert (r.text, r.offer_path) == ("", "empty")
@@ -131,9 +120,9 @@ def five_minded(compiled, **opts):
 def test_the_search_starts_with_a_header_where_the_next_lines_need_one(compiled):
     """The model's first four choices are statements, its fifth the loop's header: more than
     the search's passes would try in the model's order, but the deeper lines need a header, so
-    the passes start with one."""
+    the first pass is steered to one."""
     r, text = five_minded(compiled)
-    assert (r.text, r.offer_path) == ("for item in items:", "redecode")
+    assert (r.text, r.offer_path) == ("for item in items:", "model")
     off = LOOP.index("|")
     assert compiles(text[:off] + r.text + text[off:])
 

@@ -127,6 +127,7 @@ class _Shown:
     options: EngineOptions
     mode: str | None
     max_tokens: int | None
+    rest: RestOfFile | None  # the rest of the file the result was made for (None: the request ended before reading it)
     prefetched: bool = False  # made ahead of a request (`prefetch`): served whole to the first one
 
 
@@ -156,15 +157,6 @@ def compiler_checked(result: CompletionResult, before: str, after: str) -> Compl
         return result
     log.info("not offered: the compiler refuses %r: %s", result.text[:60], refusal)
     return replace(result, text="", end=result.start, stop_reason=StopReason.COMPILER)
-
-
-def no_op_dropped(result: CompletionResult, text: str, cursor: int) -> CompletionResult:
-    """`result`, or no completion (stop reason `echo`) when its text is what its replace range
-    already holds (`))` over the auto-closed `))`, the rest of a suggestion typed up to its
-    closers): an item that changes nothing is never offered."""
-    if not result.text or text[cursor : result.end] != result.text:
-        return result
-    return replace(result, text="", end=result.start, stop_reason=StopReason.ECHO)
 
 
 Cancel = Callable[[], bool]
@@ -336,13 +328,13 @@ class CompletionEngine:
                     format_version(target_version(opts.python_version, request.document))):  # the project's may change
                 rest = typed_through(shown, before, after)
                 if rest is not None:
-                    return no_op_dropped(replace(self._rest_of(shown.result, rest, request),
-                                                 prefetched=shown.prefetched), text, off)
-            result = no_op_dropped(self._complete(request, cancel, opts, before, after), text, off)
+                    return self._rest_of(shown, rest, request)
+            result, rest_of_file = self._complete(request, cancel, opts, before, after)
             if opts.constrained:
                 result = compiler_checked(result, before, after)
             if result.text and result.stop_reason != StopReason.CANCELLED:
-                self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens)
+                self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens,
+                                                       rest_of_file)
                 self._shown.move_to_end(request.document)
                 while len(self._shown) > 8:
                     self._shown.popitem(last=False)
@@ -403,20 +395,27 @@ class CompletionEngine:
         if result.stop_reason == StopReason.CANCELLED:
             return result
         off = request.cursor
-        shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
-                       prefetched=True)
         with self._lock:
+            made = self._shown.get(request.document)  # `complete` kept a non-empty result with its rest of the file
+            shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
+                           made.rest if made is not None and made.result is result else None, prefetched=True)
             self._shown[request.document] = shown
             self._shown.move_to_end(request.document)
         return result
 
     @staticmethod
-    def _rest_of(result: CompletionResult, rest: str, req: CompletionRequest) -> CompletionResult:
-        """The previous result, cut to what is left after the typed characters (its replace
-        range moved to the new cursor; same auto-closed brackets covered)."""
+    def _rest_of(shown: _Shown, rest: str, req: CompletionRequest) -> CompletionResult:
+        """The shown result, cut to what is left after the typed characters (its replace range
+        moved to the new cursor; same auto-closed brackets covered); nothing (an echo) where
+        what is left is what that range already holds (`RestOfFile.changes_nothing`)."""
+        result = shown.result
+        start = req.cursor
         end = req.cursor + result.end - result.start  # the same closers after the cursor
+        if shown.rest is not None and shown.rest.changes_nothing(rest.encode()):
+            rest, end = "", start
         return replace(
-            result, text=rest, start=req.cursor, end=end,
+            result, text=rest, start=start, end=end, prefetched=shown.prefetched,
+            stop_reason=StopReason.ECHO if not rest else result.stop_reason,
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
             typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],
@@ -433,36 +432,45 @@ class CompletionEngine:
     # torch loads.
 
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
-                  after: str) -> CompletionResult:
-        """The completion between `before` and `after` (the document split at the cursor)."""
+                  after: str) -> tuple[CompletionResult, RestOfFile | None]:
+        """The completion between `before` and `after` (the document split at the cursor), and
+        the rest of the file it was made for (None: the request ended before reading it)."""
         from ..model.prompt_cache import PrefillCancelled
-        from . import redecode
+        from . import header_steering, redecode
 
         t0 = time.perf_counter()
         setup = self._constrain(req, opts, before, after, cancel)
         if isinstance(setup, StopReason):
-            return self._empty(req, setup, opts)
+            return self._empty(req, setup, opts), None
+        shape = header_steering.first_line(setup.rest, before) if setup.matcher is not None else header_steering.FREE
+        if shape.fit is header_steering.Fit.NOTHING:
+            log.info("no completion: nothing fits the rest of the file at the cursor")
+            return self._empty(req, StopReason.NO_CONTINUATION, opts), setup.rest
+        steer = self._header_starts.first_line(shape, setup.heal, self.tokenizer.encode)
         try:
             logits, past, reused = self.prompt_cache.prefill(req.document, setup.prompt.ids, cancel,
                                                              opts.cache_memory_mb, between_layers=False)
         except PrefillCancelled:
-            return self._empty(req, StopReason.CANCELLED, opts)
+            return self._empty(req, StopReason.CANCELLED, opts), None
         prompt_ms = (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
         fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
-        chosen = self._decode_pass(setup, setup.matcher, logits, past, replay=req.resume, budget=req.budget)
+        chosen = self._decode_pass(setup, setup.matcher, logits, past, replay=req.resume, budget=req.budget,
+                                   steer=steer)
         searched = False
         if (chosen.offer.path == "empty" and setup.matcher is not None
-                and chosen.outcome.stop.reason not in (StopReason.CANCELLED, StopReason.ECHO)
+                and chosen.outcome.stop.reason is not StopReason.CANCELLED
+                and (chosen.outcome.stop.reason is not StopReason.ECHO or setup.rest.inserts_lines)
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
+            # at a line start an echo is the existing line written again, not an answer: searched past
             searched = True
-            chosen = self._redecode(setup, chosen) or chosen
+            chosen = self._redecode(setup, chosen, steer) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
         # the budget cut the answer, or stopped the search behind an empty one
         cut = chosen.outcome.stop.reason is StopReason.BUDGET or (
             searched and chosen.offer.path == "empty" and req.budget.expired())
         return replace(self._result(setup, chosen, reused, prompt_ms, decode_ms,
-                                    setup.compiled.stats["canonical_fallbacks"] - fallbacks), budget_cut=cut)
+                                    setup.compiled.stats["canonical_fallbacks"] - fallbacks), budget_cut=cut), setup.rest
 
     def _constrain(self, req: CompletionRequest, opts: EngineOptions, before: str, after: str,
                    cancel: Cancel) -> _Setup | StopReason:
@@ -540,15 +548,12 @@ class CompletionEngine:
                              later=outcome.stop.reason != StopReason.ECHO)
         return Pass(outcome, offer, speculator)
 
-    def _redecode(self, setup: _Setup, first: Pass) -> Pass | None:
+    def _redecode(self, setup: _Setup, first: Pass, steer) -> Pass | None:
         """Search, don't give up (`redecode.search`): passes from the step where validity was
-        lost, steered to start with a header where the following lines need one."""
-        from . import header_steering, redecode
+        lost, steered as the first pass was (`steer`: what the rest of the file lets the first
+        line be, `header_steering.first_line`)."""
+        from . import redecode
 
-        keywords, widths = header_steering.needed_headers(setup.rest), ()
-        if not keywords:
-            keywords, widths = header_steering.line_start_headers(setup.rest, setup.before)
-        steer = self._header_starts.steer(keywords, widths)
         budget = setup.req.budget  # no new pass once it has run out (a pass started is finished)
         return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
                                self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
@@ -578,7 +583,9 @@ class CompletionEngine:
         req, rest = setup.req, setup.rest
         outcome, offer = chosen.outcome, chosen.offer
         completion = outcome.generated[len(setup.heal) :]
-        body = rest.offered(completion, offer.cut).decode("utf-8", errors="replace")
+        offered = rest.offered(completion, offer.cut)
+        no_op = rest.changes_nothing(offered)  # an item that changes nothing is never offered
+        body = "" if no_op else offered.decode("utf-8", errors="replace")
         log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
                   offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
         covered = rest.ctx.covered
@@ -586,7 +593,7 @@ class CompletionEngine:
             text=body,
             start=req.cursor,
             end=req.cursor + len(covered) if body or not covered else req.cursor,
-            stop_reason=outcome.stop.reason,
+            stop_reason=StopReason.ECHO if no_op else outcome.stop.reason,
             offer_path=offer.path,
             check_ms=rest.check_ms,
             mode=rest.ctx.mode,

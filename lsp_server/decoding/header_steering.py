@@ -12,10 +12,14 @@ cursor."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
 
 import numpy as np
 
+from .stopping.context import opens_block
 from .stopping.rest_of_file import RestOfFile
 
 # a header for each keyword that opens a block, the check's probe
@@ -46,14 +50,8 @@ def line_start_headers(rest: RestOfFile, before: str) -> tuple[tuple[bytes, ...]
     if rest.compat is None or not rest.inserts_lines or not rest.line_blank or rest.keeps_valid(b""):
         return (), ()
     col = len(rest.follow.line_before.decode(errors="replace"))
-    lines = [ln for ln in before.split("\n")[-STEER_LINES:] if ln.strip()]
-    depths = {len(ln) - len(ln.lstrip(" ")) for ln in lines} | {col}
-    unit = min((d for d in depths if d), default=4)
-    depths |= {d + unit for d in depths}  # a block's first line (the cut header's may be one)
     keywords, widths = set(), []
-    for w in sorted(depths):
-        if w < col:
-            continue
+    for w in _candidate_widths(before, col):
         fits = [k for k, probe in PROBES.items() if rest.keeps_valid(b" " * (w - col) + probe)]
         if fits:
             keywords.update(fits)
@@ -62,6 +60,69 @@ def line_start_headers(rest: RestOfFile, before: str) -> tuple[tuple[bytes, ...]
 
 
 STEER_LINES = 50  # the lines above the cursor whose indentations are tried for a header
+
+
+class Fit(Enum):
+    """What the rest of the file allows at the cursor before the model is asked."""
+
+    FREE = "free"  # not asked (mid-line, inside brackets where the grammar already wants an expression, unchecked)
+    SHAPED = "shaped"  # the first tokens are steered to what fits (`FirstLine.widths`, `keywords`)
+    NOTHING = "nothing"  # nothing fits at the cursor: the answer is empty without asking the model
+
+
+@dataclass(frozen=True)
+class FirstLine:
+    """What the first line of an answer may be, as the rest of the file requires it."""
+
+    fit: Fit
+    widths: tuple[int, ...] = ()  # the indentations (columns after the cursor) its code may start at; (): the cursor's
+    keywords: tuple[bytes, ...] = ()  # (): any statement; else a header of one of these keywords
+
+
+FREE = FirstLine(Fit.FREE)
+NO_TOKENS = np.zeros(0, dtype=np.int64)
+PROBE_STATEMENT = b"pass"  # a simple statement: where it fits, any simple statement's layout does
+
+
+def _candidate_widths(before: str, col: int) -> list[int]:
+    """The indentations an answer's first line may take at column `col` or deeper: those of
+    the lines above, the cursor's, and one level deeper than each (a block's first line)."""
+    lines = [ln for ln in before.split("\n")[-STEER_LINES:] if ln.strip()]
+    depths = {len(ln) - len(ln.lstrip(" ")) for ln in lines} | {col}
+    # a level: how much deeper a block's body stands than its header (not a bracket's continuation lines)
+    steps = {len(b) - len(b.lstrip(" ")) - (len(a) - len(a.lstrip(" "))) for a, b in zip(lines, lines[1:])
+             if opens_block(a.rstrip().encode())}
+    unit = min((d for d in steps if d > 0), default=4)
+    depths |= {d + unit for d in depths}
+    return sorted(d for d in depths if d >= col)
+
+
+def first_line(rest: RestOfFile, before: str) -> FirstLine:
+    """What the rest of the file lets the answer's first line be, asked of `RestOfFile.keeps_valid`
+    with probes before the model writes anything (the first decoding pass is steered by it):
+
+    - at a line start of existing code (outside brackets), the indentations at which a simple
+      statement (`pass`) keeps the file valid and the existing line intact (a dedent below
+      allows the enclosing levels, a block opener above with no body below only a deeper one);
+      where none does (a body below that lost its header), only the headers that fit and
+      their indentations (`line_start_headers`), and where none does either, nothing fits;
+    - on an otherwise empty line the file needs something at (`needed_headers`), the headers
+      that fit there;
+    - else the model's own first tokens (a line continuing a bracket needs an expression: the
+      grammar's mask already asks only for one)."""
+    if rest.compat is None or not rest.line_blank:
+        return FREE
+    if not rest.inserts_lines:
+        keywords = needed_headers(rest)
+        return FirstLine(Fit.SHAPED, (0,), keywords) if keywords else FREE  # a header at the cursor
+    if rest.cursor_depth > 0:
+        return FREE
+    col = len(rest.follow.line_before.decode(errors="replace"))
+    widths = tuple(w - col for w in _candidate_widths(before, col) if rest.keeps_valid(b" " * (w - col) + PROBE_STATEMENT))
+    if widths:
+        return FirstLine(Fit.SHAPED, widths)
+    keywords, widths = line_start_headers(rest, before)
+    return FirstLine(Fit.SHAPED, widths, keywords) if keywords else FirstLine(Fit.NOTHING)
 
 
 def starts_with_keyword(token: bytes, keyword: bytes) -> bool:
@@ -80,54 +141,60 @@ class HeaderStarts:
         self.token_bytes = token_bytes
         self._masks: dict[bytes, np.ndarray] = {}
 
-    def steer(self, keywords: Sequence[bytes], widths: Sequence[int] = ()):
-        """What the decoding loop's steered steps allow (None: no keywords): given the healed
-        bytes still to re-create (`room`) and the bytes written after them (`written`), the
-        tokens that start a header of one of `keywords` and the blank ones that fit in that room
-        (the newline and indentation before the header, never deeper); with `widths`, the
-        header at one of those indentations after the cursor (the blanks that lead to one)."""
-        if not keywords:
+    def first_line(self, shape: FirstLine, heal: bytes, encode: Callable[[str], list[int]]):
+        """The steering of a first line shaped as `shape` (None: not shaped). `heal` is the
+        healed text the first tokens re-create, `encode` the tokenizer's: the blanks before the
+        code are taken as the tokenizer writes them before a line at one of the wanted
+        indentations (canonical tokenization allows no other split of a run of blanks)."""
+        if shape.fit is not Fit.SHAPED:
             return None
-        headers = np.zeros(len(self.token_bytes), dtype=bool)
+        paths: dict[int, set[int]] = {}  # bytes written from the healed text's start -> the blank tokens that go on
+        for w in shape.widths:
+            at = 0
+            for t in encode((heal + b" " * w + PROBE_STATEMENT).decode("utf-8", errors="replace")):
+                if self.token_bytes[t].strip():
+                    break
+                paths.setdefault(at, set()).add(t)
+                at += len(self.token_bytes[t])
+        return self.steer(shape.keywords, shape.widths, {at: np.array(sorted(ts)) for at, ts in paths.items()},
+                          len(heal))
+
+    def steer(self, keywords: Sequence[bytes], widths: Sequence[int],
+              blanks: Mapping[int, np.ndarray] = MappingProxyType({}), healed: int = 0):
+        """What the decoding loop's steered steps allow: given the healed bytes still to
+        re-create (`room`) and the bytes written after them (`written`), the tokens that start a
+        header of one of `keywords` (none: any code) at one of the indentations `widths` after
+        the cursor, and the blank tokens `blanks` allows at each count of bytes written from the
+        start of the `healed` text (those that lead to one)."""
+        headers = np.zeros(len(self.token_bytes), dtype=bool) if keywords else self._code()
         for k in keywords:
             m = self._masks.get(k)
             if m is None:
                 m = self._masks[k] = np.array([starts_with_keyword(b, k) for b in self.token_bytes], dtype=bool)
             headers |= m
-        blank = self._blank()
-        lengths = self._lengths()
-        if not widths:
-            return lambda room, written: headers | (blank & (lengths <= room))
-        lead, spaces = self._lead()
+        lead = self._lead()
         wanted = np.array(sorted(widths))
 
         def allowed(room: int, written: int) -> np.ndarray:
-            at = max(written, 0)
-            indented = np.isin(at + lead, wanted)
-            # blanks up to a column before a wanted one (the header's word carries the last space,
-            # as tokenizers spell ` if`); the healed newline and the indentation may come in one token
-            if written < 0:  # still re-creating the healed newline
-                return (headers & indented) | (blank & (lengths <= room + wanted[-1] - 1))
-            return (headers & indented) | (spaces & (at + lengths <= wanted[-1] - 1))
+            # `written` < 0: healed bytes still to re-create (the newline and indentation before
+            # the cursor); a token's code starts `written + lead` columns after the cursor
+            out = headers & np.isin(written + lead, wanted)
+            out[blanks.get(healed + written, NO_TOKENS)] = True
+            return out
 
         return allowed
 
-    def _lead(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each token's leading spaces and tabs, and whether it is spaces and tabs only."""
+    def _lead(self) -> np.ndarray:
+        """Each token's leading spaces and tabs."""
         lead = self._masks.get(b"lead")
         if lead is None:
             lead = self._masks[b"lead"] = np.array([len(b) - len(b.lstrip(b" \t")) for b in self.token_bytes])
-            self._masks[b"spaces"] = np.array([bool(b) and not b.strip(b" \t") for b in self.token_bytes])
-        return lead, self._masks[b"spaces"]
+        return lead
 
-    def _blank(self) -> np.ndarray:
-        m = self._masks.get(b"")
+    def _code(self) -> np.ndarray:
+        """The tokens that start a line's code after their leading spaces and tabs (not a newline)."""
+        m = self._masks.get(b"code")
         if m is None:
-            m = self._masks[b""] = np.array([not b.strip() and b != b"" for b in self.token_bytes], dtype=bool)
-        return m
-
-    def _lengths(self) -> np.ndarray:
-        m = self._masks.get(b"len")
-        if m is None:
-            m = self._masks[b"len"] = np.array([len(b) for b in self.token_bytes])
-        return m
+            m = self._masks[b"code"] = np.array([b.lstrip(b" \t")[:1] not in (b"", b"\n", b"\r")
+                                                 for b in self.token_bytes], dtype=bool)
+        return m.copy()

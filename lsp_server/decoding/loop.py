@@ -188,7 +188,10 @@ class _Decoding:
         if self.steer is not None:
             only = self.steer(max(self.healed - len(self.generated), 0), len(self.generated) - self.healed)
             n = min(len(mask), len(only))
-            mask = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
+            steered = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
+            if steered.any():
+                return steered
+            self.steer = None  # the blanks taken lead nowhere it allows (canonical tokenization): the grammar's mask
         return mask
 
     def take_avoided(self) -> set[int]:

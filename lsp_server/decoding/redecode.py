@@ -56,6 +56,17 @@ def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: in
     return len(tokens)
 
 
+def code_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
+    """The index in `tokens` of the step that chose the completion's first code (its first
+    byte past the `healed` ones that is not blank; len(tokens) if none did)."""
+    written = b""
+    for i, t in enumerate(tokens):
+        written += token_bytes[t]
+        if written[healed:].strip():
+            return i
+    return len(tokens)
+
+
 def same_start(token: bytes, by_bytes: Mapping[bytes, int]) -> set[int]:
     """The tokens spelling `token`'s bytes or a shorter start of them with code in it (`retur`
     for `return`): another spelling of the same text is not another choice."""
@@ -82,18 +93,16 @@ def search(first: Pass, decode_from: Callable[[list[int], frozenset[int], int], 
            max_tokens: int, cancel: Callable[[], bool] = lambda: False, steered: bool = False) -> Pass | None:
     """The first re-decoded pass that offers something (None: none did within the bounds).
     `decode_from(replay, avoid, max_tokens)` decodes after taking the `replay` tokens, with
-    `avoid` banned at the next step. `steered`: the passes start with a header (header
-    steering), so a first choice that only wrote the newline and indentation is not banned (the
-    header may follow the same indentation token)."""
+    `avoid` banned at the next step. `steered`: the passes are steered as the first was
+    (`header_steering.first_line`): its newline and indentation led to an indentation that
+    fits, so the search restarts at its first code (the first choice that wrote more than
+    blanks is the one banned)."""
     tokens = first.outcome.tokens
-    step = restart_step(tokens, token_bytes, healed)
+    step = (code_step if steered else restart_step)(tokens, token_bytes, healed)
     replay = list(tokens[:step])
     # the model's choice at the step (and its shorter spellings); it ended there (nothing past
     # the healed text): its end
-    blank_start = step < len(tokens) and not b"".join(token_bytes[t] for t in tokens[: step + 1])[healed:].strip()
-    if steered and blank_start:
-        avoid = frozenset()
-    elif step < len(tokens):
+    if step < len(tokens):
         avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
     else:
         avoid = frozenset(stop_tokens)

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from grammar_tools.parsing.indentation import line_indent
 
 CLOSERS = frozenset(")]}\"'")
-_OPENER_END = re.compile(r":[ \t]*(#.*)?$")
+_OPENER_END = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
+
+
+def opens_block(line: bytes) -> bool:
+    """Whether `line` (one physical line, no newline) ends like a block header: a colon, then
+    at most a comment (its body must follow). The one block-opener rule: the cursor's context
+    and the stop policy's lines ask it."""
+    return bool(_OPENER_END.search(line))
 
 
 @dataclass(frozen=True)
@@ -55,11 +62,11 @@ def cursor_context(before: str, after: str, mode: str = "auto") -> CursorContext
     if mode == "auto":
         mode = "single"
         if not infix and not rest.strip():
-            if _OPENER_END.search(line_before):
+            if opens_block(line_before.encode()):
                 mode = "multi"
             elif not line_before.strip():
                 above = [ln for ln in before.split("\n")[:-1][-50:] if ln.strip() and not ln.lstrip().startswith("#")]
-                inside_block = bool(line_before) or (above and _OPENER_END.search(above[-1]))
+                inside_block = bool(line_before) or (above and opens_block(above[-1].encode()))
                 mode = "multi" if inside_block else "single"
     if infix:
         mode = "single"

@@ -22,14 +22,10 @@ line ends.
 
 from __future__ import annotations
 
-import re
-
+from .context import opens_block
 from .decision import Decision, Stop, StopReason, Verdict
 from .line_scanner import LineScanner
 from .rest_of_file import RestOfFile
-
-_OPENER_BYTES = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
-
 
 class StopPolicy:
     """Decides, after every accepted token, whether the completion is done (`Stop`), must go
@@ -158,8 +154,7 @@ class StopPolicy:
 
     def _opens_block(self, data: bytes, cut: int) -> bool:
         """Whether the line ending at `cut` opens a block (its body must follow)."""
-        line = data[: cut].rsplit(b"\n", 1)[-1]
-        return bool(_OPENER_BYTES.search(line))
+        return opens_block(data[:cut].rsplit(b"\n", 1)[-1])
 
     def fallback(self, generated: bytes, reason: StopReason, at_end: bool) -> Stop:
         """The longest compatible end at or before the end of `generated`: at a line end, or

@@ -4,7 +4,8 @@ request that must respect what already stands after the cursor asks this one obj
 - may the completion stop here, and does the file stay valid with it (`keeps_valid`: the whole
   rest of the file read by `Compatibility`/`EditCheck`, the existing text kept intact: not glued
   onto, not re-indented);
-- does it repeat what follows (`follow`: the echo rule, `FollowingText`);
+- does it repeat what follows (`follow`: the echo rule, `FollowingText`; `changes_nothing`: an
+  answer that is what its replace range already holds);
 - what is offered for a cut of the generated text (`offered`).
 
 At a line start (the cursor at or inside the leading whitespace of a non-blank line) an answer
@@ -80,6 +81,12 @@ class RestOfFile:
         if self.compat is None:
             return True
         return self.compat.ok(completion + self.tail if completion else b"")
+
+    def changes_nothing(self, text: bytes) -> bool:
+        """Whether `text`, offered in place of the auto-closed brackets/quotes it supplies again,
+        is what that range already holds (`))` over the auto-closed `))`, the rest of a
+        suggestion typed up to its closers): it repeats the text after the cursor, an echo."""
+        return bool(text) and text == self.ctx.covered.encode()
 
     def offered(self, completion: bytes, cut: int) -> bytes:
         """What is offered for the first `cut` bytes of `completion`: trailing blanks stripped
