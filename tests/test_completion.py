@@ -182,8 +182,7 @@ def test_typing_through_a_suggestion_serves_its_rest(compiled):
 def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
     from lsp_server.decoding.engine import CompletionResult, _Shown, typed_through
 
-    shown = _Shown("x = ", "
-", CompletionResult("foo(1)", 4, 4, "line-end", "single", True),
+    shown = _Shown("x = ", "\n", CompletionResult("foo(1)", 4, 4, "line-end", "single", True),
                    EngineOptions(), None, None, None)
     assert typed_through(shown, "x = fo", "\n") == "o(1)"
     assert typed_through(shown, "x = fo", "\ny = 2\n") is None  # the rest of the file changed
