@@ -20,6 +20,8 @@ def test_a_refusal_on_the_answers_lines_or_the_line_after_them_is_found():
     assert refused_where_written(before, "return 1", after) is None  # compiles
     before, after = KWARGS.split("|")
     assert "repeated" in refused_where_written(before, "key=1,", after)  # reported on the line below
+    before, after = "x = 1\n", "\n"
+    assert refused_where_written(before, "y = f\"{d[\"key\"]}\"", after) is None  # 3.12 syntax: the parser's, not ours
 
 
 def test_a_refusal_elsewhere_is_the_files_own():

@@ -11,6 +11,7 @@ import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
+from lsp_server.positions import offset_at, position_of
 from lsp_server.decoding.stopping.context import cursor_context
 
 from completion_support import accept, complete_at_marker, scripted_engine, stdlib_cuts
@@ -408,7 +409,9 @@ def test_batch_cli(tmp_path, tiny_model_dir):
     for row in rows[:2]:
         assert {"text", "start", "end", "stop_reason", "tokens_generated", "tokens_forced",
                 "tokens_healed", "prompt_ms", "decode_ms", "mask_ms"} <= set(row)
-        assert row["start"] == [row["line"], row["character"]]
+        # the cursor as the file has it (a character past its line's end is that end, as LSP says)
+        text = target.read_text()
+        assert row["start"] == list(position_of(text, offset_at(text, row["line"], row["character"])))
     assert "cannot read" in rows[2]["error"]
     assert out.returncode == 1  # one cut failed
 

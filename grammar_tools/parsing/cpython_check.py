@@ -17,6 +17,7 @@ stdout. So it imports nothing of the project and keeps to syntax that Python 3.8
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import sys
@@ -25,17 +26,26 @@ import warnings
 from pathlib import Path
 
 
-def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec") -> tuple[str, int, int] | None:
+def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
+                  after_parse: bool = False) -> tuple[str, int, int] | None:
     """CPython's refusal of `text` (str or bytes) as `mode` ("exec" for a file, "eval" for an
     expression): (message, first line, last line), lines 1-based (0 where CPython names none);
-    None where it compiles it."""
+    None where it compiles it. `after_parse`: only a refusal made after the text parsed (the
+    compiler's and the symbol table's checks: a keyword argument given twice, `yield from` in an
+    `async def`, `break` outside a loop), None where the parser refuses it; the compiler is the
+    same one (the parsed tree compiled is the text compiled), it is asked in two steps."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
+            if after_parse:
+                try:
+                    text = compile(text, name, mode, ast.PyCF_ONLY_AST, dont_inherit=True)
+                except (SyntaxError, ValueError):
+                    return None
             compile(text, name, mode, dont_inherit=True)
         except SyntaxError as e:
             line = e.lineno or 0
-            return e.msg, line, max(line, e.end_lineno or line)
+            return e.msg, line, max(line, getattr(e, "end_lineno", None) or line)  # end_lineno: 3.10+
         except ValueError as e:  # NUL bytes, before 3.12
             return str(e), 0, 0
     return None

@@ -9,12 +9,13 @@ function), so the file with the answer is compiled once, before it is offered (t
 oracle, `grammar_tools.parsing.cpython_check`; ~1 ms for 400 lines, ~10 ms for 3,500), and an
 answer the compiler refuses *where it was written* is not offered.
 
-Where: the refusal's lines must touch the lines the answer wrote, or the line after them (a
-keyword argument the answer repeats from the line below is reported there). A refusal elsewhere
-is the file's own (text still being written further down, or syntax newer than the interpreter
-the server runs on) and refuses nothing here. Syntax newer than this interpreter inside the
-answer itself, for a document that targets that newer version, is refused too: an empty answer,
-never an invalid one, and the masks make it rare.
+Which refusals: only those made after the file parsed (`refused_lines(..., after_parse=True)`).
+What the parser refuses is the grammar's business, per target version, and this interpreter may
+be older than the version a document targets (a 3.12 f-string is no error there): a file this
+interpreter cannot parse is left to the grammar's verdict. Where: the refusal's lines must touch
+the lines the answer wrote, or the line after them (a keyword argument the answer repeats from
+the line below is reported there); a refusal elsewhere is the file's own (`return` outside a
+function further down) and refuses nothing here.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from grammar_tools.parsing.cpython_check import refused_lines
 def refused_where_written(before: str, answer: str, after: str) -> str | None:
     """CPython's message when it refuses `before + answer + after` on the lines the answer wrote
     or the line after them; None when the file compiles or the refusal is elsewhere."""
-    refused = refused_lines(before + answer + after, "<completion>")
+    refused = refused_lines(before + answer + after, "<completion>", after_parse=True)
     if refused is None:
         return None
     message, line, end_line = refused
