@@ -109,6 +109,7 @@ def test_soundness_on_stdlib_sample(compiled_full):
     assert compiled.stats["canonical_fallbacks"] == before["canonical_fallbacks"]
 
 
+@pytest.mark.slow
 def test_mask_agrees_with_accept_token_on_every_token(compiled_full):
     """Exactness of the store against the run-time transition: at sampled positions a token
     is in the mask iff the matcher can accept it."""

@@ -56,6 +56,7 @@ def test_every_configuration_maps_to_a_state_of_its_terminal(compiled_full, lexe
     assert not NfaStates.of(lexer, merge=False).merged
 
 
+@pytest.mark.slow
 def test_merged_store_gives_the_unmerged_masks_on_real_code(compiled_full, unmerged, tmp_path):
     compiled, tok = compiled_full
     assert compiled.store.logical_rows() < unmerged.store.logical_rows()
@@ -84,6 +85,7 @@ def _as_format(path, version: int, out):
     return out
 
 
+@pytest.mark.slow
 def test_a_store_of_the_format_before_the_merge_is_refused_and_rebuilt(compiled_full, tmp_path, monkeypatch,
                                                                         caplog):
     compiled, tok = compiled_full

@@ -86,6 +86,7 @@ def test_a_damaged_cached_store_is_rebuilt(good_store, tmp_path, monkeypatch, ca
     assert load_store(cached).n_rows == store.n_rows  # written again, whole
 
 
+@pytest.mark.slow
 def test_a_server_on_a_damaged_store_says_so(good_store, tmp_path, tiny_model_dir):
     """The store the user named is damaged: status "error" naming the fix, empty answers, and
     the server recovers when the setting changes."""

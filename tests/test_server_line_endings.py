@@ -170,6 +170,7 @@ def _json_decoder_cuts() -> tuple[list[str], list[tuple[int, int]]]:
     return lines, cuts
 
 
+@pytest.mark.slow
 def test_the_engine_cursor_follows_the_lsp_lines(tiny_model_dir):
     """The same cursor in the same file written with "\n", "\r", "\r\n" and mixed line ends
     gets the same completion from the real server (the tiny model decodes greedily)."""

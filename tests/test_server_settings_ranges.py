@@ -44,6 +44,7 @@ def test_the_range_ends_are_accepted():
         assert EngineOptions().updated(temperature=t).temperature == t
 
 
+@pytest.mark.slow
 def test_the_server_refuses_them_and_keeps_completing(tiny_model_dir):
     uri = "file:///ranges.py"
     text = "import os\n\n\ndef join(parts):\n    return os.path.join(*parts)\n\n\nname = os.pa"

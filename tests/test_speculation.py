@@ -98,6 +98,7 @@ def run_cuts(engine, cuts, speculative):
     return out
 
 
+@pytest.mark.slow
 def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(compiled_full):
     comp, tok = compiled_full
     cuts = stdlib_cuts(30, seed=3)
@@ -117,6 +118,7 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(com
     assert texts[True] == texts[False]
 
 
+@pytest.mark.slow
 def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_model_dir):
     # a window of ~256 tokens: a new window holds at most REFILL_SHARE of contextTokens (prompt.window)
     engine = CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), max_tokens=12, context_tokens=342))

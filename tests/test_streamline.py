@@ -97,6 +97,7 @@ def test_header_records_rows_after_each_step(streamlined, compiled_full, tmp_pat
         assert f"{s['step']:>20}  {s['rows']:>8}" in out
 
 
+@pytest.mark.slow
 def test_streamlined_masks_are_identical_on_stdlib_sample(streamlined, compiled_full):
     """Exactness: identical masks at every position of a fixed sample (>= 20,000 positions),
     every true next token allowed (soundness unchanged), and fewer parser checks."""
