@@ -87,14 +87,13 @@ def _load_engine(opts: EngineOptions):
         raise SystemExit(f"syntaxlock complete: {e}") from None
 
 
-def _complete_one(engine, path: str, line: int, character: int, max_tokens: int | None = None):
-    """(the file's text, the completion at an LSP position of it)."""
+def _complete_one(engine, path: str, text: str, line: int, character: int, max_tokens: int | None = None):
+    """The completion at an LSP position of the file `path` whose text is `text`."""
     from .decoding.engine import CompletionRequest
 
-    text = _read_text(path)
     request = CompletionRequest.at(text, line, character, document=str(Path(path).resolve()), max_tokens=max_tokens)
     engine.names_ahead(request, wait=NAMES_WAIT_S)  # one shot: no work ahead made it before
-    return text, engine.complete(request)
+    return engine.complete(request)
 
 
 def _result_json(text: str, result) -> dict:
@@ -135,12 +134,12 @@ def cmd_complete(args) -> int:
     if args.file is None or args.line is None or args.character is None:
         raise SystemExit("syntaxlock complete: give FILE --line L --character C, or --batch CUTS.jsonl")
     try:
-        _read_text(args.file)  # a clear error before the model loads
+        text = _read_text(args.file)  # a clear error before the model loads
     except ValueError as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None
     engine = _load_engine(opts)
     try:
-        text, result = _complete_one(engine, args.file, args.line, args.character)
+        result = _complete_one(engine, args.file, text, args.line, args.character)
     except (ValueError, PositionError) as e:
         raise SystemExit(f"syntaxlock complete: {e}") from None
     if args.json:
@@ -163,7 +162,8 @@ def _batch(args, opts: EngineOptions) -> int:
         try:
             cut = json.loads(raw)
             path, line, ch = cut["path"], int(cut["line"]), int(cut["character"])
-            text, result = _complete_one(engine, path, line, ch, cut.get("max_tokens"))
+            text = _read_text(path)
+            result = _complete_one(engine, path, text, line, ch, cut.get("max_tokens"))
             out = {"path": path, "line": line, "character": ch, **_result_json(text, result)}
         except (ValueError, KeyError, TypeError) as e:
             out = {"error": f"{args.batch}:{n}: {e}", "input": raw}

@@ -17,6 +17,7 @@ import functools
 
 from .contexts import AFTER, Context, Layout
 from ..grammar import Grammar
+from ..lexing.lexer_automaton import bit_indices
 
 
 class FollowGraph:
@@ -96,7 +97,7 @@ class FollowGraph:
                     if z not in nullable:
                         break
                 if fz:
-                    for a in _bits(ly):
+                    for a in bit_indices(ly):
                         succ[a] |= fz
         self.succ = succ
         # the terminals of some sentence: those of the reduced rules
@@ -112,7 +113,7 @@ class FollowGraph:
         return bool(self.succ[a] >> b & 1)
 
     def successors(self, a: int) -> list[int]:
-        return list(_bits(self.succ[a]))
+        return list(bit_indices(self.succ[a]))
 
     def edges(self) -> int:
         return sum(bin(m).count("1") for m in self.succ)
@@ -164,15 +165,6 @@ class FollowGraph:
             elif self.succ[a] >> t & 1:
                 return True
         return False
-
-
-def _bits(mask: int):
-    i = 0
-    while mask:
-        if mask & 1:
-            yield i
-        mask >>= 1
-        i += 1
 
 
 @functools.lru_cache(maxsize=4)

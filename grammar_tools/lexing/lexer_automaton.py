@@ -66,11 +66,11 @@ class LexerAutomaton:
 
     @functools.cached_property
     def accepting_ids(self) -> list[tuple[int, ...]]:
-        return [_bits(m) for m in self.accepting]
+        return [bit_indices(m) for m in self.accepting]
 
     @functools.cached_property
     def possible_ids(self) -> list[tuple[int, ...]]:
-        return [_bits(m) for m in self.possible]
+        return [bit_indices(m) for m in self.possible]
 
     @functools.cached_property
     def grows(self) -> list[bool]:
@@ -133,7 +133,8 @@ class LexerAutomaton:
         return out, state, start
 
 
-def _bits(mask: int) -> tuple[int, ...]:
+def bit_indices(mask: int) -> tuple[int, ...]:
+    """The positions of the set bits of `mask`, lowest first."""
     out = []
     i = 0
     while mask:

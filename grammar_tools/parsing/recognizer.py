@@ -518,12 +518,3 @@ class Recognizer:
         if t in self.bracket_delta and node.depth + self.bracket_delta[t] < 0:
             return False
         return not (t == self.DEDENT and not node.indent)
-
-
-def _bits(mask: int):
-    i = 0
-    while mask:
-        if mask & 1:
-            yield i
-        mask >>= 1
-        i += 1
