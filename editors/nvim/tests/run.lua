@@ -229,6 +229,18 @@ local function ghost_state(c)
   ]])
 end
 
+--- The process id of the language server the child editor started (its only child process).
+local function server_pid(c)
+  local pids = c:lua("return vim.api.nvim_get_proc_children(vim.fn.getpid())")
+  for _, pid in ipairs(pids) do
+    local proc = c:lua("return vim.api.nvim_get_proc(...)", pid)
+    if proc and proc.name and proc.name:find("syntaxlock", 1, true) then
+      return pid
+    end
+  end
+  return #pids == 1 and pids[1] or nil
+end
+
 local function stats(c)
   return c:lua("return require('syntaxlock').server_command('syntaxlock.stats', 5000)")
 end
@@ -361,12 +373,26 @@ test("server: typing cancels the request in flight", function()
     end
   ]])
   local before = stats(c)
-  c:type("Goy = 1 +")
-  wait_for("a request in flight", 30000, function()
-    return ghost_state(c).pending
+  -- A busy server, made so on purpose: paused while the user types, so that the request is still in
+  -- flight at the next keystroke however fast the server would have answered (a prefetched answer
+  -- comes back within one poll of the wait below).
+  local pid = server_pid(c)
+  ok(pid ~= nil, "the server is a child process of the editor")
+  uv.kill(pid, "sigstop")
+  local typed, err = pcall(function()
+    c:type("Goy = 1 +")
+    wait_for("a request in flight", 30000, function()
+      return ghost_state(c).pending
+    end)
   end)
   local requests = ghost_state(c).counts.requests
-  c:type(" ")
+  if typed then
+    c:type(" ")
+  end
+  uv.kill(pid, "sigcont")
+  if not typed then
+    error(err, 0)
+  end
   local cancelled = c:lua("return _G.cancelled")
   ok(#cancelled >= 1, "no $/cancelRequest sent")
   -- the next suggestion is for the text as it is now
