@@ -145,8 +145,12 @@ def shape_at(compiled, doc: str):
     return first_line(rest, before)
 
 
+CUT_TRY = "def f():\n|    except ValueError:\n        pass\n"
+
+
 def test_the_first_line_is_shaped_by_what_the_rest_of_the_file_requires(compiled):
     from lsp_server.decoding.header_steering import Fit
+    from lsp_server.decoding.stopping.context import Start
 
     # column 0 of a loop's body: a statement fits at the body's indentation only
     shape = shape_at(compiled, LOOP.replace("        result += item", "|        result += item"))
@@ -158,17 +162,39 @@ def test_the_first_line_is_shaped_by_what_the_rest_of_the_file_requires(compiled
     shape = shape_at(compiled, CUT_HEADER)
     assert shape.fit is Fit.SHAPED and shape.widths == (4,) and {b"if", b"for", b"while"} <= set(shape.keywords)
     assert b"else" not in shape.keywords
-    # at the end of that body line's indentation nothing fits: a header would stand at the body's column
-    assert shape_at(compiled, CUT_HEADER.replace("|        raise", "        |raise")).fit is Fit.NOTHING
+    # at the end of that body line's indentation nothing fits on the cursor's line (a header would
+    # stand at the body's column): the answer ends that line first, its header at the function's depth below
+    shape = shape_at(compiled, CUT_HEADER.replace("|        raise", "        |raise"))
+    assert (shape.fit, shape.start, shape.widths) == (Fit.SHAPED, Start.NEXT_LINE, (4,))
+    assert {b"if", b"for", b"while"} <= set(shape.keywords) and b"else" not in shape.keywords
+    # where the cursor's line does hold what fits, it is not ended first
+    assert shape_at(compiled, LOOP.replace("    return result", "    |return result")).start is Start.CURSOR_LINE
+    # an `except` whose `try` was cut: no one line fits above it, at its column or below a line ended first
+    assert shape_at(compiled, CUT_TRY).fit is Fit.NOTHING
+    assert shape_at(compiled, CUT_TRY.replace("|    except", "    |except")).fit is Fit.NOTHING
     # inside brackets the grammar already asks for an expression; mid-line the model's own tokens
     assert shape_at(compiled, "x = f(\n    1,\n|    2,\n)\n").fit is Fit.FREE
     assert shape_at(compiled, "def f(a):\n    x = |a.strip()\n    return x\n").fit is Fit.FREE
 
 
 def test_where_nothing_fits_the_model_is_not_asked(compiled):
-    doc = CUT_HEADER.replace("|        raise", "        |raise")
-    r, applied = complete_at(compiled, doc, "if value:\n        raise TypeError(value)\n    return value\n")
+    doc = CUT_TRY.replace("|    except", "    |except")
+    r, applied = complete_at(compiled, doc, "try:\n        pass\n    except ValueError:\n        pass\n")
     assert (r.text, r.stop_reason, r.tokens_generated) == ("", StopReason.NO_CONTINUATION, 0)
+
+
+def test_at_the_end_of_a_body_lines_indentation_the_header_goes_on_a_line_below(compiled):
+    """The cursor at the end of the indentation of a body whose header was cut: the model's
+    first choice writes the header there, on the body's column (where nothing fits), its second
+    ends the cursor's line first and writes the header at the function's depth. The first pass
+    is steered to the newline and that depth: the answer is the header on a line of its own
+    (the cursor's indentation stays as a blank line), and the body stays as it was."""
+    doc = CUT_HEADER.replace("|        raise", "        |raise")
+    r, applied = two_minded(compiled, doc, "if value:\n        raise TypeError(value)\n",
+                            "\n    if not value:\n        raise TypeError(value)\n")
+    assert (r.text, r.offer_path) == ("\n    if not value:\n        ", "model")
+    assert applied == "def check(value):\n        \n    if not value:\n        raise TypeError(value)\n    return value\n"
+    assert kept_intact(applied, doc) and compiles(applied)
 
 
 def test_the_first_pass_writes_its_line_at_an_indentation_that_fits(compiled):

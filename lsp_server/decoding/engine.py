@@ -39,6 +39,7 @@ from .budget import NO_BUDGET, Budget
 from .compiler_gate import refused_where_written
 from .offer import EMPTY, choose_offer
 from .redecode import Pass
+from .stopping.context import Start
 from .stopping.decision import Stop, StopReason
 from .stopping.policy import StopPolicy
 from .stopping.rest_of_file import RestOfFile
@@ -456,7 +457,7 @@ class CompletionEngine:
         t1 = time.perf_counter()
         fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
         chosen = self._decode_pass(setup, setup.matcher, logits, past, replay=req.resume, budget=req.budget,
-                                   steer=steer)
+                                   steer=steer, start=shape.start)
         searched = False
         if (chosen.offer.path == "empty" and setup.matcher is not None
                 and chosen.outcome.stop.reason is not StopReason.CANCELLED
@@ -464,7 +465,7 @@ class CompletionEngine:
                 and not redecode.ended_where_valid(chosen, len(setup.heal), setup.rest)):
             # at a line start an echo is the existing line written again, not an answer: searched past
             searched = True
-            chosen = self._redecode(setup, chosen, steer) or chosen
+            chosen = self._redecode(setup, chosen, steer, shape.start) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
         # the budget cut the answer, or stopped the search behind an empty one
         cut = chosen.outcome.stop.reason is StopReason.BUDGET or (
@@ -524,16 +525,16 @@ class CompletionEngine:
                           PromptLookup(reference=reference), draft_model=self.draft_model)
 
     def _decode_pass(self, setup: _Setup, matcher, logits, past, replay=(), avoid=frozenset(), limit=None,
-                     steer=None, budget: Budget = NO_BUDGET) -> Pass:
+                     steer=None, budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
         """One decoding pass from the prompt (after `replay`, `avoid` banned at the next step:
-        redecode.py), stopped by a fresh `StopPolicy` over the request's rest of the file, and
-        the offer search over its text."""
+        redecode.py), stopped by a fresh `StopPolicy` over the request's rest of the file (`start`:
+        where the steering puts the first code, `FirstLine.start`), and the offer search over its text."""
         from .loop import ModelStepper, decode
 
         stepper = ModelStepper(partial(self.runtime.forward, cancel=setup.cancel), logits, past,
                                on_forward=self.spec_stats.record_forward)
         speculator = self._speculator(setup)
-        policy = StopPolicy(setup.rest, self.scanner, setup.held, setup.heal, setup.depth)
+        policy = StopPolicy(setup.rest, self.scanner, setup.held, setup.heal, setup.depth, start)
         try:
             outcome = decode(stepper, matcher, setup.compiled.tokens, self._stop_tokens, setup.sampler, policy,
                              limit or setup.max_tokens, setup.cancel, speculator, replay=replay, avoid=avoid,
@@ -548,19 +549,19 @@ class CompletionEngine:
                              later=outcome.stop.reason != StopReason.ECHO)
         return Pass(outcome, offer, speculator)
 
-    def _redecode(self, setup: _Setup, first: Pass, steer) -> Pass | None:
+    def _redecode(self, setup: _Setup, first: Pass, steer, start: Start) -> Pass | None:
         """Search, don't give up (`redecode.search`): passes from the step where validity was
-        lost, steered as the first pass was (`steer`: what the rest of the file lets the first
-        line be, `header_steering.first_line`)."""
+        lost, steered as the first pass was (`steer` and `start`: what the rest of the file lets
+        the first line be, `header_steering.first_line`)."""
         from . import redecode
 
         budget = setup.req.budget  # no new pass once it has run out (a pass started is finished)
-        return redecode.search(first, partial(self._redecode_from, setup, steer), setup.compiled.tokens,
+        return redecode.search(first, partial(self._redecode_from, setup, steer, start), setup.compiled.tokens,
                                self.tokenizer.vocab.by_bytes, len(setup.heal), self._stop_tokens,
                                setup.max_tokens, lambda: setup.cancel() or budget.expired(),
                                steered=steer is not None)
 
-    def _redecode_from(self, setup: _Setup, steer, replay, avoid, limit) -> Pass:
+    def _redecode_from(self, setup: _Setup, steer, start: Start, replay, avoid, limit) -> Pass:
         """A re-decoding pass (redecode.search): the prompt again, a fresh matcher, the same
         rest of the file (its set-up and verdicts are the request's)."""
         from ..model.prompt_cache import PrefillCancelled
@@ -573,7 +574,7 @@ class CompletionEngine:
             return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
         matcher = self._matcher(setup.compiled, setup.before.encode(), setup.heal, self._parser(
             setup.req.document, setup.compiled), setup.prompt, setup.opts)
-        p = self._decode_pass(setup, matcher, logits, past, replay, avoid, limit, steer)
+        p = self._decode_pass(setup, matcher, logits, past, replay, avoid, limit, steer, start=start)
         return replace(p, offer=replace(p.offer, path="redecode")) if p.offer.cut else p
 
     def _result(self, setup: _Setup, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float,

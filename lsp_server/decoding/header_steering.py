@@ -8,7 +8,9 @@ after a `try` body, `else:` after an `if` body...). The re-decoding (`redecode.p
 with a token that begins one of the headers that fit, the model's own order among them. At a
 line start of existing code whose header was cut away (`line_start_headers`), the header is
 probed, and steered to, at the indentations of the lines above that are no shallower than the
-cursor."""
+cursor; where none fits there (the cursor at the end of the indentation of a body whose header
+was cut: the header stands at a shallower column), the answer ends the cursor's line first and
+writes its first line below it, at the shallower indentations where one fits (`Start.NEXT_LINE`)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .stopping.context import opens_block
+from .stopping.context import Start, opens_block
 from .stopping.rest_of_file import RestOfFile
 
 # a header for each keyword that opens a block, the check's probe
@@ -41,22 +43,22 @@ def needed_headers(rest: RestOfFile) -> tuple[bytes, ...]:
     return tuple(k for k, probe in PROBES.items() if rest.keeps_valid(probe))
 
 
-def line_start_headers(rest: RestOfFile, before: str) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+def line_start_headers(rest: RestOfFile, widths: Sequence[int],
+                       start: Start = Start.CURSOR_LINE) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
     """At a line start of existing code that needs a header above it (the file is not valid
-    without one: its block header was cut away), the keywords whose headers fit there and the
-    indentations (columns after the cursor) at which they do: the answer's first line is such a
-    header, written at the depth the existing line's block needs (the indentations of the lines
-    above, and one level deeper). Empty: no steering."""
+    without one: its block header was cut away), the keywords whose headers fit there and which
+    of the indentations `widths` they fit at (columns after the cursor on its line; of the next
+    line where the answer ends the cursor's line first, `start`): the answer's first line is
+    such a header, written at the depth the existing line's block needs. Empty: no steering."""
     if rest.compat is None or not rest.inserts_lines or not rest.line_blank or rest.keeps_valid(b""):
         return (), ()
-    col = len(rest.follow.line_before.decode(errors="replace"))
-    keywords, widths = set(), []
-    for w in _candidate_widths(before, col):
-        fits = [k for k, probe in PROBES.items() if rest.keeps_valid(b" " * (w - col) + probe)]
+    keywords, fits_at = set(), []
+    for w in widths:
+        fits = [k for k, probe in PROBES.items() if rest.keeps_valid(_line(start, w) + probe)]
         if fits:
             keywords.update(fits)
-            widths.append(w - col)
-    return tuple(k for k in PROBES if k in keywords), tuple(widths)
+            fits_at.append(w)
+    return tuple(k for k in PROBES if k in keywords), tuple(fits_at)
 
 
 STEER_LINES = 50  # the lines above the cursor whose indentations are tried for a header
@@ -75,8 +77,11 @@ class FirstLine:
     """What the first line of an answer may be, as the rest of the file requires it."""
 
     fit: Fit
-    widths: tuple[int, ...] = ()  # the indentations (columns after the cursor) its code may start at; (): the cursor's
+    # the indentations its code may start at: columns after the cursor (Start.CURSOR_LINE), or
+    # the columns of the line below the cursor's (Start.NEXT_LINE: the answer ends the cursor's line first)
+    widths: tuple[int, ...] = ()
     keywords: tuple[bytes, ...] = ()  # (): any statement; else a header of one of these keywords
+    start: Start = Start.CURSOR_LINE
 
 
 FREE = FirstLine(Fit.FREE)
@@ -84,9 +89,14 @@ NO_TOKENS = np.zeros(0, dtype=np.int64)
 PROBE_STATEMENT = b"pass"  # a simple statement: where it fits, any simple statement's layout does
 
 
+def _line(start: Start, width: int) -> bytes:
+    """What an answer writes before its first line's code at indentation `width` (`FirstLine.widths`)."""
+    return (b"\n" if start is Start.NEXT_LINE else b"") + b" " * width
+
+
 def _candidate_widths(before: str, col: int) -> list[int]:
-    """The indentations an answer's first line may take at column `col` or deeper: those of
-    the lines above, the cursor's, and one level deeper than each (a block's first line)."""
+    """The indentations an answer's first line may take: those of the lines above, the cursor's
+    (column `col`), and one level deeper than each (a block's first line)."""
     lines = [ln for ln in before.split("\n")[-STEER_LINES:] if ln.strip()]
     depths = {len(ln) - len(ln.lstrip(" ")) for ln in lines} | {col}
     # a level: how much deeper a block's body stands than its header (not a bracket's continuation lines)
@@ -94,7 +104,18 @@ def _candidate_widths(before: str, col: int) -> list[int]:
              if opens_block(a.rstrip().encode())}
     unit = min((d for d in steps if d > 0), default=4)
     depths |= {d + unit for d in depths}
-    return sorted(d for d in depths if d >= col)
+    return sorted(depths)
+
+
+def _fitting(rest: RestOfFile, widths: Sequence[int], start: Start) -> FirstLine | None:
+    """The first line that fits at `widths` (`FirstLine.widths`, written from `start`): a
+    simple statement (`pass`) where one keeps the file valid and the existing line intact,
+    else a header (`line_start_headers`); None where neither does."""
+    fits = tuple(w for w in widths if rest.keeps_valid(_line(start, w) + PROBE_STATEMENT))
+    if fits:
+        return FirstLine(Fit.SHAPED, fits, (), start)
+    keywords, fits = line_start_headers(rest, widths, start)
+    return FirstLine(Fit.SHAPED, fits, keywords, start) if keywords else None
 
 
 def first_line(rest: RestOfFile, before: str) -> FirstLine:
@@ -105,7 +126,10 @@ def first_line(rest: RestOfFile, before: str) -> FirstLine:
       statement (`pass`) keeps the file valid and the existing line intact (a dedent below
       allows the enclosing levels, a block opener above with no body below only a deeper one);
       where none does (a body below that lost its header), only the headers that fit and
-      their indentations (`line_start_headers`), and where none does either, nothing fits;
+      their indentations (`line_start_headers`); where none does either at the cursor's
+      column or deeper (the end of the indentation of a body whose header was cut), the same
+      at the shallower indentations after ending the cursor's line (`Start.NEXT_LINE`: the
+      cursor's indentation stays as a blank line); where nothing fits there either, nothing;
     - on an otherwise empty line the file needs something at (`needed_headers`), the headers
       that fit there;
     - else the model's own first tokens (a line continuing a bracket needs an expression: the
@@ -118,11 +142,11 @@ def first_line(rest: RestOfFile, before: str) -> FirstLine:
     if rest.cursor_depth > 0:
         return FREE
     col = len(rest.follow.line_before.decode(errors="replace"))
-    widths = tuple(w - col for w in _candidate_widths(before, col) if rest.keeps_valid(b" " * (w - col) + PROBE_STATEMENT))
-    if widths:
-        return FirstLine(Fit.SHAPED, widths)
-    keywords, widths = line_start_headers(rest, before)
-    return FirstLine(Fit.SHAPED, widths, keywords) if keywords else FirstLine(Fit.NOTHING)
+    widths = _candidate_widths(before, col)
+    shape = _fitting(rest, [w - col for w in widths if w >= col], Start.CURSOR_LINE)
+    if shape is None and col > 0:
+        shape = _fitting(rest, [w for w in widths if w < col], Start.NEXT_LINE)
+    return shape or FirstLine(Fit.NOTHING)
 
 
 def starts_with_keyword(token: bytes, keyword: bytes) -> bool:
@@ -145,27 +169,30 @@ class HeaderStarts:
         """The steering of a first line shaped as `shape` (None: not shaped). `heal` is the
         healed text the first tokens re-create, `encode` the tokenizer's: the blanks before the
         code are taken as the tokenizer writes them before a line at one of the wanted
-        indentations (canonical tokenization allows no other split of a run of blanks)."""
+        indentations (canonical tokenization allows no other split of a run of blanks), the
+        newline that ends the cursor's line first included (`Start.NEXT_LINE`)."""
         if shape.fit is not Fit.SHAPED:
             return None
         paths: dict[int, set[int]] = {}  # bytes written from the healed text's start -> the blank tokens that go on
         for w in shape.widths:
             at = 0
-            for t in encode((heal + b" " * w + PROBE_STATEMENT).decode("utf-8", errors="replace")):
+            for t in encode((heal + _line(shape.start, w) + PROBE_STATEMENT).decode("utf-8", errors="replace")):
                 if self.token_bytes[t].strip():
                     break
                 paths.setdefault(at, set()).add(t)
                 at += len(self.token_bytes[t])
         return self.steer(shape.keywords, shape.widths, {at: np.array(sorted(ts)) for at, ts in paths.items()},
-                          len(heal))
+                          len(heal), len(_line(shape.start, 0)))
 
     def steer(self, keywords: Sequence[bytes], widths: Sequence[int],
-              blanks: Mapping[int, np.ndarray] = MappingProxyType({}), healed: int = 0):
+              blanks: Mapping[int, np.ndarray] = MappingProxyType({}), healed: int = 0, line_from: int = 0):
         """What the decoding loop's steered steps allow: given the healed bytes still to
         re-create (`room`) and the bytes written after them (`written`), the tokens that start a
-        header of one of `keywords` (none: any code) at one of the indentations `widths` after
-        the cursor, and the blank tokens `blanks` allows at each count of bytes written from the
-        start of the `healed` text (those that lead to one)."""
+        header of one of `keywords` (none: any code) at one of the indentations `widths` of the
+        line that starts `line_from` bytes after the cursor (0: the cursor's, the widths counted
+        from the cursor; 1: the next, after the newline that ends the cursor's line), and the
+        blank tokens `blanks` allows at each count of bytes written from the start of the
+        `healed` text (those that lead to one)."""
         headers = np.zeros(len(self.token_bytes), dtype=bool) if keywords else self._code()
         for k in keywords:
             m = self._masks.get(k)
@@ -177,8 +204,10 @@ class HeaderStarts:
 
         def allowed(room: int, written: int) -> np.ndarray:
             # `written` < 0: healed bytes still to re-create (the newline and indentation before
-            # the cursor); a token's code starts `written + lead` columns after the cursor
-            out = headers & np.isin(written + lead, wanted)
+            # the cursor); a token's code starts `written + lead - line_from` columns after the
+            # cursor, or into the next line (which starts once `line_from` bytes are written)
+            on_line = written >= line_from or not line_from  # no code before the newline it is to follow
+            out = headers & np.isin(written + lead - line_from, wanted) & on_line
             out[blanks.get(healed + written, NO_TOKENS)] = True
             return out
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from grammar_tools.parsing.indentation import line_indent
 
@@ -19,6 +20,13 @@ def opens_block(line: bytes) -> bool:
     at most a comment (its body must follow). The one block-opener rule: the cursor's context
     and the stop policy's lines ask it."""
     return bool(_OPENER_END.search(line))
+
+
+class Start(Enum):
+    """Where an answer at a line start writes its first code."""
+
+    CURSOR_LINE = "cursor line"  # on the cursor's line, after the blanks before it
+    NEXT_LINE = "next line"  # on a line of its own: the answer ends the cursor's line first (its indentation stays, blank)
 
 
 @dataclass(frozen=True)

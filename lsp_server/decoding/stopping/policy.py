@@ -22,7 +22,7 @@ line ends.
 
 from __future__ import annotations
 
-from .context import opens_block
+from .context import Start, opens_block
 from .decision import Decision, Stop, StopReason, Verdict
 from .line_scanner import LineScanner
 from .rest_of_file import RestOfFile
@@ -34,9 +34,12 @@ class StopPolicy:
 
     Scanned bytes are `held + generated`: `held` is the open lexeme before the cursor (the
     scanner starts at a lexeme start), `generated` starts with the healed bytes (typed text
-    the first tokens re-created). The completion proper starts `cursor` bytes in."""
+    the first tokens re-created). The completion proper starts `cursor` bytes in. `start`: where the answer's first code
+    stands (`Start.NEXT_LINE`: the steering has it end the cursor's blank line first; a line end
+    there is neither a stop nor a blank line)."""
 
-    def __init__(self, rest: RestOfFile, scanner: LineScanner, held: bytes, heal: bytes, start_depth: int) -> None:
+    def __init__(self, rest: RestOfFile, scanner: LineScanner, held: bytes, heal: bytes, start_depth: int,
+                 start: Start = Start.CURSOR_LINE) -> None:
         self.rest = rest  # what stands after the cursor: validity, the echo rule, a line start's tail
         self.ctx = rest.ctx
         self.scanner = scanner
@@ -48,6 +51,8 @@ class StopPolicy:
         self.mode = rest.ctx.mode
         self.line_blank = rest.line_blank  # nothing but indentation before the cursor on its line
         self.body_from = self.cursor  # multi-line: the block's indentation is its first line's after this
+        # the first line end that may end the answer: past the cursor's line when the answer ends that line first
+        self.first_end = self.cursor + (start is Start.NEXT_LINE)
 
     def _ok(self, data: bytes, cut: int) -> bool:
         return self.rest.keeps_valid(data[self.cursor : cut])
@@ -79,7 +84,7 @@ class StopPolicy:
                 # a newline in a string or comment that began before the cursor ends the line
                 return Stop(i - k, StopReason.LINE_END) if self._ok(data, i) else Verdict.REJECT
             for e in ends:
-                if e.cut < k:
+                if e.cut < self.first_end:
                     continue
                 if e.depth == 0:
                     if self._ok(data, e.cut):
@@ -140,7 +145,7 @@ class StopPolicy:
         tail = data[k:]
         if tail.strip(b" \t\r\n\f"):
             return False
-        n = tail.count(b"\n")
+        n = tail.count(b"\n") - (self.first_end - k)  # the cursor's line ended first: not a blank line
         if n >= 2:
             return True
         return n == 1 and self.mode == "single" and self.line_blank
@@ -179,7 +184,7 @@ class StopPolicy:
                 # the model ended it, or the cut falls inside a string that goes on in the file
                 cands.add(len(data))
             if not self.ctx.infix and self.mode == "single":  # not past the line's end
-                first = min((e.cut for e in ends if e.cut >= k and (e.depth == 0 or self.cursor_depth > 0)),
+                first = min((e.cut for e in ends if e.cut >= self.first_end and (e.depth == 0 or self.cursor_depth > 0)),
                             default=None)
                 if first is not None:
                     cands = {c for c in cands if c <= first}
