@@ -213,3 +213,20 @@ def test_an_echo_of_the_existing_line_is_searched_past(compiled):
     first code, after the indentation it wrote."""
     r, _ = two_minded(compiled, "def g(x):\n    y = x\n|    return y\n", "    return y\n", "    print(y)\n")
     assert (r.text, r.offer_path) == ("    print(y)\n", "redecode")
+
+
+NESTED = "def f(stop, items):\n    for item in items:\n        item.process()\n|            item.skip()\n    return items\n"
+
+
+def test_a_cut_header_is_written_one_level_above_its_body(compiled):
+    """Column 0 of a body whose header was cut, inside a loop: a header fits at the loop body's
+    depth (where it stood) and at the function's (which would also end the loop's body there).
+    The header goes one level above the body: the model's first choice, the shallower header, is
+    steered to the body's level, where its second choice stands."""
+    from lsp_server.decoding.header_steering import Fit
+
+    shape = shape_at(compiled, NESTED)
+    assert (shape.fit, shape.widths) == (Fit.SHAPED, (8,)) and b"if" in shape.keywords
+    r, applied = two_minded(compiled, NESTED, "    for option in stop:\n", "        if stop:\n")
+    assert (r.text, r.offer_path) == ("        if stop:\n", "model")
+    assert kept_intact(applied, NESTED) and compiles(applied)

@@ -43,17 +43,26 @@ def needed_headers(rest: RestOfFile) -> tuple[bytes, ...]:
     return tuple(k for k, probe in PROBES.items() if rest.keeps_valid(probe))
 
 
-def line_start_headers(rest: RestOfFile, widths: Sequence[int],
-                       start: Start = Start.CURSOR_LINE) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+def line_start_headers(rest: RestOfFile, widths: Sequence[int], start: Start = Start.CURSOR_LINE,
+                       level: int | None = None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
     """At a line start of existing code that needs a header above it (the file is not valid
     without one: its block header was cut away), the keywords whose headers fit there and which
     of the indentations `widths` they fit at (columns after the cursor on its line; of the next
     line where the answer ends the cursor's line first, `start`): the answer's first line is
-    such a header, written at the depth the existing line's block needs. Empty: no steering."""
+    such a header, written at the depth the existing line's block needs. Where headers fit at
+    `level` (one level above the existing line: its header as the file indents blocks), that
+    indentation alone: a shallower one would also end the blocks the lines above stand in.
+    Empty: no steering."""
     if rest.compat is None or not rest.inserts_lines or not rest.line_blank or rest.keeps_valid(b""):
         return (), ()
+    if level in widths:
+        fits = tuple(k for k, probe in PROBES.items() if rest.keeps_valid(_line(start, level) + probe))
+        if fits:
+            return fits, (level,)
     keywords, fits_at = set(), []
     for w in widths:
+        if w == level:
+            continue
         fits = [k for k, probe in PROBES.items() if rest.keeps_valid(_line(start, w) + probe)]
         if fits:
             keywords.update(fits)
@@ -94,9 +103,10 @@ def _line(start: Start, width: int) -> bytes:
     return (b"\n" if start is Start.NEXT_LINE else b"") + b" " * width
 
 
-def _candidate_widths(before: str, col: int) -> list[int]:
+def _candidate_widths(before: str, col: int) -> tuple[list[int], int]:
     """The indentations an answer's first line may take: those of the lines above, the cursor's
-    (column `col`), and one level deeper than each (a block's first line)."""
+    (column `col`), and one level deeper than each (a block's first line); and the level (how
+    much deeper a block's body stands than its header in the lines above)."""
     lines = [ln for ln in before.split("\n")[-STEER_LINES:] if ln.strip()]
     depths = {len(ln) - len(ln.lstrip(" ")) for ln in lines} | {col}
     # a level: how much deeper a block's body stands than its header (not a bracket's continuation lines)
@@ -104,17 +114,17 @@ def _candidate_widths(before: str, col: int) -> list[int]:
              if opens_block(a.rstrip().encode())}
     unit = min((d for d in steps if d > 0), default=4)
     depths |= {d + unit for d in depths}
-    return sorted(depths)
+    return sorted(depths), unit
 
 
-def _fitting(rest: RestOfFile, widths: Sequence[int], start: Start) -> FirstLine | None:
+def _fitting(rest: RestOfFile, widths: Sequence[int], start: Start, level: int) -> FirstLine | None:
     """The first line that fits at `widths` (`FirstLine.widths`, written from `start`): a
     simple statement (`pass`) where one keeps the file valid and the existing line intact,
-    else a header (`line_start_headers`); None where neither does."""
+    else a header (`line_start_headers`, at `level` where one fits there); None where neither does."""
     fits = tuple(w for w in widths if rest.keeps_valid(_line(start, w) + PROBE_STATEMENT))
     if fits:
         return FirstLine(Fit.SHAPED, fits, (), start)
-    keywords, fits = line_start_headers(rest, widths, start)
+    keywords, fits = line_start_headers(rest, widths, start, level)
     return FirstLine(Fit.SHAPED, fits, keywords, start) if keywords else None
 
 
@@ -142,10 +152,11 @@ def first_line(rest: RestOfFile, before: str) -> FirstLine:
     if rest.cursor_depth > 0:
         return FREE
     col = len(rest.follow.line_before.decode(errors="replace"))
-    widths = _candidate_widths(before, col)
-    shape = _fitting(rest, [w - col for w in widths if w >= col], Start.CURSOR_LINE)
+    widths, unit = _candidate_widths(before, col)
+    level = rest.code_col - unit  # the existing line's header, one level above it
+    shape = _fitting(rest, [w - col for w in widths if w >= col], Start.CURSOR_LINE, level - col)
     if shape is None and col > 0:
-        shape = _fitting(rest, [w for w in widths if w < col], Start.NEXT_LINE)
+        shape = _fitting(rest, [w for w in widths if w < col], Start.NEXT_LINE, level)
     return shape or FirstLine(Fit.NOTHING)
 
 

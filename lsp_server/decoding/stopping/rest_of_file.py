@@ -44,6 +44,7 @@ class RestOfFile:
     line_col: int  # the cursor's line's indentation
     line_blank: bool  # nothing but indentation before the cursor on its line
     cursor_depth: int  # bracket depth at the cursor
+    code_col: int = 0  # at a line start, the column where the existing line's code starts
 
     @classmethod
     def build(cls, before: str, after: str, mode: str, scanner: LineScanner, held: bytes, heal: bytes,
@@ -65,8 +66,9 @@ class RestOfFile:
         if parser is not None:
             compat = Compatibility(parser, parsed_before, after.encode(), ctx.covered.encode())
         tail = ("\n" + line_before).encode() if ctx.lines else b""
+        code_col = line_indent(line_before + after.split("\n", 1)[0]) if ctx.lines else 0
         return cls(ctx, following_text(before, after, ctx.infix, ctx.lines), compat, tail,
-                   line_indent(line_before), not line_before.strip(), cursor_depth)
+                   line_indent(line_before), not line_before.strip(), cursor_depth, code_col)
 
     @property
     def inserts_lines(self) -> bool:
