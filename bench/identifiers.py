@@ -18,7 +18,13 @@ runs the modes in a rotated order (the first one in turn), so no mode always pay
 
 A long measurement is run in parts (`--start 0 --cuts 40 --out a.jsonl`, `--start 40 --cuts 80
 --out b.jsonl`: cut points 0-39 and 40-79 of the same seed's list) and summarized together:
-`bench/identifiers.py --merge a.jsonl b.jsonl`.
+`bench/identifiers.py --merge a.jsonl b.jsonl`. Parts that ran other modes on the same cut points
+are joined (`--modes off` in one part, `--modes constrain` in another: one row per cut point; a
+later file's mode replaces an earlier one's).
+
+`undefined_binding_lost` counts the undefined names the completion never writes: it replaced
+what bound a name the rest of the file reads (counted where the cut file does not compile, so
+the original file is the one compared with).
 """
 
 from __future__ import annotations
@@ -156,6 +162,7 @@ def summarize(rows: list[dict], mode: str) -> dict:
         "accepted": len(accepted),
         "undefined_names_per_100": per100("undefined"),
         "undefined_names": sum(m["undefined"] for m in accepted),
+        "undefined_binding_lost": sum(w.endswith("binding lost") for m in accepted for w in m["why"]),
         "unknown_attributes_per_100": per100("unknown_attributes"),
         "exact_match": round(sum(m["exact"] for m in mine) / len(mine), 4),
         "similarity": round(sum(m["similarity"] for m in mine) / len(mine), 4),
@@ -206,7 +213,13 @@ def main(argv=None) -> int:
     ap.add_argument("--bias-nats", type=float, help="the guide's bias (default: guide.BIAS_NATS), to measure another")
     args = ap.parse_args(argv)
     if args.merge:
-        rows = [json.loads(line) for f in args.merge for line in Path(f).read_text().splitlines() if line.strip()]
+        joined: dict[tuple, dict] = {}
+        for f in args.merge:
+            for line in Path(f).read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    joined.setdefault((row["path"], row["line"], row["character"]), {}).update(row)
+        rows = list(joined.values())
         print(json.dumps(report_of(rows, args.code, args.seed, None, None, args.modes), indent=2))
         return 0
     from lsp_server.decoding.identifiers import guide

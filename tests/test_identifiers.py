@@ -14,7 +14,7 @@ import torch
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.identifiers.analysis import analyse
-from lsp_server.decoding.identifiers.guide import BIAS_NATS
+from lsp_server.decoding.identifiers.guide import BIAS_NATS, SURE_NATS
 from lsp_server.decoding.identifiers.slots import SlotKind, slot_at
 from lsp_server.options import EngineOptions, OptionError
 
@@ -22,6 +22,7 @@ from scripted_model import ScriptedRuntime
 
 pytestmark = pytest.mark.names
 FLOOR = -10.0  # ScriptedRuntime's score of the tokens it does not favour
+SURE = (BIAS_NATS + SURE_NATS) / 2  # a model surer of a name than BIAS_NATS, less than SURE_NATS
 
 
 class LeaningRuntime:
@@ -140,20 +141,22 @@ def test_a_dynamic_object_is_never_masked(compiled, doc):
 HELPER = "def helper(x):\n    return x\n\n\ndef f(items):\n"
 
 
-def test_a_misspelled_function_read_outside_brackets_is_masked(compiled):
+def test_a_misspelled_function_read_outside_brackets_is_lowered(compiled):
     doc = HELPER + "    total = |\n"
-    r = complete(compiled, doc, "helpr(items)\n", "helper(items)\n")
-    assert r.names_ready and r.names_masked > 0
+    r = complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE)
+    assert r.names_ready and r.names_shaped > 0 and r.names_masked == 0
     assert r.text == "helper(items)"
-    assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", identifiers="off").text == "helpr(items)"
+    assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE, identifiers="bias").text == "helpr(items)"
+    assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE, identifiers="off").text == "helpr(items)"
 
 
 def test_an_unknown_name_at_a_statement_start_is_not_read_but_may_be_bound(compiled):
     doc = HELPER + "    |\n"
-    r = complete(compiled, doc, "helpr(items)\n", "helper(items)\n")
-    assert r.names_masked > 0 and not r.text.startswith("helpr(")
-    # a new target: what follows the name while it is written may be masked (`helpr(`), the name is not
-    assert complete(compiled, doc, "helpr = items\n", "helper(items)\n").text == "helpr = items"
+    r = complete(compiled, doc, "helpr(items)\n", "helpr = items\n", margin=SURE)
+    assert r.names_shaped > 0 and r.text == "helpr = items"
+    assert complete(compiled, doc, "helpr(items)\n", "helpr = items\n", margin=SURE, identifiers="bias").text == "helpr(items)"
+    # a new target: what follows the name while it is written may be held back (`helpr(`), the name is not
+    assert complete(compiled, doc, "helpr = items\n", "helper(items)\n", margin=SURE).text == "helpr = items"
     assert complete(compiled, "def f(items):\n    |\n", "countr = len(items)\n").text == "countr = len(items)"
 
 
@@ -184,7 +187,11 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("    self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
     ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
     ("def f(a, b", SlotKind.FREE, b"b", b""),
-    ("for x", SlotKind.FREE, b"x", b""),
+    ("for x", SlotKind.BINDING, b"x", b""),
+    ("    for k, v", SlotKind.BINDING, b"v", b""),
+    ("class Sh", SlotKind.BINDING, b"Sh", b""),
+    ("import json as js", SlotKind.BINDING, b"js", b""),
+    ("    x = [a for a", SlotKind.FREE, b"a", b""),  # in a bracket
     ("for x in ite", SlotKind.LOAD, b"ite", b""),
     ("    x = [it", SlotKind.NAME, b"it", b""),  # maybe a comprehension's variable
     ("if n", SlotKind.NAME, b"n", b""),  # maybe a walrus target
@@ -200,9 +207,12 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("    ret", SlotKind.STATEMENT, b"ret", b""),
     ("@dec", SlotKind.FREE, b"dec", b""),
     ("a, ", SlotKind.FREE, b"", b""),
+    ("    (a, ", SlotKind.FREE, b"", b""),  # maybe targets
+    ("    if x not in (EXT", SlotKind.NAME, b"EXT", b""),
+    ("    return 1 + (a, ", SlotKind.NAME, b"", b""),
     ("x = 12", SlotKind.NONE, b"", b""),
     ("x = f().", SlotKind.NONE, b"", b""),
-    ("from a import b", SlotKind.FREE, b"b", b""),
+    ("from a import b", SlotKind.BINDING, b"b", b""),
     ("from a", SlotKind.FREE, b"a", b""),
     ("lambda a", SlotKind.FREE, b"a", b""),
     ("x = \"a(\" + fo", SlotKind.LOAD, b"fo", b""),
@@ -229,13 +239,13 @@ def test_the_option_is_checked():
         EngineOptions(identifiers="strict").validated()
 
 
-@pytest.mark.parametrize("doc, first, expected", [
-    (SHOP, "custmers)", "customers)"),  # an attribute that does not exist
-    ("def helper(x):\n    return x\n\n\ndef f(items):\n    total = |\n", "helpr(items)", "helper(items)"),  # a load
+@pytest.mark.parametrize("doc, first, expected, margin", [
+    (SHOP, "custmers)", "customers)", 1000.0),  # an attribute that does not exist: masked
+    ("def helper(x):\n    return x\n\n\ndef f(items):\n    total = |\n", "helpr(items)", "helper(items)", SURE),  # a load
 ])
-async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, doc, first, expected):
+async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, doc, first, expected, margin):
     """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
-    pause makes the analysis, and the request after it masks the name that does not exist."""
+    pause makes the analysis, and the request after it holds back the name that does not exist."""
     from lsprotocol import types
 
     from lsp_server.server.documents import DocumentStore
@@ -252,7 +262,7 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, do
     def loader(options, progress):
         comp, tok = compiled
         runtime = LeaningRuntime(ScriptedRuntime(tok, (doc[:off] + first + "\n").encode()),
-                                 ScriptedRuntime(tok, (doc[:off] + expected + "\n").encode()), 1000.0)
+                                 ScriptedRuntime(tok, (doc[:off] + expected + "\n").encode()), margin)
         engines.append(CompletionEngine(options, runtime, comp))
         return engines[-1]
 
@@ -278,9 +288,9 @@ async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, do
 
 
 def test_at_a_statement_start_only_reading_an_unknown_name_is_held_back(compiled):
-    """After `helpr` at a line start, `(` would read a name nothing defines: it loses the bias
-    (bias) or is masked (constrain: the document's names are closed), ` =` (binding it) is
-    untouched; after `helper` (defined) nothing is."""
+    """After `helpr` at a line start, `(` would read a name nothing defines: it loses BIAS_NATS
+    (bias) or SURE_NATS (constrain: the document's names are closed; never masked, a later
+    walrus may bind it), ` =` (binding it) is untouched; after `helper` (defined) nothing is."""
     from mask_store.matcher import GrammarMatcher
 
     from lsp_server.decoding.identifiers.guide import IdentifierGuide
@@ -303,8 +313,60 @@ def test_at_a_statement_start_only_reading_an_unknown_name_is_held_back(compiled
             shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
             lowered = {int(i) for i in torch.nonzero(shaped < 0)} | {int(i) for i in np.flatnonzero(mask & ~kept)}
             assert {paren, equals} & lowered == held, (mode, written)
-            assert kept[equals]
-            if mode is IdentifierMode.BIAS or not held:
-                assert (kept == mask).all()
-            else:
-                assert not kept[paren]
+            assert (kept == mask).all()  # nothing masked: lowered
+            if held:
+                expected = BIAS_NATS if mode is IdentifierMode.BIAS else SURE_NATS
+                assert float(shaped[paren]) == -expected and float(shaped[equals]) == 0.0
+
+
+@pytest.mark.parametrize("doc, first, expected", [
+    # the body of a conditional expression is read after its test: a walrus there binds what it reads
+    ("import re\n\n\ndef f(s):\n    x = |\n    return x\n",
+     "m.group(1) if (m := re.match('a', s)) else None\n", "m.group(1) if (m := re.match('a', s)) else None"),
+    ("def f(g):\n    return |\n", "n + 1 if (n := g()) else 0\n", "n + 1 if (n := g()) else 0"),
+    ("def f(g):\n    |\n", "n.close() if (n := g()) else None\n", "n.close() if (n := g()) else None"),
+])
+def test_a_name_a_later_walrus_binds_is_never_masked(compiled, doc, first, expected):
+    r = complete(compiled, doc, first)  # (`re.` is closed: its attributes may be masked)
+    assert r.names_ready and r.names_shaped > 0
+    assert r.text == expected
+
+
+SHOP_USER = SHOP.replace("|", "customers)") + "\n\ndef main():\n    shop = Shop([])\n    return shop.|\n"
+
+
+def test_an_instance_of_a_closed_class_of_the_file_is_a_closed_receiver(compiled):
+    r = complete(compiled, SHOP_USER, "custmers\n", "customers\n")
+    assert r.names_ready and r.names_masked > 0
+    assert r.text == "customers"
+    assert complete(compiled, SHOP_USER, "custmers\n", "customers\n", identifiers="off").text == "custmers"
+
+
+@pytest.mark.parametrize("doc, closed", [
+    (SHOP_USER, True),
+    (SHOP_USER.replace("    return shop.|", "    shop.extra = 1\n    return shop.|"), False),  # added from outside
+    (SHOP_USER.replace("    return shop.|", "    setattr(shop, 'x', 1)\n    return shop.|"), False),
+    (SHOP_USER.replace("    shop = Shop([])", "    shop = Shop([])\n    shop = make()"), None),  # bound otherwise
+    (SHOP_USER.replace("def main():\n    shop = Shop([])", "def main(shop: Shop):"), None),  # a parameter: any subclass
+    (SHOP_USER.replace("class Shop:", "class Shop(Base):"), False),  # a class that is not closed
+])
+def test_which_instances_are_closed_receivers(doc, closed):
+    off = doc.index("|")
+    scope = analyse(doc[:off] + doc[off + 1 :], doc[:off].count("\n"))
+    receiver = scope.receivers.get(b"shop")
+    assert (None if receiver is None else receiver.closed) is closed
+    if receiver is not None:
+        assert {b"customers", b"count", b"open"} <= set(receiver.attributes)
+
+
+@pytest.mark.parametrize("doc, first, second, expected", [
+    # the line being rewritten bound what the rest reads: the names read and defined nowhere are favoured
+    ("def f(items):\n    total = 0\n    for |\n        total += item\n    return total\n",
+     "x in items:\n", "item in items:\n", "item in items:"),
+    ("def f(items):\n    |\n    return count\n", "n = len(items)\n", "count = len(items)\n", "count = len(items)"),
+])
+def test_a_name_the_file_reads_and_defines_nowhere_is_favoured_where_it_is_bound(compiled, doc, first, second, expected):
+    assert 1.0 < BIAS_NATS
+    for mode in ("bias", "constrain"):
+        assert complete(compiled, doc, first, second, margin=1.0, identifiers=mode).text == expected
+    assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")

@@ -13,8 +13,11 @@ Closed receivers (where decoding may mask what leaves every attribute): a module
 module-level `__getattr__`; a class of this file (and `self`/`cls` in its methods) with no bases
 but `object`, builtins and closed classes of this file, no metaclass, no decorator but
 `dataclass`, no `__getattr__`/`__getattribute__`/`setattr(`/`__dict__` in its body, and no class of
-this file deriving from it (its methods may use what a subclass defines). Anything else jedi
-lists is known but open: biased towards, never masked.
+this file deriving from it (its methods may use what a subclass defines); an instance of such a
+class (`shop = Shop(...)`; `shop.` closed) when every binding of its name in the document is a
+call of that class, jedi infers that class there, and the document neither calls `setattr` nor
+assigns an attribute through any receiver but `self`/`cls` that the class does not list.
+Anything else jedi lists is known but open: biased towards, never masked.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ from dataclasses import dataclass, field
 import jedi
 
 MAX_RECEIVERS = 48  # receivers analysed per cursor (~10-30 ms each, warm)
+MAX_WANTED = 64  # names the document reads and nothing defines, kept per analysis
 _KEYWORD_NAME = re.compile(r"[(,]\s*([^\W\d]\w*)\s*=(?!=)")
 _DYNAMIC = re.compile(r"__getattr__|__getattribute__|\bsetattr\s*\(|__dict__")
 _HEADER = re.compile(r"class\s+\w+\s*(?:\[[^\]]*\])?\s*(?:\((?P<bases>[^)]*)\))?\s*:")
 _ALLOWED_DECORATOR = re.compile(r"@\s*(?:dataclasses\.)?dataclass\b")
+# an attribute assigned through a receiver (`shop.extra = 1`, `a.b.c += 1`): group 1 the receiver, 2 the attribute
+_ATTRIBUTE_ASSIGNED = re.compile(r"((?:[^\W\d]\w*\s*\.\s*)*[^\W\d]\w*)\s*\.\s*([^\W\d]\w*)\s*"
+                                 r"(?:[-+*/%@&|^]|//|\*\*|<<|>>)?=(?!=)")
 # what makes names jedi does not list: a star import (its module may not resolve), names made at
 # run time (globals(), exec, vars, locals, __builtins__), type parameters (`def f[T]`, `type X`)
 _OPEN_SCOPE = re.compile(r"import\s*\*|\b(?:globals|exec|vars|locals)\s*\(|\b__builtins__\b"
@@ -47,6 +54,7 @@ _IMPLICIT = ("__name__", "__file__", "__doc__", "__package__", "__spec__", "__lo
 # jedi's inference state (the environment's compiled modules, its caches) is not thread-safe:
 # two analyses at once (two engines, a test beside a server's thread) broke inside it
 _JEDI = threading.Lock()
+_OWN = ("self", "cls")
 
 
 class Names:
@@ -87,6 +95,15 @@ class Receiver:
     closed: bool
 
 
+class _Kind(enum.Enum):
+    """What a receiver is: which rule says whether it is closed (module docstring)."""
+
+    MODULE = "module"
+    CLASS = "class"  # a class, read through its name
+    OWN = "own"  # `self`/`cls` in a method of the class holding the cursor
+    INSTANCE = "instance"  # a name bound to an instance of a class of this file
+
+
 class NameSet(enum.Enum):
     """Whether `ScopeAnalysis.names` holds every name a load at the cursor may read."""
 
@@ -101,6 +118,8 @@ class ScopeAnalysis:
     document_names: Names  # the keyword names the document writes (`f(name=`, `def f(name=`): keyword arguments
     receivers: dict[bytes, Receiver] = field(default_factory=dict)  # "os", "os.path", "self", "Config"
     name_set: NameSet = NameSet.OPEN
+    wanted: Names = field(default_factory=lambda: Names(()))  # read in the document, defined nowhere:
+    # what the cursor's line may be about to bind (favoured at sure binding places and a statement's start)
 
 
 def line_key(text: str, line: int) -> str:
@@ -131,29 +150,36 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
 
     script = script_with(indent + "pass")  # a statement: a block the cursor line alone makes stays one
     here = script.complete(line + 1, len(indent))
-    defined = [n.name for n in script.get_names(all_scopes=True, definitions=True)]
-    names = Names([c.name for c in here] + defined + keyword.kwlist + keyword.softkwlist + dir(builtins)
+    definitions = script.get_names(all_scopes=True, definitions=True)
+    names = Names([c.name for c in here] + [d.name for d in definitions] + keyword.kwlist + keyword.softkwlist + dir(builtins)
                   + list(_IMPLICIT))
     open_scope = _OPEN_SCOPE.search(text) is not None
+    wanted = Names(()) if open_scope else _wanted(script, lines, names)
     document_names = Names(_KEYWORD_NAME.findall(text))
     between()
-    classes = _file_classes(script, lines)
-    candidates: list[tuple[str, str]] = []  # (receiver, kind)
+    classes = _file_classes(definitions, lines)
+    candidates: list[tuple[str, _Kind]] = []
+    instances: dict[str, str] = {}  # name -> the class of this file every binding of it calls
     for c in here:
         if c.type == "module":
-            candidates.append((c.name, "module"))
+            candidates.append((c.name, _Kind.MODULE))
         elif c.type == "class" and (c.name in classes or re.search(rf"\b{re.escape(c.name)}\s*\.", text)):
-            candidates.append((c.name, "class"))
+            candidates.append((c.name, _Kind.CLASS))
+        elif c.type == "statement" and c.name not in _OWN and re.search(rf"\b{re.escape(c.name)}\s*\.", text):
+            made = _made_by(c.name, definitions, classes)
+            if made is not None:
+                instances[c.name] = made
+                candidates.append((c.name, _Kind.INSTANCE))
     enclosing = _enclosing_class(script, line + 1, len(indent))
-    for own in ("self", "cls"):
+    for own in _OWN:
         if own in (c.name for c in here if c.type == "param") and enclosing is not None:
-            candidates.insert(0, (own, "self"))
+            candidates.insert(0, (own, _Kind.OWN))
     receivers: dict[bytes, Receiver] = {}
     queue = candidates[:MAX_RECEIVERS]
     while queue and len(receivers) < MAX_RECEIVERS:
         name, kind = queue.pop(0)
         key = (name, imports)
-        if kind == "module" and key in memo:
+        if kind is _Kind.MODULE and key in memo:
             if memo[key] is not None:
                 receivers[name.encode()] = memo[key]
             continue
@@ -161,32 +187,53 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
         synthetic = script_with(f"{indent}{name}.")
         listed = synthetic.complete(line + 1, len(indent) + len(name) + 1)
         if not listed:
-            if kind == "module":
+            if kind is _Kind.MODULE:
                 memo[key] = None
             continue  # jedi can't read it: unknown, not empty
         attributes = Names(c.name for c in listed)
-        if kind == "module":
+        if kind is _Kind.MODULE:
             closed = b"__getattr__" not in attributes and ("." not in name or all(
                 d.type == "module" for d in synthetic.infer(line + 1, len(indent) + len(name))))
             for c in listed:  # what the document reads through it (`os.path.`)
                 if re.search(rf"\b{re.escape(name)}\s*\.\s*{re.escape(c.name)}\s*\.", text):
-                    queue.append((f"{name}.{c.name}", "module"))
-        elif kind == "self":
-            closed = _closed(enclosing, classes, text, set())
+                    queue.append((f"{name}.{c.name}", _Kind.MODULE))
+        elif kind is _Kind.INSTANCE:
+            made = instances[name]
+            inferred = synthetic.infer(line + 1, len(indent) + len(name))
+            closed = (bool(inferred) and all(d.type == "instance" and d.name == made for d in inferred)
+                      and _closed(made, classes, text, set()) and _nothing_added(text, attributes))
         else:
-            closed = _closed(name, classes, text, set())
+            closed = (_closed(enclosing if kind is _Kind.OWN else name, classes, text, set())
+                      and _nothing_added(text, attributes))
         receivers[name.encode()] = Receiver(attributes, closed)
-        if kind == "module":
+        if kind is _Kind.MODULE:
             memo[key] = receivers[name.encode()]
-    return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED)
+    return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED, wanted)
 
 
-def _file_classes(script: jedi.Script, lines: list[str]) -> dict[str, str]:
-    """The classes defined in the document: name -> source (decorators included). A name
-    defined twice is left out (which one applies depends on where)."""
+def _wanted(script: jedi.Script, lines: list[str], names: Names) -> Names:
+    """The names the document reads (not after a dot) that it defines nowhere and that are no
+    builtins: what the user is about to bind (the line that bound them is being rewritten)."""
+    out: list[str] = []
+    for n in script.get_names(all_scopes=True, definitions=False, references=True):
+        if n.name.encode() in names or n.line is None or n.name in out:
+            continue
+        before = lines[n.line - 1][: n.column].rstrip() if n.line - 1 < len(lines) else ""
+        if before.endswith("."):
+            continue  # an attribute
+        out.append(n.name)
+        if len(out) >= MAX_WANTED:
+            break
+    return Names(out)
+
+
+def _file_classes(definitions: list, lines: list[str]) -> dict[str, str]:
+    """The classes defined in the document (`definitions`: jedi's names of every scope): name ->
+    source (decorators included). A name defined twice is left out (which one applies depends
+    on where)."""
     out: dict[str, str] = {}
     seen: set[str] = set()
-    for n in script.get_names(all_scopes=True, definitions=True):
+    for n in definitions:
         if n.type != "class":
             continue
         if n.name in seen:
@@ -201,6 +248,31 @@ def _file_classes(script: jedi.Script, lines: list[str]) -> dict[str, str]:
             first -= 1
         out[n.name] = "\n".join(lines[first : end[0]])
     return out
+
+
+def _made_by(name: str, definitions: list, classes: dict[str, str]) -> str | None:
+    """The class of this file that every binding of `name` in the document calls (`name =
+    Shop(...)`), or None (a parameter, a loop's target, any other value)."""
+    made = set()
+    for d in definitions:
+        if d.name != name:
+            continue
+        m = re.match(rf"[ \t]*{re.escape(name)}[ \t]*=[ \t]*([^\W\d]\w*)[ \t]*\(", d.get_line_code())
+        if m is None or m.group(1) not in classes or d.type != "statement":
+            return None
+        made.add(m.group(1))
+    return made.pop() if len(made) == 1 else None
+
+
+def _nothing_added(text: str, attributes: Names) -> bool:
+    """The document adds no attribute from outside a class to an instance (`shop.extra = 1`):
+    no `setattr`, and every attribute it assigns through a receiver but `self`/`cls` is listed."""
+    if re.search(r"\bsetattr\s*\(", text):
+        return False
+    for m in _ATTRIBUTE_ASSIGNED.finditer(text):
+        if m.group(1).split(".")[0].strip() not in _OWN and m.group(2).encode() not in attributes:
+            return False
+    return True
 
 
 def _enclosing_class(script: jedi.Script, line: int, column: int) -> str | None:

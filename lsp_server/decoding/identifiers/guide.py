@@ -4,16 +4,27 @@ returns the step's logits and mask reshaped towards names that exist.
 While an identifier is open or about to start (`slots.slot_at` on the text; the grammar matcher
 says the text is not inside a string or a comment), the tokens that leave every known name
 there (`bad`: they write identifier bytes no known name continues with, or end the identifier
-on a name that is not known) lose `BIAS_NATS` of logit; in `CONSTRAIN` mode they are masked
-instead where the analysis is sure: after a closed receiver (`analysis.Receiver.closed`) read in
-an expression, and at a load outside brackets (`SlotKind.LOAD`) when the analysis' names are
-closed (`analysis.NameSet.CLOSED`). A mask is only cut while a token towards a known name is
-left in it: the analysis never refuses a completion. Binding places (`SlotKind.FREE`) and
-`self.`/`cls.` at a statement's start (maybe an attribute being assigned) are left alone.
+on a name that is not known) are held back as `Hold` says:
+- `MASK` (`CONSTRAIN` only): after a closed receiver (`analysis.Receiver.closed`) read in an
+  expression: nothing can add an attribute there, the tokens are masked (only while a token
+  towards a known name is left in the mask: the analysis never refuses a completion);
+- `LOWER` (`CONSTRAIN` only): a name read outside brackets (`SlotKind.LOAD`, or read at a
+  statement's start) when the analysis' names are closed (`analysis.NameSet.CLOSED`): they lose
+  `SURE_NATS`, not the mask. The name may still be bound before it is read: the body of a
+  conditional expression is evaluated after its test, so `m.group(1) if (m := match(s)) else
+  None` reads `m` where the text has not bound it yet, and any read outside brackets may be
+  such a body (`x = a + 1 if (a := f()) else 0`). A mask there would refuse a valid program;
+  only a model far surer of the name than of every known one writes it;
+- `BIAS`: everywhere else, and in `BIAS` mode: they lose `BIAS_NATS`.
+Binding places (`SlotKind.BINDING`, `SlotKind.FREE`) and `self.`/`cls.` at a statement's start
+(maybe an attribute being assigned) are never held back. At a sure binding place (`BINDING`: a
+`for` target, a `def`/`class`/`import`/`as` name) and at a statement's start, the tokens towards
+a name the document reads and defines nowhere (`ScopeAnalysis.wanted`: what the line being
+rewritten bound) gain `BIAS_NATS` (not in a parameter list: its defaults and annotations read).
 
 At a statement's start the name may be a new target: only the tokens that would read an
 unknown name there (anything that ends it but `=`, `:` or `,`: `helper(`, `obj.`, `table[`,
-`name + 1`) lose the bias, or are masked under the conditions of a load.
+`name + 1`) are held back.
 
 Known names: at a name read in an expression, the names in scope (`ScopeAnalysis.names`) and the
 identifiers the cursor's line and the completion write (not after a dot: a name they bind,
@@ -23,6 +34,8 @@ writes (`f(name=`); after `receiver.`, the receiver's attributes.
 
 from __future__ import annotations
 
+import enum
+import keyword
 import re
 import time
 
@@ -36,6 +49,9 @@ from .token_index import IdentifierTokens
 
 # what a token leaving every known name loses: measured on both code sets (docs/identifiers.md)
 BIAS_NATS = 4.0
+# what it loses where only a walrus written later could make it exist (`Hold.LOWER`): far more than
+# a model's usual margin between two names, so greedy decoding writes it only when the model is sure
+SURE_NATS = 12.0
 TAIL = 4000  # bytes of the text before the cursor the slots are read from (slots.WINDOW)
 _STRING_TERMINALS = ("STRING", "LONG_STRING", "FSTRING", "LONG_FSTRING", "TSTRING", "LONG_TSTRING", "COMMENT")
 _STRING_PREFIXES = frozenset(b"r b f u t rb br fr rf tr rt".split())
@@ -43,6 +59,14 @@ _STRING_PREFIXES = frozenset(b"r b f u t rb br fr rf tr rt".split())
 _IDENTIFIER = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
 _QUOTED = re.compile(rb"'[^'\n]*'|\"[^\"\n]*\"")  # a string on one line: its words bind nothing
 _OWN = (b"self", b"cls")
+
+
+class Hold(enum.Enum):
+    """How the tokens that leave every known name are held back at one step (module docstring)."""
+
+    BIAS = "bias"  # they lose BIAS_NATS
+    LOWER = "lower"  # they lose SURE_NATS
+    MASK = "mask"  # they are masked while a token towards a known name is left
 
 
 class IdentifierGuide:
@@ -58,13 +82,15 @@ class IdentifierGuide:
         self.tokens = tokens
         self.before = before[-TAIL:]  # the text before the cursor, healed bytes not included
         self._line_start = self.before.rfind(b"\n") + 1  # the analysis read the lines before this one
-        self._sure = scope.name_set is NameSet.CLOSED and mode is IdentifierMode.CONSTRAIN
+        constrain = mode is IdentifierMode.CONSTRAIN
+        self._attributes_hold = Hold.MASK if constrain else Hold.BIAS  # after a closed receiver
+        self._loads_hold = Hold.LOWER if constrain and scope.name_set is NameSet.CLOSED else Hold.BIAS
         grammar = compiled.recognizer.grammar
         self._q_term = compiled.q_term
         self._name = grammar.term_id["NAME"]
         self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
         self._cache: dict = {}
-        self.stats = {"shaped": 0, "masked": 0, "fallbacks": 0, "ms": 0.0}
+        self.stats = {"shaped": 0, "masked": 0, "lowered": 0, "fallbacks": 0, "ms": 0.0}
 
     def shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
         """(logits, mask) for this step: unchanged, or as the module docstring says."""
@@ -80,39 +106,79 @@ class IdentifierGuide:
             return row, mask
         text = self.before + generated
         slot = slot_at(text[-TAIL:])
+        if keyword.iskeyword(slot.partial.decode("ascii", "replace")):
+            # `return`, `in`, `for` just written (a token ` return`, or the space healed away): a token
+            # that starts with a space writes the name after the keyword, one that does not goes on
+            # writing this identifier (`await_result`)
+            spaced = self.tokens.spaced_start
+            row, mask = self._apply(row, mask, slot_at(text[-TAIL:] + b" "), text, spaced)
+            if self._name not in terms:
+                return row, mask
+            return self._apply(row, mask, slot, text, ~spaced)
         if slot.partial and self._name not in terms:
             return row, mask
+        return self._apply(row, mask, slot, text, None)
+
+    def _apply(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, text: bytes, only: np.ndarray | None):
+        """`_shape` at `slot`, for the tokens of `only` (None: all)."""
+        if slot.kind in (SlotKind.BINDING, SlotKind.STATEMENT):
+            row = self._favour(row, mask, slot, only)
         found = self._bad(slot, text)
         if found is None:
             return row, mask
-        bad, good, closed = found
+        bad, good, hold = found
+        if only is not None:
+            bad, good = bad & only, good & only
         n = min(len(bad), len(mask))
         hit = np.zeros(len(mask), dtype=bool)
         hit[:n] = bad[:n] & mask[:n]
         if not hit.any():
             return row, mask
         self.stats["shaped"] += 1
-        if closed and self.mode is IdentifierMode.CONSTRAIN:
+        if hold is Hold.MASK:
             if (good[:n] & mask[:n] & ~hit[:n]).any():  # a known name can still be written from here
                 self.stats["masked"] += 1
                 return row, mask & ~hit
             self.stats["fallbacks"] += 1
+        if hold is Hold.LOWER:
+            self.stats["lowered"] += 1
         shaped = row.clone()
         idx = torch.from_numpy(np.flatnonzero(hit)).to(row.device)
-        shaped[idx] -= BIAS_NATS
+        shaped[idx] -= SURE_NATS if hold is Hold.LOWER else BIAS_NATS
         return shaped, mask
 
-    def _bad(self, slot: Slot, text: bytes) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, only: np.ndarray | None) -> torch.Tensor:
+        """The logits with the tokens towards a wanted name (of `only`, when given) raised by
+        `BIAS_NATS` (nothing is lowered or masked)."""
+        key = (SlotKind.BINDING, slot.partial)
+        if key not in self._cache:
+            wanted = self.scope.wanted
+            self._cache[key] = self._toward(wanted, slot.partial, True)[0] if wanted.with_prefix(slot.partial) else None
+        good = self._cache[key]
+        if good is None:
+            return row
+        if only is not None:
+            good = good & only
+        n = min(len(good), len(mask))
+        up = np.flatnonzero(good[:n] & mask[:n])
+        if not len(up):
+            return row
+        self.stats["shaped"] += 1
+        shaped = row.clone()
+        shaped[torch.from_numpy(up).to(row.device)] += BIAS_NATS
+        return shaped
+
+    def _bad(self, slot: Slot, text: bytes) -> tuple[np.ndarray, np.ndarray, Hold] | None:
         """The tokens that leave every known name at `slot`, those that go on towards one,
-        and whether the set is sure."""
+        and how the first are held back."""
         kind = slot.kind
-        if kind in (SlotKind.NONE, SlotKind.FREE):
+        if kind in (SlotKind.NONE, SlotKind.FREE, SlotKind.BINDING):
             return None
         if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
             p = slot.partial
             if not p or p in self.scope.names or p in self._written(text, p) or p.lower() in _STRING_PREFIXES:
                 return None
-            return self.tokens.reads_name, self.tokens.continues, self._sure
+            return self.tokens.reads_name, self.tokens.continues, self._loads_hold
         spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT, SlotKind.LOAD)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
             receiver = self.scope.receivers.get(slot.receiver)
@@ -122,7 +188,8 @@ class IdentifierGuide:
             if key not in self._cache:
                 self._cache[key] = self._toward(receiver.attributes, slot.partial, spaced)
             good, known = self._cache[key]
-            return self._leaving(good, known, slot.partial, spaced), good, receiver.closed and kind is SlotKind.ATTRIBUTE
+            hold = self._attributes_hold if receiver.closed and kind is SlotKind.ATTRIBUTE else Hold.BIAS
+            return self._leaving(good, known, slot.partial, spaced), good, hold
         key = (kind, slot.partial)
         if key not in self._cache:  # the analysis' names: once per place and partial
             names = self.scope.names
@@ -134,7 +201,8 @@ class IdentifierGuide:
         if extra:  # names written since the analysis: few, checked every step
             more, known_more = self._toward(Names(extra), slot.partial, spaced)
             good, known = good | more, known or known_more
-        return self._leaving(good, known, slot.partial, spaced), good, kind is SlotKind.LOAD and self._sure
+        hold = self._loads_hold if kind is SlotKind.LOAD else Hold.BIAS
+        return self._leaving(good, known, slot.partial, spaced), good, hold
 
     def _toward(self, names: Names, p: bytes, spaced: bool) -> tuple[np.ndarray, bool]:
         """The tokens towards the `names` that start with `p`, and whether `p` is one of them."""

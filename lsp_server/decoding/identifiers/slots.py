@@ -2,7 +2,7 @@
 
 `slot_at(text)` looks at the end of `text` (the text before the cursor and what decoding wrote
 since): the identifier written so far (`partial`, possibly empty), and what kind of place it is
-in (`SlotKind`). Binding places (names being defined) are `FREE`: nothing restricts or biases
+in (`SlotKind`). Binding places (names being defined) are `BINDING` or `FREE`: nothing restricts
 them. The reading is lexical and errs towards `FREE`: a place it cannot tell is never restricted.
 The caller has already asked the grammar matcher that the text does not end inside a string or a
 comment.
@@ -20,6 +20,8 @@ from .token_index import is_name_byte
 class SlotKind(enum.Enum):
     NONE = "none"  # not an identifier (a number, a string prefix, inside a bracket we can't read)
     FREE = "free"  # a binding or a place we can't tell from one: never restricted
+    BINDING = "binding"  # a name surely being bound (`for` target, `def`/`class`/`import`/`as` name): never
+    # restricted; the names the document reads and binds nowhere are favoured there
     STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
     NAME = "name"  # a name read in an expression (a load) inside a bracket or a string: a comprehension's
     # variable (`[x for x in ...]`) or a walrus target (`if n := ...`) may be bound after it
@@ -46,6 +48,9 @@ _DEF_HEADER = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]")
 _CASE_HEADER = re.compile(rb"^[ \t]*case(?:\Z|[ \t]+(?![=.(\[:]))")  # a match's case: its names are captures
 _TYPE_ALIAS = re.compile(rb"^[ \t]*type\Z")  # `type Alias = ...` (3.12): the alias' name
 _WALRUS_PLACE = re.compile(rb"(?:^|[^\w.])(?:if|elif|while|match)\Z")  # `if n := len(a) ...`: maybe a target
+# before a `(` that opens an expression, not a tuple of targets: an operator (not `=`) or a keyword that reads
+_READS_BEFORE = re.compile(rb"(?:[-+*/%&|^~<>!@]|==|(?:^|[^\w.])(?:in|not|is|and|or|return|if|elif|while|yield|await"
+                           rb"|assert|else|raise))\Z")
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:import|from)[ \t]")
 _OPEN = b"([{"
 _CLOSE = b")]}"
@@ -120,6 +125,8 @@ def slot_at(text: bytes) -> Slot:
         at_start = not lead.strip() or lead.rstrip().endswith((b";", b":"))
         kind = SlotKind.ATTRIBUTE_TARGET if at_start or _binds(lead) else SlotKind.ATTRIBUTE
         return Slot(kind, partial, receiver)
+    if _binds_surely(line):
+        return Slot(SlotKind.BINDING, partial)
     if (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(line.lstrip(b"\n"))
             or _CASE_HEADER.match(line.lstrip(b"\n"))):
         return Slot(SlotKind.FREE, partial)
@@ -138,8 +145,21 @@ def slot_at(text: bytes) -> Slot:
     if bracket == 0x28 and body.endswith((b"(", b",")):
         if pos > 0 and (is_name_byte(line[pos - 1]) or line[pos - 1] in b")]"):
             return Slot(SlotKind.ARGUMENT, partial)  # a call's argument, maybe a keyword's name
+        if _READS_BEFORE.search(line[:pos].rstrip(b" \t")):
+            return Slot(SlotKind.NAME, partial)  # `not in (`, `+ (`: an expression (maybe a generator's variable)
         return Slot(SlotKind.FREE, partial)  # a parenthesised tuple: maybe targets
     return Slot(SlotKind.NAME, partial)
+
+
+def _binds_surely(line: bytes) -> bool:
+    """The next name is surely bound, not read: after `def`/`class`/`as`/`import` (not after a
+    dot), a `for`'s target before its `in` (no bracket open: a default or a subscript reads),
+    the names of an import line."""
+    body = line.rstrip(b" \t")
+    if _scan(line)[1]:
+        return False
+    return bool(_BINDING_KEYWORD.search(body) or _FOR_TARGET.search(body) or _IMPORT_LINE.match(line.lstrip(b"\n"))
+                and not re.search(rb"^[ \t]*from[ \t]+[\w.]*\Z", line.lstrip(b"\n")))
 
 
 def _binds(line: bytes) -> bool:
