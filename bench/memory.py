@@ -14,8 +14,8 @@ cache cap). Reported, in MiB:
   store's tables; the KV caches);
 - `peak`: VmHWM, the most the server was ever resident;
 - `imports`: what the libraries cost alone, each step in a fresh interpreter (Python, then
-  torch, transformers with the Llama model class, pygls with lsprotocol, the tokenizer, the
-  whole server's modules), as RSS after each step;
+  torch, pygls with lsprotocol, the tokenizer, the whole server's modules; then transformers
+  with the Llama model class, which the CPU server does not import), as RSS after each step;
 - the same totals for the host process on a GPU (`--device cuda`), where the weights live on
   the GPU.
 """
@@ -41,10 +41,12 @@ MIB = 1024  # KiB per MiB
 IMPORT_STEPS = [
     ("python", ""),
     ("torch", "import torch"),
-    ("transformers_llama", "import transformers; from transformers import LlamaForCausalLM"),
     ("pygls_lsprotocol", "import pygls.server, lsprotocol.types"),
     ("tokenizer", "from mask_store.vocabulary import load_tokenizer; load_tokenizer({model!r})"),
     ("server_modules", "import lsp_server.server.server, lsp_server.decoding.engine, lsp_server.model.runtime"),
+    # what the CPU server never imports (model/cpu_llama.py) and the GPU path and other
+    # architectures do: transformers with its Llama model class
+    ("transformers_llama", "import transformers; from transformers import LlamaForCausalLM"),
 ]
 
 

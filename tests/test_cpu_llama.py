@@ -138,12 +138,16 @@ def test_a_cancelled_pass_leaves_the_cache_as_it_was(tiny_model_dir, model_kerne
     assert torch.equal(got, want)
 
 
-def test_the_weights_are_views_of_the_float16_file(tmp_path, tiny_model_dir, model_kernels):
+@pytest.mark.parametrize("tied_as", ["model.embed_tokens.weight", "lm_head.weight"])
+def test_the_weights_are_views_of_the_float16_file(tmp_path, tiny_model_dir, model_kernels, tied_as):
+    """Tied weights are saved once: as the embedding (save_pretrained) or as the head (the GGUF
+    conversion)."""
     from safetensors.torch import load_file, save_file
 
     wdir = tmp_path / "half"
     wdir.mkdir()
     tensors = load_file(str(tiny_model_dir / "model.safetensors"))
+    tensors[tied_as] = tensors.pop("model.embed_tokens.weight")
     save_file({k: v.to(torch.float16) if v.dim() == 2 else v for k, v in tensors.items()},
               str(wdir / "model.safetensors"))
     shutil.copy(tiny_model_dir / "config.json", wdir / "config.json")

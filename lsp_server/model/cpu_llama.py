@@ -242,8 +242,13 @@ class CpuLlama(torch.nn.Module):
         super().__init__()
         self.config = shape
         self.kernels = kernels
-        self.register_buffer("embed", _matrix(tensors["model.embed_tokens.weight"]), persistent=False)
         head = tensors.get("lm_head.weight")
+        embed = tensors.get("model.embed_tokens.weight")
+        if embed is None and shape.tie_word_embeddings:  # tied weights saved once, as the head
+            embed = head
+        if embed is None:
+            raise KeyError("model.embed_tokens.weight")
+        self.register_buffer("embed", _matrix(embed), persistent=False)
         tied = shape.tie_word_embeddings or head is None
         self.register_buffer("lm_head", self.embed if tied else _matrix(head), persistent=False)
         self.register_buffer("norm", tensors["model.norm.weight"].to(torch.float32), persistent=False)
