@@ -9,9 +9,10 @@ with a reusable KV cache.
 - device `auto`: CUDA when present (bf16; Llama-family models decode through fixed-shape
   passes replayed as CUDA graphs, warmed up at load: `static_decode`), else CPU: one float16
   copy of the weights, memory-mapped from the converted file, for prompts and decoding steps
-  alike, multiplied by our kernels (`half_model`, `kernels.half_weights`; decoding steps and
-  verification passes through whole-layer kernels: `kernels.library`, `kernels.fused_layers`);
-  float32 where the kernels can't be built.
+  alike, multiplied by our kernels; Llama-family models computed by `cpu_llama` (transformers
+  never imported), others by transformers' classes with our products (`half_model`,
+  `kernels.half_weights`; decoding steps and verification passes through whole-layer kernels:
+  `kernels.library`, `kernels.fused_layers`); float32 where the kernels can't be built.
 
 """
 
