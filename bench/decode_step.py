@@ -6,7 +6,8 @@ The default model after a prompt of `--context` tokens of typing.py; the millise
 `--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
 - `kernels`: the one float16 copy of the weights through `decode_kernels` (products and
   attention), transformers' layer code around them;
-- `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`).
+- `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`, or `cpu_llama`,
+  whose layers call the same kernels: then `kernels` is not measured).
 (The float32 weights and PyTorch's products are gone from the runtime: `half_weights`.) Also
 the prompt's cost (ms per prompt token, p50 over 3 passes; `prompt_in_chunks_ms_per_token`:
 as a request computes it, through `PromptCache` in chunks of `PREFILL_CHUNK`, the KV buffers
@@ -61,8 +62,10 @@ def main(argv=None) -> int:
     kernels = load()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
               "kernels": kernels.isa if kernels else None,
-              "fused_layers": len(fused), "configurations": {}}
-    for name in ("kernels", "fused"):
+              "fused_layers": len(fused), "runtime_model": type(runtime.model).__name__, "configurations": {}}
+    # `cpu_llama` (the CPU runtime without transformers' classes) has no `kernels` configuration:
+    # its layers call the fused kernel themselves, as `fused` does
+    for name in ("kernels", "fused") if fused else ("fused",):
         if kernels is None:
             break  # the kernels could not be built here: the runtime is float32 PyTorch
         configure(runtime, name, fused)

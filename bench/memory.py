@@ -13,9 +13,11 @@ cache cap). Reported, in MiB:
   files, anonymous; the model's tensors by dtype and how much of them views the file; the mask
   store's tables; the KV caches);
 - `peak`: VmHWM, the most the server was ever resident;
+- `child_processes_rss`: the server's child processes (jedi's subprocess for the names
+  analysis), resident beside it;
 - `imports`: what the libraries cost alone, each step in a fresh interpreter (Python, then
-  torch, transformers with the Llama model class, pygls with lsprotocol, the tokenizer, the
-  whole server's modules), as RSS after each step;
+  torch, pygls with lsprotocol, the tokenizer, the whole server's modules; then transformers
+  with the Llama model class, which the CPU server does not import), as RSS after each step;
 - the same totals for the host process on a GPU (`--device cuda`), where the weights live on
   the GPU.
 """
@@ -41,10 +43,12 @@ MIB = 1024  # KiB per MiB
 IMPORT_STEPS = [
     ("python", ""),
     ("torch", "import torch"),
-    ("transformers_llama", "import transformers; from transformers import LlamaForCausalLM"),
     ("pygls_lsprotocol", "import pygls.server, lsprotocol.types"),
     ("tokenizer", "from mask_store.vocabulary import load_tokenizer; load_tokenizer({model!r})"),
     ("server_modules", "import lsp_server.server.server, lsp_server.decoding.engine, lsp_server.model.runtime"),
+    # what the CPU server never imports (model/cpu_llama.py) and the GPU path and other
+    # architectures do: transformers with its Llama model class
+    ("transformers_llama", "import transformers; from transformers import LlamaForCausalLM"),
 ]
 
 
@@ -65,6 +69,25 @@ def import_ladder(model: str) -> dict:
             continue
         mem = json.loads(proc.stdout.strip().splitlines()[-1])
         out[name] = {k: round(mem[k] / MIB, 1) for k in ("VmRSS", "RssAnon", "RssFile")}
+    return out
+
+
+def child_processes(pid: int) -> dict:
+    """RSS (MiB) of the server's child processes by command (jedi's subprocess for the names
+    analysis): memory the server costs beside its own."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                cmd = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
+                name = " ".join(Path(c.decode(errors="replace")).name for c in cmd[:2])
+                out[f"{kid} {name}"] = round(process_memory(kid)["VmRSS"] / MIB, 1)
+            except (OSError, KeyError):
+                continue
     return out
 
 
@@ -101,6 +124,7 @@ async def run(args) -> dict:
     out["idle_after_s"] = await idle_after(s.pid, horizon=5.0)
     out["steady"] = await snapshot(s)
     out["peak"] = {"VmHWM": round(process_memory(s.pid)["VmHWM"] / MIB, 1)}
+    out["child_processes_rss"] = child_processes(s.pid)
     await s.stop()
     out["imports"] = import_ladder(args.model)
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -38,6 +38,7 @@ the store's rows, so rebuilding a store for the same tokenizer skips them.
 from __future__ import annotations
 
 import enum
+import gc
 import logging
 import multiprocessing
 import sys
@@ -257,9 +258,15 @@ class _Streamliner:
             return {ctx: fn(self.g, ctx, seqs, self.joint_budget_s) for ctx, seqs in self._bar(items, desc)}
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_s)
-        with multiprocessing.get_context("fork").Pool(self.processes) as pool:
-            done = pool.imap_unordered(_context_work, items, chunksize=1)
-            return dict(self._bar(done, desc) if self.progress else done)
+        # the objects made so far out of the collector's reach: a collection in a worker would
+        # write to every one of them and so copy every page the fork shares with this process
+        gc.freeze()
+        try:
+            with multiprocessing.get_context("fork").Pool(self.processes) as pool:
+                done = pool.imap_unordered(_context_work, items, chunksize=1)
+                return dict(self._bar(done, desc) if self.progress else done)
+        finally:
+            gc.unfreeze()
 
     def _decide(self, pairs) -> dict:
         g = self.g

@@ -85,7 +85,7 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir,
     steps give: with the kernel the products do not depend on the number of rows."""
     from transformers import AutoModelForCausalLM
 
-    from lsp_server.model.kv_cache import GrowingCache
+    from lsp_server.model.hf_cache import GrowingCache
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     reference = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
@@ -138,7 +138,7 @@ def _small_llama(**overrides):
 
 def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kernels):
     from lsp_server.model.kernels.fused_layers import use_fused_layers
-    from lsp_server.model.kv_cache import GrowingCache
+    from lsp_server.model.hf_cache import GrowingCache
 
     reference = _small_llama()
     model = _small_llama()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from lsp_server.model.kv_cache import GROW_STEP, SPARE, GrowingCache, cache_bytes, rewind
+from lsp_server.model.hf_cache import GrowingCache
+from lsp_server.model.kv_cache import GROW_STEP, SPARE, cache_bytes, rewind
 
 HEADS, DIM = 3, 8
 

@@ -3,7 +3,7 @@
 transformers' `DynamicCache` concatenates every layer's keys and values with the new ones at
 each forward pass: a decoding step at a 1,000-token context copies the whole cache (60 tensors,
 ~14 MB for SmolLM2-135M) to add one position, about a quarter of the step's time on this CPU,
-and a prompt fed in chunks copies it once per chunk. `GrowingLayer` keeps each layer's keys and
+and a prompt fed in chunks copies it once per chunk. `GrowingBuffers` keeps each layer's keys and
 values in a buffer with spare room (grown in steps of `GROW_STEP` positions when full) and
 writes new positions in place;
 attention reads a view of the filled part. Cropping (rolling back rejected draft tokens, keeping
@@ -13,6 +13,10 @@ only the prompt after a completion) just moves the fill mark.
 prompt of a thousand tokens no longer has to finish a pass before a newer request can run.
 The layers that already ran hold the stopped pass's positions; `rewind` drops them so the cache
 is again exactly what it was before the pass.
+
+Nothing here imports transformers (the CPU model's cache is `CpuCache`); `hf_cache.GrowingCache`
+is the same buffers as a transformers `Cache`, for transformers' model classes (the GPU path,
+architectures `cpu_llama` does not compute).
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import threading
 from collections.abc import Callable
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 # A buffer that must grow gets room for the positions needed plus at least `SPARE`, rounded up to
 # `GROW_STEP`: a kept prompt of n positions holds at most n + SPARE + GROW_STEP (doubling held up to
@@ -32,14 +35,17 @@ GROW_STEP = 256
 SPARE = 128
 
 
-class GrowingLayer(DynamicLayer):
+class GrowingBuffers:
     """One layer's keys and values in a buffer that grows in steps (`GROW_STEP`); `keys`/`values`
-    are views of the filled positions."""
+    are views of the filled positions. Plain (no transformers): the CPU model's cache
+    (`CpuCache`); `hf_cache.GrowingLayer` gives it transformers' cache-layer interface."""
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
         self._k = self._v = None
         self._len = 0
+        self.keys = self.values = None
+        self.is_initialized = False
 
     def _reserve(self, needed: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         cap = 0 if self._k is None else self._k.shape[-2]
@@ -53,14 +59,14 @@ class GrowingLayer(DynamicLayer):
             v[..., : self._len, :] = self._v[..., : self._len, :]
         self._k, self._v = k, v
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
+    def write(self, key_states: torch.Tensor, value_states: torch.Tensor):
+        """Append the positions of `key_states`/`value_states` [..., n, D]; the filled views."""
         n = key_states.shape[-2]
         end = self._len + n
         self._reserve(end, key_states, value_states)
         self._k[..., self._len : end, :] = key_states
         self._v[..., self._len : end, :] = value_states
+        self.is_initialized = True
         self._fill(end)
         return self.keys, self.values
 
@@ -71,7 +77,7 @@ class GrowingLayer(DynamicLayer):
         self.values = self._v[..., :length, :]
 
     def get_seq_length(self) -> int:
-        return self._len if self.is_initialized else 0
+        return self._len
 
     def grow_to(self, length: int) -> None:
         """Room for `length` positions (for a kernel writing them in place; the layer must
@@ -85,21 +91,25 @@ class GrowingLayer(DynamicLayer):
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative count of positions to remove")
-        if tokens_to_remove == 0 or not self.is_initialized:
+        if tokens_to_remove == 0 or self._k is None:
             return
         self._fill(max(0, self._len + tokens_to_remove))
 
     def reset(self) -> None:
         self._k = self._v = None
         self._len = 0
-        super().reset()
+        self.keys = self.values = None
+        self.is_initialized = False
 
 
-class GrowingCache(DynamicCache):
-    """A `DynamicCache` whose layers are `GrowingLayer`s (one appended per model layer)."""
+class CpuCache:
+    """The KV cache of the CPU model (`cpu_llama`): one `GrowingBuffers` per decoder layer."""
 
-    def __init__(self) -> None:
-        Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
+    def __init__(self, layers: int) -> None:
+        self.layers = [GrowingBuffers() for _ in range(layers)]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].get_seq_length() if self.layers else 0
 
 
 def rewind(past, length: int) -> None:
@@ -156,7 +166,7 @@ def cache_bytes(past) -> int:
         return int(getattr(past, "nbytes", 0))
     total = 0
     for layer in layers:
-        for name in ("_k", "_v") if isinstance(layer, GrowingLayer) else ("keys", "values"):
+        for name in ("_k", "_v") if isinstance(layer, GrowingBuffers) else ("keys", "values"):
             t = getattr(layer, name, None)
             if isinstance(t, torch.Tensor):
                 total += t.numel() * t.element_size()
@@ -172,7 +182,7 @@ def position_bytes(past) -> float:
         return getattr(past, "nbytes", 0) / held if held else 0.0
     total = 0.0
     for layer in layers:
-        for name in ("_k", "_v") if isinstance(layer, GrowingLayer) else ("keys", "values"):
+        for name in ("_k", "_v") if isinstance(layer, GrowingBuffers) else ("keys", "values"):
             t = getattr(layer, name, None)
             if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-2]:
                 total += t.numel() * t.element_size() / t.shape[-2]

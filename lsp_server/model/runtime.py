@@ -9,9 +9,10 @@ with a reusable KV cache.
 - device `auto`: CUDA when present (bf16; Llama-family models decode through fixed-shape
   passes replayed as CUDA graphs, warmed up at load: `static_decode`), else CPU: one float16
   copy of the weights, memory-mapped from the converted file, for prompts and decoding steps
-  alike, multiplied by our kernels (`half_model`, `kernels.half_weights`; decoding steps and
-  verification passes through whole-layer kernels: `kernels.library`, `kernels.fused_layers`);
-  float32 where the kernels can't be built.
+  alike, multiplied by our kernels; Llama-family models computed by `cpu_llama` (transformers
+  never imported), others by transformers' classes with our products (`half_model`,
+  `kernels.half_weights`; decoding steps and verification passes through whole-layer kernels:
+  `kernels.library`, `kernels.fused_layers`); float32 where the kernels can't be built.
 
 """
 
@@ -28,8 +29,9 @@ from mask_store.model_files import ModelNotFound, resolve_model
 from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
 from .converted_weights import ConversionError, weights_dir
-from .kv_cache import GrowingCache, StopBetweenLayers
-from .static_decode import GRAPH_SIZES, CapacityExceeded, StaticDecoder, build_static_decoder
+from .cpu_llama import CpuLlama, Unsupported, load_cpu_llama
+from .kv_cache import StopBetweenLayers
+from .static_decode import GRAPH_SIZES, CapacityExceeded, StaticDecoder, StaticKV, build_static_decoder
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +111,13 @@ class ModelRuntime:
         computed: for a prompt of 1,000 tokens it would cost more than the model). `cancel()`
         is asked before each decoder layer: when it says so the pass stops, `past` is as it
         was, and `ForwardCancelled` is raised."""
-        if self.static is not None and not isinstance(past, GrowingCache):
+        if self.static is not None and (past is None or isinstance(past, StaticKV)):
             try:
                 return self.static.forward(ids, past, keep, cancel)
             except CapacityExceeded as e:  # a context past the static cache: transformers' cache
                 past = e.cache.to_growing()
         if past is None:
-            past = GrowingCache()
+            past = _new_cache(self.model)
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
 
         def run():
@@ -128,10 +130,29 @@ class ModelRuntime:
         return out.logits[0].float(), getattr(out, self.cache_keyword)
 
 
+def _new_cache(model: torch.nn.Module):
+    """An empty KV cache for `model`: the CPU model's own, else a transformers cache."""
+    if isinstance(model, CpuLlama):
+        return model.new_cache()
+    from .hf_cache import GrowingCache
+
+    return GrowingCache()
+
+
 def _load_weights(wdir, dev: torch.device, kernels) -> torch.nn.Module:
     """The model for `dev`: with `kernels` (the CPU's), one float16 copy of the matrices,
-    memory-mapped from the file where it holds float16 (`half_model`), with the kernels'
-    attention and fused layers; else bfloat16 on CUDA, float32 on the CPU."""
+    memory-mapped from the file where it holds float16, computed by `cpu_llama` (Llama-family
+    models: transformers' model classes never imported) or by transformers' classes with our
+    products, attention and fused layers (`half_model`); else bfloat16 on CUDA, float32 on the
+    CPU (transformers' classes)."""
+    if kernels is not None:
+        try:
+            return load_cpu_llama(wdir, kernels)
+        except Unsupported as e:
+            log.info("the CPU forward pass of transformers' model classes: %s", e)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress goes to our own log, never to the terminal's stdout
     if kernels is not None:
         from .half_model import load_half_model
         from .kernels.fused_layers import use_fused_layers
@@ -155,9 +176,6 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
     `half_decode` keeps one float16 copy of the weights for every product, through our kernels
     where they build here (`half_model`); without it, or without the kernels, float32."""
     t0 = time.perf_counter()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # progress goes to our own log, never to the terminal's stdout
     try:
         src = resolve_model(spec)
         tok = load_tokenizer(spec)

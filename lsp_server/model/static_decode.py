@@ -28,10 +28,14 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
-from .kv_cache import ForwardCancelled, GrowingCache
+from .kv_cache import ForwardCancelled
+
+if TYPE_CHECKING:  # transformers only where a context outgrows the static cache
+    from .hf_cache import GrowingCache
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,8 @@ class StaticKV:
 
     def to_growing(self) -> GrowingCache:
         """The same positions in a transformers cache (for a context past the capacity)."""
+        from .hf_cache import GrowingCache
+
         ws = self.workspace
         ws.bind(self)
         cache = GrowingCache()

@@ -18,7 +18,8 @@ import torch
 
 from .library import MAX_ATTENTION_ROWS, DecodeKernels, LayerWeights, load
 from .half_weights import HalfLinear
-from ..kv_cache import GrowingCache, GrowingLayer
+from ..hf_cache import GrowingCache
+from ..kv_cache import GrowingBuffers
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def _fused_forward(layer, kernels: DecodeKernels, weights: LayerWeights, origina
             and hidden_states.shape[1] <= MAX_ATTENTION_ROWS and hidden_states.dtype == torch.float32
             and position_embeddings is not None and attn.layer_idx < len(cache.layers)):
         kv = cache.layers[attn.layer_idx]
-    if not isinstance(kv, GrowingLayer) or kv.get_seq_length() == 0:
+    if not isinstance(kv, GrowingBuffers) or kv.get_seq_length() == 0:
         return original(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
                         use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     q_len = hidden_states.shape[1]
