@@ -216,14 +216,11 @@ class CompiledGrammar:
         parts = [self._sparse[k] for k in sparse if not self._negated[k]]
         if parts:
             out[np.concatenate(parts) if len(parts) > 1 else parts[0]] = True
-        left_out = [self._sparse[k] for k in sparse if self._negated[k]]  # every token but these
-        if left_out:
-            # their union allows every token but those that each of them leaves out: one pass
-            # over the vocabulary, not one per row (at 151k tokens many rows are stored so)
-            inter = functools.reduce(np.intersect1d, left_out) if len(left_out) > 1 else left_out[0]
-            kept = out[inter]
-            out[:] = True
-            out[inter] = kept
+        for k in sparse:
+            if self._negated[k]:  # every token but these
+                rest = np.ones(self.V, dtype=bool)
+                rest[self._sparse[k]] = False
+                out |= rest
         self.stats["rows"] += len(ids)
         return out
 
