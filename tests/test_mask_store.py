@@ -54,8 +54,8 @@ def test_each_kind_of_stored_mask_reads_back_as_its_token_set(compiled_full):
 
 
 def test_a_mask_of_many_rows_is_the_union_of_their_token_sets(compiled_full):
-    """Rows of every kind together, several of them stored as what they leave out (their union
-    is taken in one pass over the vocabulary): the mask is the union of each row's tokens."""
+    """Rows of every kind together, several of them stored as what they leave out: the mask is
+    the union of each row's tokens."""
     compiled, tok = compiled_full
     store = compiled.store
     negated = np.flatnonzero(store.sparse_negated.astype(bool))
