@@ -70,7 +70,7 @@ class StoreBuilder:
         self.nl = g.term_id["_NEWLINE"]
         self.ignored = g.ignored
         self.tokens = TokenMatrix.from_vocab(vocab.token_bytes, vocab.special)
-        self.ids = np.flatnonzero(self.tokens.usable)
+        self.ids = self.tokens.ids
         n = lexer.n_states
         self.possible = np.zeros((n, self.T), dtype=bool)
         self.accepting = np.zeros((n, self.T), dtype=bool)
@@ -95,7 +95,7 @@ class StoreBuilder:
         lexer = self.lexer
         lexemes = lexer.lexemes
         nl_states = {d for d in range(lexer.n_states) if self.nl in lexer.accepting_ids[d]}
-        L = self.tokens.data.shape[1]
+        L = max(self.tokens.max_length, 1)
         sig = np.full((self.vocab.size, L), -1, dtype=np.int32)
         for t in self.ids.tolist():
             b = self.vocab.token_bytes[t]
@@ -185,10 +185,10 @@ class StoreBuilder:
             represented = q_of.get(d)
             if not represented:
                 continue
-            end, st = first_lexeme(table, self.tokens, d, ids)
+            walked, end, st = first_lexeme(table, self.tokens, d)
             # tokens that keep the lexeme growing: S = ()
             stay = end == -1
-            stay_ids, stay_state = ids[stay], st[stay]
+            stay_ids, stay_state = walked[stay], st[stay]
             for x, q in represented:
                 sel = stay_ids[self.possible[stay_state, x]]
                 if sel.size:
@@ -197,7 +197,7 @@ class StoreBuilder:
             tail = end > 0
             if not tail.any():
                 continue
-            t_ids, t_end, t_state = ids[tail], end[tail], st[tail]
+            t_ids, t_end, t_state = walked[tail], end[tail], st[tail]
             t_sigs = sig[t_ids, t_end]
             good = t_sigs >= 0
             t_ids, t_end, t_state, t_sigs = t_ids[good], t_end[good], t_state[good], t_sigs[good]
@@ -259,6 +259,18 @@ def _group(keys: np.ndarray, values: np.ndarray):
     return [(int(kk[0]), vv) for kk, vv in zip(np.split(k, cuts), np.split(v, cuts))]
 
 
+def _union(parts: list[np.ndarray], vocab_size: int) -> np.ndarray:
+    """The sorted distinct ids of token sets: by a sort where they are few, else by marking a
+    vector of the vocabulary (sets of 100k ids are common at 151k tokens; sorting them cost the
+    full build a fifth of its time)."""
+    if sum(p.size for p in parts) * 16 < vocab_size:
+        return np.unique(np.concatenate(parts))
+    marked = np.zeros(vocab_size, dtype=bool)
+    for p in parts:
+        marked[p] = True
+    return np.flatnonzero(marked).astype(np.int32)
+
+
 def assemble(
     *,
     header,
@@ -288,7 +300,7 @@ def assemble(
     for grp in groups:
         for s in sorted(grp):
             parts = grp[s]
-            toks = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.asarray(parts[0])
+            toks = _union(parts, vocab_size) if len(parts) > 1 else np.asarray(parts[0])
             key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
             m = mask_index.get(key)
             if m is None:

@@ -53,6 +53,22 @@ def test_each_kind_of_stored_mask_reads_back_as_its_token_set(compiled_full):
                 assert ids.size > tok.vocab.size // 2
 
 
+def test_a_mask_of_many_rows_is_the_union_of_their_token_sets(compiled_full):
+    """Rows of every kind together, several of them stored as what they leave out: the mask is
+    the union of each row's tokens."""
+    compiled, tok = compiled_full
+    store = compiled.store
+    negated = np.flatnonzero(store.sparse_negated.astype(bool))
+    rng = random.Random(34)
+    masks = sorted(set(store.row_mask.tolist()))
+    for _ in range(20):
+        ids = [~int(k) for k in rng.sample(negated.tolist(), rng.randrange(2, 5))] + rng.sample(masks, 6)
+        want = np.zeros(tok.vocab.size, dtype=bool)
+        for m in ids:  # one row at a time: each kind's reading is checked above
+            want |= compiled.masks_to_bool([m])
+        assert np.array_equal(compiled.masks_to_bool(ids), want)
+
+
 def test_bad_files_give_a_clear_error_naming_the_fix(compiled_full, tmp_path):
     compiled, tok = compiled_full
     store = compiled.store
