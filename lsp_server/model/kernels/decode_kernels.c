@@ -368,6 +368,14 @@ static void rope(float *x, int Q, int heads, int D, const float *cos, const floa
         }
 }
 
+/* block b of a product that feeds the residual stream: o = x @ w.T there, then h += o there */
+static void residual_block(const float *x, const uint16_t *w, float *o, float *h, int Q, int E, int K, int b) {
+    matmul_block(x, w, o, Q, E, K, b);
+    int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
+    for (int i = 0; i < Q; i++)
+        for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
+}
+
 void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
                  const uint16_t *wq, const uint16_t *wk, const uint16_t *wv, const uint16_t *wo,
                  const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
@@ -382,8 +390,8 @@ void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post
     float *scratch = malloc(sizeof(float) * heads_tasks * attention_stride(L));
     int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
     /* One parallel region for the whole layer: its threads wake once per layer instead of once
-     * per product (8 regions: with OMP_WAIT_POLICY=PASSIVE, lsp_server/threads.py, each wake is
-     * a futex round trip, ~5 ms of a ~15 ms step on 2 cores). The q, k and v products share one
+     * per product and the attention (8 regions; with OMP_WAIT_POLICY=PASSIVE, lsp_server/threads.py,
+     * a waiting thread sleeps and each region wakes it with a futex). The q, k and v products share one
      * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
      * per block of the product that feeds them. Every element's arithmetic is the one of the
      * separate calls, so the bits are the same. */
@@ -414,12 +422,7 @@ void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post
             attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, scale,
                            scratch);
 #pragma omp for schedule(static)
-        for (int b = 0; b < be; b++) {
-            matmul_block(att, wo, o, Q, E, QD, b);
-            int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
-            for (int i = 0; i < Q; i++)
-                for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
-        }
+        for (int b = 0; b < be; b++) residual_block(att, wo, o, h, Q, E, QD, b);
 #pragma omp single
         rms_norm(h, post_norm, eps, xn, Q, E);
 #pragma omp for schedule(static)
@@ -434,12 +437,7 @@ void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post
                 }
         }
 #pragma omp for schedule(static)
-        for (int b = 0; b < be; b++) {
-            matmul_block(g, wd, o, Q, E, F, b);
-            int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
-            for (int i = 0; i < Q; i++)
-                for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
-        }
+        for (int b = 0; b < be; b++) residual_block(g, wd, o, h, Q, E, F, b);
     }
     free(xn); free(q); free(k); free(v); free(att); free(o); free(g); free(u); free(scratch);
 }
