@@ -1,6 +1,6 @@
 """Cost of a decoding step and of verification passes, by how the model runs (prints JSON).
 
-    .venv/bin/python bench/decode_step.py [--model default] [--context 1000] [--reps 10]
+    .venv/bin/python bench/decode_step.py [--model default] [--context 1000] [--reps 10] [--spin]
 
 The default model after a prompt of `--context` tokens of typing.py; the milliseconds (p50 over
 `--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
@@ -13,13 +13,17 @@ the prompt's cost (ms per prompt token, p50 over 3 passes; `prompt_in_chunks_ms_
 as a request computes it, through `PromptCache` in chunks of `PREFILL_CHUNK`, the KV buffers
 growing as they do in the server) and whether a pass over 8 tokens
 gives, row for row, the bits of 8 single steps (what keeps speculative decoding's output
-identical), per configuration.
+identical), per configuration. OpenMP's threads wait as the server's do (`OMP_WAIT_POLICY=PASSIVE`,
+`lsp_server/threads.py`: a thread waiting between parallel regions sleeps), unless `--spin`
+(libgomp's default: they spin, faster on an idle machine, unfair on a busy one); the report
+says which.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,8 +48,14 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="default")
     ap.add_argument("--context", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--spin", action="store_true",
+                    help="libgomp's default waits (spinning) instead of the server's OMP_WAIT_POLICY=PASSIVE")
     args = ap.parse_args(argv)
 
+    if not args.spin:
+        from lsp_server.threads import use_fair_threads
+
+        use_fair_threads()  # before torch loads, as the CLI does
     import torch
 
     from lsp_server.model.kv_cache import rewind
@@ -61,6 +71,7 @@ def main(argv=None) -> int:
 
     kernels = load()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "libgomp's default (spinning)"),
               "kernels": kernels.isa if kernels else None,
               "fused_layers": len(fused), "runtime_model": type(runtime.model).__name__, "configurations": {}}
     # `cpu_llama` (the CPU runtime without transformers' classes) has no `kernels` configuration:

@@ -224,11 +224,11 @@ def options_of(args, **extra) -> dict:
     return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | given | extra
 
 
-COMPLETED = re.compile(r"completed (\S+) at \d+:\d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
+COMPLETED = re.compile(r"completed (\S+) at offset \d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
                        r"decode (\d+) ms, (\d+) sampled \+ (\d+) forced")
 STOPPED = re.compile(r"completion in (\S+) stopped \(superseded\) (?:after (\d+) decoding steps|before it started), "
                      r"(\d+) ms after the stop")
-PREFILLED = re.compile(r"prefilled (\S+) at \d+:\d+: (\d+) tokens \((\d+) reused, (\d+) computed\)")
+PREFILLED = re.compile(r"prefilled (\S+) at offset \d+: (\d+) tokens \((\d+) reused, (\d+) computed\)")
 
 
 def opening_tokens(log: str, prefix: str) -> int:

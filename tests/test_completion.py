@@ -181,15 +181,50 @@ def test_typing_through_a_suggestion_serves_its_rest(compiled):
 
 
 def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
+    from dataclasses import replace
+
     from lsp_server.decoding.engine import CompletionResult, _Shown, typed_through
 
     shown = _Shown("x = ", "\n", CompletionResult("foo(1)", 4, 4, "line-end", "single", True),
                    EngineOptions(), None, None, None)
     assert typed_through(shown, "x = fo", "\n") == "o(1)"
     assert typed_through(shown, "x = fo", "\ny = 2\n") is None  # the rest of the file changed
-    assert typed_through(shown, "x = foo(1)", "\n") is None  # typed all of it
+    assert typed_through(shown, "x = foo(1)", "\n") == ""  # typed all of a line the model ended: nothing more
+    assert typed_through(shown, "x = foo(1)", "y = 2\n") is None  # the rest of the file changed
+    for other in (CompletionResult("foo(1)", 4, 4, "max-tokens", "single", True),  # the model did not end it
+                  CompletionResult("foo(1)", 4, 5, "line-end", "single", True)):  # it replaced a closer
+        assert typed_through(_Shown("x = ", "\n", other, EngineOptions(), None, None, None), "x = foo(1)", "\n") is None
+    opener = _Shown("if ", "\n", CompletionResult("x:", 3, 3, "line-end", "single", True), EngineOptions(), "auto",
+                    None, None)
+    assert typed_through(opener, "if x:", "\n") is None  # a request after a block opener is multi-line
+    assert typed_through(replace(opener, mode="single"), "if x:", "\n") == ""
     assert typed_through(shown, "x = ba", "\n") is None
     assert typed_through(shown, "x = ", "\n") is None  # nothing typed: a new request
+
+
+def test_a_request_at_the_end_of_an_accepted_line_asks_no_model(compiled):
+    """Accepting a one-line answer that the model ended, editors ask at its end: nothing more
+    on that line, without a model run; after a block opener (auto mode) the model is asked."""
+    doc = "def f(x):\n    return x\n\ny = |\nz = 2\n"
+    text, off, r = complete_at_marker(compiled, doc, "f(1)\nz = 2\n")
+    assert r.text == "f(1)" and r.stop_reason == "line-end"
+    engine = scripted_engine(compiled, text[:off] + "f(1)\nz = 2\n")
+    assert engine.complete(CompletionRequest(text, cursor=off, document="d", mode="single")).text == "f(1)"
+    calls = len(engine.runtime.calls)
+    accepted = text[:off] + "f(1)" + text[off:]
+    at_end = engine.complete(CompletionRequest(accepted, cursor=off + 4, document="d", mode="single"))
+    assert at_end.text == "" and at_end.stop_reason == "line-end" and at_end.typed_through == 4
+    assert len(engine.runtime.calls) == calls  # no model call
+
+    doc = "def f(x):\n    return x\n\nif |\n    z = 2\n"
+    engine = scripted_engine(compiled, doc[: doc.index("|")] + "f(1):\n    z = 2\n")
+    text, off = doc.replace("|", ""), doc.index("|")
+    first = engine.complete(CompletionRequest(text, cursor=off, document="d", mode="auto"))
+    assert first.text == "f(1):" and first.stop_reason == "line-end"
+    calls = len(engine.runtime.calls)
+    accepted = text[:off] + "f(1):" + text[off:]
+    engine.complete(CompletionRequest(accepted, cursor=off + 5, document="d", mode="auto"))
+    assert len(engine.runtime.calls) > calls  # a block opener: the model writes its body
 
 
 def test_infix_completion_joins_the_rest_of_the_line(compiled):
@@ -431,7 +466,8 @@ def test_real_model_completes_a_real_file():
 
 def test_greedy_choice_is_the_argmax_of_the_masked_logits():
     """The greedy path picks among the allowed logits only: the same token as the argmax of the
-    masked logits (ties: the first), none when nothing is allowed, padding rows never."""
+    masked logits (ties: the first), none when nothing allowed is finite, padding rows never;
+    also on a row of a verification pass's logits (a view of a 2-D tensor)."""
     import numpy as np
     import torch
 
@@ -440,7 +476,9 @@ def test_greedy_choice_is_the_argmax_of_the_masked_logits():
     rng = np.random.default_rng(3)
     for _ in range(300):
         n = int(rng.integers(1, 60))
-        logits = torch.from_numpy(rng.integers(-3, 3, n).astype(np.float32))  # many ties
+        rows = torch.from_numpy(rng.integers(-3, 3, (2, n)).astype(np.float32))  # many ties
+        rows[torch.from_numpy(rng.random((2, n)) < 0.2)] = float("-inf")
+        logits = rows[1]
         mask = rng.random(n - int(rng.integers(0, 3)) if n > 2 else n) < rng.random()
         banned = {int(t) for t in rng.integers(0, n, int(rng.integers(0, 3)))}
         full = masked_logits(logits, mask, banned)

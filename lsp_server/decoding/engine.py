@@ -39,7 +39,7 @@ from .budget import NO_BUDGET, Budget
 from .compiler_gate import refused_where_written
 from .offer import EMPTY, choose_offer
 from .redecode import Pass
-from .stopping.context import Start
+from .stopping.context import Start, cursor_context
 from .stopping.decision import Stop, StopReason
 from .stopping.policy import StopPolicy
 from .stopping.rest_of_file import RestOfFile
@@ -136,16 +136,33 @@ def typed_through(shown: _Shown, before: str, after: str) -> str | None:
     """The rest of the shown completion when the document differs from the one it was made for
     only by text typed at the cursor that the completion starts with (None otherwise). Splicing
     the rest at the new cursor gives the very file the whole completion gave, so it is as valid.
-    A prefetched completion is also served whole for the very document it was made for."""
+    A prefetched completion is also served whole for the very document it was made for.
+
+    All of it typed (or accepted, editors then ask at its end): "" (nothing more) where it was
+    one line that the model itself ended (`StopReason.LINE_END`) at the end of the cursor's
+    line, and a request there is single-line too (`cursor_context`: not after a block opener in
+    `auto` mode): decoding again from there would end the same line at once (a model run of
+    ~90 ms for an empty answer). None otherwise: a new request."""
     text = shown.result.text
     if after != shown.after or not before.startswith(shown.before):
         return None
     typed = before[len(shown.before) :]
     if not typed and shown.prefetched:
         return text
+    if typed == text and _line_ended(shown, before, after):
+        return ""
     if not typed or len(typed) >= len(text) or not text.startswith(typed):
         return None
     return text[len(typed) :]
+
+
+def _line_ended(shown: _Shown, before: str, after: str) -> bool:
+    """The shown one-line completion ended its line where the model chose to, at the end of the
+    cursor's line, and a request at its end would be single-line."""
+    result = shown.result
+    return (result.stop_reason == StopReason.LINE_END and "\n" not in result.text and result.end == result.start
+            and after[:1] in ("", "\n")
+            and cursor_context(before, after, shown.mode or shown.options.mode).mode == "single")
 
 
 def compiler_checked(result: CompletionResult, before: str, after: str) -> CompletionResult:
@@ -412,11 +429,14 @@ class CompletionEngine:
         result = shown.result
         start = req.cursor
         end = req.cursor + result.end - result.start  # the same closers after the cursor
+        given = rest
         if shown.rest is not None and shown.rest.changes_nothing(rest.encode()):
             rest, end = "", start
+        # nothing left of a line the model ended (typed_through): its own stop, not an echo
+        ended = not given and bool(result.text)
         return replace(
             result, text=rest, start=start, end=end, prefetched=shown.prefetched,
-            stop_reason=StopReason.ECHO if not rest else result.stop_reason,
+            stop_reason=StopReason.ECHO if not rest and not ended else result.stop_reason,
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
             typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],

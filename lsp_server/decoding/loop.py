@@ -7,7 +7,7 @@ goes to the `StopPolicy`, which may end the completion or reject the token (it w
 line where the file can't go on): the token is then rolled back and banned for this step.
 
 On the CPU the mask is computed before the forward pass rather than beside it: fast-forward
-needs it to decide whether the model runs at all, and it costs ~0.3 ms on average against ~45 ms
+needs it to decide whether the model runs at all, and it costs ~0.3 ms on average against ~10-15 ms
 for a forward pass of the default model on this CPU. On CUDA, where a forward pass is only
 queued, the pending tokens' pass is launched first and the mask computed while the device runs
 it (`ModelStepper.launch`; not after a fast-forward, so forced runs are still fed together), and

@@ -121,19 +121,24 @@ static void rows_block(const float *x, const uint16_t *w, float *y, int N, int K
     }
 }
 
+static inline int blocks_of(int N) { return (N + NB - 1) / NB; }
+
+/* block b of outputs (NB of them, fewer at the end) for every row: the parallel task of a product */
+static void matmul_block(const float *x, const uint16_t *w, float *y, int M, int N, int K, int b) {
+    int n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
+    int groups = (M + 5) / 6; /* row groups of as even sizes as can be, at most 6 */
+    for (int g = 0, m0 = 0; g < groups; g++) {
+        int mt = (M - m0) / (groups - g);
+        rows_block(x, w, y, N, K, m0, mt, n0, n1);
+        m0 += mt;
+    }
+}
+
 /* x: [M, K] float32, w: [N, K] float16 bits, y: [M, N] float32; K a multiple of 8. */
 void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int K, int threads) {
-    int blocks = (N + NB - 1) / NB;
+    int blocks = blocks_of(N);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int b = 0; b < blocks; b++) {
-        int n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
-        int groups = (M + 5) / 6; /* row groups of as even sizes as can be, at most 6 */
-        for (int g = 0, m0 = 0; g < groups; g++) {
-            int mt = (M - m0) / (groups - g);
-            rows_block(x, w, y, N, K, m0, mt, n0, n1);
-            m0 += mt;
-        }
-    }
+    for (int b = 0; b < blocks; b++) matmul_block(x, w, y, M, N, K, b);
 }
 
 /* e^x for x <= 0, 8 at a time: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial
@@ -289,26 +294,37 @@ static void attend_rows(const float *q, int64_t q_row, const float *kh, const fl
  * sees keys 0 .. L - Q + i). Query (h, i) at q + h * q_head + i * q_row; key/value row j of
  * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. One task
  * per head and group of up to ROWS consecutive rows (one row: `attend_one`). */
+static inline int attention_chunks(int Q) { return (Q + ROWS - 1) / ROWS; }
+static inline int64_t attention_stride(int L) { return (int64_t)ROWS * (L + ROWS + 8); }
+
+/* task t of `attention` (head t / chunks, its chunk t % chunks of rows); `scratch` holds every task's */
+static void attention_task(int t, const float *q, int64_t q_head, int64_t q_row, const float *k, const float *v,
+                           float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
+                           int64_t v_head_stride, float scale, float *scratch) {
+    int group = H / Hkv;
+    int chunks = attention_chunks(Q);
+    int64_t stride = attention_stride(L);
+    int h = t / chunks, c = t % chunks;
+    int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
+    const float *kh = k + (int64_t)(h / group) * k_head_stride, *vh = v + (int64_t)(h / group) * v_head_stride;
+    float *o = out + ((int64_t)r0 * H + h) * D;
+    if (r1 - r0 == 1)
+        attend_one(q + h * q_head + r0 * q_row, kh, vh, L - Q + r0 + 1, D, scale,
+                   scratch + (int64_t)t * stride, o);
+    else
+        attend_rows(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale,
+                    scratch + (int64_t)t * stride, o, (int64_t)H * D);
+}
+
 static void attention(const float *q, int64_t q_head, int64_t q_row, const float *k, const float *v,
                       float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
                       int64_t v_head_stride, float scale, int threads) {
-    int group = H / Hkv;
-    int chunks = (Q + ROWS - 1) / ROWS;
-    int64_t stride = (int64_t)ROWS * (L + ROWS + 8);
-    float *scratch = malloc(sizeof(float) * H * chunks * stride);
+    int tasks = H * attention_chunks(Q);
+    float *scratch = malloc(sizeof(float) * tasks * attention_stride(L));
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < H * chunks; t++) {
-        int h = t / chunks, c = t % chunks;
-        int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
-        const float *kh = k + (int64_t)(h / group) * k_head_stride, *vh = v + (int64_t)(h / group) * v_head_stride;
-        float *o = out + ((int64_t)r0 * H + h) * D;
-        if (r1 - r0 == 1)
-            attend_one(q + h * q_head + r0 * q_row, kh, vh, L - Q + r0 + 1, D, scale,
-                       scratch + (int64_t)t * stride, o);
-        else
-            attend_rows(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale,
-                        scratch + (int64_t)t * stride, o, (int64_t)H * D);
-    }
+    for (int t = 0; t < tasks; t++)
+        attention_task(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
+                       scratch);
     free(scratch);
 }
 
@@ -352,35 +368,76 @@ static void rope(float *x, int Q, int heads, int D, const float *cos, const floa
         }
 }
 
+/* block b of a product that feeds the residual stream: o = x @ w.T there, then h += o there */
+static void residual_block(const float *x, const uint16_t *w, float *o, float *h, int Q, int E, int K, int b) {
+    matmul_block(x, w, o, Q, E, K, b);
+    int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
+    for (int i = 0; i < Q; i++)
+        for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
+}
+
 void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
                  const uint16_t *wq, const uint16_t *wk, const uint16_t *wv, const uint16_t *wo,
                  const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
                  int F, const float *cos, const float *sin, float *kbuf, float *vbuf,
                  int64_t head_stride, int past, float scale, int threads) {
-    int QD = H * D, KD = Hkv * D;
+    int QD = H * D, KD = Hkv * D, L = past + Q;
     float *xn = malloc(sizeof(float) * Q * E), *q = malloc(sizeof(float) * Q * QD);
     float *k = malloc(sizeof(float) * Q * KD), *v = malloc(sizeof(float) * Q * KD);
     float *att = malloc(sizeof(float) * Q * QD), *o = malloc(sizeof(float) * Q * E);
     float *g = malloc(sizeof(float) * Q * F), *u = malloc(sizeof(float) * Q * F);
-    rms_norm(h, in_norm, eps, xn, Q, E);
-    half_matmul(xn, wq, q, Q, QD, E, threads);
-    half_matmul(xn, wk, k, Q, KD, E, threads);
-    half_matmul(xn, wv, v, Q, KD, E, threads);
-    rope(q, Q, H, D, cos, sin);
-    rope(k, Q, Hkv, D, cos, sin);
-    for (int i = 0; i < Q; i++) /* the new positions into the cache */
-        for (int g0 = 0; g0 < Hkv; g0++) {
-            memcpy(kbuf + g0 * head_stride + (int64_t)(past + i) * D, k + ((int64_t)i * Hkv + g0) * D, sizeof(float) * D);
-            memcpy(vbuf + g0 * head_stride + (int64_t)(past + i) * D, v + ((int64_t)i * Hkv + g0) * D, sizeof(float) * D);
+    int heads_tasks = H * attention_chunks(Q);
+    float *scratch = malloc(sizeof(float) * heads_tasks * attention_stride(L));
+    int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
+    /* One parallel region for the whole layer: its threads wake once per layer instead of once
+     * per product and the attention (8 regions; with OMP_WAIT_POLICY=PASSIVE, lsp_server/threads.py,
+     * a waiting thread sleeps and each region wakes it with a futex). The q, k and v products share one
+     * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
+     * per block of the product that feeds them. Every element's arithmetic is the one of the
+     * separate calls, so the bits are the same. */
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp single
+        rms_norm(h, in_norm, eps, xn, Q, E);
+#pragma omp for schedule(static)
+        for (int b = 0; b < bq + 2 * bk; b++) {
+            if (b < bq) matmul_block(xn, wq, q, Q, QD, E, b);
+            else if (b < bq + bk) matmul_block(xn, wk, k, Q, KD, E, b - bq);
+            else matmul_block(xn, wv, v, Q, KD, E, b - bq - bk);
         }
-    attention(q, D, QD, kbuf, vbuf, att, H, Hkv, Q, past + Q, D, head_stride, head_stride, scale, threads);
-    half_matmul(att, wo, o, Q, E, QD, threads);
-    for (int64_t e = 0; e < (int64_t)Q * E; e++) h[e] += o[e];
-    rms_norm(h, post_norm, eps, xn, Q, E);
-    half_matmul(xn, wg, g, Q, F, E, threads);
-    half_matmul(xn, wu, u, Q, F, E, threads);
-    for (int64_t e = 0; e < (int64_t)Q * F; e++) g[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
-    half_matmul(g, wd, o, Q, E, F, threads);
-    for (int64_t e = 0; e < (int64_t)Q * E; e++) h[e] += o[e];
-    free(xn); free(q); free(k); free(v); free(att); free(o); free(g); free(u);
+#pragma omp single
+        {
+            rope(q, Q, H, D, cos, sin);
+            rope(k, Q, Hkv, D, cos, sin);
+            for (int i = 0; i < Q; i++) /* the new positions into the cache */
+                for (int g0 = 0; g0 < Hkv; g0++) {
+                    memcpy(kbuf + g0 * head_stride + (int64_t)(past + i) * D, k + ((int64_t)i * Hkv + g0) * D,
+                           sizeof(float) * D);
+                    memcpy(vbuf + g0 * head_stride + (int64_t)(past + i) * D, v + ((int64_t)i * Hkv + g0) * D,
+                           sizeof(float) * D);
+                }
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < heads_tasks; t++)
+            attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, scale,
+                           scratch);
+#pragma omp for schedule(static)
+        for (int b = 0; b < be; b++) residual_block(att, wo, o, h, Q, E, QD, b);
+#pragma omp single
+        rms_norm(h, post_norm, eps, xn, Q, E);
+#pragma omp for schedule(static)
+        for (int b = 0; b < bf; b++) {
+            matmul_block(xn, wg, g, Q, F, E, b);
+            matmul_block(xn, wu, u, Q, F, E, b);
+            int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
+            for (int i = 0; i < Q; i++)
+                for (int e = n0; e < n1; e++) {
+                    int64_t at = (int64_t)i * F + e;
+                    g[at] = g[at] / (1.0f + expf(-g[at])) * u[at];
+                }
+        }
+#pragma omp for schedule(static)
+        for (int b = 0; b < be; b++) residual_block(g, wd, o, h, Q, E, F, b);
+    }
+    free(xn); free(q); free(k); free(v); free(att); free(o); free(g); free(u); free(scratch);
 }
