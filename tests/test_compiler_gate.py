@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from completion_support import complete_at_marker
 
+import ast
+
+from grammar_tools.parsing import cpython_check
 from grammar_tools.parsing.cpython_check import compiles
 from lsp_server.decoding.compiler_gate import refused_where_written
 from lsp_server.decoding.stopping.decision import StopReason
@@ -29,6 +32,35 @@ def test_a_refusal_elsewhere_is_the_files_own():
     after = "\n\n\nx = 1\nreturn 2\n"  # `return` outside a function, three lines below the answer
     assert not compiles(before + "pass" + after)
     assert refused_where_written(before, "pass", after) is None
+
+
+def disturbed_conversions(monkeypatch, times: int) -> list[int]:
+    """CPython's `compile` where the first `times` conversions of a tree to Python objects fail as
+    they do when another thread converts a tree at the same moment (CPython 3.11)."""
+    calls = []
+
+    def compile_(source, filename, mode, flags=0, dont_inherit=False):
+        if flags & ast.PyCF_ONLY_AST:
+            calls.append(flags)
+            if len(calls) <= times:
+                raise SystemError("AST constructor recursion depth mismatch (before=18, after=323)")
+        return compile(source, filename, mode, flags, dont_inherit=dont_inherit)
+
+    monkeypatch.setattr(cpython_check, "compile", compile_, raising=False)
+    return calls
+
+
+def test_a_tree_whose_conversion_another_thread_disturbed_is_asked_for_again(monkeypatch):
+    calls = disturbed_conversions(monkeypatch, cpython_check.TREE_TRIES - 1)
+    before, after = ASYNC.split("|")
+    assert refused_where_written(before, "yield from source", after) is not None
+    assert len(calls) == cpython_check.TREE_TRIES
+
+
+def test_a_tree_that_never_comes_refuses_nothing_and_raises_nothing(monkeypatch):
+    disturbed_conversions(monkeypatch, cpython_check.TREE_TRIES)
+    before, after = ASYNC.split("|")
+    assert refused_where_written(before, "yield from source", after) is None
 
 
 def test_the_engine_does_not_offer_what_the_compiler_refuses_where_it_was_written(compiled):

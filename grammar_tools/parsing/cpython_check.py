@@ -38,16 +38,37 @@ def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
         warnings.simplefilter("ignore")
         try:
             if after_parse:
-                try:
-                    text = compile(text, name, mode, ast.PyCF_ONLY_AST, dont_inherit=True)
-                except (SyntaxError, ValueError):
+                tree = _parsed(text, name, mode)
+                if tree is None:
                     return None
+                text = tree
             compile(text, name, mode, dont_inherit=True)
         except SyntaxError as e:
             line = e.lineno or 0
             return e.msg, line, max(line, getattr(e, "end_lineno", None) or line)  # end_lineno: 3.10+
         except ValueError as e:  # NUL bytes, before 3.12
             return str(e), 0, 0
+    return None
+
+
+# How often a tree is asked for again when its conversion was disturbed (see `_parsed`).
+TREE_TRIES = 3
+
+
+def _parsed(text: str | bytes, name: str, mode: str) -> ast.AST | None:
+    """The tree CPython's parser makes of `text`; None where the parser refuses it, or where no
+    tree could be had. CPython 3.11 counts the depth of a tree's conversion to Python objects in
+    one counter per interpreter, so a conversion in another thread at the same moment (the
+    server's names analysis runs jedi beside the decoding) can end in `SystemError: AST
+    constructor recursion depth mismatch`; the tree is asked for again, and where it never comes
+    the text gets no after-parse verdict (the grammar has already accepted its parse)."""
+    for _ in range(TREE_TRIES):
+        try:
+            return compile(text, name, mode, ast.PyCF_ONLY_AST, dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return None
+        except SystemError:
+            continue
     return None
 
 
