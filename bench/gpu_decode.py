@@ -12,8 +12,9 @@ read from its GGUF). The mask store is built for it on first use (cached). Print
 - `prefill_ms`: one forward pass over `--prompt` tokens (p50 of 5, synchronised);
 - `decode_ms_per_token`: constrained (speculation on and off) and unconstrained, the engine's
   own decode time over the tokens of `--requests` completions at cut points of stdlib files
-  (about `--prompt` tokens of context each); and `transformers_loop`: a plain transformers greedy
-  loop (the model's own forward, DynamicCache, one host read per token) after the same prompt;
+  (about `--prompt` tokens of context each); and `plain_loop`: a plain greedy loop (the model's
+  own forward and a fresh cache of its own: transformers' DynamicCache, or on the CPU
+  `cpu_llama`'s; one host read per token) after the same prompt;
 - `mask_overlap`: the share of the mask time computed while a forward pass ran (CUDA);
 - `requests`: p50/p99 wall time of the constrained completions, and the first one after load;
 - `memory`: GPU memory allocated (now and peak), the weights and KV caches, host RSS.
@@ -108,26 +109,40 @@ def prefill_ms(runtime, ids: list[int], reps: int = 5) -> float:
     return round(float(np.median(out)), 3)
 
 
-def transformers_loop(model, ids: list[int], steps: int, device) -> dict:
-    """A plain greedy loop with the model's own forward and DynamicCache (one host read per token)."""
+def plain_loop(model, ids: list[int], steps: int, device) -> dict:
+    """A plain greedy loop with the model's own forward and a fresh cache of its own (one host read
+    per token): transformers' classes with DynamicCache, or the CPU model of
+    `lsp_server.model.cpu_llama` with its `new_cache()`."""
     import torch
-    from transformers import DynamicCache
+
+    own = hasattr(model, "new_cache")  # cpu_llama: its own cache, passed as `cache`
+    if own:
+        name, fresh = "cpu_llama", model.new_cache
+    else:
+        from transformers import DynamicCache
+
+        name, fresh = "transformers", DynamicCache
+
+    def forward(inp, past, keep: int):
+        if own:
+            out = model(inp, cache=past, logits_to_keep=keep)
+            return out.logits, out.cache
+        out = model(inp, past_key_values=past, use_cache=True, logits_to_keep=keep)
+        return out.logits, out.past_key_values
 
     with torch.inference_mode():
         inp = torch.tensor([ids], device=device)
         sync(device)
         t0 = time.perf_counter()
-        out = model(inp, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
-        token = int(out.logits[0, -1].argmax())
+        logits, past = forward(inp, fresh(), 1)
+        token = int(logits[0, -1].argmax())
         t1 = time.perf_counter()
-        past = out.past_key_values
         for _ in range(steps):
-            out = model(torch.tensor([[token]], device=device), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            token = int(out.logits[0, -1].argmax())
+            logits, past = forward(torch.tensor([[token]], device=device), past, 1)
+            token = int(logits[0, -1].argmax())
         t2 = time.perf_counter()
-    return {"prefill_ms": round((t1 - t0) * 1000, 3), "decode_ms_per_token": round((t2 - t1) * 1000 / steps, 3),
-            "tokens": steps}
+    return {"forward": name, "prefill_ms": round((t1 - t0) * 1000, 3),
+            "decode_ms_per_token": round((t2 - t1) * 1000 / steps, 3), "tokens": steps}
 
 
 def run_requests(engine, cuts, options, name: str) -> dict:
@@ -204,12 +219,14 @@ def main(argv=None) -> dict:
         "constrained_speculation_off": spec_off["decode_ms_per_token"],
         "unconstrained": free["decode_ms_per_token"],
         "tokens": {"on": spec_on["tokens"], "off": spec_off["tokens"], "unconstrained": free["tokens"]},
-        "transformers_loop": transformers_loop(rt.model, ids, max_tokens, dev),
+        "plain_loop": plain_loop(rt.model, ids, max_tokens, dev),
     }
     off, unc = spec_off["decode_ms_per_token"], free["decode_ms_per_token"]
     result["decode_ms_per_token"]["constrained_over_unconstrained"] = round(off / unc, 3) if off and unc else None
     result["mask_overlap"] = overlap
-    weights = sum(p.numel() * p.element_size() for p in rt.model.parameters())
+    from lsp_server.model.memory_parts import model_bytes
+
+    weights = sum(n for kind, n in model_bytes(rt.model).items() if kind != "mapped")  # cpu_llama's are buffers
     kv = (rt.static.workspace.keys.nbytes * 2 if rt.static is not None else 0) + engine.prompt_cache.memory_bytes()
     mem = {"weights_mb": round(weights / 2**20, 1), "kv_mb": round(kv / 2**20, 1)} | rss_mb()
     if dev.type == "cuda":
