@@ -196,9 +196,7 @@ class CpuDecoderLayer(torch.nn.Module):
 
     def forward(self, h: torch.Tensor, p: Pass, kv: GrowingBuffers) -> torch.Tensor:
         if p.rows <= MAX_ATTENTION_ROWS and p.past > 0 and self.fused is not None:
-            kv.grow_to(p.past + p.rows)
-            self.kernels.llama_layer(h, self.fused, p.cos, p.sin, kv, p.past)  # h updated in place
-            kv.extend(p.rows)
+            self.kernels.append_layer(h, self.fused, p.cos, p.sin, kv)  # h updated in place
             return h
         d, eps = self.shape.head_dim, self.shape.rms_norm_eps
         x = rms_norm(h, self.in_norm, eps)

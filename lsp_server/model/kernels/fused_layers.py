@@ -63,13 +63,9 @@ def _fused_forward(layer, kernels: DecodeKernels, weights: LayerWeights, origina
     if not isinstance(kv, GrowingBuffers) or kv.get_seq_length() == 0:
         return original(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
                         use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
-    q_len = hidden_states.shape[1]
-    past = kv.get_seq_length()
-    kv.grow_to(past + q_len)
     h = hidden_states.contiguous().clone()
     cos, sin = (t.to(torch.float32).contiguous() for t in position_embeddings)
-    kernels.llama_layer(h, weights, cos, sin, kv, past)
-    kv.extend(q_len)
+    kernels.append_layer(h, weights, cos, sin, kv)
     return h
 
 

@@ -170,7 +170,8 @@ class DecodeKernels:
                     kv, past: int) -> None:
         """One Llama decoder layer for the rows of `h` [1, Q, E] (updated in place: the
         residual stream); cos/sin [1, Q, head_dim]; the new keys and values go to positions
-        past .. past+Q-1 of the `GrowingLayer` `kv` (room made by the caller)."""
+        past .. past+Q-1 of the `kv_cache.GrowingBuffers` `kv` (room made by the caller:
+        `append_layer` does both)."""
         if not isinstance(layer, LayerWeights) or layer.pointers != layer.current_pointers():
             raise boundary.KernelArgumentError(
                 "llama_layer", "layer", "must be LayerWeights whose tensors are as checked"
@@ -186,6 +187,15 @@ class DecodeKernels:
                     layer.heads, layer.kv_heads, layer.head_dim, layer.ffn,
                     cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.stride()[1],
                     past, layer.scale, threads)
+
+    def append_layer(self, h: torch.Tensor, layer: LayerWeights, cos: torch.Tensor, sin: torch.Tensor,
+                     kv) -> None:
+        """`llama_layer` for the rows of `h` after the positions `kv` (a `GrowingBuffers`) holds:
+        room made for them first, counted as held after."""
+        past, rows = kv.get_seq_length(), h.shape[1]
+        kv.grow_to(past + rows)
+        self.llama_layer(h, layer, cos, sin, kv, past)
+        kv.extend(rows)
 
     @staticmethod
     def attention_fits(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
