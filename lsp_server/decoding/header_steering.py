@@ -56,18 +56,23 @@ def line_start_headers(rest: RestOfFile, widths: Sequence[int], start: Start = S
     if rest.compat is None or not rest.inserts_lines or not rest.line_blank or rest.keeps_valid(b""):
         return (), ()
     if level in widths:
-        fits = tuple(k for k, probe in PROBES.items() if rest.keeps_valid(_line(start, level) + probe))
+        fits = _headers_at(rest, start, level)
         if fits:
             return fits, (level,)
     keywords, fits_at = set(), []
     for w in widths:
         if w == level:
             continue
-        fits = [k for k, probe in PROBES.items() if rest.keeps_valid(_line(start, w) + probe)]
+        fits = _headers_at(rest, start, w)
         if fits:
             keywords.update(fits)
             fits_at.append(w)
     return tuple(k for k in PROBES if k in keywords), tuple(fits_at)
+
+
+def _headers_at(rest: RestOfFile, start: Start, width: int) -> tuple[bytes, ...]:
+    """The keywords whose header keeps the file valid written at indentation `width` (`_line`)."""
+    return tuple(k for k, probe in PROBES.items() if rest.keeps_valid(_line(start, width) + probe))
 
 
 STEER_LINES = 50  # the lines above the cursor whose indentations are tried for a header
