@@ -38,9 +38,7 @@ the store's rows, so rebuilding a store for the same tokenizer skips them.
 from __future__ import annotations
 
 import enum
-import gc
 import logging
-import multiprocessing
 import sys
 import threading
 import time
@@ -53,6 +51,7 @@ from grammar_tools import cache
 from grammar_tools.analyses.always_legal import is_always_legal
 from grammar_tools.analyses.contexts import AFTER, Context, after, context_of
 from grammar_tools.analyses.follow_graph import follow_graph
+from grammar_tools.analyses.forked_pool import forked_pool
 from grammar_tools.analyses.interchangeable import canonical_map, recognizer_classes
 from grammar_tools.analyses.jointly_legal import Fate, jointly_legal_classes, jointly_legal_prefix
 from grammar_tools.analyses.never_legal import is_never_legal_many, is_never_legal_shown, may_be_never_legal
@@ -258,15 +257,9 @@ class _Streamliner:
             return {ctx: fn(self.g, ctx, seqs, self.joint_budget_s) for ctx, seqs in self._bar(items, desc)}
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_s)
-        # the objects made so far out of the collector's reach: a collection in a worker would
-        # write to every one of them and so copy every page the fork shares with this process
-        gc.freeze()
-        try:
-            with multiprocessing.get_context("fork").Pool(self.processes) as pool:
-                done = pool.imap_unordered(_context_work, items, chunksize=1)
-                return dict(self._bar(done, desc) if self.progress else done)
-        finally:
-            gc.unfreeze()
+        with forked_pool(self.processes) as pool:
+            done = pool.imap_unordered(_context_work, items, chunksize=1)
+            return dict(self._bar(done, desc) if self.progress else done)
 
     def _decide(self, pairs) -> dict:
         g = self.g

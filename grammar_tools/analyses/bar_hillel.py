@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import multiprocessing
 import sys
 import time
 from pathlib import Path
 
 from .. import cache
 from .contexts import AFTER, Context, Layout
+from .forked_pool import forked_pool
 from ..grammar import Grammar
 
 log = logging.getLogger(__name__)
@@ -291,8 +291,7 @@ def decide(
         bar = tqdm(total=len(items), desc="never legal (Bar-Hillel)", unit="query", leave=False)
     try:
         if processes > 1 and len(items) > 1:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(processes, initializer=_init_worker, initargs=(grammar.text, grammar.start)) as pool:
+            with forked_pool(processes, _init_worker, (grammar.text, grammar.start)) as pool:
                 for (c, s), (empty, _) in zip(todo, pool.imap(_work, items, chunksize=1)):
                     out[(c, s)] = empty
                     store.put(c, s, empty)

@@ -1,0 +1,22 @@
+"""A pool of forked workers for the analyses (Bar-Hillel queries, the store's per-context
+streamlining): the parent's structures are shared by the fork, page by page, and stay shared."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def forked_pool(processes: int, initializer: Callable | None = None, initargs: tuple = ()) -> Iterator:
+    """`multiprocessing`'s fork pool of `processes` workers, with the objects made so far out of
+    the collector's reach while it runs (`gc.freeze`): a collection in a worker would write to
+    every one of them and so copy every page the fork shares with this process."""
+    gc.freeze()
+    try:
+        with multiprocessing.get_context("fork").Pool(processes, initializer=initializer, initargs=initargs) as pool:
+            yield pool
+    finally:
+        gc.unfreeze()
