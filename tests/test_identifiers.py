@@ -370,3 +370,70 @@ def test_a_name_the_file_reads_and_defines_nowhere_is_favoured_where_it_is_bound
     for mode in ("bias", "constrain"):
         assert complete(compiled, doc, first, second, margin=1.0, identifiers=mode).text == expected
     assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")
+
+
+def _guide_tokens(compiled, replaced: dict[bytes, int] | None = None):
+    """The vocabulary read as identifier pieces, with `replaced` tokens given other bytes."""
+    from lsp_server.decoding.identifiers.token_index import IdentifierTokens
+
+    comp, tok = compiled
+    token_bytes, by_bytes = list(comp.tokens[: comp.V]), dict(tok.vocab.by_bytes)
+    for b, t in (replaced or {}).items():
+        by_bytes.pop(token_bytes[t], None)
+        token_bytes[t], by_bytes[b] = b, t
+    return IdentifierTokens(token_bytes, by_bytes, frozenset(tok.vocab.special))
+
+
+def test_an_attribute_written_with_its_dot_in_one_token_is_held_back(compiled):
+    """A vocabulary that spells `os.find` as ` os` `.find` (Qwen's byte-level BPE does; SmolLM2's
+    has no such tokens, so two of its tokens are given those bytes here): after `os`, the token
+    `.find` writes an attribute `os` does not have and is masked as `find` after `os.` would be;
+    `.fork` goes on towards one and is kept."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, _ = compiled
+    find, fork = comp.V - 3, comp.V - 4
+    tokens = _guide_tokens(compiled, {b".find": find, b".fork": fork})
+    doc = "import os\n\n\ndef here():\n    return os\n"
+    scope = analyse(doc, 4)
+    assert scope.receivers[b"os"].closed
+    before = doc[:-1].encode()
+    matcher = GrammarMatcher.from_prefix(comp, before)
+    mask = np.ones(comp.V, dtype=bool)
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, tokens, comp, before)
+    _, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+    assert not kept[find] and kept[fork]
+    bias = IdentifierGuide(IdentifierMode.BIAS, scope, tokens, comp, before)
+    shaped, kept = bias.shape(torch.zeros(comp.V), mask, matcher, b"")
+    assert kept.all() and float(shaped[find]) == -BIAS_NATS and float(shaped[fork]) == 0.0
+
+
+def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compiled):
+    """After `sys.`, `f` goes on towards `flags` and `float_info`, but canonical tokenization
+    spells those `flags` and `float...`: after `f` nothing known can be written, and the mask
+    would fall back to the model's own name (`sys.f` `inally`: `sys.finally_context` got
+    through so). Such a token is masked while a better-scored one leads somewhere."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    assert comp.canonical is not None
+    doc = "import sys\n\n\ndef here():\n    return sys.\n"
+    scope = analyse(doc, 4)
+    before = doc[:-1].encode()
+    state = comp.canonical.state_after(tok.encode(doc[:-1]))
+    matcher = GrammarMatcher.from_prefix(comp, before, canonical=state)
+    mask = matcher.next_token_mask()
+    f, flags = tok.vocab.by_bytes[b"f"], tok.vocab.by_bytes[b"flags"]
+    assert mask[f] and mask[flags]
+    row = torch.zeros(comp.V)
+    row[f] = 5.0  # the model's first choice
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+    _, kept = guide.shape(row, mask, matcher, b"")
+    assert not kept[f] and kept[flags]
+

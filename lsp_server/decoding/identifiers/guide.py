@@ -16,6 +16,9 @@ on a name that is not known) are held back as `Hold` says:
   such a body (`x = a + 1 if (a := f()) else 0`). A mask there would refuse a valid program;
   only a model far surer of the name than of every known one writes it;
 - `BIAS`: everywhere else, and in `BIAS` mode: they lose `BIAS_NATS`.
+A token that writes the dot and an attribute's start at once after a receiver's name (`sys` then
+`.fin`: byte-level BPE spells attributes so) is held back as the attribute after `sys.` would be
+when the receiver has no attribute so.
 Binding places (`SlotKind.BINDING`, `SlotKind.FREE`) and `self.`/`cls.` at a statement's start
 (maybe an attribute being assigned) are never held back. At a sure binding place (`BINDING`: a
 `for` target, a `def`/`class`/`import`/`as` name) and at a statement's start, the tokens towards
@@ -38,11 +41,12 @@ import enum
 import keyword
 import re
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from .analysis import Names, NameSet, ScopeAnalysis
+from .analysis import Names, NameSet, Receiver, ScopeAnalysis
 from .modes import IdentifierMode
 from .slots import Slot, SlotKind, slot_at
 from .token_index import IdentifierTokens
@@ -59,6 +63,7 @@ _STRING_PREFIXES = frozenset(b"r b f u t rb br fr rf tr rt".split())
 _IDENTIFIER = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
 _QUOTED = re.compile(rb"'[^'\n]*'|\"[^\"\n]*\"")  # a string on one line: its words bind nothing
 _OWN = (b"self", b"cls")
+_LEAD = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")  # the identifier bytes a token starts with
 
 
 class Hold(enum.Enum):
@@ -67,6 +72,16 @@ class Hold(enum.Enum):
     BIAS = "bias"  # they lose BIAS_NATS
     LOWER = "lower"  # they lose SURE_NATS
     MASK = "mask"  # they are masked while a token towards a known name is left
+
+
+class _Found(NamedTuple):
+    """At one slot: the tokens that leave every known name, those that go on towards one, how
+    the first are held back, and (after a receiver's dot) the rests of the names they go on to."""
+
+    bad: np.ndarray
+    good: np.ndarray
+    hold: Hold
+    rests: tuple[bytes, ...] = ()
 
 
 class IdentifierGuide:
@@ -85,22 +100,27 @@ class IdentifierGuide:
         constrain = mode is IdentifierMode.CONSTRAIN
         self._attributes_hold = Hold.MASK if constrain else Hold.BIAS  # after a closed receiver
         self._loads_hold = Hold.LOWER if constrain and scope.name_set is NameSet.CLOSED else Hold.BIAS
+        self._compiled = compiled
         grammar = compiled.recognizer.grammar
         self._q_term = compiled.q_term
         self._name = grammar.term_id["NAME"]
         self._quiet = frozenset(grammar.term_id[n] for n in _STRING_TERMINALS if n in grammar.term_id)
         self._cache: dict = {}
+        self._receiver_tails = frozenset(r.rsplit(b".", 1)[-1] for r in scope.receivers)  # `sys`, `path` of `os.path`
         self.stats = {"shaped": 0, "masked": 0, "lowered": 0, "fallbacks": 0, "ms": 0.0}
 
     def shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
         """(logits, mask) for this step: unchanged, or as the module docstring says."""
         t0 = time.perf_counter()
+        events: set[str] = set()  # what this step did (`stats` counts each once per step)
         try:
-            return self._shape(row, mask, matcher, generated)
+            return self._shape(row, mask, matcher, generated, events)
         finally:
+            for event in events:
+                self.stats[event] += 1
             self.stats["ms"] += (time.perf_counter() - t0) * 1000
 
-    def _shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
+    def _shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes, events: set[str]):
         terms = {self._q_term[c.q] for c in matcher.configs}
         if terms & self._quiet:
             return row, mask
@@ -111,22 +131,36 @@ class IdentifierGuide:
             # that starts with a space writes the name after the keyword, one that does not goes on
             # writing this identifier (`await_result`)
             spaced = self.tokens.spaced_start
-            row, mask = self._apply(row, mask, slot_at(text[-TAIL:] + b" "), text, spaced)
+            row, mask = self._apply(row, mask, slot_at(text[-TAIL:] + b" "), text, spaced, events)
             if self._name not in terms:
                 return row, mask
-            return self._apply(row, mask, slot, text, ~spaced)
+            return self._apply(row, mask, slot, text, ~spaced, events)
         if slot.partial and self._name not in terms:
             return row, mask
-        return self._apply(row, mask, slot, text, None)
+        row, mask = self._apply(row, mask, slot, text, None, events, matcher)
+        if slot.partial in self._receiver_tails:  # `sys` written: a token `.fin` writes an attribute at once
+            row, mask = self._hold(row, mask, self._dotted(text), None, events)
+        return row, mask
 
-    def _apply(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, text: bytes, only: np.ndarray | None):
-        """`_shape` at `slot`, for the tokens of `only` (None: all)."""
+    def _apply(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, text: bytes, only: np.ndarray | None,
+               events: set[str], matcher=None):
+        """`_shape` at `slot`, for the tokens of `only` (None: all); `matcher`: for its canonical
+        state (no dead ends where attributes are masked)."""
         if slot.kind in (SlotKind.BINDING, SlotKind.STATEMENT):
-            row = self._favour(row, mask, slot, only)
-        found = self._bad(slot, text)
+            row = self._favour(row, mask, slot, only, events)
+        canonical = None
+        if matcher is not None and matcher.canonical.active and self._compiled.canonical is not None:
+            canonical = matcher.canonical
+        return self._hold(row, mask, self._bad(slot, text), only, events, canonical)
+
+    def _hold(self, row: torch.Tensor, mask: np.ndarray, found: _Found | None, only: np.ndarray | None,
+              events: set[str], canonical=None):
+        """The step's logits and mask with the `bad` tokens of `found` (of `only`, when given)
+        held back as its `Hold` says; `good`: the tokens towards a known name. `canonical`: the
+        canonical state after the last token, when canonical tokenization filters the masks."""
         if found is None:
             return row, mask
-        bad, good, hold = found
+        bad, good, hold, rests = found
         if only is not None:
             bad, good = bad & only, good & only
         n = min(len(bad), len(mask))
@@ -134,20 +168,40 @@ class IdentifierGuide:
         hit[:n] = bad[:n] & mask[:n]
         if not hit.any():
             return row, mask
-        self.stats["shaped"] += 1
+        events.add("shaped")
         if hold is Hold.MASK:
+            if rests and canonical is not None:
+                hit[:n] |= self._dead_ends(row, good[:n] & mask[:n] & ~hit[:n], rests, canonical)
             if (good[:n] & mask[:n] & ~hit[:n]).any():  # a known name can still be written from here
-                self.stats["masked"] += 1
+                events.add("masked")
                 return row, mask & ~hit
-            self.stats["fallbacks"] += 1
+            events.add("fallbacks")
         if hold is Hold.LOWER:
-            self.stats["lowered"] += 1
-        shaped = row.clone()
-        idx = torch.from_numpy(np.flatnonzero(hit)).to(row.device)
-        shaped[idx] -= SURE_NATS if hold is Hold.LOWER else BIAS_NATS
-        return shaped, mask
+            events.add("lowered")
+        return _shifted(row, hit, -(SURE_NATS if hold is Hold.LOWER else BIAS_NATS)), mask
 
-    def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, only: np.ndarray | None) -> torch.Tensor:
+    def _dead_ends(self, row: torch.Tensor, towards: np.ndarray, rests: tuple[bytes, ...], canonical) -> np.ndarray:
+        """Of the tokens `towards` known names (whose rests after the partial are `rests`), the
+        best-scored ones after which canonical tokenization allows no spelling of those names
+        (`sys.` then `f`: `flags` is spelled as one token, so after `f` no known name can be
+        written, and the mask would fall back to the model's own `inally`), down to the first
+        token that leads somewhere."""
+        dead = np.zeros(len(towards), dtype=bool)
+        ids = np.flatnonzero(towards)
+        order = ids[torch.argsort(row[torch.from_numpy(ids).to(row.device)], descending=True).cpu().numpy()]
+        pairs, token_bytes = self._compiled.canonical, self._compiled.tokens
+        for u in order.tolist():
+            w = token_bytes[u]
+            lead = _LEAD.match(w).group()
+            if len(lead) < len(w) or any(r == w for r in rests) or any(
+                    self._compiled.heal_goes_on(pairs.after(canonical, u), r[len(w) :]) for r in rests
+                    if r.startswith(w)):
+                break
+            dead[u] = True
+        return dead
+
+    def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, only: np.ndarray | None,
+                events: set[str]) -> torch.Tensor:
         """The logits with the tokens towards a wanted name (of `only`, when given) raised by
         `BIAS_NATS` (nothing is lowered or masked)."""
         key = (SlotKind.BINDING, slot.partial)
@@ -160,15 +214,14 @@ class IdentifierGuide:
         if only is not None:
             good = good & only
         n = min(len(good), len(mask))
-        up = np.flatnonzero(good[:n] & mask[:n])
-        if not len(up):
+        up = np.zeros(len(mask), dtype=bool)
+        up[:n] = good[:n] & mask[:n]
+        if not up.any():
             return row
-        self.stats["shaped"] += 1
-        shaped = row.clone()
-        shaped[torch.from_numpy(up).to(row.device)] += BIAS_NATS
-        return shaped
+        events.add("shaped")
+        return _shifted(row, up, BIAS_NATS)
 
-    def _bad(self, slot: Slot, text: bytes) -> tuple[np.ndarray, np.ndarray, Hold] | None:
+    def _bad(self, slot: Slot, text: bytes) -> _Found | None:
         """The tokens that leave every known name at `slot`, those that go on towards one,
         and how the first are held back."""
         kind = slot.kind
@@ -178,18 +231,19 @@ class IdentifierGuide:
             p = slot.partial
             if not p or p in self.scope.names or p in self._written(text, p) or p.lower() in _STRING_PREFIXES:
                 return None
-            return self.tokens.reads_name, self.tokens.continues, self._loads_hold
+            return _Found(self.tokens.reads_name, self.tokens.continues, self._loads_hold)
         spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT, SlotKind.LOAD)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
-            receiver = self.scope.receivers.get(slot.receiver)
-            if receiver is None or (kind is SlotKind.ATTRIBUTE_TARGET and slot.receiver in _OWN):
+            receiver = self._receiver(slot)
+            if receiver is None:
                 return None
             key = (kind, slot.receiver, slot.partial)
             if key not in self._cache:
                 self._cache[key] = self._toward(receiver.attributes, slot.partial, spaced)
             good, known = self._cache[key]
-            hold = self._attributes_hold if receiver.closed and kind is SlotKind.ATTRIBUTE else Hold.BIAS
-            return self._leaving(good, known, slot.partial, spaced), good, hold
+            rests = tuple(n[len(slot.partial) :] for n in receiver.attributes.with_prefix(slot.partial))
+            return _Found(self._leaving(good, known, slot.partial, spaced), good, self._attribute_hold(slot, receiver),
+                          rests)
         key = (kind, slot.partial)
         if key not in self._cache:  # the analysis' names: once per place and partial
             names = self.scope.names
@@ -202,7 +256,33 @@ class IdentifierGuide:
             more, known_more = self._toward(Names(extra), slot.partial, spaced)
             good, known = good | more, known or known_more
         hold = self._loads_hold if kind is SlotKind.LOAD else Hold.BIAS
-        return self._leaving(good, known, slot.partial, spaced), good, hold
+        return _Found(self._leaving(good, known, slot.partial, spaced), good, hold)
+
+    def _dotted(self, text: bytes) -> _Found | None:
+        """After a receiver's name (`sys`), the tokens that write the dot and an attribute's start
+        at once (`.fin`) where the receiver has no attribute so, those towards one of its
+        attributes (the bare `.` too), and how the first are held back: as after `sys.`."""
+        slot = slot_at(text[-TAIL:] + b".")
+        if slot.kind not in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
+            return None
+        receiver = self._receiver(slot)
+        if receiver is None:
+            return None
+        key = ("dotted", slot.receiver)
+        if key not in self._cache:
+            self._cache[key] = self.tokens.toward_dotted(list(receiver.attributes))
+        good = self._cache[key]
+        return _Found(self.tokens.dotted_start & ~good, good, self._attribute_hold(slot, receiver))
+
+    def _receiver(self, slot: Slot) -> Receiver | None:
+        """The receiver of an attribute slot, None where nothing is known or an attribute may be
+        set (`self.`/`cls.` at a statement's start: new attributes in `__init__`)."""
+        if slot.kind is SlotKind.ATTRIBUTE_TARGET and slot.receiver in _OWN:
+            return None
+        return self.scope.receivers.get(slot.receiver)
+
+    def _attribute_hold(self, slot: Slot, receiver: Receiver) -> Hold:
+        return self._attributes_hold if receiver.closed and slot.kind is SlotKind.ATTRIBUTE else Hold.BIAS
 
     def _toward(self, names: Names, p: bytes, spaced: bool) -> tuple[np.ndarray, bool]:
         """The tokens towards the `names` that start with `p`, and whether `p` is one of them."""
@@ -225,3 +305,10 @@ class IdentifierGuide:
         being written, attributes and one-line strings left out (names they bind: `for item in
         items: total += item`; the analysis read the other lines)."""
         return frozenset(_IDENTIFIER.findall(_QUOTED.sub(b"", text[self._line_start : len(text) - len(partial)])))
+
+
+def _shifted(row: torch.Tensor, where: np.ndarray, nats: float) -> torch.Tensor:
+    """A copy of the logits `row` with the tokens `where` holds moved by `nats`."""
+    shaped = row.clone()
+    shaped[torch.from_numpy(np.flatnonzero(where)).to(row.device)] += nats
+    return shaped

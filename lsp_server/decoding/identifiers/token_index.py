@@ -11,7 +11,10 @@ non-ASCII letters; a partial UTF-8 token is taken as part of one). For each toke
 - `reads_name[t]`: after a name at a statement's start, it ends the name and reads it (`(`,
   `.`, `[`, an operator, the line's end): anything that ends it but `=`, `:` and `,` (a target);
 - `ends_with[lead]`: the tokens made of `lead` and then a byte that ends the identifier
-  (`"path("`, `"path."`), `spaced_ends_with` the same after one space.
+  (`"path("`, `"path."`), `spaced_ends_with` the same after one space;
+- `dotted_start[t]`: it writes a dot and then starts an identifier (`".find"`, `".f"`: byte-level
+  BPE writes an attribute after its receiver's name so), `dotted_ends_with[lead]` the tokens made
+  of a dot, `lead` and a byte that ends the identifier (`".get("`).
 A token that starts with a string prefix and a quote (`f"`, `rb'`) writes a string, not a name.
 """
 
@@ -45,9 +48,11 @@ class IdentifierTokens:
         self.starts_name = np.zeros(V, dtype=bool)
         self.spaced_start = np.zeros(V, dtype=bool)
         self.continues = np.zeros(V, dtype=bool)
+        self.dotted_start = np.zeros(V, dtype=bool)
         binds = np.zeros(V, dtype=bool)
         ends: dict[bytes, list[int]] = defaultdict(list)
         spaced: dict[bytes, list[int]] = defaultdict(list)
+        dotted: dict[bytes, list[int]] = defaultdict(list)
         for t, b in enumerate(token_bytes):
             if not b or t in special or _STRING_PREFIX.match(b):
                 continue
@@ -62,8 +67,14 @@ class IdentifierTokens:
                 lead = _LEAD.match(b, 1).group()
                 if 1 + len(lead) < len(b):
                     spaced[lead].append(t)
+            if len(b) > 1 and b[0] == 0x2E and is_name_start(b[1]):
+                self.dotted_start[t] = True
+                lead = _LEAD.match(b, 1).group()
+                if 1 + len(lead) < len(b):
+                    dotted[lead].append(t)
         self.ends_with = {k: np.array(v, dtype=np.int64) for k, v in ends.items()}
         self.spaced_ends_with = {k: np.array(v, dtype=np.int64) for k, v in spaced.items()}
+        self.dotted_ends_with = {k: np.array(v, dtype=np.int64) for k, v in dotted.items()}
         self.ends_name = ~self.continues  # a first byte that closes an open identifier
         self.ends_name[[t for t in special if t < V]] = False
         for t, b in enumerate(token_bytes):
@@ -97,6 +108,25 @@ class IdentifierTokens:
                         out[hit] = True
             else:
                 out |= self.ends_name
+        if ids:
+            out[np.array(ids, dtype=np.int64)] = True
+        return out
+
+    def toward_dotted(self, names: list[bytes]) -> np.ndarray:
+        """The tokens that write a dot and then keep on the way to one of `names` (attributes,
+        after their receiver's name): the bare dot, `"." + ` a prefix of a name, or a whole name
+        and then a byte that ends it."""
+        out = np.zeros(self.size, dtype=bool)
+        get = self.by_bytes.get
+        ids: list[int] = [get(b".")] if names and get(b".") is not None else []
+        for name in names:
+            for k in range(1, len(name) + 1):
+                t = get(b"." + name[:k])
+                if t is not None:
+                    ids.append(t)
+            hit = self.dotted_ends_with.get(name)
+            if hit is not None:
+                out[hit] = True
         if ids:
             out[np.array(ids, dtype=np.int64)] = True
         return out
