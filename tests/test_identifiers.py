@@ -437,3 +437,30 @@ def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compi
     _, kept = guide.shape(row, mask, matcher, b"")
     assert not kept[f] and kept[flags]
 
+
+LATER = "def a():\n    width = 1\n    return width\n\n\ndef b(items):\n    |\n"
+
+
+@pytest.mark.parametrize("identifiers", ["bias", "constrain"])
+def test_a_later_line_that_reads_a_name_bound_nowhere_is_cut(compiled, identifiers):
+    """The guide knows `width` (a local of another function: the name set holds every scope's);
+    the completion's second line reads it where nothing binds it: the answer ends before it."""
+    off = doc_complete(compiled, LATER, "n = len(items)\n    return n + width\n", identifiers="off")
+    assert off.text.startswith("n = len(items)\n    return n + width")
+    r = doc_complete(compiled, LATER, "n = len(items)\n    return n + width\n", identifiers=identifiers)
+    assert r.text.rstrip() == "n = len(items)"
+    # a name the completion binds itself (`for`), and one of the enclosing scopes, are read freely
+    ok = "for item in items:\n        print(item, width)\n"
+    assert doc_complete(compiled, LATER.replace("def b(items):", "width = 2\n\n\ndef b(items):"), ok,
+                        identifiers=identifiers).text.rstrip() == ok.rstrip()
+
+
+def doc_complete(compiled, doc: str, first: str, identifiers: str):
+    """`complete` in multi-line mode."""
+    off = doc.index("|")
+    text = doc[:off] + doc[off + 1 :]
+    before = text[:off]
+    engine = engine_for(compiled, before, first, identifiers=identifiers, mode="multi")
+    request = CompletionRequest.at(text, before.count("\n"), len(before) - before.rfind("\n") - 1, document="file:///t.py")
+    engine.names_ahead(request, wait=120)
+    return engine.complete(request)

@@ -37,12 +37,12 @@ from ..positions import PositionError, offset_at
 from ..target_version import target_version
 from .budget import NO_BUDGET, Budget
 from .compiler_gate import refused_where_written
-from .offer import EMPTY, choose_offer
+from .offer import EMPTY, Offer, choose_offer
 from .redecode import Pass
 from .stopping.context import Start, cursor_context
 from .stopping.decision import Stop, StopReason
 from .stopping.policy import StopPolicy
-from .stopping.rest_of_file import RestOfFile
+from .stopping.rest_of_file import RestOfFile, offered_text
 from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 if TYPE_CHECKING:  # sampling.py imports torch, which loads after threads.py set its environment
@@ -564,10 +564,34 @@ class CompletionEngine:
         log.debug("generated %r (healed %r), stop %s", outcome.generated, setup.heal, outcome.stop)
         if outcome.stop.reason == StopReason.CANCELLED:
             return Pass(outcome, EMPTY, speculator)
-        offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal,
-                             outcome.generated[len(setup.heal) :], setup.depth, outcome.stop.cut,
-                             later=outcome.stop.reason != StopReason.ECHO)
-        return Pass(outcome, offer, speculator)
+        completion = outcome.generated[len(setup.heal) :]
+        offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal, completion, setup.depth,
+                             outcome.stop.cut, later=outcome.stop.reason != StopReason.ECHO)
+        return Pass(outcome, self._names_cut(setup, completion, offer), speculator)
+
+    def _names_cut(self, setup: _Setup, completion: bytes, offer: Offer) -> Offer:
+        """`offer`, or (a names guide decoded it) the longest cut before the first of its later lines that
+        reads a name bound nowhere it can be read and that passes the offer's checks
+        (identifiers/later_lines.py); `offer` itself where no such cut passes."""
+        from .identifiers.later_lines import first_unbound_line, line_start
+
+        rest = setup.rest
+        if setup.guide is None or not offer.cut or rest.compat is None:  # off, or the analysis not ready
+            return offer
+        after = rest.tail.decode() + setup.after[len(rest.ctx.covered) :]
+        for _ in range(3):  # a cut may leave a name read above it unbound (a function's body reads late)
+            written = offered_text(completion, offer.cut, not rest.ctx.infix)
+            line = first_unbound_line(setup.before, written.decode("utf-8", errors="replace"), after)
+            if line is None:
+                return offer
+            shorter = choose_offer(rest, self.scanner, setup.held + setup.heal, completion, setup.depth,
+                                   line_start(written, line), later=False)
+            if not shorter.cut:
+                return offer
+            log.info("names: cut before line %d of %r, which reads a name bound nowhere", line, written[:60])
+            offer = replace(shorter, path="earlier-stop", checks=offer.checks + shorter.checks,
+                            ms=offer.ms + shorter.ms)
+        return offer
 
     def _redecode(self, setup: _Setup, first: Pass, steer, start: Start) -> Pass | None:
         """Search, don't give up (`redecode.search`): passes from the step where validity was
