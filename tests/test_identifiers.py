@@ -464,3 +464,26 @@ def doc_complete(compiled, doc: str, first: str, identifiers: str):
     request = CompletionRequest.at(text, before.count("\n"), len(before) - before.rfind("\n") - 1, document="file:///t.py")
     engine.names_ahead(request, wait=120)
     return engine.complete(request)
+
+
+def test_a_step_both_favoured_and_held_back_is_counted_once(compiled):
+    """At a statement's start after `cou` (not a known name; `count` is read below and bound
+    nowhere): the tokens towards `count` are favoured and `(` (reading `cou`) is lowered, in one
+    step: `stats["shaped"]` counts the step once."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    doc = "def f(items):\n    pass\n    return count\n"
+    scope = analyse(doc, 1)
+    assert b"count" in scope.wanted
+    before = b"def f(items):\n    cou"
+    matcher = GrammarMatcher.from_prefix(comp, before)
+    mask = matcher.next_token_mask()
+    nt, paren = tok.vocab.by_bytes[b"nt"], tok.vocab.by_bytes[b"("]
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+    shaped, _ = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+    assert float(shaped[nt]) == BIAS_NATS and float(shaped[paren]) == -SURE_NATS
+    assert guide.stats["shaped"] == 1 and guide.stats["lowered"] == 1
