@@ -487,3 +487,16 @@ def test_a_step_both_favoured_and_held_back_is_counted_once(compiled):
     shaped, _ = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
     assert float(shaped[nt]) == BIAS_NATS and float(shaped[paren]) == -SURE_NATS
     assert guide.stats["shaped"] == 1 and guide.stats["lowered"] == 1
+
+
+def test_the_first_later_line_that_reads_a_name_bound_nowhere():
+    from lsp_server.decoding.identifiers.later_lines import first_unbound_line, line_start
+
+    before = "def a():\n    width = 1\n\n\ndef b(items):\n    "
+    assert first_unbound_line(before, "n = len(items)\n    m = n\n    return n + width\n", "") == 2
+    assert first_unbound_line(before, "return width", "") is None  # the first line is the guide's
+    assert first_unbound_line(before, "for w in items:\n        print(w)\n", "") is None  # bound by itself
+    # a name the lines after the completion read (a binding it replaced) is not the completion's
+    assert first_unbound_line(before, "n = 1\n    ", "return n + count\n") is None
+    assert first_unbound_line(before, "n = (\n", "") is None  # does not compile: the compile check's business
+    assert line_start(b"n = 1\n    m = n\n    return m", 2) == len(b"n = 1\n    m = n")

@@ -30,12 +30,12 @@ def first_unbound_line(before: str, text: str, after: str) -> int | None:
         return None
     try:
         tree = compile(before + text + after, "<completion>", "exec", ast.PyCF_ONLY_AST)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        found = checker.Checker(tree, filename="<completion>").messages
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # too deep to read: not judged
         return None
     first = before.count("\n") + 1  # the completion's first line, 1-based as pyflakes counts
     last = first + written.count("\n")
-    lines = [m.lineno - first for m in checker.Checker(tree, filename="<completion>").messages
-             if isinstance(m, messages.UndefinedName) and first < m.lineno <= last]
+    lines = [m.lineno - first for m in found if isinstance(m, messages.UndefinedName) and first < m.lineno <= last]
     return min(lines, default=None)
 
 
