@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import jedi
 
+from .parso_disk import memory_only
+
 MAX_RECEIVERS = 48  # receivers analysed per cursor (~10-30 ms each, warm)
 MAX_WANTED = 64  # names the document reads and nothing defines, kept per analysis
 _KEYWORD_NAME = re.compile(r"[(,]\s*([^\W\d]\w*)\s*=(?!=)")
@@ -134,7 +136,9 @@ def analyse(text: str, line: int, path: str | None = None, memo: dict | None = N
     """The analysis of `text` at 0-based `line` (see the module docstring). `memo`: module
     receivers kept across analyses of one document, keyed by the document's import lines (what
     a module's name refers to does not depend on the cursor). `between` is called between
-    jedi's queries (the caller waits there while a request decodes)."""
+    jedi's queries (the caller waits there while a request decodes). parso's disk cache is off
+    first (`parso_disk.memory_only`: no pickle is read or written)."""
+    memory_only()
     with _JEDI:
         return _analyse(text, line, path, {} if memo is None else memo, between)
 
