@@ -244,7 +244,7 @@ class CpuLlama(torch.nn.Module):
     logits_to_keep=k)` as transformers' model is called by the runtime."""
 
     def __init__(self, shape: ModelShape, kernels: DecodeKernels, tensors: dict[str, torch.Tensor],
-                 kv_dtype: torch.dtype = KV_DTYPE) -> None:
+                 kv_dtype: torch.dtype = KV_DTYPE, one_call: bool = True) -> None:
         super().__init__()
         self.config = shape
         self.kernels = kernels
@@ -266,8 +266,9 @@ class CpuLlama(torch.nn.Module):
             CpuDecoderLayer(shape, kernels, tensors, f"model.layers.{i}.") for i in range(shape.num_hidden_layers)
         )
         fused = [layer.fused for layer in self.layers]
-        # every layer fused: short passes run all of them in one kernel call
-        self.stack: LayerStack | None = kernels.layer_stack(fused) if all(fused) else None
+        # every layer fused: short passes run all of them in one kernel call (`one_call=False`:
+        # one call per layer, as before; bench/decode_step.py compares them)
+        self.stack: LayerStack | None = kernels.layer_stack(fused) if one_call and all(fused) else None
 
     def new_cache(self) -> CpuCache:
         return CpuCache(len(self.layers), self.kv_dtype)
@@ -303,12 +304,14 @@ class CpuLlama(torch.nn.Module):
         return CpuOutput(self.kernels.half_matmul(h, self.lm_head), cache)
 
 
-def load_cpu_llama(wdir: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = KV_DTYPE) -> CpuLlama:
+def load_cpu_llama(wdir: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = KV_DTYPE,
+                   one_call: bool = True) -> CpuLlama:
     """The model in `wdir` computed here (`Unsupported` where it can't be, see `read_shape`),
-    its KV cache of `kv_dtype` (float16 or float32)."""
+    its KV cache of `kv_dtype` (float16 or float32), its short passes in one kernel call unless
+    `one_call` is False."""
     shape = read_shape(wdir)
     tensors = read_tensors(wdir)
     try:
-        return CpuLlama(shape, kernels, tensors, kv_dtype)
+        return CpuLlama(shape, kernels, tensors, kv_dtype, one_call)
     except KeyError as e:
         raise Unsupported(f"the weights lack {e}") from e
