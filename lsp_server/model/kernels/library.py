@@ -129,14 +129,17 @@ class LayerWeights:
 @dataclass(frozen=True)
 class LayerStack:
     """The constant arguments of `llama_layers` (see `DecodeKernels.layer_stack`): the layers'
-    checked `LayerWeights`, their 9 addresses each in one C array, and those addresses."""
+    checked `LayerWeights`, their 9 tensors each (flat) and those tensors' addresses, also in
+    one C array."""
 
     layers: tuple[LayerWeights, ...]
+    tensors: tuple[torch.Tensor, ...]
     array: ctypes.Array
     pointers: tuple[int, ...]
 
     def current_pointers(self) -> tuple[int, ...]:
-        return tuple(p for w in self.layers for p in w.current_pointers())
+        """The tensors' addresses now (a step checks all 270 of SmolLM2's in ~20 µs)."""
+        return tuple(map(torch.Tensor.data_ptr, self.tensors))
 
 
 class DecodeKernels:
@@ -225,8 +228,11 @@ class DecodeKernels:
         shared = lambda w: (w.in_norm.shape, w.eps, w.heads, w.kv_heads, w.head_dim, w.ffn, w.scale)  # noqa: E731
         if any(shared(w) != shared(first) for w in layers):
             raise boundary.KernelArgumentError("llama_layers", "layers", "must share their sizes, norms' epsilon and scale")
-        pointers = [p for w in layers for p in w.pointers]
-        return LayerStack(layers, (ctypes.c_void_p * len(pointers))(*pointers), tuple(pointers))
+        tensors = tuple(t for w in layers for t in (w.in_norm, w.post_norm, *w.weights))
+        pointers = tuple(map(torch.Tensor.data_ptr, tensors))
+        if pointers != tuple(p for w in layers for p in w.pointers):
+            raise boundary.KernelArgumentError("llama_layers", "layers", "must be LayerWeights whose tensors are as checked")
+        return LayerStack(layers, tensors, (ctypes.c_void_p * len(pointers))(*pointers), pointers)
 
     def llama_layers(self, h: torch.Tensor, stack: LayerStack, cos: torch.Tensor, sin: torch.Tensor, cache) -> None:
         """Every layer of `stack` in turn for the rows of `h` [1, Q, E] (updated in place), in
