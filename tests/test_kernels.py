@@ -144,18 +144,20 @@ def _small_llama(**overrides):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(4)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      **overrides)  # grouped-query attention, as SmolLM2
+    shape = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    cfg = LlamaConfig(**{**shape, **overrides})  # grouped-query attention, as SmolLM2
     return LlamaForCausalLM(cfg).eval()
 
 
-def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kernels):
+@pytest.mark.parametrize("shape", [{}, {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1}],
+                         ids=["head16", "head64"])  # the kernel ropes heads of a multiple of 32 within the products
+def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kernels, shape):
     from lsp_server.model.kernels.fused_layers import use_fused_layers
     from lsp_server.model.hf_cache import GrowingCache
 
-    reference = _small_llama()
-    model = _small_llama()
+    reference = _small_llama(**shape)
+    model = _small_llama(**shape)
     use_half_weights(model, model_kernels)
     assert use_fused_layers(model) == 3
     ids = torch.randint(0, 512, (1, 90), generator=torch.Generator().manual_seed(5))
@@ -202,16 +204,17 @@ def _filled_cache(n_layers: int, past: int, dtype, kv_heads=2, d=8):
     return cache
 
 
+@pytest.mark.parametrize("d", [8, 32])  # 32: the products rope the heads themselves
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
-def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, dtype):
+def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, dtype, d):
     """`llama_layers` (every layer of a pass in one call and one parallel region) computes what
     `append_layer` computes layer by layer: the same rows, the same cache, for both element
     types of the cache; and a row alone gets the bits it gets among others."""
-    layers, stack = _stack_of(kernels, 3)
-    _, call = _layer(q_len=3, past=5)
-    cos, sin = torch.randn(1, 3, 8), torch.randn(1, 3, 8)
-    one = _filled_cache(3, 5, dtype)
-    each = _filled_cache(3, 5, dtype)
+    layers, stack = _stack_of(kernels, 3, d=d)
+    _, call = _layer(q_len=3, past=5, d=d)
+    cos, sin = torch.randn(1, 3, d), torch.randn(1, 3, d)
+    one = _filled_cache(3, 5, dtype, d=d)
+    each = _filled_cache(3, 5, dtype, d=d)
     h1, h2 = call["h"].clone(), call["h"].clone()
     kernels.llama_layers(h1, stack, cos, sin, one)
     for layer, kv in zip(layers, each.layers):
@@ -219,7 +222,7 @@ def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, d
     assert torch.equal(h1, h2) and not torch.equal(h1, call["h"])
     assert one.k.dtype == dtype and [kv.get_seq_length() for kv in one.layers] == [8, 8, 8]
     assert torch.equal(one.k[:, :, :8], each.k[:, :, :8]) and torch.equal(one.v[:, :, :8], each.v[:, :, :8])
-    rows = _filled_cache(3, 5, dtype)
+    rows = _filled_cache(3, 5, dtype, d=d)
     for i in range(3):  # the same rows one at a time
         h = call["h"][:, i : i + 1].clone()
         kernels.llama_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)

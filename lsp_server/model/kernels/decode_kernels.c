@@ -23,6 +23,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,7 +414,7 @@ static void residual_block(const float *x, const uint16_t *w, float *o, float *h
 /* What the layers of one pass share: sizes, the rows' rotary tables, the positions, and the
  * scratch buffers every layer reuses (`pass_buffers`). */
 typedef struct {
-    int Q, E, H, Hkv, D, F, past, half;
+    int Q, E, H, Hkv, D, F, past, half, threads;
     float eps, scale;
     const float *cos, *sin;
     float *xn, *q, *k, *v, *att, *o, *g, *u, *scratch;
@@ -421,7 +422,7 @@ typedef struct {
 
 static int pass_buffers(Pass *p) {
     int Q = p->Q, QD = p->H * p->D, KD = p->Hkv * p->D;
-    p->xn = malloc(sizeof(float) * Q * p->E); p->q = malloc(sizeof(float) * Q * QD);
+    p->xn = malloc(sizeof(float) * p->threads * Q * p->E); p->q = malloc(sizeof(float) * Q * QD);
     p->k = malloc(sizeof(float) * Q * KD); p->v = malloc(sizeof(float) * Q * KD);
     p->att = malloc(sizeof(float) * Q * QD); p->o = malloc(sizeof(float) * Q * p->E);
     p->g = malloc(sizeof(float) * Q * p->F); p->u = malloc(sizeof(float) * Q * p->F);
@@ -439,35 +440,71 @@ static void free_pass(Pass *p) {
  * gate, up, down projections (float16); its keys and values at kbuf/vbuf, head g's row j at
  * g * head_stride + j * D elements (float16 where p->half). The q, k and v products share one
  * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
- * per block of the product that feeds them. Every element's arithmetic is the one of the
- * separate products, so the bits are the same. */
+ * per block of the product that feeds them. Every thread computes the two norms itself, into
+ * its own buffer: a few thousand operations instead of a barrier where the others wait (each
+ * wait is a futex sleep and wake-up under OMP_WAIT_POLICY=PASSIVE). Every element's arithmetic
+ * is the one of the separate products, so the bits are the same. */
 static void layer_in_region(float *h, const Pass *p, const void *const *w, void *kbuf, void *vbuf,
                             int64_t head_stride) {
     int Q = p->Q, E = p->E, H = p->H, Hkv = p->Hkv, D = p->D, F = p->F, QD = H * D, KD = Hkv * D;
     int L = p->past + Q;
     const float *in_norm = w[0], *post_norm = w[1];
     const uint16_t *wq = w[2], *wk = w[3], *wv = w[4], *wo = w[5], *wg = w[6], *wu = w[7], *wd = w[8];
-    float *xn = p->xn, *q = p->q, *k = p->k, *v = p->v, *att = p->att, *o = p->o, *g = p->g, *u = p->u;
+    float *xn = p->xn + (int64_t)omp_get_thread_num() * Q * E, *q = p->q, *k = p->k, *v = p->v, *att = p->att, *o = p->o, *g = p->g, *u = p->u;
     int heads_tasks = H * attention_chunks(Q);
     int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
-#pragma omp single
-    rms_norm(h, in_norm, p->eps, xn, Q, E);
+    rms_norm(h, in_norm, p->eps, xn, Q, E); /* h is complete: the previous layer's last loop ended in a barrier */
+    if (D % (2 * NB) == 0) {
+        /* Tasks of 2 * NB outputs of one head, dims [NB j, NB j + NB) and the same plus D / 2:
+         * each task also applies the rotary embedding to them (it pairs dim d with d + D / 2)
+         * and writes its keys and values into the cache, so no `single` step (and no barrier)
+         * between the products and the attention. */
+        int per_head = D / (2 * NB), tasks = (H + 2 * Hkv) * per_head;
 #pragma omp for schedule(static)
-    for (int b = 0; b < bq + 2 * bk; b++) {
-        if (b < bq) matmul_block(xn, wq, q, Q, QD, E, b);
-        else if (b < bq + bk) matmul_block(xn, wk, k, Q, KD, E, b - bq);
-        else matmul_block(xn, wv, v, Q, KD, E, b - bq - bk);
-    }
-#pragma omp single
-    {
-        rope(q, Q, H, D, p->cos, p->sin);
-        rope(k, Q, Hkv, D, p->cos, p->sin);
-        for (int i = 0; i < Q; i++) /* the new positions into the cache */
-            for (int g0 = 0; g0 < Hkv; g0++) {
-                int64_t at = g0 * head_stride + (int64_t)(p->past + i) * D;
-                store_row(kbuf, at, k + ((int64_t)i * Hkv + g0) * D, D, p->half);
-                store_row(vbuf, at, v + ((int64_t)i * Hkv + g0) * D, D, p->half);
+        for (int t = 0; t < tasks; t++) {
+            int head = t / per_head, j = t % per_head, kind = head < H ? 0 : head < H + Hkv ? 1 : 2;
+            int hh = kind == 0 ? head : kind == 1 ? head - H : head - H - Hkv;
+            const uint16_t *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
+            float *out = kind == 0 ? q : kind == 1 ? k : v;
+            int N = kind == 0 ? QD : KD, heads = kind == 0 ? H : Hkv, d0 = NB * j, half = D / 2;
+            matmul_block(xn, wm, out, Q, N, E, (hh * D + d0) / NB);
+            matmul_block(xn, wm, out, Q, N, E, (hh * D + half + d0) / NB);
+            for (int i = 0; i < Q; i++) {
+                float *r = out + ((int64_t)i * heads + hh) * D;
+                if (kind < 2) { /* as `rope`, for these dims */
+                    const float *c = p->cos + (int64_t)i * D, *sn = p->sin + (int64_t)i * D;
+                    for (int d = d0; d < d0 + NB; d++) {
+                        float a = r[d], b = r[d + half];
+                        r[d] = a * c[d] - b * sn[d];
+                        r[d + half] = b * c[d + half] + a * sn[d + half];
+                    }
+                }
+                if (kind > 0) { /* the new position into the cache */
+                    void *buf = kind == 1 ? kbuf : vbuf;
+                    int64_t at = hh * head_stride + (int64_t)(p->past + i) * D;
+                    store_row(buf, at + d0, r + d0, NB, p->half);
+                    store_row(buf, at + half + d0, r + half + d0, NB, p->half);
+                }
             }
+        }
+    } else {
+#pragma omp for schedule(static)
+        for (int b = 0; b < bq + 2 * bk; b++) {
+            if (b < bq) matmul_block(xn, wq, q, Q, QD, E, b);
+            else if (b < bq + bk) matmul_block(xn, wk, k, Q, KD, E, b - bq);
+            else matmul_block(xn, wv, v, Q, KD, E, b - bq - bk);
+        }
+#pragma omp single
+        {
+            rope(q, Q, H, D, p->cos, p->sin);
+            rope(k, Q, Hkv, D, p->cos, p->sin);
+            for (int i = 0; i < Q; i++) /* the new positions into the cache */
+                for (int g0 = 0; g0 < Hkv; g0++) {
+                    int64_t at = g0 * head_stride + (int64_t)(p->past + i) * D;
+                    store_row(kbuf, at, k + ((int64_t)i * Hkv + g0) * D, D, p->half);
+                    store_row(vbuf, at, v + ((int64_t)i * Hkv + g0) * D, D, p->half);
+                }
+        }
     }
 #pragma omp for schedule(static)
     for (int t = 0; t < heads_tasks; t++)
@@ -475,8 +512,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, void 
                        p->scratch, p->half);
 #pragma omp for schedule(static)
     for (int b = 0; b < be; b++) residual_block(att, wo, o, h, Q, E, QD, b);
-#pragma omp single
-    rms_norm(h, post_norm, p->eps, xn, Q, E);
+    rms_norm(h, post_norm, p->eps, xn, Q, E); /* after the o product's loop and its barrier */
 #pragma omp for schedule(static)
     for (int b = 0; b < bf; b++) {
         matmul_block(xn, wg, g, Q, F, E, b);
@@ -502,7 +538,7 @@ int llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_
                  const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
                  int F, const float *cos, const float *sin, void *kbuf, void *vbuf,
                  int64_t head_stride, int past, float scale, int half, int threads) {
-    Pass p = {Q, E, H, Hkv, D, F, past, half, eps, scale, cos, sin, 0};
+    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
     const void *w[9] = {in_norm, post_norm, wq, wk, wv, wo, wg, wu, wd};
     int ok = pass_buffers(&p);
     if (ok) {
@@ -521,7 +557,7 @@ int llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_
 int llama_layers(float *h, int Q, int E, int layers, const void *const *weights, float eps, int H, int Hkv,
                  int D, int F, const float *cos, const float *sin, void *kbase, void *vbase,
                  int64_t layer_stride, int64_t head_stride, int past, float scale, int half, int threads) {
-    Pass p = {Q, E, H, Hkv, D, F, past, half, eps, scale, cos, sin, 0};
+    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
     int ok = pass_buffers(&p);
     if (ok) {
         int64_t bytes = half ? 2 : 4;
