@@ -16,7 +16,11 @@
  * number of query rows, so a row's softmax sums in another order in a verification pass than
  * in a single step. Here each (head, row) pair is computed on its own: scores, max, exponentials
  * (a fixed polynomial), sum and weighted values, all in key order; the cost is also lower than
- * PyTorch's for one row (reading the cache once per head).
+ * PyTorch's for one row (reading the cache once per head). The cache holds float32 or float16
+ * keys and values (`half`), converted exactly to float32 when read.
+ *
+ * llama_layer / llama_layers: a whole decoder layer, or all the layers of a short pass, in one
+ * call and one OpenMP parallel region (below).
  *
  * Build: gcc -O3 -mavx2 -mfma -mf16c -fopenmp -shared -fPIC (lsp_server/model/kernels/library.py). The
  * OpenMP runtime is the one PyTorch already loaded (same soname, libgomp.so.1).
