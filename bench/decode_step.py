@@ -1,13 +1,18 @@
 """Cost of a decoding step and of verification passes, by how the model runs (prints JSON).
 
-    .venv/bin/python bench/decode_step.py [--model default] [--context 1000] [--reps 10] [--spin]
+    .venv/bin/python bench/decode_step.py [--model default] [--context 1000] [--reps 10] [--rounds 1] [--spin]
 
 The default model after a prompt of `--context` tokens of typing.py; the milliseconds (p50 over
 `--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
 - `kernels`: the one float16 copy of the weights through `decode_kernels` (products and
   attention), transformers' layer code around them;
 - `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`, or `cpu_llama`,
-  whose layers call the same kernels: then `kernels` is not measured).
+  whose layers call the same kernels: then `kernels` is not measured);
+- with `cpu_llama`, the same weights three more ways, each lever of its step alone:
+  `f32_kv` (a float32 KV cache), `per_layer` (one kernel call per layer) and
+  `per_layer_f32_kv` (both: the step as it was before the float16 cache and the one-call step).
+The configurations are measured in turn, `--rounds` times (interleaved: a change of load hits
+them alike); each figure is the p50 over all rounds.
 (The float32 weights and PyTorch's products are gone from the runtime: `half_weights`.) Also
 the prompt's cost (ms per prompt token, p50 over 3 passes; `prompt_in_chunks_ms_per_token`:
 as a request computes it, through `PromptCache` in chunks of `PREFILL_CHUNK`, the KV buffers
@@ -26,6 +31,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="default")
     ap.add_argument("--context", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1, help="times each configuration is measured, in turn")
     ap.add_argument("--spin", action="store_true",
                     help="libgomp's default waits (spinning) instead of the server's OMP_WAIT_POLICY=PASSIVE")
     args = ap.parse_args(argv)
@@ -58,6 +65,7 @@ def main(argv=None) -> int:
         use_fair_threads()  # before torch loads, as the CLI does
     import torch
 
+    from lsp_server.model.cpu_llama import CpuLlama, load_cpu_llama
     from lsp_server.model.kv_cache import rewind
     from lsp_server.model.prompt_cache import PromptCache
     from lsp_server.model.runtime import load_model
@@ -72,46 +80,69 @@ def main(argv=None) -> int:
     kernels = load()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "libgomp's default (spinning)"),
-              "kernels": kernels.isa if kernels else None,
+              "kernels": kernels.isa if kernels else None, "rounds": args.rounds,
               "fused_layers": len(fused), "runtime_model": type(runtime.model).__name__, "configurations": {}}
-    # `cpu_llama` (the CPU runtime without transformers' classes) has no `kernels` configuration:
-    # its layers call the fused kernel themselves, as `fused` does
-    for name in ("kernels", "fused") if fused else ("fused",):
-        if kernels is None:
-            break  # the kernels could not be built here: the runtime is float32 PyTorch
-        configure(runtime, name, fused)
-        prompt_ms = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            _, past = runtime.forward(ids[: args.context], None)
-            prompt_ms.append((time.perf_counter() - t0) * 1000 / args.context)
-        chunked_ms = []
-        for rep in range(3):
-            cache = PromptCache(runtime)
-            t0 = time.perf_counter()
-            cache.prefill(f"doc{rep}", ids[: args.context], between_layers=False)
-            chunked_ms.append((time.perf_counter() - t0) * 1000 / args.context)
-        ms = {}
-        for n in range(1, 10):
-            times = []
-            for _ in range(args.reps + 2):
+    runtimes = {}
+    if isinstance(runtime.model, CpuLlama):
+        from lsp_server.model.converted_weights import weights_dir
+        from mask_store.model_files import resolve_model
+
+        # `cpu_llama` (the CPU runtime without transformers' classes) has no `kernels` configuration:
+        # its layers call the fused kernel themselves, as `fused` does
+        wdir = weights_dir(resolve_model(args.model))
+        runtimes = {"fused": runtime}
+        for name, kv, one_call in (("f32_kv", torch.float32, True), ("per_layer", torch.float16, False),
+                                   ("per_layer_f32_kv", torch.float32, False)):
+            runtimes[name] = replace(runtime, model=load_cpu_llama(wdir, kernels, kv, one_call))
+        report["kv_dtype"] = str(runtime.model.kv_dtype)
+    elif kernels is not None:  # the kernels could not be built here: the runtime is float32 PyTorch
+        runtimes = {name: runtime for name in (("kernels", "fused") if fused else ("fused",))}
+    times = {name: {"prompt": [], "chunked": [], **{str(n): [] for n in range(1, 10)}} for name in runtimes}
+    for _ in range(args.rounds):
+        for name, rt in runtimes.items():
+            configure(rt, name, fused)
+            got = times[name]
+            for _ in range(3):
                 t0 = time.perf_counter()
-                runtime.forward(ids[args.context : args.context + n], past, keep=n)
-                times.append((time.perf_counter() - t0) * 1000)
-                rewind(past, args.context)
-            ms[str(n)] = round(float(np.percentile(times[2:], 50)), 1)
-        together, _ = runtime.forward(ids[args.context : args.context + 8], past, keep=8)
+                _, past = rt.forward(ids[: args.context], None)
+                got["prompt"].append((time.perf_counter() - t0) * 1000 / args.context)
+            for rep in range(3):
+                cache = PromptCache(rt)
+                t0 = time.perf_counter()
+                cache.prefill(f"doc{rep}", ids[: args.context], between_layers=False)
+                got["chunked"].append((time.perf_counter() - t0) * 1000 / args.context)
+            for n in range(1, 10):
+                for rep in range(args.reps + 2):
+                    t0 = time.perf_counter()
+                    rt.forward(ids[args.context : args.context + n], past, keep=n)
+                    if rep >= 2:
+                        got[str(n)].append((time.perf_counter() - t0) * 1000)
+                    rewind(past, args.context)
+            print(name, {n: round(float(np.percentile(got[str(n)], 50)), 1) for n in ("1", "4", "8")},
+                  file=sys.stderr, flush=True)
+    for name, rt in runtimes.items():
+        configure(rt, name, fused)
+        _, past = rt.forward(ids[: args.context], None)
+        together, _ = rt.forward(ids[args.context : args.context + 8], past, keep=8)
         rewind(past, args.context)
         same = 0
         for j in range(8):
-            row, _ = runtime.forward(ids[args.context + j : args.context + j + 1], past, keep=1)
+            row, _ = rt.forward(ids[args.context + j : args.context + j + 1], past, keep=1)
             same += bool(torch.equal(row[0], together[j]))
         rewind(past, args.context)
-        report["configurations"][name] = {"ms_by_tokens": ms, "verification_rows_identical": f"{same}/8",
-                                          "prompt_ms_per_token": round(float(np.percentile(prompt_ms, 50)), 3),
-                                          "prompt_in_chunks_ms_per_token":
-                                              round(float(np.percentile(chunked_ms, 50)), 3)}
-        print(name, ms, file=sys.stderr, flush=True)
+        got = times[name]
+        report["configurations"][name] = {
+            "ms_by_tokens": {str(n): round(float(np.percentile(got[str(n)], 50)), 1) for n in range(1, 10)},
+            "verification_rows_identical": f"{same}/8",
+            "prompt_ms_per_token": round(float(np.percentile(got["prompt"], 50)), 3),
+            "prompt_in_chunks_ms_per_token": round(float(np.percentile(got["chunked"], 50)), 3),
+        }
+        if name != "fused" and "fused" in runtimes:  # the logits' difference from the runtime's own
+            mine, _ = runtimes["fused"].forward(ids[: args.context + 8], None, keep=9)
+            theirs, _ = rt.forward(ids[: args.context + 8], None, keep=9)
+            report["configurations"][name]["max_abs_logit_diff_vs_fused"] = float((mine - theirs).abs().max())
+            report["configurations"][name]["same_argmax_vs_fused"] = bool(torch.equal(mine.argmax(-1),
+                                                                                      theirs.argmax(-1)))
     print(json.dumps(report, indent=2))
     return 0
 

@@ -48,9 +48,9 @@ class EngineOptions:
     canonical: bool = True  # only token sequences the tokenizer itself would produce (mask_store.canonical)
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
-    # the documents' KV caches, least recently used out first past this: 192 keeps the last three
-    # documents' full windows (~60 MB each with SmolLM2-135M; docs/memory.md)
-    cache_memory_mb: int = 192
+    # the documents' KV caches, least recently used out first past this: 96 keeps the last three
+    # documents' full windows (~30 MB each with SmolLM2-135M's float16 cache on the CPU; docs/memory.md)
+    cache_memory_mb: int = 96
     # the Python the documents target ("3.8".."3.14"): the syntax the masks allow; None: each
     # document's project says (target_version.py), else the newest
     python_version: str | None = None

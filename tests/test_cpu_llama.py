@@ -4,7 +4,8 @@ model classes with our float16 weights and kernels (the path it replaces) for ev
 after a past, the few rows of a verification), for a tiny Llama and a tiny Qwen2 (q/k/v
 biases); close to transformers' float32 model; a pass continued from the cache equals the whole
 recomputed; a cancelled pass leaves the cache as it was; the weights stay views of the file;
-and models it doesn't compute are refused with a reason."""
+and models it doesn't compute are refused with a reason. Bits are compared with a float32 KV
+cache; the default float16 cache is compared with it (`test_a_float16_cache_...`)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def _run(model, ids: torch.Tensor, chunks, past) -> list[torch.Tensor]:
 def _compare_with_transformers(wdir: Path, kernels, vocab: int) -> None:
     from lsp_server.model.hf_cache import GrowingCache
 
-    ours = load_cpu_llama(wdir, kernels)
+    ours = load_cpu_llama(wdir, kernels, torch.float32)
     ref = _reference(wdir, kernels)
     ids = torch.randint(0, vocab, (1, 130), generator=torch.Generator().manual_seed(3))
     for chunks in (CHUNKS, SHORT_FIRST):
@@ -120,6 +121,52 @@ def test_continuing_from_the_cache_equals_recomputing(tiny_model_dir, model_kern
         rewind(past, 80)  # a rejected draft's positions dropped: the same again
         again = model(ids[:, 80:], cache=past, logits_to_keep=0).logits[0]
         assert torch.allclose(again, whole[80:], rtol=1e-4, atol=1e-4)
+
+
+def test_a_float16_cache_stays_within_its_rounding_of_a_float32_one(tiny_model_dir, model_kernels):
+    """The default cache holds float16 keys and values (half the bytes). Rounding them (relative
+    error <= 2^-11) moves the tiny model's logits (magnitude ~1.5) by ~1e-4 in every kind of pass;
+    the bound, 1e-3, is 20 times tighter than the float16 weights' own difference from the float32
+    model (2e-2 in `test_close_to_transformers_float32_model`), and the greedy tokens agree."""
+    from lsp_server.model.kv_cache import cache_bytes
+
+    half = load_cpu_llama(tiny_model_dir, model_kernels)
+    wide = load_cpu_llama(tiny_model_dir, model_kernels, torch.float32)
+    ids = torch.randint(0, 49152, (1, 130), generator=torch.Generator().manual_seed(3))
+    for chunks in (CHUNKS, SHORT_FIRST):
+        cache = half.new_cache()
+        a = _run(half, ids, chunks, cache)
+        b = _run(wide, ids, chunks, wide.new_cache())
+        for n, x, y in zip(chunks, a, b):
+            assert torch.allclose(x, y, rtol=0, atol=1e-3), (n, (x - y).abs().max())
+            assert torch.equal(x.argmax(-1), y.argmax(-1)), n
+        assert cache.k.dtype == torch.float16
+    with torch.inference_mode():
+        held = [cache_bytes(m(ids[:, :90]).cache) for m in (half, wide)]
+    assert 2 * held[0] == held[1] > 0
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.float32], ids=["f16", "f32"])
+def test_a_short_pass_runs_every_layer_in_one_call_with_the_bits_of_single_steps(tiny_model_dir, model_kernels,
+                                                                                  monkeypatch, kv_dtype):
+    """After a past, a pass of a few rows is one `llama_layers` call (no call per layer), and a
+    verification pass of 8 rows gives the bits of 8 single steps over either cache."""
+    model = load_cpu_llama(tiny_model_dir, model_kernels, kv_dtype)
+    calls = []
+    for name in ("llama_layers", "llama_layer"):
+        real = getattr(model_kernels, name)
+        monkeypatch.setattr(model_kernels, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
+    ids = torch.randint(0, 49152, (1, 60), generator=torch.Generator().manual_seed(8))
+    with torch.inference_mode():
+        past = model(ids[:, :50]).cache
+        calls.clear()
+        together = model(ids[:, 50:58], cache=past, logits_to_keep=0).logits[0]
+        assert calls == ["llama_layers"]
+        rewind(past, 50)
+        for j in range(50, 58):
+            step = model(ids[:, j : j + 1], cache=past).logits[0, -1]
+            assert torch.equal(step, together[j - 50]), j
+    assert calls == ["llama_layers"] * 9
 
 
 def test_a_cancelled_pass_leaves_the_cache_as_it_was(tiny_model_dir, model_kernels):

@@ -126,22 +126,38 @@ def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, ker
         assert torch.equal(last[0], out[0, 9 - q_len :])
 
 
+@pytest.mark.parametrize("d", [16, 40])
+def test_row_attention_reads_a_float16_cache_as_its_exact_float32_values(d, kernels):
+    """A float16 cache is converted exactly when read: the same bits as the float32 tensors of
+    its values, for every number of rows."""
+    torch.manual_seed(7)
+    key = (torch.randn(1, 2, 128, d) * 4).half()[:, :, :70]  # heads spaced, as a cache buffer
+    value = torch.randn(1, 2, 128, d).half()[:, :, :70]
+    query = torch.randn(1, 6, 9, d) * 3
+    wide = kernels.row_attention(query, key.float(), value.float(), d ** -0.5)
+    for q_len in (1, 2, 4, 5, 9):
+        out = kernels.row_attention(query[:, :, 9 - q_len :], key, value, d ** -0.5)
+        assert torch.equal(out[0], wide[0, 9 - q_len :]), q_len
+
+
 def _small_llama(**overrides):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(4)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      **overrides)  # grouped-query attention, as SmolLM2
+    shape = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    cfg = LlamaConfig(**{**shape, **overrides})  # grouped-query attention, as SmolLM2
     return LlamaForCausalLM(cfg).eval()
 
 
-def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kernels):
+@pytest.mark.parametrize("shape", [{}, {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1}],
+                         ids=["head16", "head64"])  # the kernel ropes heads of a multiple of 32 within the products
+def test_fused_layers_compute_the_layer_and_ignore_the_number_of_rows(model_kernels, shape):
     from lsp_server.model.kernels.fused_layers import use_fused_layers
     from lsp_server.model.hf_cache import GrowingCache
 
-    reference = _small_llama()
-    model = _small_llama()
+    reference = _small_llama(**shape)
+    model = _small_llama(**shape)
     use_half_weights(model, model_kernels)
     assert use_fused_layers(model) == 3
     ids = torch.randint(0, 512, (1, 90), generator=torch.Generator().manual_seed(5))
@@ -164,6 +180,72 @@ def test_layers_the_kernel_does_not_compute_keep_their_own_forward():
     assert use_fused_layers(_small_llama(attention_bias=True)) == 0  # biases: not plain Llama
     model = _small_llama()
     assert use_fused_layers(model) == 0  # float32 weights, not half_weights' float16 ones
+
+
+def _stack_of(kernels, n_layers: int, **change):
+    """`n_layers` small layers' `LayerWeights` (different weights each) and their stack."""
+    layers = []
+    for i in range(n_layers):
+        constant, _ = _layer(**change)
+        torch.manual_seed(10 + i)
+        constant["weights"] = [(torch.randn_like(w.float()) * 0.1).half() for w in constant["weights"]]
+        constant["in_norm"] = 1 + 0.1 * torch.randn(constant["in_norm"].shape)
+        layers.append(kernels.layer_weights(**constant))
+    return layers, kernels.layer_stack(layers)
+
+
+def _filled_cache(n_layers: int, past: int, dtype, kv_heads=2, d=8):
+    from lsp_server.model.kv_cache import CpuCache
+
+    cache = CpuCache(n_layers, dtype)
+    torch.manual_seed(9)
+    for kv in cache.layers:
+        kv.write(torch.randn(1, kv_heads, past, d), torch.randn(1, kv_heads, past, d))
+    return cache
+
+
+@pytest.mark.parametrize("d", [8, 32])  # 32: the products rope the heads themselves
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, dtype, d):
+    """`llama_layers` (every layer of a pass in one call and one parallel region) computes what
+    `append_layer` computes layer by layer: the same rows, the same cache, for both element
+    types of the cache; and a row alone gets the bits it gets among others."""
+    layers, stack = _stack_of(kernels, 3, d=d)
+    _, call = _layer(q_len=3, past=5, d=d)
+    cos, sin = torch.randn(1, 3, d), torch.randn(1, 3, d)
+    one = _filled_cache(3, 5, dtype, d=d)
+    each = _filled_cache(3, 5, dtype, d=d)
+    h1, h2 = call["h"].clone(), call["h"].clone()
+    kernels.llama_layers(h1, stack, cos, sin, one)
+    for layer, kv in zip(layers, each.layers):
+        kernels.append_layer(h2, layer, cos, sin, kv)
+    assert torch.equal(h1, h2) and not torch.equal(h1, call["h"])
+    assert one.k.dtype == dtype and [kv.get_seq_length() for kv in one.layers] == [8, 8, 8]
+    assert torch.equal(one.k[:, :, :8], each.k[:, :, :8]) and torch.equal(one.v[:, :, :8], each.v[:, :, :8])
+    rows = _filled_cache(3, 5, dtype, d=d)
+    for i in range(3):  # the same rows one at a time
+        h = call["h"][:, i : i + 1].clone()
+        kernels.llama_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        assert torch.equal(h[0, 0], h1[0, i]), i
+
+
+def test_a_layer_rounds_the_positions_it_writes_as_pytorch_does(kernels):
+    """The kernel's float16 cache writes round to nearest even like PyTorch's conversion (the
+    long passes' writer), so a position holds the same bits whoever wrote it; the layer's output
+    stays within the rounding's reach of a float32 cache's."""
+    _, call = _layer(q_len=2, past=5)
+    constant, _ = _layer()
+    layer = kernels.layer_weights(**constant)
+    wide = SimpleNamespace(_k=torch.randn(1, 2, 8, 8), _v=torch.randn(1, 2, 8, 8))
+    wide._k[:, :, :5], wide._v[:, :, :5] = wide._k[:, :, :5].half().float(), wide._v[:, :, :5].half().float()
+    half = SimpleNamespace(_k=wide._k.half(), _v=wide._v.half())
+    h_wide, h_half = call["h"].clone(), call["h"].clone()
+    kernels.llama_layer(h_wide, layer, call["cos"], call["sin"], wide, 5)
+    kernels.llama_layer(h_half, layer, call["cos"], call["sin"], half, 5)
+    assert torch.equal(half._k[:, :, 5:7], wide._k[:, :, 5:7].half())
+    assert torch.equal(half._v[:, :, 5:7], wide._v[:, :, 5:7].half())
+    assert torch.allclose(h_half, h_wide, rtol=2e-3, atol=2e-3) and not torch.equal(half._k[:, :, 5:7].float(),
+                                                                                  wide._k[:, :, 5:7])
 
 
 # ---------------------------------------------------------------- the boundary
@@ -195,7 +277,8 @@ def test_row_attention_refuses_what_it_cannot_read(kernels):
     assert kernels.row_attention(q, key, value, 0.25).shape == (1, 3, 4, 16)
     _refused(lambda: kernels.row_attention(q, key.transpose(2, 3).contiguous().transpose(2, 3), value, 0.25), "key")
     _refused(lambda: kernels.row_attention(q, key, value[:, :, :20], 0.25), "value")
-    _refused(lambda: kernels.row_attention(q, key, value.half(), 0.25), "value")
+    _refused(lambda: kernels.row_attention(q, key, value.half(), 0.25), "value")  # one element type
+    _refused(lambda: kernels.row_attention(q, key.double(), value.double(), 0.25), "key")
     _refused(lambda: kernels.row_attention(q, key[:, :, :2], value[:, :, :2], 0.25), "key")  # fewer positions than rows
     _refused(lambda: kernels.row_attention(torch.randn(1, 3, 3, 16), key, value, 0.25), "query")  # 3 heads over 2
     k12, v12 = key[..., :12].contiguous(), value[..., :12].contiguous()
@@ -252,6 +335,41 @@ def test_llama_layer_refuses_what_it_cannot_read_or_write(kernels):
     _refused(lambda: kernels.llama_layer(layer=constant, **_layer()[1]), "layer")  # not checked weights
     layer.weights[3].set_(torch.zeros(32, 16).half())  # a projection replaced after the check
     _refused(lambda: kernels.llama_layer(layer=layer, **_layer()[1]), "layer")
+
+
+def test_llama_layers_refuses_what_it_cannot_read_or_write(kernels):
+    from lsp_server.model.kernels import boundary
+
+    layers, stack = _stack_of(kernels, 2)
+    _, call = _layer(q_len=2, past=5)
+    args = dict(h=call["h"].clone(), cos=call["cos"], sin=call["sin"])
+    kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args)  # it runs
+    _refused(lambda: kernels.layer_stack([]), "layers")
+    _refused(lambda: kernels.layer_stack([layers[0], _stack_of(kernels, 1, ffn=48)[0][0]]), "layers")  # sizes differ
+    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(3, 5, torch.float16), **args), "cache")
+    uneven = _filled_cache(2, 5, torch.float16)
+    uneven.layers[1].crop(-1)  # a layer holding fewer positions
+    _refused(lambda: kernels.llama_layers(stack=stack, cache=uneven, **args), "cache")
+    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
+                                          **{**args, "cos": torch.ones(1, 3, 8)}), "cos")
+    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
+                                          **{**args, "h": torch.randn(1, 2, 16)}), "hidden states")
+    keys, values = torch.zeros(2, 2, 8, 8).half(), torch.zeros(2, 2, 8, 8).half()
+    check = dict(h=args["h"], hidden=32, layers=2, kv_heads=2, head_dim=8, cos=args["cos"], sin=args["sin"],
+                 keys=keys, values=values, past=5)
+    boundary.check_layers_call(**check)  # what the call above passed
+    for argument, change in {
+        "values": dict(values=values.float()),  # another element type than the keys
+        "keys": dict(keys=keys.double(), values=values.double()),
+        "past": dict(past=-1),
+    }.items():
+        _refused(lambda change=change: boundary.check_layers_call(**{**check, **change}), argument)
+    _refused(lambda: boundary.check_layers_call(**{**check, "past": 7}), "keys")  # 7 + 2 in 8 positions
+    _refused(lambda: boundary.check_layers_call(**{**check, "keys": torch.zeros(2, 2, 16, 8).half()[:, :, ::2]}),
+             "keys")  # not C-ordered
+    _refused(lambda: boundary.check_layers_call(**{**check, "values": torch.zeros(2, 2, 9, 8).half()}), "values")
+    layers[1].weights[6].set_(torch.zeros(32, 40).half())  # a projection replaced after the check
+    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args), "stack")
 
 
 # ---------------------------------------------------------------- AddressSanitizer

@@ -55,3 +55,34 @@ def test_rewind_keeps_the_first_positions_and_writing_goes_on_after_them():
     cache.update(k, -k, 0)
     assert torch.equal(layer.keys[..., :120, :], _chunk(120, 0))
     assert torch.equal(layer.keys[..., 120:, :], k) and layer.get_seq_length() == 130
+
+
+def test_a_cpu_cache_keeps_every_layer_in_two_tensors_across_growth():
+    """`CpuCache`: each layer's positions come back as written (float16: rounded as PyTorch
+    rounds) across the growth of the shared buffers, cropping moves one layer's mark, and the
+    views follow the marks."""
+    from lsp_server.model.kv_cache import CpuCache
+
+    for dtype in (torch.float32, torch.float16):
+        cache = CpuCache(3, dtype)
+        written = []
+        for i, layer in enumerate(cache.layers):
+            k = _chunk(100, 0) * (i + 1) + 0.3  # not a float16 value: rounded when stored
+            layer.write(k, -k)
+            written.append(k)
+        first = cache.k
+        for i, layer in enumerate(cache.layers):  # grows the shared buffers once, for every layer
+            k = _chunk(300, 100) * (i + 1) + 0.3
+            layer.write(k, -k)
+            written[i] = torch.cat([written[i], k], dim=2)
+        assert cache.k is not first and cache.k.shape[:2] == (3, HEADS) and cache.k.dtype == dtype
+        for i, layer in enumerate(cache.layers):
+            assert layer._k.data_ptr() == cache.k[i].data_ptr()
+            assert torch.equal(layer.keys, written[i].to(dtype)) and torch.equal(layer.values, -written[i].to(dtype))
+        cache.layers[1].crop(-50)
+        assert [layer.get_seq_length() for layer in cache.layers] == [400, 350, 400]
+        assert not cache.lengths_agree(400) and cache.layers[1].keys.shape[2] == 350
+        rewind(cache, 350)
+        cache.extend(2)
+        assert cache.lengths_agree(352) and cache.layers[2].values.shape[2] == 352
+        assert cache_bytes(cache) == 2 * cache.k.numel() * cache.k.element_size()

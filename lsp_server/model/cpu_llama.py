@@ -11,13 +11,19 @@ transformers' `LlamaForCausalLM`/`Qwen2ForCausalLM` with our float16 weights (`h
 kernels did before (`library`), so the logits are bit for bit the same (tests/test_cpu_llama.py
 compares them with transformers' on the tiny model) and greedy answers identical:
 
-- passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache, in a layer without biases:
-  the whole layer in one kernel call (`DecodeKernels.llama_layer`, as `fused_layers`);
+- passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache, in a model without biases:
+  all the layers in one kernel call (`DecodeKernels.llama_layers`: the same bits as
+  `llama_layer` per layer, as `fused_layers` calls it; no cancellation check between its layers,
+  a pass of a few milliseconds);
 - other passes of at most `MAX_ATTENTION_ROWS` rows: norms, products (`half_matmul`), rotary,
   cache write, `row_attention`, MLP as transformers' ops;
 - longer passes (prompts): the same with PyTorch's SDPA, called as transformers' `sdpa`
   attention calls it (no mask and `is_causal` on an empty cache, grouped heads through
   `enable_gqa`; a boolean causal mask and the key/value heads repeated after a past).
+
+The KV cache (`CpuCache`) holds float16 keys and values by default (`kv_cache.KV_DTYPE`: half the
+attention's memory traffic and the cache's memory; the logits then differ from transformers' by
+that rounding, docs/latency.md); `kv_dtype=torch.float32` gives transformers' bits exactly.
 
 Models this does not compute (other architectures, rotary scaling, sliding windows, dimensions
 the kernels can't take: `read_shape` says why) and machines without the kernels keep
@@ -34,8 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from .kernels.half_weights import HALF
-from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerWeights
-from .kv_cache import CpuCache, GrowingBuffers
+from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, LayerWeights
+from .kv_cache import KV_DTYPE, CpuCache, GrowingBuffers
 
 SUPPORTED_TYPES = ("llama", "qwen2")
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -210,6 +216,7 @@ class CpuDecoderLayer(torch.nn.Module):
         if p.rows <= MAX_ATTENTION_ROWS:
             attn = self.kernels.row_attention(q, keys, values, self.scale)
         else:
+            keys, values = keys.float(), values.float()  # as the cache holds them (rounded if float16)
             if p.mask is None:  # an empty cache: causal, no mask
                 extra = {"enable_gqa": True} if self.groups > 1 else {}
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=None, dropout_p=0.0,
@@ -236,10 +243,12 @@ class CpuLlama(torch.nn.Module):
     """A Llama-family causal LM on the CPU (see the module doc): `forward(input_ids, cache,
     logits_to_keep=k)` as transformers' model is called by the runtime."""
 
-    def __init__(self, shape: ModelShape, kernels: DecodeKernels, tensors: dict[str, torch.Tensor]) -> None:
+    def __init__(self, shape: ModelShape, kernels: DecodeKernels, tensors: dict[str, torch.Tensor],
+                 kv_dtype: torch.dtype = KV_DTYPE, one_call: bool = True) -> None:
         super().__init__()
         self.config = shape
         self.kernels = kernels
+        self.kv_dtype = kv_dtype
         head = tensors.get("lm_head.weight")
         embed = tensors.get("model.embed_tokens.weight")
         if embed is None and shape.tie_word_embeddings:  # tied weights saved once, as the head
@@ -256,9 +265,13 @@ class CpuLlama(torch.nn.Module):
         self.layers = torch.nn.ModuleList(
             CpuDecoderLayer(shape, kernels, tensors, f"model.layers.{i}.") for i in range(shape.num_hidden_layers)
         )
+        fused = [layer.fused for layer in self.layers]
+        # every layer fused: short passes run all of them in one kernel call (`one_call=False`:
+        # one call per layer, as before; bench/decode_step.py compares them)
+        self.stack: LayerStack | None = kernels.layer_stack(fused) if one_call and all(fused) else None
 
     def new_cache(self) -> CpuCache:
-        return CpuCache(len(self.layers))
+        return CpuCache(len(self.layers), self.kv_dtype)
 
     def _pass(self, rows: int, past: int) -> Pass:
         position_ids = (torch.arange(rows) + past).unsqueeze(0)
@@ -279,19 +292,26 @@ class CpuLlama(torch.nn.Module):
             cache = self.new_cache()
         p = self._pass(input_ids.shape[1], cache.get_seq_length())
         h = F.embedding(input_ids, self.embed).to(torch.float32)
-        for layer, kv in zip(self.layers, cache.layers):
-            h = layer(h, p, kv)
+        if (self.stack is not None and p.rows <= MAX_ATTENTION_ROWS and p.past > 0
+                and cache.lengths_agree(p.past)):
+            self.kernels.llama_layers(h, self.stack, p.cos, p.sin, cache)  # h updated in place
+        else:
+            for layer, kv in zip(self.layers, cache.layers):
+                h = layer(h, p, kv)
         h = rms_norm(h, self.norm, self.config.rms_norm_eps)
         if logits_to_keep:
             h = h[:, -logits_to_keep:, :]
         return CpuOutput(self.kernels.half_matmul(h, self.lm_head), cache)
 
 
-def load_cpu_llama(wdir: Path, kernels: DecodeKernels) -> CpuLlama:
-    """The model in `wdir` computed here (`Unsupported` where it can't be, see `read_shape`)."""
+def load_cpu_llama(wdir: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = KV_DTYPE,
+                   one_call: bool = True) -> CpuLlama:
+    """The model in `wdir` computed here (`Unsupported` where it can't be, see `read_shape`),
+    its KV cache of `kv_dtype` (float16 or float32), its short passes in one kernel call unless
+    `one_call` is False."""
     shape = read_shape(wdir)
     tensors = read_tensors(wdir)
     try:
-        return CpuLlama(shape, kernels, tensors)
+        return CpuLlama(shape, kernels, tensors, kv_dtype, one_call)
     except KeyError as e:
         raise Unsupported(f"the weights lack {e}") from e

@@ -17,6 +17,18 @@ is again exactly what it was before the pass.
 Nothing here imports transformers (the CPU model's cache is `CpuCache`); `hf_cache.GrowingCache`
 is the same buffers as a transformers `Cache`, for transformers' model classes (the GPU path,
 architectures `cpu_llama` does not compute).
+
+`CpuCache` keeps every layer's keys in one tensor [layers, kv_heads, capacity, head_dim] (and the
+values in another), each layer's `CacheLayer` a view of its slice: the decode kernels run all the
+layers of a short pass in one call (`DecodeKernels.llama_layers`) over those two tensors. Its
+element type is float16 by default (`KV_DTYPE`): a decoding step at 1,000 positions reads the
+whole cache (46 MB for SmolLM2-135M in float32, 23 MB in float16) and the server keeps a prompt's
+cache per document, so half the bytes is half the attention's memory traffic and the KV memory.
+Keys and values are rounded to float16 once, when written (by PyTorch's conversion or the
+kernels' `_mm256_cvtps_ph`, both round to nearest even, so either writer stores the same bits),
+and every reader converts them back exactly: a verification pass still gives each row the bits
+of single steps. The logits differ from a float32 cache's by the keys' and values' rounding
+(relative 2^-11); docs/latency.md has the measured difference.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ from collections.abc import Callable
 
 import torch
 
+KV_DTYPE = torch.float16  # the CPU model's cache (`CpuCache`); float32 keeps transformers' exact bits
+
 # A buffer that must grow gets room for the positions needed plus at least `SPARE`, rounded up to
 # `GROW_STEP`: a kept prompt of n positions holds at most n + SPARE + GROW_STEP (doubling held up to
 # 2n: a 1,000-token prompt and its completion took 2,048 positions, 94 MB for SmolLM2-135M, now
@@ -33,6 +47,11 @@ import torch
 # (~1,500 positions, ~70 MB of memcpy, ~1% of its prefill), a decoding step every GROW_STEP positions.
 GROW_STEP = 256
 SPARE = 128
+
+
+def grown_capacity(needed: int) -> int:
+    """The positions a buffer that must hold `needed` gets (see `GROW_STEP`)."""
+    return -(-(needed + SPARE) // GROW_STEP) * GROW_STEP
 
 
 class GrowingBuffers:
@@ -44,14 +63,19 @@ class GrowingBuffers:
         super().__init__(**kwargs)
         self._k = self._v = None
         self._len = 0
-        self.keys = self.values = None
+        self._views()
         self.is_initialized = False
+
+    def _views(self) -> None:
+        """`keys`/`values`: views of the filled positions (None before the first write)."""
+        self.keys = None if self._k is None else self._k[..., : self._len, :]
+        self.values = None if self._v is None else self._v[..., : self._len, :]
 
     def _reserve(self, needed: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         cap = 0 if self._k is None else self._k.shape[-2]
         if needed <= cap:
             return
-        cap = -(-(needed + SPARE) // GROW_STEP) * GROW_STEP
+        cap = grown_capacity(needed)
         k = key_states.new_empty(key_states.shape[:-2] + (cap, key_states.shape[-1]))
         v = value_states.new_empty(value_states.shape[:-2] + (cap, value_states.shape[-1]))
         if self._len:
@@ -73,8 +97,7 @@ class GrowingBuffers:
     def _fill(self, length: int) -> None:
         """The first `length` positions are the cache: `keys`/`values` view them."""
         self._len = length
-        self.keys = self._k[..., :length, :]
-        self.values = self._v[..., :length, :]
+        self._views()
 
     def get_seq_length(self) -> int:
         return self._len
@@ -98,18 +121,90 @@ class GrowingBuffers:
     def reset(self) -> None:
         self._k = self._v = None
         self._len = 0
-        self.keys = self.values = None
+        self._views()
+        self.is_initialized = False
+
+
+class CacheLayer(GrowingBuffers):
+    """One layer of a `CpuCache`: its buffers are views of the cache's slice for the layer
+    [1, kv_heads, capacity, head_dim], and the cache makes room for all layers at once. Its
+    `keys`/`values` views are made when read: a decoding step moves every layer's fill mark
+    (twice when a draft is rolled back), and making 60 views each time cost ~0.3 ms a step."""
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._k is None else self._k[..., : self._len, :]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[..., : self._len, :]
+
+    def _views(self) -> None:
+        pass  # made when read (the properties)
+
+    def __init__(self, cache: CpuCache, index: int) -> None:
+        super().__init__()
+        self._cache = cache
+        self._index = index
+
+    def _reserve(self, needed: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self._cache.reserve(needed, key_states.shape[1], key_states.shape[-1])
+
+    def attach(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The cache moved its buffers: this layer's are now `k`/`v` (positions copied)."""
+        self._k, self._v = k, v
+        self._fill(self._len)
+
+    def reset(self) -> None:
+        self._fill(0)
         self.is_initialized = False
 
 
 class CpuCache:
-    """The KV cache of the CPU model (`cpu_llama`): one `GrowingBuffers` per decoder layer."""
+    """The KV cache of the CPU model (`cpu_llama`): one `CacheLayer` per decoder layer, all of
+    them views of two tensors `k` and `v` [layers, kv_heads, capacity, head_dim] of `dtype`
+    (None until the first write); see the module's doc."""
 
-    def __init__(self, layers: int) -> None:
-        self.layers = [GrowingBuffers() for _ in range(layers)]
+    def __init__(self, layers: int, dtype: torch.dtype = KV_DTYPE) -> None:
+        if dtype not in (torch.float16, torch.float32):
+            raise ValueError(f"a CPU cache holds float16 or float32, not {dtype}")
+        self.dtype = dtype
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.layers = [CacheLayer(self, i) for i in range(layers)]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.layers[layer_idx].get_seq_length() if self.layers else 0
+
+    def capacity(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def reserve(self, needed: int, kv_heads: int, head_dim: int) -> None:
+        """Room for `needed` positions in every layer (each layer's positions kept)."""
+        if needed <= self.capacity():
+            if (self.k.shape[1], self.k.shape[3]) != (kv_heads, head_dim):
+                raise ValueError(f"this cache holds {self.k.shape[1]} heads of {self.k.shape[3]}, "
+                                 f"not {kv_heads} of {head_dim}")
+            return
+        shape = (len(self.layers), kv_heads, grown_capacity(needed), head_dim)
+        k, v = torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype)
+        for i, layer in enumerate(self.layers):
+            n = layer.get_seq_length()
+            if n:
+                k[i, :, :n] = self.k[i, :, :n]
+                v[i, :, :n] = self.v[i, :, :n]
+        self.k, self.v = k, v
+        for i, layer in enumerate(self.layers):
+            layer.attach(k[i : i + 1], v[i : i + 1])
+
+    def lengths_agree(self, length: int) -> bool:
+        """Every layer holds `length` positions."""
+        return all(layer._len == length for layer in self.layers)
+
+    def extend(self, n: int) -> None:
+        """`n` positions were written in place after the filled ones, in every layer."""
+        for layer in self.layers:
+            layer.extend(n)
 
 
 def rewind(past, length: int) -> None:

@@ -2,9 +2,10 @@
 prompt shares a prefix with it runs only the tokens after the shared part.
 
 Documents are kept least-recently-used first out under a memory cap (`memory_mb`, the
-`cacheMemoryMB` setting): SmolLM2-135M holds 46 KB per position (30 layers, 3 KV heads of 64
-dims, keys and values in float32), so a 1,000-token prompt and its completion take ~59 MB (the
-buffers grow in steps: `kv_cache.GROW_STEP`). Before a prompt is computed, documents are evicted
+`cacheMemoryMB` setting): SmolLM2-135M holds 23 KB per position on the CPU (30 layers, 3 KV heads
+of 64 dims, keys and values in float16: `kv_cache.KV_DTYPE`; 46 KB in float32 elsewhere), so a
+1,000-token prompt and its completion take ~29 MB (the buffers grow in steps:
+`kv_cache.GROW_STEP`). Before a prompt is computed, documents are evicted
 until it fits beside the others, so the cap bounds the peak as well as what stays.
 """
 

@@ -18,6 +18,7 @@ with a reusable KV cache.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -98,10 +99,11 @@ class ModelRuntime:
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
-    @property
+    @functools.cached_property
     def cache_keyword(self) -> str:
         """The name the model's forward takes its KV cache by (and its output holds it by):
-        `cache` from transformers 5.24, `past_key_values` before."""
+        `cache` from transformers 5.24, `past_key_values` before. (Read once: `inspect.signature`
+        at every forward pass was ~0.1 ms of a decoding step.)"""
         return cache_keyword(self.model)
 
     @torch.inference_mode()

@@ -77,7 +77,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   completionItems: true,
   workAhead: true,
   latencyBudgetMs: 250,
-  cacheMemoryMB: 192,
+  cacheMemoryMB: 96,
   pythonVersion: null,
   identifiers: "constrain",
 });

@@ -11,7 +11,8 @@ decoder layer's constant arguments (norms, projections, sizes) are checked once,
 What the C code assumes (and so what is checked): float32 activations and float16 weights on
 the CPU, in C order where the code walks them as flat arrays; sizes that fit its `int`
 arguments; reduction dimensions a multiple of 8 (its 8-wide loads); key and value rows of
-`head_dim` contiguous floats (each head's rows at one stride); and room in the KV cache
+`head_dim` contiguous elements, float32 or float16 (`KV_DTYPES`; keys and values of one type,
+which the call passes as a flag), each head's rows at one stride; and room in the KV cache
 buffers for every position the layer writes.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import torch
 
 INT_MAX = 2**31 - 1
+KV_DTYPES = (torch.float32, torch.float16)  # what a KV cache may hold (float16: converted when read)
 
 
 class KernelArgumentError(ValueError):
@@ -67,13 +69,29 @@ def _size(kernel: str, name: str, value: int, multiple: int = 1, minimum: int = 
         raise KernelArgumentError(kernel, name, f"must be a multiple of {multiple}, not {value}")
 
 
-def _rows_of_cache(kernel: str, name: str, t: torch.Tensor, kv_heads: int, head_dim: int) -> None:
-    """Key or value rows [1, kv_heads, L, head_dim]: each row `head_dim` contiguous floats,
-    a head's rows one after another (any stride between heads)."""
-    _tensor(kernel, name, t, torch.float32, (1, kv_heads, None, head_dim), contiguous=False)
+def _kv_dtype(kernel: str, name: str, t, dtype: torch.dtype | None) -> torch.dtype:
+    """A cache's element type: `dtype` where given (the keys' for the values), else one of
+    `KV_DTYPES`."""
+    have = t.dtype if isinstance(t, torch.Tensor) else None
+    if dtype is None and have in KV_DTYPES:
+        return have
+    if dtype is not None and have is dtype:
+        return dtype
+    want = dtype or " or ".join(str(d) for d in KV_DTYPES)
+    raise KernelArgumentError(kernel, name, f"must hold {want}, not {have or type(t).__name__}")
+
+
+def _rows_of_cache(kernel: str, name: str, t: torch.Tensor, kv_heads: int, head_dim: int,
+                   dtype: torch.dtype | None = None) -> torch.dtype:
+    """Key or value rows [1, kv_heads, L, head_dim] of float32 or float16 (`dtype` where given):
+    each row `head_dim` contiguous elements, a head's rows one after another (any stride between
+    heads). Their element type."""
+    dtype = _kv_dtype(kernel, name, t, dtype)
+    _tensor(kernel, name, t, dtype, (1, kv_heads, None, head_dim), contiguous=False)
     strides = t.stride()
     if strides[3] != 1 or strides[2] != head_dim:
-        raise KernelArgumentError(kernel, name, f"must hold rows of {head_dim} contiguous floats, strides {strides}")
+        raise KernelArgumentError(kernel, name, f"must hold rows of {head_dim} contiguous elements, strides {strides}")
+    return dtype
 
 
 def check_threads(kernel: str, threads: int) -> None:
@@ -94,16 +112,16 @@ def check_half_matmul(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None
 
 
 def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> None:
-    """q [H, Q, D] contiguous; key and value rows [1, Hkv, L, D] (`_rows_of_cache`) with
-    Q <= L; out [1, Q, H, D]; H a multiple of Hkv, D of 8."""
+    """q [H, Q, D] contiguous; key and value rows [1, Hkv, L, D] (`_rows_of_cache`, one element
+    type) with Q <= L; out [1, Q, H, D]; H a multiple of Hkv, D of 8."""
     k = "row_attention"
     _tensor(k, "query", q, torch.float32, (None, None, None))
     heads, q_len, head_dim = q.shape
     if key.dim() != 4:
         raise KernelArgumentError(k, "key", f"must have 4 dimensions, not {key.dim()}")
     kv_heads, length = key.shape[1], key.shape[2]
-    _rows_of_cache(k, "key", key, kv_heads, head_dim)
-    _rows_of_cache(k, "value", value, kv_heads, head_dim)
+    dtype = _rows_of_cache(k, "key", key, kv_heads, head_dim)
+    _rows_of_cache(k, "value", value, kv_heads, head_dim, dtype)
     if value.shape[2] != length:
         raise KernelArgumentError(
             k, "value", f"must hold as many positions as the keys ({length}), not {value.shape[2]}"
@@ -147,29 +165,54 @@ def check_layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, weights,
         _tensor(k, f"{name} projection", w, torch.float16, shape)
 
 
-def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int, cos: torch.Tensor,
-                     sin: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, past: int) -> None:
-    """What changes from call to call: h [1, Q, E]; cos and sin [1, Q, D]; key and value
-    buffers [1, Hkv, capacity, D] (`_rows_of_cache`, one head stride for both) with room for
-    positions past .. past+Q-1."""
-    k = "llama_layer"
+def _rows_call(k: str, h: torch.Tensor, hidden: int, head_dim: int, cos: torch.Tensor, sin: torch.Tensor) -> int:
+    """h [1, Q, E]; cos and sin [1, Q, D]; Q."""
     _tensor(k, "hidden states", h, torch.float32, (1, None, hidden))
     q_len = h.shape[1]
     _size(k, "rows", q_len)
     _tensor(k, "cos", cos, torch.float32, (1, q_len, head_dim))
     _tensor(k, "sin", sin, torch.float32, (1, q_len, head_dim))
-    _rows_of_cache(k, "key buffer", k_buf, kv_heads, head_dim)
-    _rows_of_cache(k, "value buffer", v_buf, kv_heads, head_dim)
+    return q_len
+
+
+def _room(k: str, past: int, q_len: int, buffers) -> None:
+    """Every (name, buffer, capacity) has room for positions past .. past+Q-1."""
+    if past < 0:
+        raise KernelArgumentError(k, "past", f"must be at least 0, not {past}")
+    for name, capacity in buffers:
+        if capacity < past + q_len:
+            raise KernelArgumentError(
+                k, name, f"has room for {capacity} positions, not the {past + q_len} it must hold"
+            )
+    _size(k, "positions", past + q_len)
+
+
+def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int, cos: torch.Tensor,
+                     sin: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, past: int) -> None:
+    """What changes from call to call: h [1, Q, E]; cos and sin [1, Q, D]; key and value
+    buffers [1, Hkv, capacity, D] (`_rows_of_cache`, one element type and one head stride for
+    both) with room for positions past .. past+Q-1."""
+    k = "llama_layer"
+    q_len = _rows_call(k, h, hidden, head_dim, cos, sin)
+    dtype = _rows_of_cache(k, "key buffer", k_buf, kv_heads, head_dim)
+    _rows_of_cache(k, "value buffer", v_buf, kv_heads, head_dim, dtype)
     k_stride, v_stride = k_buf.stride()[1], v_buf.stride()[1]
     if k_stride != v_stride:
         raise KernelArgumentError(
             k, "value buffer", f"must have the key buffer's head stride {k_stride}, not {v_stride}"
         )
-    if past < 0:
-        raise KernelArgumentError(k, "past", f"must be at least 0, not {past}")
-    for name, buf in (("key buffer", k_buf), ("value buffer", v_buf)):
-        if buf.shape[2] < past + q_len:
-            raise KernelArgumentError(
-                k, name, f"has room for {buf.shape[2]} positions, not the {past + q_len} it must hold"
-            )
-    _size(k, "positions", past + q_len)
+    _room(k, past, q_len, (("key buffer", k_buf.shape[2]), ("value buffer", v_buf.shape[2])))
+
+
+def check_layers_call(h: torch.Tensor, hidden: int, layers: int, kv_heads: int, head_dim: int, cos: torch.Tensor,
+                      sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int) -> None:
+    """`llama_layers`: h [1, Q, E]; cos and sin [1, Q, D]; every layer's keys and values in two
+    C-ordered tensors [layers, Hkv, capacity, D] of one element type (`KV_DTYPES`) and one
+    shape, with room for positions past .. past+Q-1."""
+    k = "llama_layers"
+    q_len = _rows_call(k, h, hidden, head_dim, cos, sin)
+    dtype = _kv_dtype(k, "keys", keys, None)
+    _tensor(k, "keys", keys, dtype, (layers, kv_heads, None, head_dim))
+    _kv_dtype(k, "values", values, dtype)
+    _tensor(k, "values", values, dtype, tuple(keys.shape))
+    _room(k, past, q_len, (("keys", keys.shape[2]),))

@@ -16,13 +16,18 @@
  * number of query rows, so a row's softmax sums in another order in a verification pass than
  * in a single step. Here each (head, row) pair is computed on its own: scores, max, exponentials
  * (a fixed polynomial), sum and weighted values, all in key order; the cost is also lower than
- * PyTorch's for one row (reading the cache once per head).
+ * PyTorch's for one row (reading the cache once per head). The cache holds float32 or float16
+ * keys and values (`half`), converted exactly to float32 when read.
+ *
+ * llama_layer / llama_layers: a whole decoder layer, or all the layers of a short pass, in one
+ * call and one OpenMP parallel region (below).
  *
  * Build: gcc -O3 -mavx2 -mfma -mf16c -fopenmp -shared -fPIC (lsp_server/model/kernels/library.py). The
  * OpenMP runtime is the one PyTorch already loaded (same soname, libgomp.so.1).
  */
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,11 +168,34 @@ static inline __m256 exp_neg(__m256 x) {
     return _mm256_andnot_ps(under, out);
 }
 
+/* The KV cache holds float32 or float16 rows (`half`: a constant at every call, so each
+ * attention function below is compiled once per element type). A float16 element is converted
+ * exactly to float32 when read, so the arithmetic after the load is the same for both; only
+ * the values differ (rounded to float16 when written). */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* 8 elements of a key or value row from element `at` of `base`, as float32 */
+ALWAYS_INLINE __m256 load8(const void *base, int64_t at, const int half) {
+    if (half) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + at)));
+    return _mm256_loadu_ps((const float *)base + at);
+}
+
+/* n (a multiple of 8) floats into a cache row: copied, or rounded to the nearest float16 */
+static inline void store_row(void *base, int64_t at, const float *src, int n, int half) {
+    if (!half) {
+        memcpy((float *)base + at, src, sizeof(float) * n);
+        return;
+    }
+    uint16_t *dst = (uint16_t *)base + at;
+    for (int d = 0; d < n; d += 8)
+        _mm_storeu_si128((__m128i *)(dst + d), _mm256_cvtps_ph(_mm256_loadu_ps(src + d), _MM_FROUND_TO_NEAREST_INT));
+}
+
 /* q . k * scale over D dims: 8-wide FMAs in dimension order, then one horizontal sum; every
  * path computes a score in this order */
-static inline float key_score(const float *q, const float *k, int D, float scale) {
+ALWAYS_INLINE float key_score(const float *q, const void *k, int64_t k0, int D, float scale, const int half) {
     __m256 acc = _mm256_setzero_ps();
-    for (int d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
+    for (int d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k, k0 + d, half), acc);
     return hsum(acc) * scale;
 }
 
@@ -190,33 +218,33 @@ static inline float softmax_row(float *s, int limit) {
 
 /* One (head, query row) pair: softmax(q . k_j * scale) over keys j < limit, times the values;
  * `s` holds limit + 8 floats of scratch. Everything in key order, the same whatever else runs. */
-static void attend_one(const float *qv, const float *kh, const float *vh, int limit, int D,
-                       float scale, float *s, float *o) {
+ALWAYS_INLINE void attend_one(const float *qv, const void *kh, const void *vh, int limit, int D,
+                              float scale, float *s, float *o, const int half) {
     int j = 0;
     for (; j + 4 <= limit; j += 4) { /* four keys at a time, each summed as alone */
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const float *k0 = kh + (int64_t)j * D;
+        int64_t k0 = (int64_t)j * D;
         for (int d = 0; d < D; d += 8) {
             __m256 x = _mm256_loadu_ps(qv + d);
-            a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + d), a0);
-            a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + D + d), a1);
-            a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 2 * D + d), a2);
-            a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + 3 * D + d), a3);
+            a0 = _mm256_fmadd_ps(x, load8(kh, k0 + d, half), a0);
+            a1 = _mm256_fmadd_ps(x, load8(kh, k0 + D + d, half), a1);
+            a2 = _mm256_fmadd_ps(x, load8(kh, k0 + 2 * D + d, half), a2);
+            a3 = _mm256_fmadd_ps(x, load8(kh, k0 + 3 * D + d, half), a3);
         }
         s[j] = hsum(a0) * scale;
         s[j + 1] = hsum(a1) * scale;
         s[j + 2] = hsum(a2) * scale;
         s[j + 3] = hsum(a3) * scale;
     }
-    for (; j < limit; j++) s[j] = key_score(qv, kh + (int64_t)j * D, D, scale);
+    for (; j < limit; j++) s[j] = key_score(qv, kh, (int64_t)j * D, D, scale, half);
     float inv = softmax_row(s, limit);
     for (int d0 = 0; d0 < D; d0 += 32) { /* 4 accumulators of 8 dims at a time */
         int width = D - d0 < 32 ? D - d0 : 32;
         __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (j = 0; j < limit; j++) {
             __m256 p = _mm256_set1_ps(s[j]);
-            const float *vr = vh + (int64_t)j * D + d0;
-            for (int c = 0; c < width / 8; c++) a[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), a[c]);
+            int64_t vr = (int64_t)j * D + d0;
+            for (int c = 0; c < width / 8; c++) a[c] = _mm256_fmadd_ps(p, load8(vh, vr + 8 * c, half), a[c]);
         }
         for (int c = 0; c < width / 8; c++)
             _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(a[c], _mm256_set1_ps(inv)));
@@ -228,16 +256,15 @@ static void attend_one(const float *qv, const float *kh, const float *vh, int li
 /* attend_rows' weighted values for dims d0 .. d0 + 8 * vecs of its R rows (row r's weights at
  * s + r * stride, over keys 0 .. limit + r - 1); `vecs` a constant at each call, so the loops
  * unroll */
-static inline __attribute__((always_inline)) void weighted_values(
-    const float *s, int64_t stride, const float *inv, const float *vh, int limit, int R, int D,
-    int d0, float *o, int64_t o_row, const int vecs) {
+ALWAYS_INLINE void weighted_values(const float *s, int64_t stride, const float *inv, const void *vh, int limit,
+                                   int R, int D, int d0, float *o, int64_t o_row, const int vecs, const int half) {
     __m256 a[ROWS][2];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < vecs; c++) a[r][c] = _mm256_setzero_ps();
     for (int j = 0; j < limit; j++) { /* the keys all rows see: each value row read once */
-        const float *vr = vh + (int64_t)j * D + d0;
+        int64_t vr = (int64_t)j * D + d0;
         __m256 v[2];
-        for (int c = 0; c < vecs; c++) v[c] = _mm256_loadu_ps(vr + 8 * c);
+        for (int c = 0; c < vecs; c++) v[c] = load8(vh, vr + 8 * c, half);
         for (int r = 0; r < R; r++) {
             __m256 p = _mm256_set1_ps(s[r * stride + j]);
             for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, v[c], a[r][c]);
@@ -245,9 +272,9 @@ static inline __attribute__((always_inline)) void weighted_values(
     }
     for (int r = 0; r < R; r++) {
         for (int j = limit; j < limit + r; j++) { /* the keys only this row sees */
-            const float *vr = vh + (int64_t)j * D + d0;
+            int64_t vr = (int64_t)j * D + d0;
             __m256 p = _mm256_set1_ps(s[r * stride + j]);
-            for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * c), a[r][c]);
+            for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, load8(vh, vr + 8 * c, half), a[r][c]);
         }
         __m256 iv = _mm256_set1_ps(inv[r]);
         for (int c = 0; c < vecs; c++) _mm256_storeu_ps(o + r * o_row + d0 + 8 * c, _mm256_mul_ps(a[r][c], iv));
@@ -258,16 +285,16 @@ static inline __attribute__((always_inline)) void weighted_values(
  * arithmetic per (row, key) and per output element as `attend_one` (so the same bits), but each
  * key and value row is read once for the R rows instead of once per row. `s`: R * (limit + R + 7)
  * floats of scratch. */
-static void attend_rows(const float *q, int64_t q_row, const float *kh, const float *vh, int limit,
-                        int R, int D, float scale, float *s, float *o, int64_t o_row) {
+ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, const void *vh, int limit,
+                               int R, int D, float scale, float *s, float *o, int64_t o_row, const int half) {
     int64_t stride = limit + R + 7;
     int j = 0;
     for (; j + 2 <= limit; j += 2) { /* the keys all R rows see: two keys at a time */
-        const float *k0 = kh + (int64_t)j * D, *k1 = k0 + D;
+        int64_t k0 = (int64_t)j * D, k1 = k0 + D;
         __m256 a[ROWS][2];
         for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
         for (int d = 0; d < D; d += 8) {
-            __m256 x0 = _mm256_loadu_ps(k0 + d), x1 = _mm256_loadu_ps(k1 + d);
+            __m256 x0 = load8(kh, k0 + d, half), x1 = load8(kh, k1 + d, half);
             for (int r = 0; r < R; r++) {
                 __m256 qv = _mm256_loadu_ps(q + r * q_row + d);
                 a[r][0] = _mm256_fmadd_ps(qv, x0, a[r][0]);
@@ -280,14 +307,15 @@ static void attend_rows(const float *q, int64_t q_row, const float *kh, const fl
         }
     }
     for (int r = 0; r < R; r++) /* the rest, row by row */
-        for (int jj = j; jj < limit + r; jj++) s[r * stride + jj] = key_score(q + r * q_row, kh + (int64_t)jj * D, D, scale);
+        for (int jj = j; jj < limit + r; jj++)
+            s[r * stride + jj] = key_score(q + r * q_row, kh, (int64_t)jj * D, D, scale, half);
     float inv[ROWS];
     for (int r = 0; r < R; r++) inv[r] = softmax_row(s + r * stride, limit + r);
     for (int d0 = 0; d0 < D; d0 += 16) /* 16 dims of every row at a time (8 at the end) */
         if (D - d0 >= 16)
-            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 2);
+            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 2, half);
         else
-            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 1);
+            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 1, half);
 }
 
 /* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and
@@ -298,42 +326,53 @@ static inline int attention_chunks(int Q) { return (Q + ROWS - 1) / ROWS; }
 static inline int64_t attention_stride(int L) { return (int64_t)ROWS * (L + ROWS + 8); }
 
 /* task t of `attention` (head t / chunks, its chunk t % chunks of rows); `scratch` holds every task's */
-static void attention_task(int t, const float *q, int64_t q_head, int64_t q_row, const float *k, const float *v,
-                           float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
-                           int64_t v_head_stride, float scale, float *scratch) {
+ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int64_t q_row, const void *k,
+                                     const void *v, float *out, int H, int Hkv, int Q, int L, int D,
+                                     int64_t k_head_stride, int64_t v_head_stride, float scale, float *scratch,
+                                     const int half) {
     int group = H / Hkv;
     int chunks = attention_chunks(Q);
     int64_t stride = attention_stride(L);
     int h = t / chunks, c = t % chunks;
     int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
-    const float *kh = k + (int64_t)(h / group) * k_head_stride, *vh = v + (int64_t)(h / group) * v_head_stride;
+    int64_t kv_at = (int64_t)(h / group);
+    const void *kh = half ? (const void *)((const uint16_t *)k + kv_at * k_head_stride)
+                          : (const void *)((const float *)k + kv_at * k_head_stride);
+    const void *vh = half ? (const void *)((const uint16_t *)v + kv_at * v_head_stride)
+                          : (const void *)((const float *)v + kv_at * v_head_stride);
     float *o = out + ((int64_t)r0 * H + h) * D;
     if (r1 - r0 == 1)
         attend_one(q + h * q_head + r0 * q_row, kh, vh, L - Q + r0 + 1, D, scale,
-                   scratch + (int64_t)t * stride, o);
+                   scratch + (int64_t)t * stride, o, half);
     else
         attend_rows(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale,
-                    scratch + (int64_t)t * stride, o, (int64_t)H * D);
+                    scratch + (int64_t)t * stride, o, (int64_t)H * D, half);
 }
 
-static void attention(const float *q, int64_t q_head, int64_t q_row, const float *k, const float *v,
-                      float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
-                      int64_t v_head_stride, float scale, int threads) {
+/* the task compiled for each element type of the cache */
+static void attention_task(int t, const float *q, int64_t q_head, int64_t q_row, const void *k, const void *v,
+                           float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
+                           int64_t v_head_stride, float scale, float *scratch, int half) {
+    if (half)
+        attention_task_of(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
+                          scratch, 1);
+    else
+        attention_task_of(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
+                          scratch, 0);
+}
+
+/* q: [H, Q, D] contiguous; k, v: key/value rows of D elements (float32, or float16 where `half`),
+ * head h's row j at base + (h / (H / Hkv)) * head_stride + j * D; out: [Q, H, D]. D a multiple of 8. */
+void row_attention(const float *q, const void *k, const void *v, float *out,
+                   int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
+                   int64_t v_head_stride, float scale, int half, int threads) {
     int tasks = H * attention_chunks(Q);
     float *scratch = malloc(sizeof(float) * tasks * attention_stride(L));
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < tasks; t++)
-        attention_task(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                       scratch);
+        attention_task(t, q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
+                       scratch, half);
     free(scratch);
-}
-
-/* q: [H, Q, D] contiguous; k, v: key/value rows of D floats, head h's row j at
- * base + (h / (H / Hkv)) * head_stride + j * D; out: [Q, H, D]. D a multiple of 8. */
-void row_attention(const float *q, const float *k, const float *v, float *out,
-                   int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
-                   int64_t v_head_stride, float scale, int threads) {
-    attention(q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale, threads);
 }
 
 /* ---------------------------------------------------------------- a whole decoder layer
@@ -376,29 +415,83 @@ static void residual_block(const float *x, const uint16_t *w, float *o, float *h
         for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
 }
 
-void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
-                 const uint16_t *wq, const uint16_t *wk, const uint16_t *wv, const uint16_t *wo,
-                 const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
-                 int F, const float *cos, const float *sin, float *kbuf, float *vbuf,
-                 int64_t head_stride, int past, float scale, int threads) {
-    int QD = H * D, KD = Hkv * D, L = past + Q;
-    float *xn = malloc(sizeof(float) * Q * E), *q = malloc(sizeof(float) * Q * QD);
-    float *k = malloc(sizeof(float) * Q * KD), *v = malloc(sizeof(float) * Q * KD);
-    float *att = malloc(sizeof(float) * Q * QD), *o = malloc(sizeof(float) * Q * E);
-    float *g = malloc(sizeof(float) * Q * F), *u = malloc(sizeof(float) * Q * F);
+/* What the layers of one pass share: sizes, the rows' rotary tables, the positions, and the
+ * scratch buffers every layer reuses (`pass_buffers`). */
+typedef struct {
+    int Q, E, H, Hkv, D, F, past, half, threads;
+    float eps, scale;
+    const float *cos, *sin;
+    float *xn, *q, *k, *v, *att, *o, *g, *u, *scratch;
+} Pass;
+
+static int pass_buffers(Pass *p) {
+    int Q = p->Q, QD = p->H * p->D, KD = p->Hkv * p->D;
+    p->xn = malloc(sizeof(float) * p->threads * Q * p->E); p->q = malloc(sizeof(float) * Q * QD);
+    p->k = malloc(sizeof(float) * Q * KD); p->v = malloc(sizeof(float) * Q * KD);
+    p->att = malloc(sizeof(float) * Q * QD); p->o = malloc(sizeof(float) * Q * p->E);
+    p->g = malloc(sizeof(float) * Q * p->F); p->u = malloc(sizeof(float) * Q * p->F);
+    p->scratch = malloc(sizeof(float) * p->H * attention_chunks(Q) * attention_stride(p->past + Q));
+    return p->xn && p->q && p->k && p->v && p->att && p->o && p->g && p->u && p->scratch;
+}
+
+static void free_pass(Pass *p) {
+    free(p->xn); free(p->q); free(p->k); free(p->v); free(p->att); free(p->o); free(p->g); free(p->u);
+    free(p->scratch);
+}
+
+/* One decoder layer, run by every thread of the enclosing parallel region (its `single` and
+ * `for` constructs bind to it): `w` the layer's in_norm, post_norm (float32) and q, k, v, o,
+ * gate, up, down projections (float16); its keys and values at kbuf/vbuf, head g's row j at
+ * g * head_stride + j * D elements (float16 where p->half). The q, k and v products share one
+ * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
+ * per block of the product that feeds them. Every thread computes the two norms itself, into
+ * its own buffer: a few thousand operations instead of a barrier where the others wait (each
+ * wait is a futex sleep and wake-up under OMP_WAIT_POLICY=PASSIVE). Every element's arithmetic
+ * is the one of the separate products, so the bits are the same. */
+static void layer_in_region(float *h, const Pass *p, const void *const *w, void *kbuf, void *vbuf,
+                            int64_t head_stride) {
+    int Q = p->Q, E = p->E, H = p->H, Hkv = p->Hkv, D = p->D, F = p->F, QD = H * D, KD = Hkv * D;
+    int L = p->past + Q;
+    const float *in_norm = w[0], *post_norm = w[1];
+    const uint16_t *wq = w[2], *wk = w[3], *wv = w[4], *wo = w[5], *wg = w[6], *wu = w[7], *wd = w[8];
+    float *xn = p->xn + (int64_t)omp_get_thread_num() * Q * E, *q = p->q, *k = p->k, *v = p->v, *att = p->att, *o = p->o, *g = p->g, *u = p->u;
     int heads_tasks = H * attention_chunks(Q);
-    float *scratch = malloc(sizeof(float) * heads_tasks * attention_stride(L));
     int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
-    /* One parallel region for the whole layer: its threads wake once per layer instead of once
-     * per product and the attention (8 regions; with OMP_WAIT_POLICY=PASSIVE, lsp_server/threads.py,
-     * a waiting thread sleeps and each region wakes it with a futex). The q, k and v products share one
-     * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
-     * per block of the product that feeds them. Every element's arithmetic is the one of the
-     * separate calls, so the bits are the same. */
-#pragma omp parallel num_threads(threads)
-    {
-#pragma omp single
-        rms_norm(h, in_norm, eps, xn, Q, E);
+    rms_norm(h, in_norm, p->eps, xn, Q, E); /* h is complete: the previous layer's last loop ended in a barrier */
+    if (D % (2 * NB) == 0) {
+        /* Tasks of 2 * NB outputs of one head, dims [NB j, NB j + NB) and the same plus D / 2:
+         * each task also applies the rotary embedding to them (it pairs dim d with d + D / 2)
+         * and writes its keys and values into the cache, so no `single` step (and no barrier)
+         * between the products and the attention. */
+        int per_head = D / (2 * NB), tasks = (H + 2 * Hkv) * per_head;
+#pragma omp for schedule(static)
+        for (int t = 0; t < tasks; t++) {
+            int head = t / per_head, j = t % per_head, kind = head < H ? 0 : head < H + Hkv ? 1 : 2;
+            int hh = kind == 0 ? head : kind == 1 ? head - H : head - H - Hkv;
+            const uint16_t *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
+            float *out = kind == 0 ? q : kind == 1 ? k : v;
+            int N = kind == 0 ? QD : KD, heads = kind == 0 ? H : Hkv, d0 = NB * j, half = D / 2;
+            matmul_block(xn, wm, out, Q, N, E, (hh * D + d0) / NB);
+            matmul_block(xn, wm, out, Q, N, E, (hh * D + half + d0) / NB);
+            for (int i = 0; i < Q; i++) {
+                float *r = out + ((int64_t)i * heads + hh) * D;
+                if (kind < 2) { /* as `rope`, for these dims */
+                    const float *c = p->cos + (int64_t)i * D, *sn = p->sin + (int64_t)i * D;
+                    for (int d = d0; d < d0 + NB; d++) {
+                        float a = r[d], b = r[d + half];
+                        r[d] = a * c[d] - b * sn[d];
+                        r[d + half] = b * c[d + half] + a * sn[d + half];
+                    }
+                }
+                if (kind > 0) { /* the new position into the cache */
+                    void *buf = kind == 1 ? kbuf : vbuf;
+                    int64_t at = hh * head_stride + (int64_t)(p->past + i) * D;
+                    store_row(buf, at + d0, r + d0, NB, p->half);
+                    store_row(buf, at + half + d0, r + half + d0, NB, p->half);
+                }
+            }
+        }
+    } else {
 #pragma omp for schedule(static)
         for (int b = 0; b < bq + 2 * bk; b++) {
             if (b < bq) matmul_block(xn, wq, q, Q, QD, E, b);
@@ -407,37 +500,76 @@ void llama_layer(float *h, int Q, int E, const float *in_norm, const float *post
         }
 #pragma omp single
         {
-            rope(q, Q, H, D, cos, sin);
-            rope(k, Q, Hkv, D, cos, sin);
+            rope(q, Q, H, D, p->cos, p->sin);
+            rope(k, Q, Hkv, D, p->cos, p->sin);
             for (int i = 0; i < Q; i++) /* the new positions into the cache */
                 for (int g0 = 0; g0 < Hkv; g0++) {
-                    memcpy(kbuf + g0 * head_stride + (int64_t)(past + i) * D, k + ((int64_t)i * Hkv + g0) * D,
-                           sizeof(float) * D);
-                    memcpy(vbuf + g0 * head_stride + (int64_t)(past + i) * D, v + ((int64_t)i * Hkv + g0) * D,
-                           sizeof(float) * D);
+                    int64_t at = g0 * head_stride + (int64_t)(p->past + i) * D;
+                    store_row(kbuf, at, k + ((int64_t)i * Hkv + g0) * D, D, p->half);
+                    store_row(vbuf, at, v + ((int64_t)i * Hkv + g0) * D, D, p->half);
                 }
         }
-#pragma omp for schedule(static)
-        for (int t = 0; t < heads_tasks; t++)
-            attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, scale,
-                           scratch);
-#pragma omp for schedule(static)
-        for (int b = 0; b < be; b++) residual_block(att, wo, o, h, Q, E, QD, b);
-#pragma omp single
-        rms_norm(h, post_norm, eps, xn, Q, E);
-#pragma omp for schedule(static)
-        for (int b = 0; b < bf; b++) {
-            matmul_block(xn, wg, g, Q, F, E, b);
-            matmul_block(xn, wu, u, Q, F, E, b);
-            int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
-            for (int i = 0; i < Q; i++)
-                for (int e = n0; e < n1; e++) {
-                    int64_t at = (int64_t)i * F + e;
-                    g[at] = g[at] / (1.0f + expf(-g[at])) * u[at];
-                }
-        }
-#pragma omp for schedule(static)
-        for (int b = 0; b < be; b++) residual_block(g, wd, o, h, Q, E, F, b);
     }
-    free(xn); free(q); free(k); free(v); free(att); free(o); free(g); free(u); free(scratch);
+#pragma omp for schedule(static)
+    for (int t = 0; t < heads_tasks; t++)
+        attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, p->scale,
+                       p->scratch, p->half);
+#pragma omp for schedule(static)
+    for (int b = 0; b < be; b++) residual_block(att, wo, o, h, Q, E, QD, b);
+    rms_norm(h, post_norm, p->eps, xn, Q, E); /* after the o product's loop and its barrier */
+#pragma omp for schedule(static)
+    for (int b = 0; b < bf; b++) {
+        matmul_block(xn, wg, g, Q, F, E, b);
+        matmul_block(xn, wu, u, Q, F, E, b);
+        int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
+        for (int i = 0; i < Q; i++)
+            for (int e = n0; e < n1; e++) {
+                int64_t at = (int64_t)i * F + e;
+                g[at] = g[at] / (1.0f + expf(-g[at])) * u[at];
+            }
+    }
+#pragma omp for schedule(static)
+    for (int b = 0; b < be; b++) residual_block(g, wd, o, h, Q, E, F, b);
+}
+
+/* One parallel region for the whole layer (`llama_layer`) or for all the layers of a pass
+ * (`llama_layers`): the threads wake once instead of once per product and the attention (with
+ * OMP_WAIT_POLICY=PASSIVE, lsp_server/threads.py, a waiting thread sleeps and each region wakes
+ * it with a futex). Both return 0 when the scratch buffers could not be allocated (nothing
+ * computed), 1 otherwise. */
+int llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
+                 const uint16_t *wq, const uint16_t *wk, const uint16_t *wv, const uint16_t *wo,
+                 const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
+                 int F, const float *cos, const float *sin, void *kbuf, void *vbuf,
+                 int64_t head_stride, int past, float scale, int half, int threads) {
+    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
+    const void *w[9] = {in_norm, post_norm, wq, wk, wv, wo, wg, wu, wd};
+    int ok = pass_buffers(&p);
+    if (ok) {
+#pragma omp parallel num_threads(threads)
+        layer_in_region(h, &p, w, kbuf, vbuf, head_stride);
+    }
+    free_pass(&p);
+    return ok;
+}
+
+/* `layers` decoder layers in turn over the rows of h [Q, E], in one parallel region: layer l's
+ * norms and projections at weights[9 l .. 9 l + 8] (as `llama_layer` takes them), its keys at
+ * kbase + l * layer_stride and values at vbase + l * layer_stride (elements), head g's row j
+ * at g * head_stride + j * D; every layer holds `past` positions and gets the Q new ones. The
+ * same arithmetic, so the same bits, as `llama_layer` called once per layer. */
+int llama_layers(float *h, int Q, int E, int layers, const void *const *weights, float eps, int H, int Hkv,
+                 int D, int F, const float *cos, const float *sin, void *kbase, void *vbase,
+                 int64_t layer_stride, int64_t head_stride, int past, float scale, int half, int threads) {
+    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
+    int ok = pass_buffers(&p);
+    if (ok) {
+        int64_t bytes = half ? 2 : 4;
+#pragma omp parallel num_threads(threads)
+        for (int l = 0; l < layers; l++)
+            layer_in_region(h, &p, weights + 9 * l, (char *)kbase + l * layer_stride * bytes,
+                            (char *)vbase + l * layer_stride * bytes, head_stride);
+    }
+    free_pass(&p);
+    return ok;
 }

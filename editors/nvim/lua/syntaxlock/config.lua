@@ -60,7 +60,7 @@ M.defaults = {
     completion_items = nil, -- true: also one item in the completion menu
     work_ahead = nil, -- true: prefill at the cursor when you pause, prefetch after an accept
     latency_budget_ms = nil, -- 250: a longer answer shows its complete lines so far; 0: none
-    cache_memory_mb = nil, -- 192: memory for the files' prepared prompts (KV caches)
+    cache_memory_mb = nil, -- 96: memory for the files' prepared prompts (KV caches)
     python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
     -- requires-python lower bound or .python-version, else 3.14
     identifiers = nil, -- "constrain": names that exist (off | bias | constrain)
