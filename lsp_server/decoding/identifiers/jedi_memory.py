@@ -36,12 +36,13 @@ def prune_parse_cache(lines: int, cache: dict | None = None) -> int:
     return dropped
 
 
-def bound_jedi_caches(lines: int = PARSE_CACHE_LINES) -> None:
-    """`prune_parse_cache(lines)` under the lock jedi's analyses hold, then, when modules were
-    dropped, `release_freed_memory()`."""
+def bound_jedi_caches(lines: int = PARSE_CACHE_LINES) -> int:
+    """`prune_parse_cache(lines)` under the lock jedi's analyses hold, then
+    `release_freed_memory()`: what the analysis and the requests before it freed (a prompt's
+    temporaries among it) goes back too. Returns how many modules were dropped."""
     from .analysis import _JEDI  # parso's cache is read and written by jedi under this lock
 
     with _JEDI:
         dropped = prune_parse_cache(lines)
-    if dropped:
-        release_freed_memory()
+    release_freed_memory()
+    return dropped
