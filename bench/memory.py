@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/memory.py [--requests 40] [--code both|stdlib|thirdparty]
                                      [--model default] [--device cpu|cuda|auto] [--max-tokens 64]
+                                     [--identifiers constrain|bias|off] [--no-imports]
 
 Starts `syntaxlock serve` (as bench/lsp_latency.py does), waits for the model, then asks for
 `--requests` completions at cut points of real files (half stdlib, half third-party wheels with
@@ -18,6 +19,8 @@ cache cap). Reported, in MiB:
 - `imports`: what the libraries cost alone, each step in a fresh interpreter (Python, then
   torch, pygls with lsprotocol, the tokenizer, the whole server's modules; then transformers
   with the Llama model class, which the CPU server does not import), as RSS after each step;
+- with `--identifiers off`, the same without the names analysis (jedi): the difference is what
+  the analysis holds in the server;
 - the same totals for the host process on a GPU (`--device cuda`), where the weights live on
   the GPU.
 """
@@ -109,8 +112,10 @@ async def snapshot(s: Server) -> dict:
 
 async def run(args) -> dict:
     out = {"model": args.model, "device": args.device, "requests": args.requests, "code": args.code,
+           "identifiers": args.identifiers,
            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-    options = {"model": args.model, "device": args.device, "maxTokens": args.max_tokens}
+    options = {"model": args.model, "device": args.device, "maxTokens": args.max_tokens,
+               "identifiers": args.identifiers}
     s = Server(args, options)
     out["ready_s"] = round(await s.start(), 1)
     out["after_load"] = await snapshot(s)
@@ -126,7 +131,8 @@ async def run(args) -> dict:
     out["peak"] = {"VmHWM": round(process_memory(s.pid)["VmHWM"] / MIB, 1)}
     out["child_processes_rss"] = child_processes(s.pid)
     await s.stop()
-    out["imports"] = import_ladder(args.model)
+    if not args.no_imports:
+        out["imports"] = import_ladder(args.model)
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
@@ -139,6 +145,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--identifiers", default="constrain", choices=["constrain", "bias", "off"],
+                    help="the names analysis (jedi): the server's default, or off to see what it holds")
+    ap.add_argument("--no-imports", action="store_true", help="leave out `imports` (fresh interpreters, slow)")
     ap.add_argument("--verbose", action="store_true", help="the server's stderr on ours")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(run(args)), indent=1))

@@ -11,12 +11,18 @@ of 256 KiB, trimming above 256 KiB and two arenas (`SETTINGS`), the KV caches 50
 `give_back_freed_memory()` applies `SETTINGS` through `mallopt` (the CLI calls it first
 thing); a variable the user set (MALLOC_MMAP_THRESHOLD_, ...) wins, since glibc read it at
 start. Elsewhere than glibc it does nothing and says why.
+
+`release_freed_memory()` collects what nothing reaches and hands the heaps' free pages back
+(`malloc_trim`): memory freed below the threshold (Python's objects, a parsed JSON) otherwise
+stays resident. Called after loading the model and after jedi's caches are bounded.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import gc
 import os
 from enum import IntEnum
 
@@ -41,16 +47,22 @@ ENVIRONMENT = {
 }
 
 
+@functools.cache
+def _glibc(function: str):
+    """glibc's `function`, or None where the C library has none (musl, macOS, Windows)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), function)
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
 def give_back_freed_memory(environ: dict | None = None) -> dict[str, int] | str:
     """Apply `SETTINGS` (those the environment doesn't set); the ones applied by name, or why
     none could be (not glibc)."""
     environ = os.environ if environ is None else environ
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        return f"no glibc mallopt here ({name})"
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
+        return f"no glibc mallopt here ({ctypes.util.find_library('c')})"
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     applied = {}
@@ -60,3 +72,15 @@ def give_back_freed_memory(environ: dict | None = None) -> dict[str, int] | str:
         if mallopt(int(option), value) == 1:
             applied[option.name] = value
     return applied
+
+
+def release_freed_memory() -> bool:
+    """Collect what nothing reaches (cycles included), then hand the heaps' free pages back to
+    the system (glibc's `malloc_trim`); whether pages could be handed back (False: not glibc)."""
+    gc.collect()
+    trim = _glibc("malloc_trim")
+    if trim is None:
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True

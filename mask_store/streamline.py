@@ -68,6 +68,11 @@ BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (thei
 # CPU seconds per context for the jointly-legal comparisons: past it, the classes shown so far
 # (`jointly_legal_classes`' `cut`); SmolLM2's contexts need < JOINTLY_LEGAL_BUDGET_S / 4
 JOINTLY_LEGAL_BUDGET_S = 8.0
+# contexts a forked worker analyses before a fresh fork replaces it: each grew by what its
+# contexts' jointly-legal explorations memoise, to ~400 MiB apiece by the end of a build (the
+# build's peak, 927 MiB for the tree); 3 gives 610 MiB at the same CPU time, 2 525 MiB at +15%
+# (docs/memory.md)
+CONTEXTS_PER_WORKER = 3
 
 
 class Decision(enum.Enum):
@@ -257,7 +262,7 @@ class _Streamliner:
             return {ctx: fn(self.g, ctx, seqs, self.joint_budget_s) for ctx, seqs in self._bar(items, desc)}
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_s)
-        with forked_pool(self.processes) as pool:
+        with forked_pool(self.processes, tasks_per_worker=CONTEXTS_PER_WORKER) as pool:
             done = pool.imap_unordered(_context_work, items, chunksize=1)
             return dict(self._bar(done, desc) if self.progress else done)
 

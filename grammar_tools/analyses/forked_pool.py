@@ -10,13 +10,17 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def forked_pool(processes: int, initializer: Callable | None = None, initargs: tuple = ()) -> Iterator:
+def forked_pool(processes: int, initializer: Callable | None = None, initargs: tuple = (),
+                tasks_per_worker: int | None = None) -> Iterator:
     """`multiprocessing`'s fork pool of `processes` workers, with the objects made so far out of
     the collector's reach while it runs (`gc.freeze`): a collection in a worker would write to
-    every one of them and so copy every page the fork shares with this process."""
+    every one of them and so copy every page the fork shares with this process. With
+    `tasks_per_worker`, a worker that has run that many tasks is replaced by a fresh fork (what
+    it grew goes back to the system)."""
     gc.freeze()
     try:
-        with multiprocessing.get_context("fork").Pool(processes, initializer=initializer, initargs=initargs) as pool:
+        with multiprocessing.get_context("fork").Pool(processes, initializer=initializer, initargs=initargs,
+                                                     maxtasksperchild=tasks_per_worker) as pool:
             yield pool
     finally:
         gc.unfreeze()

@@ -11,6 +11,9 @@ The analysis never runs beside a request: between two of jedi's queries (~10-100
 it waits while `busy()` says a request or a prefill holds the engine. Only the newest request of a document is made (one waiting at most: typing replaces it), and a
 document keeps its last `KEEP` analyses. jedi raises on code it can't read now and then; the
 analysis is then None and the request decodes without it (logged, never raised to a request).
+After each analysis, once the engine is free, jedi's caches are bounded (`jedi_memory`: parso's
+trees of the modules used least recently dropped, the freed memory handed back): unbounded, they
+grew the server by ~180 MiB over 40 documents.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .analysis import ScopeAnalysis, analyse, line_key
+from .jedi_memory import PARSE_CACHE_LINES, bound_jedi_caches
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +47,9 @@ def _path(uri: str) -> str | None:
 class NameAnalyses:
     """See the module docstring. Thread-safe."""
 
-    def __init__(self, busy: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, busy: Callable[[], bool] = lambda: False, parse_cache_lines: int = PARSE_CACHE_LINES) -> None:
         self._busy = busy
+        self._parse_cache_lines = parse_cache_lines  # jedi_memory.bound_jedi_caches
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="names")
         self._lock = threading.Lock()
         self._done: OrderedDict[str, OrderedDict[str, ScopeAnalysis | None]] = OrderedDict()
@@ -103,4 +108,16 @@ class NameAnalyses:
                 self._memo.pop(gone, None)
             if self._pending.get(uri, ("",))[0] == key:
                 del self._pending[uri]
+        self._executor.submit(self._bound_caches)  # after this future resolves: no one waits for it
         return result
+
+    def _bound_caches(self) -> None:
+        self._wait_idle()
+        started = time.perf_counter()
+        try:
+            dropped = bound_jedi_caches(self._parse_cache_lines)
+        except Exception:  # a parso without the cache this reads: memory grows, nothing else breaks
+            log.exception("bounding jedi's caches failed")
+            return
+        log.debug("jedi's caches bounded (%d modules dropped), freed memory handed back in %.0f ms",
+                  dropped, (time.perf_counter() - started) * 1000)
