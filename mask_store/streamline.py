@@ -15,8 +15,9 @@ and rows that always get the same answer can share one check. The seed's order:
    exploration, then Bar-Hillel (`never_legal`) for what it left open); then jointly legal
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
    and rows whose outcomes agree on every refined frame merge into one; the classes left are
-   compared pairwise only within groups of the same outcomes frame by frame (no budget: every
-   context gets the whole analysis, so the store doesn't depend on the machine's speed).
+   compared pairwise only within groups of the same outcomes frame by frame, with a CPU budget
+   per context (`JOINTLY_LEGAL_BUDGET_S`): a context that spends it keeps the classes shown so
+   far (more rows, the same masks).
 
 5. (with the vocabulary) each state's boundary rows merge into its own rows: both are checked
    from the same parser node (newlines aside), the boundary ones only for the tokens whose first
@@ -65,11 +66,10 @@ log = logging.getLogger(__name__)
 STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaining_rows")
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
-# CPU seconds per context for the jointly-legal comparisons (None: no limit). None since the
-# pairwise step compares only classes that no frame tells apart (`jointly_legal._join_classes`):
-# the 151k vocabulary's largest context needs ~18 s, and a limit made the classes depend on the
-# machine's speed
-JOINTLY_LEGAL_BUDGET_S: float | None = None
+# CPU seconds per context for the jointly-legal comparisons: past it, the classes shown so far
+# (`jointly_legal_classes`' `cut`). Kept: without it the 151k store's build (same wall and CPU)
+# grows an analysis worker to 4.6 GB (1.2 GB with it), see docs/mask_store_rows.md
+JOINTLY_LEGAL_BUDGET_S: float | None = 8.0
 
 
 class Decision(enum.Enum):
