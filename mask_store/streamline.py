@@ -14,9 +14,10 @@ and rows that always get the same answer can share one check. The seed's order:
 4. the remaining rows: always legal -> unconditional row; never legal -> delete (the
    exploration, then Bar-Hillel (`never_legal`) for what it left open); then jointly legal
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
-   and rows whose outcomes agree on every refined frame merge into one. The pairwise
-   comparisons of the classes step have a CPU budget per context (`JOINTLY_LEGAL_BUDGET_S`):
-   a context that spends it keeps the classes shown so far (more rows, the same masks).
+   and rows whose outcomes agree on every refined frame merge into one; the classes left are
+   compared pairwise only within groups of the same outcomes frame by frame, with a CPU budget
+   per context (`JOINTLY_LEGAL_BUDGET_S`): a context that spends it keeps the classes shown so
+   far (more rows, the same masks).
 
 5. (with the vocabulary) each state's boundary rows merge into its own rows: both are checked
    from the same parser node (newlines aside), the boundary ones only for the tokens whose first
@@ -66,8 +67,9 @@ STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaini
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
 # CPU seconds per context for the jointly-legal comparisons: past it, the classes shown so far
-# (`jointly_legal_classes`' `cut`); SmolLM2's contexts need < JOINTLY_LEGAL_BUDGET_S / 4
-JOINTLY_LEGAL_BUDGET_S = 8.0
+# (`jointly_legal_classes`' `cut`). Kept: without it the 151k store's build (same wall and CPU)
+# grows an analysis worker to 4.6 GB (1.2 GB with it), see docs/mask_store_rows.md
+JOINTLY_LEGAL_BUDGET_S: float | None = 8.0
 # contexts a forked worker analyses before a fresh fork replaces it: each grew by what its
 # contexts' jointly-legal explorations memoise, to ~400 MiB apiece by the end of a build (the
 # build's peak, 927 MiB for the tree); 3 gives 610 MiB at the same CPU time, 2 525 MiB at +15%

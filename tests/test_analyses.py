@@ -384,3 +384,34 @@ def test_tuples_are_no_single_targets(python_grammar):
     assert not is_never_legal_shown(g, name, ["AMPEREQUAL"])
     assert not is_never_legal_shown(g, name, ["RPAR", "AMPEREQUAL"])
     assert not is_never_legal_shown(g, name, ["RSQB", "AMPEREQUAL"])
+
+
+def test_jointly_legal_classes_compare_only_classes_no_frame_tells_apart(python_grammar, monkeypatch):
+    """The pairwise step tries `are_jointly_legal` only between classes with the same outcomes
+    on every frame (a hash, not every pair), and still joins what the pairs join: `LPAR` and
+    `LPAR RPAR` after a name; `DOT` (legal after every name) against `COLON` is never tried."""
+    from grammar_tools.analyses import jointly_legal as J
+
+    g = python_grammar
+    names = ["DOT", "LPAR", "LPAR RPAR", "EQUAL", "COMMA", "COMMA RPAR", "COLON", "FOR", "NAME"]
+    seqs = {parse_names(g, n.split()) for n in names}
+    tried = []
+    real = J.are_jointly_legal
+
+    def spy(grammar, ctx, a, b, python=True):
+        tried.append(frozenset((tuple(a), tuple(b))))
+        return real(grammar, ctx, a, b, python)
+
+    monkeypatch.setattr(J, "are_jointly_legal", spy)
+    found = jointly_legal_classes(g, "NAME", seqs)
+    assert not found.cut
+    ex = J.explorer(g)
+    frames = J._outcome_frames(ex, J.context_from_name(g, "NAME"))
+    assert tried
+    for pair in tried:
+        a, b = sorted(pair) if len(pair) == 2 else (next(iter(pair)),) * 2
+        assert [J._kind(ex.run(f, a)) for f in frames] == [J._kind(ex.run(f, b)) for f in frames]
+    colon, dot = parse_names(g, ["COLON"]), parse_names(g, ["DOT"])
+    assert frozenset((colon, dot)) not in tried
+    class_of = {m: i for i, c in enumerate(found.classes) for m in c.members}
+    assert class_of[parse_names(g, ["LPAR"])] == class_of[parse_names(g, ["LPAR", "RPAR"])]

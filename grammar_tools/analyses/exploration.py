@@ -139,6 +139,7 @@ class Explorer:
         self._outcome_memo: dict = {}
         self._feed_memo: dict = {}
         self._adv_memo: dict = {}
+        self._refine_memo: dict = {}
         self._has_as = G.HAS_AS if sem.tracks_attributes else 0
 
     def shift_depth(self, df: int, t: int, target: int | None) -> int:
@@ -247,22 +248,33 @@ class Explorer:
         less (see `signature`)."""
         frames = tuple(frames)
         for _ in range(depth):
-            out = []
+            out: dict = {}
             for f in frames:
-                if f[0] == ANY_FRAME:
-                    out.append(f)
-                    continue
-                bottom, bd, ba = f[0]
-                for x in [bottom] if isinstance(bottom, int) else sorted(bottom):
-                    if not self.preds[x]:
-                        out.append(((x, bd & self.poss[x] or bd, ba),) + f[1:])
-                        continue
-                    for p in self.preds[x]:
-                        g = self._redepth(((p, self.poss[p], UNKNOWN), (x, self.poss[x], ba)) + f[1:])
-                        if g is not None:
-                            out.append(g)
-            frames = tuple(dict.fromkeys(out))
+                out.update(self._refined_once(f))
+            frames = tuple(out)
         return frames
+
+    def _refined_once(self, f) -> dict:
+        """`refine` of one frame by one entry, as an ordered set (a dict). Memoized: the
+        prefixes of many sequences lead to the same frames."""
+        hit = self._refine_memo.get(f)
+        if hit is not None:
+            return hit
+        out: dict = {}
+        if f[0] == ANY_FRAME:
+            out[f] = None
+        else:
+            bottom, bd, ba = f[0]
+            for x in [bottom] if isinstance(bottom, int) else sorted(bottom):
+                if not self.preds[x]:
+                    out[((x, bd & self.poss[x] or bd, ba),) + f[1:]] = None
+                    continue
+                for p in self.preds[x]:
+                    g = self._redepth(((p, self.poss[p], UNKNOWN), (x, self.poss[x], ba)) + f[1:])
+                    if g is not None:
+                        out[g] = None
+        self._refine_memo[f] = out
+        return out
 
     def _redepth(self, frame):
         """The frame with depths recomputed upward from its bottom (None: inconsistent)."""
