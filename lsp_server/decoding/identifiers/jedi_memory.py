@@ -7,8 +7,8 @@ resident memory by ~180 MiB. After each analysis `bound_jedi_caches` keeps the t
 recently used modules up to `PARSE_CACHE_LINES` source lines (builtins and typing stay: every
 analysis reads them), collects the trees it dropped (their nodes point at their parents: only
 the cycle collector frees them) and hands the freed heap pages back to the system
-(`malloc_trim`, glibc only). A dropped module is parsed again when an analysis needs it (parso's
-own disk cache makes that ~10 ms for most).
+(`malloc_trim`, glibc only). A dropped module is parsed again from its source when an analysis
+needs it (parso's disk cache of pickles is off: `parso_disk`).
 """
 
 from __future__ import annotations
