@@ -27,6 +27,16 @@ def test_a_refusal_on_the_answers_lines_or_the_line_after_them_is_found():
     assert refused_where_written(before, "y = f\"{d[\"key\"]}\"", after) is None  # 3.12 syntax: the parser's, not ours
 
 
+def test_a_refusal_further_down_is_the_answers_when_the_file_without_it_compiles():
+    # attrs' _funcs.py after an accept and Enter: the answer repeats a keyword argument given two
+    # lines below it, and CPython reports the repetition there
+    before = "rv = asdict(\n    v,\n    filter=filter,\n    "
+    after = "\n    retain=retain,\n    value_serializer=value_serializer,\n)\n"
+    assert compiles(before + after)
+    assert "repeated" in refused_where_written(before, "value_serializer=value_serializer,", after)
+    assert refused_where_written(before, "dict_factory=dict_factory,", after) is None
+
+
 def test_a_refusal_elsewhere_is_the_files_own():
     before = "def f():\n    "
     after = "\n\n\nx = 1\nreturn 2\n"  # `return` outside a function, three lines below the answer

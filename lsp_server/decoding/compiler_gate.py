@@ -14,8 +14,10 @@ What the parser refuses is the grammar's business, per target version, and this 
 be older than the version a document targets (a 3.12 f-string is no error there): a file this
 interpreter cannot parse is left to the grammar's verdict. Where: the refusal's lines must touch
 the lines the answer wrote, or the line after them (a keyword argument the answer repeats from
-the line below is reported there); a refusal elsewhere is the file's own (`return` outside a
-function further down) and refuses nothing here.
+the line below is reported there), or anywhere when the file *without* the answer compiles:
+then the refusal can only be the answer's (a keyword argument it repeats from three lines below
+is reported three lines below). Otherwise a refusal elsewhere is the file's own (`return` outside
+a function further down) and refuses nothing here.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from grammar_tools.parsing.cpython_check import refused_lines
 
 def refused_where_written(before: str, answer: str, after: str) -> str | None:
     """CPython's message when it refuses `before + answer + after` on the lines the answer wrote
-    or the line after them; None when the file compiles or the refusal is elsewhere."""
+    or the line after them, or anywhere when `before + after` compiles; None when the file
+    compiles or the refusal is the file's own (module docstring)."""
     refused = refused_lines(before + answer + after, "<completion>", after_parse=True)
     if refused is None:
         return None
     message, line, end_line = refused
     first = before.count("\n") + 1
     last = first + answer.count("\n") + 1
-    return f"{message} (line {line})" if line <= last and end_line >= first else None
+    if line <= last and end_line >= first or refused_lines(before + after, "<document>") is None:
+        return f"{message} (line {line})"
+    return None
