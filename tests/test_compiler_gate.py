@@ -84,3 +84,12 @@ def test_what_compiles_is_offered_as_before(compiled):
     text, off, r = complete_at_marker(compiled, ASYNC, "return [row async for row in source]\n\n\nprint(rows)\n")
     assert r.text == "return [row async for row in source]"
     assert compiles(text[:off] + r.text + text[off:])
+
+
+def test_a_completions_later_lines_are_judged_on_a_tree_asked_for_again(monkeypatch):
+    from lsp_server.decoding.identifiers.later_lines import first_unbound_line
+
+    calls = disturbed_conversions(monkeypatch, cpython_check.TREE_TRIES - 1)
+    before = "def f(items):\n    "
+    assert first_unbound_line(before, "n = len(items)\n    return n + width\n", "") == 1
+    assert len(calls) == cpython_check.TREE_TRIES

@@ -9,7 +9,8 @@ caller's `from __future__` imports are not inherited (`dont_inherit`), so the ve
 a file of its own gets.
 
 Used by the tests, the benchmarks and the engine's last check of an answer alike (`compiles`,
-`refusal`, `refused_lines`, `compilable_source`; lsp_server/decoding/compiler_gate.py). For
+`refusal`, `refused_lines`, `compilable_source`; lsp_server/decoding/compiler_gate.py);
+`parsed_tree` is the parser's tree for readers of it (the names' later-lines check). For
 another CPython version the file runs as a script under that interpreter (the tests' per-version
 plumbing, tests/cpython_oracle.py): a JSON list of sources on stdin, a JSON list of verdicts on
 stdout. So it imports nothing of the project and keeps to syntax that Python 3.8 reads.
@@ -38,7 +39,7 @@ def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
         warnings.simplefilter("ignore")
         try:
             if after_parse:
-                tree = _parsed(text, name, mode)
+                tree = parsed_tree(text, name, mode)
                 if tree is None:
                     return None
                 text = tree
@@ -51,11 +52,11 @@ def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
     return None
 
 
-# How often a tree is asked for again when its conversion was disturbed (see `_parsed`).
+# How often a tree is asked for again when its conversion was disturbed (see `parsed_tree`).
 TREE_TRIES = 3
 
 
-def _parsed(text: str | bytes, name: str, mode: str) -> ast.AST | None:
+def parsed_tree(text: str | bytes, name: str = "<text>", mode: str = "exec") -> ast.AST | None:
     """The tree CPython's parser makes of `text`; None where the parser refuses it, or where no
     tree could be had. CPython 3.11 counts the depth of a tree's conversion to Python objects in
     one counter per interpreter, so a conversion in another thread at the same moment (the

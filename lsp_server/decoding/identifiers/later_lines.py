@@ -14,8 +14,7 @@ pyflakes is the checker behind flake8 and ruff's F821; it reads the tree and nev
 
 from __future__ import annotations
 
-import ast
-
+from grammar_tools.parsing.cpython_check import parsed_tree
 from pyflakes import checker, messages
 
 
@@ -28,10 +27,10 @@ def first_unbound_line(before: str, text: str, after: str) -> int | None:
     written = text.rstrip()  # a last line of blanks is the indentation of the line after it
     if "\n" not in written:
         return None
-    try:
-        tree = compile(before + text + after, "<completion>", "exec", ast.PyCF_ONLY_AST)
-        found = checker.Checker(tree, filename="<completion>").messages
-    except (SyntaxError, ValueError, MemoryError, RecursionError):  # too deep to read: not judged
+    try:  # the tree asked for again where jedi's thread disturbed its conversion (parsed_tree)
+        tree = parsed_tree(before + text + after, "<completion>")
+        found = [] if tree is None else checker.Checker(tree, filename="<completion>").messages
+    except (MemoryError, RecursionError):  # too deep to read: not judged
         return None
     first = before.count("\n") + 1  # the completion's first line, 1-based as pyflakes counts
     last = first + written.count("\n")
