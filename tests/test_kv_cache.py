@@ -86,3 +86,48 @@ def test_a_cpu_cache_keeps_every_layer_in_two_tensors_across_growth():
         cache.extend(2)
         assert cache.lengths_agree(352) and cache.layers[2].values.shape[2] == 352
         assert cache_bytes(cache) == 2 * cache.k.numel() * cache.k.element_size()
+
+
+def test_a_dropped_cpu_cache_is_freed_without_the_cyclic_collector():
+    """A document's cache evicted from the prompt cache goes at once: its layers don't point
+    back at it (a cycle kept every evicted cache's buffers until the cyclic collector ran)."""
+    import gc
+    import weakref
+
+    from lsp_server.model.kv_cache import CpuCache
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        cache = CpuCache(2, torch.float16)
+        for layer in cache.layers:
+            layer.write(_chunk(10, 0), _chunk(10, 0))
+        gone = weakref.ref(cache.k)
+        del cache, layer
+        assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_room_made_ahead_keeps_the_positions_and_grows_once():
+    """`make_room` before a prompt: an empty cache gets its buffers at once (the capacity the
+    prompt would have grown to), chunks written after it land in them, and a cache that holds
+    positions keeps them when it grows."""
+    from lsp_server.model.kv_cache import CpuCache, grown_capacity
+
+    cache = CpuCache(3, torch.float16, HEADS, DIM)
+    cache.make_room(1000)
+    assert cache.capacity() == grown_capacity(1000) and cache.get_seq_length() == 0
+    first = cache.k
+    done = 0
+    for n in (128, 128, 128, 500):
+        for layer in cache.layers:
+            layer.write(_chunk(n, done), -_chunk(n, done))
+        done += n
+    assert cache.k is first  # no growth: every chunk fitted the room made
+    assert torch.equal(cache.layers[2].keys, _chunk(done, 0).half())
+    cache.make_room(2000)
+    assert cache.capacity() == grown_capacity(2000) and cache.k is not first
+    assert torch.equal(cache.layers[1].values, -_chunk(done, 0).half()) and cache.lengths_agree(done)
+    CpuCache(3).make_room(1000)  # without the heads' shape: nothing to do until the first write

@@ -34,6 +34,7 @@ of single steps. The logits differ from a float32 cache's by the keys' and value
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -144,11 +145,14 @@ class CacheLayer(GrowingBuffers):
 
     def __init__(self, cache: CpuCache, index: int) -> None:
         super().__init__()
-        self._cache = cache
+        # a weak reference: the cache holds its layers, and a cycle would keep a dropped cache's
+        # buffers (an evicted document's, tens of MB) until Python's cyclic collector ran, which
+        # held ~200 MB over 40 requests (docs/memory.md)
+        self._cache = weakref.ref(cache)
         self._index = index
 
     def _reserve(self, needed: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self._cache.reserve(needed, key_states.shape[1], key_states.shape[-1])
+        self._cache().reserve(needed, key_states.shape[1], key_states.shape[-1])
 
     def attach(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """The cache moved its buffers: this layer's are now `k`/`v` (positions copied)."""
@@ -165,10 +169,11 @@ class CpuCache:
     them views of two tensors `k` and `v` [layers, kv_heads, capacity, head_dim] of `dtype`
     (None until the first write); see the module's doc."""
 
-    def __init__(self, layers: int, dtype: torch.dtype = KV_DTYPE) -> None:
+    def __init__(self, layers: int, dtype: torch.dtype = KV_DTYPE, kv_heads: int = 0, head_dim: int = 0) -> None:
         if dtype not in (torch.float16, torch.float32):
             raise ValueError(f"a CPU cache holds float16 or float32, not {dtype}")
         self.dtype = dtype
+        self.kv_heads, self.head_dim = kv_heads, head_dim  # 0: known at the first write
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
         self.layers = [CacheLayer(self, i) for i in range(layers)]
@@ -196,6 +201,14 @@ class CpuCache:
         self.k, self.v = k, v
         for i, layer in enumerate(self.layers):
             layer.attach(k[i : i + 1], v[i : i + 1])
+
+    def make_room(self, positions: int) -> None:
+        """Room for `positions` in every layer before a prompt's passes write them (the heads'
+        shape given at construction, else nothing done): a prompt computed in chunks then grows
+        its buffers once, not once per chunk, and an empty cache never holds an old and a new
+        buffer of every layer at once (the growth's peak, docs/memory.md)."""
+        if self.kv_heads and self.head_dim and positions > self.capacity():
+            self.reserve(positions, self.kv_heads, self.head_dim)
 
     def lengths_agree(self, length: int) -> bool:
         """Every layer holds `length` positions."""
