@@ -271,7 +271,7 @@ class CpuLlama(torch.nn.Module):
         self.stack: LayerStack | None = kernels.layer_stack(fused) if one_call and all(fused) else None
 
     def new_cache(self) -> CpuCache:
-        return CpuCache(len(self.layers), self.kv_dtype)
+        return CpuCache(len(self.layers), self.kv_dtype, self.config.num_key_value_heads, self.config.head_dim)
 
     def _pass(self, rows: int, past: int) -> Pass:
         position_ids = (torch.arange(rows) + past).unsqueeze(0)

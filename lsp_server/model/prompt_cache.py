@@ -88,6 +88,11 @@ class PromptCache:
                 rewind(past, common)
             else:
                 common = 0
+            if past is None:  # the CPU model's cache, made here to be sized once (None: forward makes one)
+                past = getattr(self.runtime, "new_cache", lambda: None)()
+            make_room = getattr(past, "make_room", None)
+            if make_room is not None:  # the whole prompt's room at once, not a growth per chunk
+                make_room(len(ids))
             done = common
             logits = None
             try:

@@ -107,6 +107,14 @@ class ModelRuntime:
         at every forward pass was ~0.1 ms of a decoding step.)"""
         return cache_keyword(self.model)
 
+    def new_cache(self):
+        """An empty KV cache that can make room ahead of a prompt (`CpuCache.make_room`: the CPU
+        model's), or None where the forward pass makes its own (transformers' classes, CUDA's
+        static cache)."""
+        if isinstance(self.model, CpuLlama) and self.static is None:
+            return self.model.new_cache()
+        return None
+
     @torch.inference_mode()
     def forward(self, ids: list[int], past=None, keep: int = 1, cancel=None):
         """Logits for the last `keep` positions of `ids` (fed after `past`, a new `GrowingCache`
