@@ -56,7 +56,7 @@ from .vocabulary import Vocabulary
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-ROW_CACHE = 1024  # rows kept (49 KB each for 49,152 tokens)
+ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as booleans)
 
 
 class CanonicalUnsupported(ValueError):
@@ -300,7 +300,7 @@ class CanonicalPairs:
         self._rank = dict(zip(zip(xs, t.merge_right.tolist()), t.merge_rank.tolist()))
         self._anything = np.ones(self.V, dtype=bool)
         self._anything.setflags(write=False)
-        self._row = functools.lru_cache(maxsize=row_cache)(self._compute_row)
+        self._row = functools.lru_cache(maxsize=row_cache)(self._packed_row)
 
     def junctions(self, k: RunKind) -> np.ndarray:
         """(V,) Junction of a token of kind `k` with every token."""
@@ -364,6 +364,10 @@ class CanonicalPairs:
             return RunKind.PUNCT
         return RunKind(int(self.tables.kind[state.last]))
 
+    def _packed_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
+        """`_compute_row` in bits (what the row cache keeps)."""
+        return np.packbits(self._compute_row(last, kind, ends_ws_run), bitorder="little")
+
     def _compute_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
         joined = self._joined[kind]
         row = self._allow[kind] | (joined & ~self.conflicts(last))
@@ -385,7 +389,10 @@ class CanonicalPairs:
         (all of them where `unconstrained`)."""
         if self.unconstrained(state):
             return self._anything
-        return self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN)
+        bits = self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN)
+        row = np.unpackbits(bits, count=self.V, bitorder="little").view(bool)
+        row.setflags(write=False)
+        return row
 
     def after(self, state: CanonicalState, token: int) -> CanonicalState:
         """The state once `token` follows."""

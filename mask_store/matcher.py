@@ -61,7 +61,8 @@ class Config:
 
 
 def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
-    """(dead sets, V) booleans: the usable tokens whose first byte ends a lexeme in each dead set."""
+    """(dead sets, V) booleans: the usable tokens whose first byte ends a lexeme in each dead set
+    (`CompiledGrammar` keeps them in bits: `np.packbits`, a row unpacked when a mask needs it)."""
     V = store.vocab_size
     first = np.array([b[0] if b else 0 for b in vocab.token_bytes[:V]], dtype=np.int64)
     bits = np.unpackbits(store.dead_sets, axis=1, bitorder="little").astype(bool)  # (S, 256)
@@ -110,10 +111,14 @@ class CompiledGrammar:
             for k in range(store.sparse_start.shape[0] - 1)
         ]
         self._negated = store.sparse_negated.astype(bool).tolist()  # ids left out, not allowed
-        # (S, V): tokens whose first byte ends a lexeme in each dead set; the store's, whatever the version
-        self._dead_masks = _dead_masks if _dead_masks is not None else dead_token_masks(store, vocab)
+        # (S, V) bits: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
+        # the version (in bits: 2.9 MB, where booleans took 23 MB)
+        self._dead_masks = _dead_masks if _dead_masks is not None else np.packbits(
+            dead_token_masks(store, vocab), axis=1, bitorder="little")
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
+        # the configurations' masks in bits (`_unpack`): 6 KB each, where booleans took 48 KB
+        # (4,096 of them 192 MB; docs/memory.md)
         self._mask_cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
         # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
@@ -124,6 +129,12 @@ class CompiledGrammar:
         # streamlining lowers
         self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0,
                       "canonical_masks": 0, "canonical_fallbacks": 0}
+
+    def cache_bytes(self) -> int:
+        """What the masks memoized across requests hold (configurations' masks and the canonical
+        rows, both in bits), for the server's memory report."""
+        rows = self.canonical.row_cache_info().currsize if self.canonical is not None else 0
+        return sum(m.nbytes for m in list(self._mask_cache.values())) + rows * -(-self.V // 8)
 
     def for_version(self, python_version) -> CompiledGrammar:
         """The same store serving another target Python version (`grammar_tools.parsing.versions`):
@@ -224,6 +235,12 @@ class CompiledGrammar:
         self.stats["rows"] += len(ids)
         return out
 
+    def _unpack(self, bits: np.ndarray) -> np.ndarray:
+        """(V,) bool, read-only, from `np.packbits(..., bitorder="little")`."""
+        out = np.unpackbits(bits, count=self.V, bitorder="little").view(bool)
+        out.setflags(write=False)
+        return out
+
     def config_mask(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration (memoized by parser context)."""
         key = (c.q, c.node.key(), c.width)
@@ -231,7 +248,7 @@ class CompiledGrammar:
         if cached is not None:
             self._mask_cache.move_to_end(key)
             self.stats["cache_hits"] += 1
-            return cached
+            return self._unpack(cached)
         ids: list[int] = []
         self.collect(self.q_group[c.q], c.node, c.width, ids)
         mask = self.masks_to_bool(ids)
@@ -246,9 +263,9 @@ class CompiledGrammar:
                 bids: list[int] = []
                 self.collect(b, node, None, bids)
                 if bids:
-                    mask |= self.masks_to_bool(bids) & self._dead_masks[self.d_dead[self.q_state[c.q]]]
+                    mask |= self.masks_to_bool(bids) & self._unpack(self._dead_masks[self.d_dead[self.q_state[c.q]]])
         mask.setflags(write=False)
-        self._mask_cache[key] = mask
+        self._mask_cache[key] = np.packbits(mask, bitorder="little")
         if len(self._mask_cache) > self._cache_size:
             self._mask_cache.popitem(last=False)
         self.stats["masks"] += 1
