@@ -258,9 +258,15 @@ def cache_path(grammar: Grammar) -> Path:
     return cache.cache_dir() / f"lexer-{key}.npz"
 
 
-@functools.lru_cache(maxsize=4)
 def load_lexer_automaton(grammar: Grammar | None = None) -> LexerAutomaton:
-    grammar = grammar or load_grammar()
+    """The grammar's lexer automaton (the default grammar's with None), one per grammar: the
+    default asked for by None and by the grammar itself is the same automaton (two copies held
+    ~18 MiB in the server, docs/memory.md)."""
+    return _load_lexer_automaton(grammar or load_grammar())
+
+
+@functools.lru_cache(maxsize=4)
+def _load_lexer_automaton(grammar: Grammar) -> LexerAutomaton:
     path = cache_path(grammar)
     data = cache.read_npz(path)
     if data is not None:
