@@ -13,7 +13,10 @@ cache cap). Reported, in MiB:
   resident memory by mapping: memory-mapped weights, torch's libraries, other libraries and
   files, anonymous; the model's tensors by dtype and how much of them views the file; the mask
   store's tables; the KV caches);
-- `peak`: VmHWM, the most the server was ever resident;
+- `heap` (the C heap in use, free and in its own mappings; Python's allocated blocks), `mask_caches`
+  (the masks memoized across requests), `parse_cache` (the modules the names analysis keeps parsed);
+- `peak`: VmHWM, the most the server was ever resident; `timeline_rss_hwm`: VmRSS and VmHWM after
+  each request (where the peak came);
 - `child_processes_rss`: the server's child processes (jedi's subprocess for the names
   analysis), resident beside it;
 - `imports`: what the libraries cost alone, each step in a fresh interpreter (Python, then
@@ -106,6 +109,11 @@ async def snapshot(s: Server) -> dict:
         out["model_tensors"] = {k: round(v / (1 << 20), 1) for k, v in mem["model_bytes"].items()}
     if "mask_store_bytes" in mem:
         out["mask_store"] = round(mem["mask_store_bytes"] / (1 << 20), 1)
+    if "mask_cache_bytes" in mem:
+        out["mask_caches"] = round(mem["mask_cache_bytes"] / (1 << 20), 1)
+    heap = mem.get("heap_bytes", {})
+    out["heap"] = {k: v if k == "python_blocks" else round(v / (1 << 20), 1) for k, v in heap.items()}
+    out["parse_cache"] = mem.get("parse_cache", {})
     out["kv_caches"] = status.get("kvCache", {}).get("memory_mb") if isinstance(status, dict) else None
     return out
 
@@ -119,13 +127,16 @@ async def run(args) -> dict:
     s = Server(args, options)
     out["ready_s"] = round(await s.start(), 1)
     out["after_load"] = await snapshot(s)
-    answered = 0
+    answered, timeline = 0, []
     for i, cut in enumerate(cut_points(args.requests, args.seed, args.code)):
         uri = f"file:///memory/{i}.py"
         s.open(uri, cut.doc)
         r = await s.ask(uri, cut.line, cut.col)
         answered += bool(r and getattr(r, "items", r))
+        now = process_memory(s.pid)
+        timeline.append([round(now["VmRSS"] / MIB), round(now["VmHWM"] / MIB)])
     out["answered"] = answered
+    out["timeline_rss_hwm"] = timeline
     out["idle_after_s"] = await idle_after(s.pid, horizon=5.0)
     out["steady"] = await snapshot(s)
     out["peak"] = {"VmHWM": round(process_memory(s.pid)["VmHWM"] / MIB, 1)}

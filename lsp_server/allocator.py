@@ -48,7 +48,7 @@ ENVIRONMENT = {
 
 
 @functools.cache
-def _glibc(function: str):
+def glibc_function(function: str):
     """glibc's `function`, or None where the C library has none (musl, macOS, Windows)."""
     try:
         return getattr(ctypes.CDLL(ctypes.util.find_library("c")), function)
@@ -60,7 +60,7 @@ def give_back_freed_memory(environ: dict | None = None) -> dict[str, int] | str:
     """Apply `SETTINGS` (those the environment doesn't set); the ones applied by name, or why
     none could be (not glibc)."""
     environ = os.environ if environ is None else environ
-    mallopt = _glibc("mallopt")
+    mallopt = glibc_function("mallopt")
     if mallopt is None:
         return f"no glibc mallopt here ({ctypes.util.find_library('c')})"
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -78,7 +78,7 @@ def release_freed_memory() -> bool:
     """Collect what nothing reaches (cycles included), then hand the heaps' free pages back to
     the system (glibc's `malloc_trim`); whether pages could be handed back (False: not glibc)."""
     gc.collect()
-    trim = _glibc("malloc_trim")
+    trim = glibc_function("malloc_trim")
     if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int

@@ -7,13 +7,22 @@
   libraries, other libraries and files, and anonymous memory (the Python heap, tensors, the
   mask store's arrays, the KV caches);
 - `tensor_bytes(tensors)`, `model_bytes(model)`: what a model holds, by dtype and by whether it
-  views a file or owns memory (tied tensors counted once).
+  views a file or owns memory (tied tensors counted once);
+- `heap_usage()`: the C heap (glibc's `mallinfo2`): in use, free but kept, and the blocks
+  served from their own mappings (tensors of 256 KiB and more: the KV caches), and Python's
+  small objects (allocated blocks; their 1 MiB arenas are anonymous mappings outside malloc);
+- `parse_cache_lines()`: the source lines of the modules parso keeps parsed (the names
+  analysis's trees, bounded by `jedi_memory`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+from ..allocator import glibc_function
 
 STATUS_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
 
@@ -89,3 +98,34 @@ def array_bytes(obj) -> int:
     import numpy as np
 
     return sum(v.nbytes for v in vars(obj).values() if isinstance(v, np.ndarray))
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (malloc.h), every field a size_t."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_usage() -> dict[str, int]:
+    """The C heap in bytes, over all of glibc's arenas: `malloc_in_use` (allocated blocks),
+    `malloc_free` (freed, still resident unless trimmed), `malloc_mapped` (blocks with their own
+    mapping); and `python_blocks`, Python's allocated small objects (a count). Only
+    `python_blocks` where the C library is not glibc 2.33+."""
+    out = {"python_blocks": sys.getallocatedblocks()}
+    mallinfo2 = glibc_function("mallinfo2")
+    if mallinfo2 is not None:
+        mallinfo2.restype, mallinfo2.argtypes = _MallInfo2, []
+        m = mallinfo2()
+        out |= {"malloc_in_use": m.uordblks, "malloc_free": m.fordblks, "malloc_mapped": m.hblkhd}
+    return out
+
+
+def parse_cache_lines() -> dict[str, int]:
+    """The modules parso keeps parsed and their source lines (empty before parso is imported:
+    the names analysis imports it)."""
+    cache = sys.modules.get("parso.cache")
+    if cache is None:
+        return {}
+    items = [item for modules in list(cache.parser_cache.values()) for item in list(modules.values())]
+    return {"modules": len(items), "lines": sum(len(item.lines) for item in items)}

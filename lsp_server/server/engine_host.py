@@ -30,7 +30,8 @@ from dataclasses import dataclass, fields, replace
 from collections.abc import Callable
 
 from ..decoding.engine import CompletionRequest, CompletionResult
-from ..model.memory_parts import array_bytes, mapped_parts, model_bytes, process_memory
+from ..model.memory_parts import (array_bytes, heap_usage, mapped_parts, model_bytes, parse_cache_lines,
+                                  process_memory)
 from ..options import EngineOptions
 
 log = logging.getLogger(__name__)
@@ -349,14 +350,16 @@ class EngineHost:
     def memory_report(self) -> dict:
         """The process's resident memory (KiB, `memory_parts`) and what the engine holds (bytes):
         the model's weights by dtype, the mask store's tables."""
-        out = {"process_kib": process_memory(), "parts_kib": mapped_parts()}
+        out = {"process_kib": process_memory(), "parts_kib": mapped_parts(), "heap_bytes": heap_usage(),
+               "parse_cache": parse_cache_lines()}
         engine = self._engine
         model = getattr(getattr(engine, "runtime", None), "model", None)
-        store = getattr(getattr(engine, "compiled", None), "store", None)
+        compiled = getattr(engine, "compiled", None)
         if model is not None:
             out["model_bytes"] = model_bytes(model)
-        if store is not None:
-            out["mask_store_bytes"] = array_bytes(store)
+        if compiled is not None:
+            out["mask_store_bytes"] = array_bytes(compiled.store)
+            out["mask_cache_bytes"] = compiled.cache_bytes()
         return out
 
     def forget(self, uri: str) -> None:
