@@ -15,6 +15,8 @@ cache cap). Reported, in MiB:
   store's tables; the KV caches);
 - `heap` (the C heap in use, free and in its own mappings; Python's allocated blocks), `mask_caches`
   (the masks memoized across requests), `parse_cache` (the modules the names analysis keeps parsed);
+- `settled`: the same once the server went idle (the names analyses of the last documents run
+  behind the requests; at most `--settle-s`), `peak_settled` VmHWM then;
 - `peak`: VmHWM, the most the server was ever resident; `timeline_rss_hwm`: VmRSS and VmHWM after
   each request (where the peak came);
 - `child_processes_rss`: the server's child processes (jedi's subprocess for the names
@@ -140,6 +142,14 @@ async def run(args) -> dict:
     out["idle_after_s"] = await idle_after(s.pid, horizon=5.0)
     out["steady"] = await snapshot(s)
     out["peak"] = {"VmHWM": round(process_memory(s.pid)["VmHWM"] / MIB, 1)}
+    # the names analyses of the last documents may still run 5 s after the last answer (queued
+    # behind the requests): `settled` is taken once the server has been idle (or at the horizon)
+    waited = 5.0
+    while waited < args.settle_s and await idle_after(s.pid, horizon=5.0) is None:
+        waited += 5.0
+    out["settled_after_s"] = waited
+    out["settled"] = await snapshot(s)
+    out["peak_settled"] = {"VmHWM": round(process_memory(s.pid)["VmHWM"] / MIB, 1)}
     out["child_processes_rss"] = child_processes(s.pid)
     await s.stop()
     if not args.no_imports:
@@ -158,6 +168,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--identifiers", default="constrain", choices=["constrain", "bias", "off"],
                     help="the names analysis (jedi): the server's default, or off to see what it holds")
+    ap.add_argument("--settle-s", type=float, default=60.0,
+                    help="at most this long after the requests for the server to go idle (`settled`)")
     ap.add_argument("--no-imports", action="store_true", help="leave out `imports` (fresh interpreters, slow)")
     ap.add_argument("--verbose", action="store_true", help="the server's stderr on ours")
     args = ap.parse_args()
