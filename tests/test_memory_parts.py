@@ -45,3 +45,41 @@ def test_array_bytes_sums_an_objects_arrays():
             self.name = "not an array"
 
     assert array_bytes(Tables()) == 40 + 64
+
+
+def test_heap_usage_sees_a_block_allocated_and_freed():
+    """`heap_usage`: glibc's counters move with a block malloc'd and freed (in use, then not)."""
+    import ctypes
+
+    from lsp_server.model.memory_parts import heap_usage
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = heap_usage()
+    if "malloc_in_use" not in before:
+        import pytest
+
+        pytest.skip("not glibc 2.33+ (no mallinfo2)")
+    block = libc.malloc(100_000)  # under the mmap threshold: from the heap
+    held = heap_usage()
+    libc.free(block)
+    after = heap_usage()
+    assert held["malloc_in_use"] >= before["malloc_in_use"] + 100_000
+    assert after["malloc_in_use"] <= held["malloc_in_use"] - 100_000
+    assert before["python_blocks"] > 0
+
+
+def test_parse_cache_lines_counts_parsos_modules():
+    import parso
+
+    from lsp_server.decoding.identifiers.parso_disk import memory_only
+    from lsp_server.model.memory_parts import parse_cache_lines
+
+    memory_only()  # parso's cache in memory only: nothing pickled to disk
+    parso.cache.parser_cache.clear()
+    assert parse_cache_lines() == {"modules": 0, "lines": 0}
+    grammar = parso.load_grammar()
+    grammar.parse("x = 1\ny = 2\n", path="/nowhere/m.py", cache=True)
+    assert parse_cache_lines() == {"modules": 1, "lines": 3}
+    parso.cache.parser_cache.clear()
