@@ -131,3 +131,37 @@ def test_room_made_ahead_keeps_the_positions_and_grows_once():
     assert cache.capacity() == grown_capacity(2000) and cache.k is not first
     assert torch.equal(cache.layers[1].values, -_chunk(done, 0).half()) and cache.lengths_agree(done)
     CpuCache(3).make_room(1000)  # without the heads' shape: nothing to do until the first write
+
+
+def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
+    """`PromptCache.prefill` sizes a new cache for the whole prompt before the first chunk: every
+    chunk writes into the same buffers (no growth, no copy), and a longer prompt on the same
+    document grows them once."""
+    from lsp_server.model.kv_cache import CpuCache, grown_capacity
+    from lsp_server.model.prompt_cache import PromptCache
+
+    class Runtime:
+        prefill_chunk = 4
+
+        def __init__(self) -> None:
+            self.buffers: list[int] = []
+
+        def new_cache(self) -> CpuCache:
+            return CpuCache(2, torch.float16, HEADS, DIM)
+
+        def forward(self, ids, past, keep=1, cancel=None):
+            start = past.get_seq_length()
+            for layer in past.layers:
+                layer.write(_chunk(len(ids), start), -_chunk(len(ids), start))
+            self.buffers.append(past.k.data_ptr())
+            return torch.zeros(1, 8), past
+
+    runtime = Runtime()
+    cache = PromptCache(runtime)
+    _, past, _ = cache.prefill("doc", list(range(300)))
+    assert len(runtime.buffers) == 75 and len(set(runtime.buffers)) == 1
+    assert past.capacity() == grown_capacity(300) and past.lengths_agree(300)
+    _, again, reused = cache.prefill("doc", list(range(300)) + list(range(500)))
+    assert again is past and reused == 300 and past.capacity() == grown_capacity(800)
+    assert len(set(runtime.buffers[75:])) == 1  # grown once, before the new chunks
+    assert torch.equal(past.layers[1].keys, _chunk(800, 0).half())
