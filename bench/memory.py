@@ -3,6 +3,7 @@
     .venv/bin/python bench/memory.py [--requests 40] [--code both|stdlib|thirdparty]
                                      [--model default] [--device cpu|cuda|auto] [--max-tokens 64]
                                      [--identifiers constrain|bias|off] [--no-imports]
+                                     [--cache-mb N] [--settle-s 60]
 
 Starts `syntaxlock serve` (as bench/lsp_latency.py does), waits for the model, then asks for
 `--requests` completions at cut points of real files (half stdlib, half third-party wheels with
@@ -126,6 +127,8 @@ async def run(args) -> dict:
            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     options = {"model": args.model, "device": args.device, "maxTokens": args.max_tokens,
                "identifiers": args.identifiers}
+    if args.cache_mb is not None:
+        options["cacheMemoryMB"] = args.cache_mb
     s = Server(args, options)
     out["ready_s"] = round(await s.start(), 1)
     out["after_load"] = await snapshot(s)
@@ -168,6 +171,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--identifiers", default="constrain", choices=["constrain", "bias", "off"],
                     help="the names analysis (jedi): the server's default, or off to see what it holds")
+    ap.add_argument("--cache-mb", type=int, help="the server's cacheMemoryMB, the KV caches' cap (default: the server's)")
     ap.add_argument("--settle-s", type=float, default=60.0,
                     help="at most this long after the requests for the server to go idle (`settled`)")
     ap.add_argument("--no-imports", action="store_true", help="leave out `imports` (fresh interpreters, slow)")
