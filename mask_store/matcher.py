@@ -39,6 +39,7 @@ from grammar_tools.parsing.recognizer import Node, Recognizer
 from grammar_tools.parsing.recovery import parse_prefix
 
 from .canonical import OFF, CanonicalPairs, CanonicalState
+from .operator_runs import cycles, in_cycle
 from .store import MaskStore
 from .token_lexing import extend_width, walk
 from .vocabulary import Vocabulary
@@ -106,6 +107,7 @@ class CompiledGrammar:
         self.q_boundary = store.q_boundary.tolist()
         self.d_dead = store.d_dead.tolist()
         self._tries: dict[int, _Trie] = {}
+        self._runs = cycles(self.recognizer)  # `operator_runs`: runs walked without checks
         self._sparse = [
             store.sparse_ids[store.sparse_start[k] : store.sparse_start[k + 1]]
             for k in range(store.sparse_start.shape[0] - 1)
@@ -178,44 +180,71 @@ class CompiledGrammar:
         return t
 
     def collect(self, group: int, node: Node, width, out: list[int]) -> None:
-        """Append the mask ids of the rows of `group` that the parser accepts from `node`."""
+        """Append the mask ids of the rows of `group` that the parser accepts from `node`.
+
+        A walk item is (trie node, parser node, run terminal, run length): with a run terminal
+        e, the parser node is in a cycle of `operator_runs` for e and stands for itself fed e
+        `run length` more times (the same terminals may follow each: its own `accepted`); the
+        run is fed for real only where a row leaves it (`_run_fed`)."""
         rec = self.recognizer
         T, NL = self.T, self.NL
         indents = self.store.indents
-        stack = [(self.trie(group), node)]
+        runs = self._runs
+        stack = [(self.trie(group), node, -1, 0)]
         checks = 0
         while stack:
-            trie, p = stack.pop()
+            trie, p, run, k = stack.pop()
             out.extend(trie.masks)
             if not trie.children:
                 continue
-            acc = rec.accepted(p)
-            checks += 1
+            acc = rec.accepted(p)  # within a run: the run's first node's, memoized on it
+            checks += not k
             depth0 = p.depth == 0
             for e, child in trie.children.items():
                 if e < T:
                     if e == NL and not depth0:
-                        stack.append((child, p))  # newlines inside brackets are nothing
+                        stack.append((child, p, run, k))  # newlines inside brackets are nothing
                         continue
                     if not acc >> e & 1:
                         continue
                     if not child.children:
                         out.extend(child.masks)
                         continue
+                    if e == run:
+                        stack.append((child, p, run, k + 1))  # the run goes on: no check
+                        continue
+                    if k:
+                        p = self._run_fed(p, run, k)
+                        checks += k
+                        run, k = -1, 0
                     p2 = rec.feed_cached(p, e)
                     checks += 1
                     if p2 is not None:
-                        stack.append((child, p2))
+                        if runs and (p2.state, e) in runs and in_cycle(runs, p, p2, e):
+                            stack.append((child, p2, e, 0))
+                        else:
+                            stack.append((child, p2, -1, 0))
                 else:
                     if not depth0:
-                        stack.append((child, p))
+                        stack.append((child, p, run, k))
                         continue
+                    if k:
+                        p = self._run_fed(p, run, k)
+                        checks += k
+                        run, k = -1, 0
                     col, alt = indents[e - T].width(width)
                     p2 = rec.feed_indentation(p, col, alt)
                     checks += 1
                     if p2 is not None:
-                        stack.append((child, p2))
+                        stack.append((child, p2, -1, 0))
         self.stats["parser_checks"] += checks
+
+    def _run_fed(self, p: Node, run: int, k: int) -> Node:
+        """The parser node `p` fed the terminal `run` k times (in a cycle: each is accepted)."""
+        rec = self.recognizer
+        for _ in range(k):
+            p = rec.feed_cached(p, run)
+        return p
 
     def masks_to_bool(self, ids: list[int]) -> np.ndarray:
         out = np.zeros(self.V, dtype=bool)
