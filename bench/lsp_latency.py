@@ -460,6 +460,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
     pause = min(args.pause, args.lead)
     times: dict[str, list[float]] = {"first": [], "warm": [], "after_accept": [], "after_accept_and_enter": []}
     first_by_code: dict[str, list[float]] = {}
+    warm_by_code: dict[str, list[float]] = {}
     quality: list[dict] = []
     counts = {"first_items": 0, "first_multiline": 0, "warm_items": 0, "accepted": 0, "after_accept_items": 0,
               "enter_items": 0, "offered": 0, "offered_compiling": 0}
@@ -509,6 +510,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
             col += utf16(more)
             r, dt = await s.timed(uri, c.line, col, "warm", where)
             times["warm"].append(dt)
+            warm_by_code.setdefault(kind, []).append(dt)
             items = offered(doc, r, "warm", where)
             counts["warm_items"] += bool(items)
         if not items:
@@ -537,6 +539,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         "cut_points": len(cuts),
         **{name: stats_ms(v) if v else None for name, v in times.items()},
         "first_by_code": {k: stats_ms(v) for k, v in first_by_code.items()},
+        "warm_by_code": {k: stats_ms(v) for k, v in warm_by_code.items()},
         "quality_of_the_first_answer": {
             code: {"n": len(rows), "compiles": sum(r["compiles"] for r in rows),
                    "exact": round(sum(r["exact"] for r in rows) / len(rows), 3),
