@@ -129,6 +129,7 @@ class Server:
         self.client = LanguageClient("syntaxlock-bench", "0")
         self.version: dict[str, int] = {}
         self.log_file = Path(tempfile.mkdtemp(prefix="syntaxlock-bench-")) / "server.log"
+        self.asked: list[dict] = []  # every timed request: phase, document, when sent (wall clock), ms
 
     async def start(self) -> float:
         ready, failed = asyncio.Event(), []
@@ -205,10 +206,12 @@ class Server:
             text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, col),
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
 
-    async def timed(self, uri: str, line: int, col: int):
-        t = time.perf_counter()
+    async def timed(self, uri: str, line: int, col: int, phase: str = "", where: str = ""):
+        sent, t = time.time(), time.perf_counter()
         r = await self.ask(uri, line, col)
-        return r, time.perf_counter() - t
+        dt = time.perf_counter() - t
+        self.asked.append({"phase": phase, "cut": where, "uri": uri, "sent": sent, "ms": round(dt * 1000, 1)})
+        return r, dt
 
     async def command(self, name: str, *args):
         return await self.client.workspace_execute_command_async(
@@ -278,6 +281,27 @@ def engine_figures(log: str, prefix: str) -> dict:
         "engine_stop_after_supersede_ms": stats_ms(lag) if lag else None,
         "engine_steps_before_the_stop": {"mean": round(sum(steps) / len(steps), 2), "max": max(steps)} if steps else None,
     }
+
+
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ (.*)$", re.M)
+
+
+def slow_requests(log: str, asked: list[dict], slow_ms: float) -> list[dict]:
+    """The requests that took more than `slow_ms`, each with the server's log lines about its
+    document written while it waited (what the engine did for it: its prompt, decode and checks,
+    the work ahead it waited for); `--slow-ms`."""
+    lines = []
+    for m in LOG_LINE.finditer(log):
+        at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+        lines.append((at, m.group(3)))
+    out = []
+    for a in asked:
+        if a["ms"] <= slow_ms:
+            continue
+        end = a["sent"] + a["ms"] / 1000 + 0.002
+        said = [text[:300] for at, text in lines if a["sent"] - 0.002 <= at <= end and a["uri"] in text]
+        out.append({k: a[k] for k in ("phase", "cut", "ms")} | {"log": said})
+    return out
 
 
 def items_of(r) -> list:
@@ -351,12 +375,12 @@ async def accept_then_enter(s: Server, args, uri: str, doc: str, it) -> tuple:
     s.edit(uri, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character), it.insert_text)
     t_accept = time.perf_counter()
     await s.command("syntaxlock.accepted", it.command.arguments[0])
-    at_end = await s.timed(uri, *end)
+    at_end = await s.timed(uri, *end, phase="after_accept", where=uri)
     await asyncio.sleep(max(0.0, args.enter_after - (time.perf_counter() - t_accept)))
     entered, line, character = after_enter(accepted, *end)
     off = offset_at(accepted, *end)
     s.edit(uri, end, end, entered[off : off + len(entered) - len(accepted)])
-    return at_end, await s.timed(uri, line, character), accepted, entered
+    return at_end, await s.timed(uri, line, character, "after_accept_and_enter", uri), accepted, entered
 
 
 async def scenario_cuts(args, cuts: list[Cut]) -> dict:
@@ -436,6 +460,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
     pause = min(args.pause, args.lead)
     times: dict[str, list[float]] = {"first": [], "warm": [], "after_accept": [], "after_accept_and_enter": []}
     first_by_code: dict[str, list[float]] = {}
+    warm_by_code: dict[str, list[float]] = {}
     quality: list[dict] = []
     counts = {"first_items": 0, "first_multiline": 0, "warm_items": 0, "accepted": 0, "after_accept_items": 0,
               "enter_items": 0, "offered": 0, "offered_compiling": 0}
@@ -469,10 +494,10 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
             await asyncio.sleep(pause)
         else:
             await asyncio.sleep(args.lead)
-        r, dt = await s.timed(uri, c.line, col)
+        where = f"{c.name}:{c.line + 1}:{c.col}"
+        r, dt = await s.timed(uri, c.line, col, "first", where)
         times["first"].append(dt)
         first_by_code.setdefault(kind, []).append(dt)
-        where = f"{c.name}:{c.line + 1}:{c.col}"
         items = offered(doc, r, "first", where)
         counts["first_items"] += bool(items)
         if items:
@@ -483,8 +508,9 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
             s.edit(uri, (c.line, col), (c.line, col), more)
             doc = doc[: offset_at(doc, c.line, col)] + more + doc[offset_at(doc, c.line, col):]
             col += utf16(more)
-            r, dt = await s.timed(uri, c.line, col)
+            r, dt = await s.timed(uri, c.line, col, "warm", where)
             times["warm"].append(dt)
+            warm_by_code.setdefault(kind, []).append(dt)
             items = offered(doc, r, "warm", where)
             counts["warm_items"] += bool(items)
         if not items:
@@ -513,6 +539,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         "cut_points": len(cuts),
         **{name: stats_ms(v) if v else None for name, v in times.items()},
         "first_by_code": {k: stats_ms(v) for k, v in first_by_code.items()},
+        "warm_by_code": {k: stats_ms(v) for k, v in warm_by_code.items()},
         "quality_of_the_first_answer": {
             code: {"n": len(rows), "compiles": sum(r["compiles"] for r in rows),
                    "exact": round(sum(r["exact"] for r in rows) / len(rows), 3),
@@ -525,6 +552,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
                                    "ms": round(decode_ms / tokens, 2) if tokens else None},
         "engine": engine_figures(log, "file:///bench/"),
         "work_ahead": status.get("workAhead"),
+        "slow_requests": slow_requests(log, s.asked, args.slow_ms),
         "server_log": str(s.log_file),
     }
 
@@ -705,6 +733,8 @@ def main() -> None:
                     help="leads, cursor client: seconds between the character typed and the request")
     ap.add_argument("--latency-budget-ms", type=int, help="the server's latencyBudgetMs (default: the server's)")
     ap.add_argument("--context-tokens", type=int, help="the server's contextTokens, the prompt window (default: the server's)")
+    ap.add_argument("--slow-ms", type=float, default=300,
+                    help="leads: list the requests slower than this, with the server's log lines about them")
     ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")
     ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
     ap.add_argument("--typing-docs", type=int, default=10)

@@ -1,8 +1,9 @@
 """The latency budget (issue 32, `lsp_server/decoding/budget.py`): once it runs out, a request
 offers the complete lines decoded so far (valid like any answer), the rest is decoded on in the
 background from its tokens and served when the user accepts or types on; no budget changes
-nothing; a budget never cuts a line; the search behind an empty answer stops with it. The
-budgets run on a clock that counts the scripted model's forward passes: no timing."""
+nothing; a line is cut only once it has had the budget's span of decoding, at its longest valid
+cut, and its rest is decoded on the same way; the search behind an empty answer stops with it.
+The budgets run on a clock that counts the scripted model's forward passes: no timing."""
 
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ def engine_for(compiled, doc: str, intended: str, **opts) -> tuple[CompletionEng
     return CompletionEngine(EngineOptions(**opts), runtime, comp), runtime
 
 
-def steps_budget(runtime: ScriptedRuntime, steps: int) -> Budget:
+def steps_budget(runtime: ScriptedRuntime, steps: int, span: int = 0) -> Budget:
     """A budget that runs out after `steps` more forward passes of `runtime` (a slow model:
-    each pass is a tick of the clock)."""
-    return Budget(len(runtime.calls) + steps, clock=lambda: len(runtime.calls))
+    each pass is a tick of the clock); a line gets `span` passes from the decoding's start."""
+    return Budget(len(runtime.calls) + steps, clock=lambda: len(runtime.calls), span=span)
 
 
 @pytest.mark.parametrize("speculative", [False, True])
@@ -90,14 +91,43 @@ def test_the_rest_is_decoded_on_in_the_background_and_served_after_accept_withou
     assert r.text == WHOLE[len(first.text) + len(typed) :] and len(runtime.calls) == calls
 
 
-def test_a_budget_never_cuts_a_line(compiled):
-    """Single-line: an answer is one line; a budget gone before the first step changes nothing."""
+def test_a_line_is_not_cut_before_it_had_the_budgets_span_of_decoding(compiled):
+    """Single-line: a budget gone before the first step (the request waited for its prompt)
+    leaves the line its span: a line written within it is whole."""
     doc = "def f(a, b):\n    return a +|\n"
-    engine, runtime = engine_for(compiled, doc, " b * 2\n", mode="single")
+    engine, runtime = engine_for(compiled, doc, " b * 2\n", mode="single", speculative=False)
     text, off = split(doc)
     plain = engine_for(compiled, doc, " b * 2\n", mode="single")[0].complete(CompletionRequest(text, cursor=off))
-    r = engine.complete(CompletionRequest(text, cursor=off, budget=steps_budget(runtime, 0)))
+    r = engine.complete(CompletionRequest(text, cursor=off, budget=steps_budget(runtime, 0, span=20)))
     assert (r.text, r.budget_cut) == (plain.text, False) and r.text == " b * 2"
+
+
+# a long line: the request's budget runs out while it is written
+LONG = "def f(first, second, third):\n    return first +|\n"
+LINE = " second * third - first * second + third * first - second * second"
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_a_line_longer_than_its_span_is_cut_where_the_file_stays_valid_and_decoded_on(compiled, speculative):
+    engine, runtime = engine_for(compiled, LONG, LINE + "\n", mode="single", speculative=speculative)
+    text, off = split(LONG)
+    whole = engine_for(compiled, LONG, LINE + "\n", mode="single")[0].complete(CompletionRequest(text, cursor=off))
+    assert whole.text == LINE
+    first = engine.complete(CompletionRequest(text, cursor=off, document="file:///t.py",
+                                              budget=steps_budget(runtime, 0, span=3)))
+    assert first.stop_reason is StopReason.BUDGET and first.budget_cut
+    assert first.text and LINE.startswith(first.text) and len(first.text) < len(LINE)
+    assert compiles(text[:off] + first.text + text[off:])
+    # decoded on in the background from its tokens, served after accept without the model
+    rest_of_line = engine.prefetch(CompletionRequest(text, cursor=off, document="file:///t.py",
+                                                     resume=tuple(first.token_ids)))
+    assert rest_of_line.text == LINE
+    accepted = text[:off] + first.text + text[off:]
+    end = off + len(first.text)
+    calls = len(runtime.calls)
+    r = engine.complete(CompletionRequest(accepted, cursor=end, document="file:///t.py",
+                                          budget=steps_budget(runtime, 0, span=3)))
+    assert r.text == LINE[len(first.text) :] and r.prefetched and len(runtime.calls) == calls
 
 
 # the line at the cursor was a block's header: the model's first choice writes a statement no

@@ -24,9 +24,11 @@ LINES = SOURCE.splitlines(keepends=True)
 
 @pytest_lsp.fixture(config=config(), scope="module")
 async def client(lsp_client: LanguageClient, tiny_model_dir):
-    # a sampling seed with which the random model ends its lines (its greedy choice runs on)
+    # a sampling seed with which the random model ends its lines (its greedy choice runs on); no
+    # latency budget: a line that outlasts it is cut and continued (tests/test_latency_budget.py),
+    # and an accepted cut answer plans its continuation, not the line after Enter
     await initialize(lsp_client, {"model": str(tiny_model_dir), "maxTokens": 64, "mode": "single",
-                                  "temperature": 1, "seed": 0})
+                                  "temperature": 1, "seed": 0, "latencyBudgetMs": 0})
     yield
     await lsp_client.shutdown_session()
 

@@ -110,6 +110,8 @@ class CompletionResult:
     names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
     budget_cut: bool = False  # the latency budget ended it early: the rest is worth decoding in the background
+    gate_ms: float = 0.0  # spent in the compiler gate after decoding (`compiler_checked`)
+    engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
 
     def to_json(self) -> dict:
         return asdict(self) | {"stop_reason": str(self.stop_reason)}
@@ -335,6 +337,7 @@ class CompletionEngine:
         while not self._lock.acquire(timeout=0.05):
             if cancel():
                 return self._empty(request, StopReason.CANCELLED, options or self.options)
+        started = time.perf_counter()
         try:
             opts = options or self.options
             text = request.text
@@ -348,8 +351,11 @@ class CompletionEngine:
                 if rest is not None:
                     return self._rest_of(shown, rest, request)
             result, rest_of_file = self._complete(request, cancel, opts, before, after)
+            gated = time.perf_counter()
             if opts.constrained:
                 result = compiler_checked(result, before, after)
+            done = time.perf_counter()
+            result = replace(result, gate_ms=round((done - gated) * 1000, 2), engine_ms=round((done - started) * 1000, 2))
             if result.text and result.stop_reason != StopReason.CANCELLED:
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens,
                                                        rest_of_file)
@@ -439,7 +445,8 @@ class CompletionEngine:
             stop_reason=StopReason.ECHO if not rest and not ended else result.stop_reason,
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
-            typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[],
+            typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[], gate_ms=0.0,
+            engine_ms=0.0,
         )
 
     def _empty(self, req: CompletionRequest, reason: StopReason, opts: EngineOptions) -> CompletionResult:

@@ -141,7 +141,8 @@ def decode(
     header_steering.py). `names`: an `identifiers.IdentifierGuide` that reshapes each sampled
     position's logits and mask towards names that exist. `budget`: once it has expired, the pass
     ends at the longest stop so far that ends a complete line (`StopReason.BUDGET`; decoding goes
-    on until there is one)."""
+    on until there is one, or until the line has had the budget's span from the pass's start:
+    then the longest valid cut of it, `_Decoding.budget_stop`)."""
     return _Decoding(stepper, matcher, token_bytes, stop_tokens, sampler, policy, max_tokens, cancel,
                      speculator, avoid, steer, names, budget).run(replay)
 
@@ -171,6 +172,7 @@ class _Decoding:
         self.healed = policy.cursor - len(policy.held)
         self.names = names  # an identifiers.IdentifierGuide, or None
         self.budget = budget
+        self.line_budget = budget.for_line()  # the line being written gets the budget's span from here
         self._lines_tried = 0  # line ends written when the budget's stop was last looked for
 
     # ------------------------------------------------------------------ one position
@@ -232,17 +234,21 @@ class _Decoding:
     def budget_stop(self) -> Stop | None:
         """The budget ran out: the longest stop so far that ends a complete line and keeps the
         file valid (the policy's own fallback, so the same whole-file checks as any stop), or an
-        echo stop; None while there is none (looked for again after the next line end)."""
+        echo stop; None while there is none (looked for again after the next line end). Once the
+        line being written has had its own budget too (`Budget.for_line`), any stop of the
+        fallback that offers something: single-line, the longest valid cut of the line so far
+        (looked for again after every step while there is none)."""
         written = bytes(self.generated[self.healed :]) if self.healed > 0 else bytes(self.generated)
         lines = written.count(b"\n")
-        if lines == self._lines_tried:
+        line_spent = self.line_budget.expired()
+        if lines == self._lines_tried and not line_spent:
             return None
         self._lines_tried = lines
         stop = self.policy.fallback(bytes(self.generated), StopReason.BUDGET, at_end=False)
         if stop.reason is StopReason.ECHO:
             return stop
         end = self.policy.cursor + stop.cut
-        if stop.cut > 0 and (self.policy.held + bytes(self.generated))[end : end + 1] == b"\n":
+        if stop.cut > 0 and (line_spent or (self.policy.held + bytes(self.generated))[end : end + 1] == b"\n"):
             return stop
         return None
 

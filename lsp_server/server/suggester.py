@@ -188,7 +188,7 @@ class Suggester:
             request = CompletionRequest(lf, cursor=cursor if lf is text else len(to_lf(text[:cursor])), document=uri,
                                         workspace=self.documents.workspace(uri),
                                         budget=Budget.of(self.budget_ms(), start=t0))
-            job.task = asyncio.ensure_future(self._run(request, job))
+            job.task = asyncio.ensure_future(self._run(request, job, t0))
         job.waiters += 1
         stop = asyncio.ensure_future(job.stopped.wait())
         try:
@@ -220,7 +220,9 @@ class Suggester:
             self.report(f"completion in {uri}: the engine's range is outside the text: {e}", types.MessageType.Error)
             return None
 
-    async def _run(self, request: CompletionRequest, job: Job) -> CompletionResult | None:
+    async def _run(self, request: CompletionRequest, job: Job, arrived: float) -> CompletionResult | None:
+        """The engine's run for `request` (which arrived at `arrived`, perf_counter); None when
+        it was stopped or failed (reported)."""
         try:
             if self.work_ahead is not None:
                 await self.work_ahead.join(request.document, request.text, request.cursor)
@@ -256,10 +258,11 @@ class Suggester:
                                       tuple(result.token_ids) if result.text else ())
         log.info(
             "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
-            "decode %.0f ms, %d sampled + %d forced",
+            "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival",
             request.document, request.cursor, result.stop_reason, result.offer_path,
             result.check_ms, result.prompt_tokens, result.prompt_reused, result.prompt_ms, result.decode_ms,
-            result.tokens_generated, result.tokens_forced,
+            result.tokens_generated, result.tokens_forced, result.engine_ms, result.gate_ms,
+            (time.perf_counter() - arrived) * 1000,
         )
         return result
 

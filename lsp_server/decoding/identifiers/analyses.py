@@ -31,6 +31,7 @@ from .jedi_memory import PARSE_CACHE_LINES, bound_jedi_caches
 log = logging.getLogger(__name__)
 
 BUSY_POLL_S = 0.01  # how often a waiting analysis looks whether the engine is free
+QUIET_S = 1.0  # the engine free this long in a row: the user paused, jedi's caches may be bounded (`_bound_caches`)
 KEEP = 4  # analyses kept per document (lines the user moves between)
 DOCUMENTS = 8  # documents kept (least recently used out first)
 
@@ -112,7 +113,21 @@ class NameAnalyses:
         return result
 
     def _bound_caches(self) -> None:
-        self._wait_idle()
+        """Bound jedi's caches once the user pauses: the cycle collection behind it holds the
+        interpreter for 0.1-0.5 s with jedi's trees in memory (every thread waits, the server's
+        reading of a request and its decoding too), so it waits until the engine has been free
+        for `QUIET_S` in a row (a user who types keeps it busy with requests and prefills every
+        few hundred ms); left to the next analysis's bounding when one is queued meanwhile (this
+        thread is then needed for it: a request's analysis is never held behind a collection)."""
+        quiet_since = time.perf_counter()
+        while time.perf_counter() - quiet_since < QUIET_S:
+            with self._lock:
+                if self._pending:
+                    log.debug("jedi's caches: bounded after the next analysis")
+                    return
+            if self._busy():
+                quiet_since = time.perf_counter()
+            time.sleep(BUSY_POLL_S)
         started = time.perf_counter()
         try:
             dropped = bound_jedi_caches(self._parse_cache_lines)
