@@ -197,11 +197,13 @@ class SyntaxlockServer(LanguageServer):
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
         elif status.reverted is not None:
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
+        # the work-done progress before the status too: a client that sees "ready" has seen the
+        # progress end (unless it had not yet answered the progress token's creation)
+        self._progress(status)
         try:
             self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
         except Exception:
             log.exception("cannot send %s", STATUS_NOTIFICATION)
-        self._progress(status)
 
     def supports_markdown_documentation(self) -> bool:
         item = getattr(getattr(getattr(self.client_capabilities, "text_document", None), "completion", None),
