@@ -186,7 +186,13 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("x = os.path.jo", SlotKind.ATTRIBUTE, b"jo", b"os.path"),
     ("    self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
     ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
-    ("def f(a, b", SlotKind.FREE, b"b", b""),
+    ("def f(a, b", SlotKind.PARAMETER, b"b", b""),  # a parameter's name
+    ("    def f(\n        self,\n        *na", SlotKind.PARAMETER, b"na", b""),
+    ("def f(a: int = 1, b", SlotKind.PARAMETER, b"b", b""),
+    ("def f(a=b", SlotKind.FREE, b"b", b""),  # a default reads
+    ("def f(a, x=2 *", SlotKind.FREE, b"", b""),
+    ("def f(a: Dict[str, ", SlotKind.FREE, b"", b""),  # an annotation reads
+    ("def f(a) -> Tuple[int, ", SlotKind.FREE, b"", b""),
     ("for x", SlotKind.BINDING, b"x", b""),
     ("    for k, v", SlotKind.BINDING, b"v", b""),
     ("class Sh", SlotKind.BINDING, b"Sh", b""),
@@ -370,6 +376,60 @@ def test_a_name_the_file_reads_and_defines_nowhere_is_favoured_where_it_is_bound
     for mode in ("bias", "constrain"):
         assert complete(compiled, doc, first, second, margin=1.0, identifiers=mode).text == expected
     assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")
+
+
+OTHER_SCOPE = ("def other(characters):\n    return characters\n\n\n"
+               "def render(width):\n    c|\n    return characters * width\n")
+
+
+@pytest.mark.parametrize("doc, first, second, expected", [
+    # `characters` is bound in another function: not in the scope the lines below read it from
+    (OTHER_SCOPE, "ell_size = width\n", "haracters = width\n", "haracters = width"),
+    # a parameter the body reads (the header is being written: the body reads `value` unbound)
+    ("import re\n\n\ndef count_lines(|\n    return len(re.findall('\\n', value))\n", "text):\n", "value):\n",
+     "value):"),
+])
+def test_the_name_the_rest_of_its_scope_reads_unbound_is_favoured_where_it_is_bound(compiled, doc, first, second,
+                                                                                     expected):
+    """A near tie (1 nat) between a fresh name and the one the lines below read where nothing
+    binds it: the guide writes the second; without it, the model's first choice stays."""
+    assert 1.0 < BIAS_NATS
+    for mode in ("bias", "constrain"):
+        r = complete(compiled, doc, first, second, margin=1.0, identifiers=mode)
+        assert r.names_ready and r.text == expected
+    assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")
+
+
+def test_a_fresh_name_still_comes_through_where_another_is_wanted(compiled):
+    """The wanted name is favoured, never forced: a model surer of its own new name than
+    BIAS_NATS writes it (a binding place, a parameter and a statement's start)."""
+    assert BIAS_NATS < SURE
+    assert complete(compiled, OTHER_SCOPE, "ell_size = width\n", "haracters = width\n", margin=SURE).text \
+        == "ell_size = width"
+    doc = "def f(items):\n    for |\n        print(y)\n"
+    assert complete(compiled, doc, "item in items:\n", "y in items:\n", margin=SURE).text == "item in items:"
+    doc = "def count_lines(|\n    return len(value)\n"
+    assert complete(compiled, doc, "text):\n", "value):\n", margin=SURE).text == "text):"
+
+
+def test_the_names_a_binding_at_the_cursor_would_bind():
+    from lsp_server.decoding.identifiers.unbound import unbound_at
+
+    src = ("import os\n\n\nclass Box:\n    size = 1\n\n    def area(self):\n        pass\n"
+           "        return size * width + os.sep.count(depth) + sorted(x, key=len)[0]\n\n\n"
+           "def other(width):\n    return [w for w in width if w] + f'{width!r}'\n")
+    # `size` is the class's (a method does not see it), `width` another function's parameter;
+    # attributes, keyword names, comprehension variables, `!r` and builtins are not wanted
+    assert unbound_at(src, 7) == ["size", "width", "depth", "x"]
+    assert unbound_at(src.replace("        pass\n", "        x = 1\n        pass\n"), 8) == ["size", "width", "depth"]
+    # the class body's line does not reach a method's reads; a module line does (called later)
+    assert unbound_at(src.replace("    size = 1", "    pass"), 4) == []
+    module_line = "def f():\n    return later\n\n\npass\n"
+    assert unbound_at(module_line, 4) == ["later"]
+    # a read before the cursor's line in the same function is not the line's to bind
+    assert unbound_at("def f():\n    print(n)\n    pass\n", 2) == []
+    # `global` binds at the module; an import's module path reads nothing
+    assert unbound_at("def f():\n    global seen\n    seen = 1\n\n\npass\nprint(seen)\nfrom a.b import c\n", 5) == []
 
 
 def _guide_tokens(compiled, replaced: dict[bytes, int] | None = None):
