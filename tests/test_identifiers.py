@@ -14,7 +14,7 @@ import torch
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.identifiers.analysis import analyse
-from lsp_server.decoding.identifiers.guide import BIAS_NATS, SURE_NATS
+from lsp_server.decoding.identifiers.guide import BIAS_NATS, SURE_NATS, WANTED_NATS
 from lsp_server.decoding.identifiers.slots import SlotKind, slot_at
 from lsp_server.options import EngineOptions, OptionError
 
@@ -248,10 +248,14 @@ def test_the_option_is_checked():
 @pytest.mark.parametrize("doc, first, expected, margin", [
     (SHOP, "custmers)", "customers)", 1000.0),  # an attribute that does not exist: masked
     ("def helper(x):\n    return x\n\n\ndef f(items):\n    total = |\n", "helpr(items)", "helper(items)", SURE),  # a load
+    # the lines below read `characters` where nothing binds it: favoured where the line binds
+    ("def other(characters):\n    return characters\n\n\ndef render(width):\n    c|\n    return characters * width\n",
+     "ell_size = width", "haracters = width", 1.0),
 ])
 async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, doc, first, expected, margin):
     """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
-    pause makes the analysis, and the request after it holds back the name that does not exist."""
+    pause makes the analysis, and the request after it holds back the name that does not exist
+    (or favours the one the lines below read unbound)."""
     from lsprotocol import types
 
     from lsp_server.server.documents import DocumentStore
@@ -401,15 +405,17 @@ def test_the_name_the_rest_of_its_scope_reads_unbound_is_favoured_where_it_is_bo
 
 
 def test_a_fresh_name_still_comes_through_where_another_is_wanted(compiled):
-    """The wanted name is favoured, never forced: a model surer of its own new name than
-    BIAS_NATS writes it (a binding place, a parameter and a statement's start)."""
-    assert BIAS_NATS < SURE
-    assert complete(compiled, OTHER_SCOPE, "ell_size = width\n", "haracters = width\n", margin=SURE).text \
+    """The wanted name is favoured, never forced: a model surer of its own new name than the
+    favour (BIAS_NATS at a statement's start, WANTED_NATS at a sure binding place) writes it."""
+    surer = WANTED_NATS + 1.0
+    assert BIAS_NATS <= WANTED_NATS < surer
+    assert complete(compiled, OTHER_SCOPE, "ell_size = width\n", "haracters = width\n", margin=surer).text \
         == "ell_size = width"
     doc = "def f(items):\n    for |\n        print(y)\n"
-    assert complete(compiled, doc, "item in items:\n", "y in items:\n", margin=SURE).text == "item in items:"
+    assert complete(compiled, doc, "item in items:\n", "y in items:\n", margin=surer).text == "item in items:"
+    assert complete(compiled, doc, "item in items:\n", "y in items:\n", margin=WANTED_NATS - 1.0).text == "y in items:"
     doc = "def count_lines(|\n    return len(value)\n"
-    assert complete(compiled, doc, "text):\n", "value):\n", margin=SURE).text == "text):"
+    assert complete(compiled, doc, "text):\n", "value):\n", margin=surer).text == "text):"
 
 
 def test_the_names_a_binding_at_the_cursor_would_bind():
