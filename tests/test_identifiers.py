@@ -566,3 +566,27 @@ def test_the_first_later_line_that_reads_a_name_bound_nowhere():
     assert first_unbound_line(before, "n = 1\n    ", "return n + count\n") is None
     assert first_unbound_line(before, "n = (\n", "") is None  # does not compile: the compile check's business
     assert line_start(b"n = 1\n    m = n\n    return m", 2) == len(b"n = 1\n    m = n")
+
+
+def test_a_wanted_name_at_a_statement_start_is_bound_not_read(compiled):
+    """`count` is bound in another function only, and the lines below read it unbound: at a
+    statement's start after `count`, `(`/`.` (reading it where nothing binds it) lose SURE_NATS
+    against ` =` (binding it) (constrain); nothing is masked."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    doc = "def g(count):\n    return count\n\n\ndef f(items):\n    pass\n    return count\n"
+    scope = analyse(doc, 5)
+    assert b"count" in scope.wanted and b"count" in scope.names
+    before = b"def g(count):\n    return count\n\n\ndef f(items):\n    count"
+    matcher = GrammarMatcher.from_prefix(comp, before)
+    mask = matcher.next_token_mask()
+    paren, dot, eq = tok.vocab.by_bytes[b"("], tok.vocab.by_bytes[b"."], tok.vocab.by_bytes[b" ="]
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+    shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+    # (every token that ends the wanted name is favoured first: the reads then lose SURE_NATS)
+    assert float(shaped[eq] - shaped[paren]) == SURE_NATS and float(shaped[eq] - shaped[dot]) == SURE_NATS
+    assert float(shaped[eq]) >= 0.0 and kept[eq] and kept[paren]

@@ -259,8 +259,9 @@ class IdentifierGuide:
             return None
         if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
             p = slot.partial
-            if not p or p in self.scope.names or p in self._written(text, p) or p.lower() in _STRING_PREFIXES:
-                return None
+            if not p or p.lower() in _STRING_PREFIXES or p in self._written(text, p) or (
+                    p in self.scope.names and p not in self.scope.wanted):  # a wanted name is bound nowhere it
+                return None  # is read from here: the line may bind it (`json =`), not read it (`json.dump(`)
             return _Found(self.tokens.reads_name, self.tokens.continues, self._loads_hold)
         spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT, SlotKind.LOAD)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):
