@@ -14,7 +14,7 @@ import torch
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.identifiers.analysis import analyse
-from lsp_server.decoding.identifiers.guide import BIAS_NATS, SURE_NATS
+from lsp_server.decoding.identifiers.guide import BIAS_NATS, SURE_NATS, WANTED_NATS
 from lsp_server.decoding.identifiers.slots import SlotKind, slot_at
 from lsp_server.options import EngineOptions, OptionError
 
@@ -186,7 +186,13 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("x = os.path.jo", SlotKind.ATTRIBUTE, b"jo", b"os.path"),
     ("    self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
     ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
-    ("def f(a, b", SlotKind.FREE, b"b", b""),
+    ("def f(a, b", SlotKind.PARAMETER, b"b", b""),  # a parameter's name
+    ("    def f(\n        self,\n        *na", SlotKind.PARAMETER, b"na", b""),
+    ("def f(a: int = 1, b", SlotKind.PARAMETER, b"b", b""),
+    ("def f(a=b", SlotKind.FREE, b"b", b""),  # a default reads
+    ("def f(a, x=2 *", SlotKind.FREE, b"", b""),
+    ("def f(a: Dict[str, ", SlotKind.FREE, b"", b""),  # an annotation reads
+    ("def f(a) -> Tuple[int, ", SlotKind.FREE, b"", b""),
     ("for x", SlotKind.BINDING, b"x", b""),
     ("    for k, v", SlotKind.BINDING, b"v", b""),
     ("class Sh", SlotKind.BINDING, b"Sh", b""),
@@ -242,10 +248,14 @@ def test_the_option_is_checked():
 @pytest.mark.parametrize("doc, first, expected, margin", [
     (SHOP, "custmers)", "customers)", 1000.0),  # an attribute that does not exist: masked
     ("def helper(x):\n    return x\n\n\ndef f(items):\n    total = |\n", "helpr(items)", "helper(items)", SURE),  # a load
+    # the lines below read `characters` where nothing binds it: favoured where the line binds
+    ("def other(characters):\n    return characters\n\n\ndef render(width):\n    c|\n    return characters * width\n",
+     "ell_size = width", "haracters = width", 1.0),
 ])
 async def test_the_server_answers_with_the_analysis_work_ahead_made(compiled, doc, first, expected, margin):
     """In the server's own parts (documents, engine host, work-ahead, suggester): the cursor's
-    pause makes the analysis, and the request after it holds back the name that does not exist."""
+    pause makes the analysis, and the request after it holds back the name that does not exist
+    (or favours the one the lines below read unbound)."""
     from lsprotocol import types
 
     from lsp_server.server.documents import DocumentStore
@@ -370,6 +380,62 @@ def test_a_name_the_file_reads_and_defines_nowhere_is_favoured_where_it_is_bound
     for mode in ("bias", "constrain"):
         assert complete(compiled, doc, first, second, margin=1.0, identifiers=mode).text == expected
     assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")
+
+
+OTHER_SCOPE = ("def other(characters):\n    return characters\n\n\n"
+               "def render(width):\n    c|\n    return characters * width\n")
+
+
+@pytest.mark.parametrize("doc, first, second, expected", [
+    # `characters` is bound in another function: not in the scope the lines below read it from
+    (OTHER_SCOPE, "ell_size = width\n", "haracters = width\n", "haracters = width"),
+    # a parameter the body reads (the header is being written: the body reads `value` unbound)
+    ("import re\n\n\ndef count_lines(|\n    return len(re.findall('\\n', value))\n", "text):\n", "value):\n",
+     "value):"),
+])
+def test_the_name_the_rest_of_its_scope_reads_unbound_is_favoured_where_it_is_bound(compiled, doc, first, second,
+                                                                                     expected):
+    """A near tie (1 nat) between a fresh name and the one the lines below read where nothing
+    binds it: the guide writes the second; without it, the model's first choice stays."""
+    assert 1.0 < BIAS_NATS
+    for mode in ("bias", "constrain"):
+        r = complete(compiled, doc, first, second, margin=1.0, identifiers=mode)
+        assert r.names_ready and r.text == expected
+    assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")
+
+
+def test_a_fresh_name_still_comes_through_where_another_is_wanted(compiled):
+    """The wanted name is favoured, never forced: a model surer of its own new name than the
+    favour (BIAS_NATS at a statement's start, WANTED_NATS at a sure binding place) writes it."""
+    surer = WANTED_NATS + 1.0
+    assert BIAS_NATS <= WANTED_NATS < surer
+    assert complete(compiled, OTHER_SCOPE, "ell_size = width\n", "haracters = width\n", margin=surer).text \
+        == "ell_size = width"
+    doc = "def f(items):\n    for |\n        print(y)\n"
+    assert complete(compiled, doc, "item in items:\n", "y in items:\n", margin=surer).text == "item in items:"
+    assert complete(compiled, doc, "item in items:\n", "y in items:\n", margin=WANTED_NATS - 1.0).text == "y in items:"
+    doc = "def count_lines(|\n    return len(value)\n"
+    assert complete(compiled, doc, "text):\n", "value):\n", margin=surer).text == "text):"
+
+
+def test_the_names_a_binding_at_the_cursor_would_bind():
+    from lsp_server.decoding.identifiers.unbound import unbound_at
+
+    src = ("import os\n\n\nclass Box:\n    size = 1\n\n    def area(self):\n        pass\n"
+           "        return size * width + os.sep.count(depth) + sorted(x, key=len)[0]\n\n\n"
+           "def other(width):\n    return [w for w in width if w] + f'{width!r}'\n")
+    # `size` is the class's (a method does not see it), `width` another function's parameter;
+    # attributes, keyword names, comprehension variables, `!r` and builtins are not wanted
+    assert unbound_at(src, 7) == ["size", "width", "depth", "x"]
+    assert unbound_at(src.replace("        pass\n", "        x = 1\n        pass\n"), 8) == ["size", "width", "depth"]
+    # the class body's line does not reach a method's reads; a module line does (called later)
+    assert unbound_at(src.replace("    size = 1", "    pass"), 4) == []
+    module_line = "def f():\n    return later\n\n\npass\n"
+    assert unbound_at(module_line, 4) == ["later"]
+    # a read before the cursor's line in the same function is not the line's to bind
+    assert unbound_at("def f():\n    print(n)\n    pass\n", 2) == []
+    # `global` binds at the module; an import's module path reads nothing
+    assert unbound_at("def f():\n    global seen\n    seen = 1\n\n\npass\nprint(seen)\nfrom a.b import c\n", 5) == []
 
 
 def _guide_tokens(compiled, replaced: dict[bytes, int] | None = None):
@@ -500,3 +566,27 @@ def test_the_first_later_line_that_reads_a_name_bound_nowhere():
     assert first_unbound_line(before, "n = 1\n    ", "return n + count\n") is None
     assert first_unbound_line(before, "n = (\n", "") is None  # does not compile: the compile check's business
     assert line_start(b"n = 1\n    m = n\n    return m", 2) == len(b"n = 1\n    m = n")
+
+
+def test_a_wanted_name_at_a_statement_start_is_bound_not_read(compiled):
+    """`count` is bound in another function only, and the lines below read it unbound: at a
+    statement's start after `count`, `(`/`.` (reading it where nothing binds it) lose SURE_NATS
+    against ` =` (binding it) (constrain); nothing is masked."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    doc = "def g(count):\n    return count\n\n\ndef f(items):\n    pass\n    return count\n"
+    scope = analyse(doc, 5)
+    assert b"count" in scope.wanted and b"count" in scope.names
+    before = b"def g(count):\n    return count\n\n\ndef f(items):\n    count"
+    matcher = GrammarMatcher.from_prefix(comp, before)
+    mask = matcher.next_token_mask()
+    paren, dot, eq = tok.vocab.by_bytes[b"("], tok.vocab.by_bytes[b"."], tok.vocab.by_bytes[b" ="]
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+    shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+    # (every token that ends the wanted name is favoured first: the reads then lose SURE_NATS)
+    assert float(shaped[eq] - shaped[paren]) == SURE_NATS and float(shaped[eq] - shaped[dot]) == SURE_NATS
+    assert float(shaped[eq]) >= 0.0 and kept[eq] and kept[paren]

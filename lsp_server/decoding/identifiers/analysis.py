@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import jedi
 
 from .parso_disk import memory_only
+from .unbound import IMPLICIT, unbound_at
 
 MAX_RECEIVERS = 48  # receivers analysed per cursor (~10-30 ms each, warm)
 MAX_WANTED = 64  # names the document reads and nothing defines, kept per analysis
@@ -49,10 +50,6 @@ _ATTRIBUTE_ASSIGNED = re.compile(r"((?:[^\W\d]\w*\s*\.\s*)*[^\W\d]\w*)\s*\.\s*([
 # run time (globals(), exec, vars, locals, __builtins__), type parameters (`def f[T]`, `type X`)
 _OPEN_SCOPE = re.compile(r"import\s*\*|\b(?:globals|exec|vars|locals)\s*\(|\b__builtins__\b"
                          r"|^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+\w+[ \t]*\[|^[ \t]*type[ \t]+\w+", re.M)
-# names every module, class body or method has without a definition
-_IMPLICIT = ("__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__",
-             "__builtins__", "__annotations__", "__cached__", "__module__", "__qualname__", "__class__",
-             "__debug__", "WindowsError")
 # jedi's inference state (the environment's compiled modules, its caches) is not thread-safe:
 # two analyses at once (two engines, a test beside a server's thread) broke inside it
 _JEDI = threading.Lock()
@@ -120,8 +117,9 @@ class ScopeAnalysis:
     document_names: Names  # the keyword names the document writes (`f(name=`, `def f(name=`): keyword arguments
     receivers: dict[bytes, Receiver] = field(default_factory=dict)  # "os", "os.path", "self", "Config"
     name_set: NameSet = NameSet.OPEN
-    wanted: Names = field(default_factory=lambda: Names(()))  # read in the document, defined nowhere:
-    # what the cursor's line may be about to bind (favoured at sure binding places and a statement's start)
+    wanted: Names = field(default_factory=lambda: Names(()))  # read where nothing binds them, and a binding at
+    # the cursor would bind them (`unbound.unbound_at`): what the cursor's line may be about to bind (favoured
+    # at sure binding places, parameters and a statement's start)
 
 
 def line_key(text: str, line: int) -> str:
@@ -156,10 +154,13 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
     here = script.complete(line + 1, len(indent))
     definitions = script.get_names(all_scopes=True, definitions=True)
     names = Names([c.name for c in here] + [d.name for d in definitions] + keyword.kwlist + keyword.softkwlist + dir(builtins)
-                  + list(_IMPLICIT))
+                  + list(IMPLICIT))
     open_scope = _OPEN_SCOPE.search(text) is not None
-    wanted = Names(()) if open_scope else _wanted(script, lines, names)
     document_names = Names(_KEYWORD_NAME.findall(text))
+    between()
+    visible = {c.name for c in here}  # what jedi finds bound at the cursor is not wanted
+    wanted = Names(()) if open_scope else Names(
+        n for n in unbound_at(text, line, MAX_WANTED) if n not in visible)
     between()
     classes = _file_classes(definitions, lines)
     candidates: list[tuple[str, _Kind]] = []
@@ -213,22 +214,6 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
         if kind is _Kind.MODULE:
             memo[key] = receivers[name.encode()]
     return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED, wanted)
-
-
-def _wanted(script: jedi.Script, lines: list[str], names: Names) -> Names:
-    """The names the document reads (not after a dot) that it defines nowhere and that are no
-    builtins: what the user is about to bind (the line that bound them is being rewritten)."""
-    out: list[str] = []
-    for n in script.get_names(all_scopes=True, definitions=False, references=True):
-        if n.name.encode() in names or n.line is None or n.name in out:
-            continue
-        before = lines[n.line - 1][: n.column].rstrip() if n.line - 1 < len(lines) else ""
-        if before.endswith("."):
-            continue  # an attribute
-        out.append(n.name)
-        if len(out) >= MAX_WANTED:
-            break
-    return Names(out)
 
 
 def _file_classes(definitions: list, lines: list[str]) -> dict[str, str]:

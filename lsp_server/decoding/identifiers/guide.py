@@ -19,11 +19,13 @@ on a name that is not known) are held back as `Hold` says:
 A token that writes the dot and an attribute's start at once after a receiver's name (`sys` then
 `.fin`: byte-level BPE spells attributes so) is held back as the attribute after `sys.` would be
 when the receiver has no attribute so.
-Binding places (`SlotKind.BINDING`, `SlotKind.FREE`) and `self.`/`cls.` at a statement's start
-(maybe an attribute being assigned) are never held back. At a sure binding place (`BINDING`: a
-`for` target, a `def`/`class`/`import`/`as` name) and at a statement's start, the tokens towards
-a name the document reads and defines nowhere (`ScopeAnalysis.wanted`: what the line being
-rewritten bound) gain `BIAS_NATS` (not in a parameter list: its defaults and annotations read).
+Binding places (`SlotKind.BINDING`, `SlotKind.PARAMETER`, `SlotKind.FREE`) and `self.`/`cls.` at
+a statement's start (maybe an attribute being assigned) are never held back. At a sure binding
+place (`BINDING`: a `for` target, a `def`/`class`/`import`/`as` name; `PARAMETER`: a parameter's
+name in a `def` header, not its annotation or default) and at a statement's start, the tokens
+towards a name the rest of the document reads where nothing binds it and a binding at the cursor
+would bind (`ScopeAnalysis.wanted`, `unbound.unbound_at`: what the line being written defines)
+gain `BIAS_NATS`; nothing else is lowered there, so a new name is written as before.
 
 At a statement's start the name may be a new target: only the tokens that would read an
 unknown name there (anything that ends it but `=`, `:` or `,`: `helper(`, `obj.`, `table[`,
@@ -53,6 +55,11 @@ from .token_index import IdentifierTokens
 
 # what a token leaving every known name loses: measured on both code sets (docs/identifiers.md)
 BIAS_NATS = 4.0
+# what a token towards a wanted name gains at a sure binding place (a `for` target, an import's name, a
+# parameter: the lines below read the name unbound, so the place is where it was bound; nothing else
+# is lowered, and a model surer of its own new name by more writes it); at a statement's start, where the
+# line may bind it in another way (`for y in`), BIAS_NATS
+WANTED_NATS = 8.0
 # what it loses where only a walrus written later could make it exist (`Hold.LOWER`): far more than
 # a model's usual margin between two names, so greedy decoding writes it only when the model is sure
 SURE_NATS = 12.0
@@ -64,6 +71,7 @@ _IDENTIFIER = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])[A-Za-z_\x80-\xff][A-Za-z
 _QUOTED = re.compile(rb"'[^'\n]*'|\"[^\"\n]*\"")  # a string on one line: its words bind nothing
 _OWN = (b"self", b"cls")
 _LEAD = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")  # the identifier bytes a token starts with
+_FAVOURED = (SlotKind.BINDING, SlotKind.PARAMETER, SlotKind.STATEMENT)  # where the wanted names are favoured
 
 
 class Hold(enum.Enum):
@@ -131,10 +139,10 @@ class IdentifierGuide:
             # that starts with a space writes the name after the keyword, one that does not goes on
             # writing this identifier (`await_result`)
             spaced = self.tokens.spaced_start
-            row, mask = self._apply(row, mask, slot_at(text[-TAIL:] + b" "), text, spaced, events)
+            row, mask = self._apply(row, mask, slot_at(text[-TAIL:] + b" "), text, spaced, events, matcher)
             if self._name not in terms:
                 return row, mask
-            return self._apply(row, mask, slot, text, ~spaced, events)
+            return self._apply(row, mask, slot, text, ~spaced, events, matcher)
         if slot.partial and self._name not in terms:
             return row, mask
         row, mask = self._apply(row, mask, slot, text, None, events, matcher)
@@ -146,11 +154,11 @@ class IdentifierGuide:
                events: set[str], matcher=None):
         """`_shape` at `slot`, for the tokens of `only` (None: all); `matcher`: for its canonical
         state (no dead ends where attributes are masked)."""
-        if slot.kind in (SlotKind.BINDING, SlotKind.STATEMENT):
-            row = self._favour(row, mask, slot, only, events)
         canonical = None
         if matcher is not None and matcher.canonical.active and self._compiled.canonical is not None:
             canonical = matcher.canonical
+        if slot.kind in _FAVOURED:
+            row = self._favour(row, mask, slot, only, events, canonical)
         return self._hold(row, mask, self._bad(slot, text), only, events, canonical)
 
     def _hold(self, row: torch.Tensor, mask: np.ndarray, found: _Found | None, only: np.ndarray | None,
@@ -201,9 +209,13 @@ class IdentifierGuide:
         return dead
 
     def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, only: np.ndarray | None,
-                events: set[str]) -> torch.Tensor:
+                events: set[str], canonical=None) -> torch.Tensor:
         """The logits with the tokens towards a wanted name (of `only`, when given) raised by
-        `BIAS_NATS` (nothing is lowered or masked)."""
+        `WANTED_NATS` at a sure binding place, `BIAS_NATS` at a statement's start (nothing is
+        lowered or masked); where canonical tokenization filters the
+        masks (`canonical`: its state after the last token), only those after which the name can
+        still be spelled canonically (` L` towards `Legacy...`, spelled ` Legacy`: a favour there
+        led to a name nobody wrote)."""
         key = (SlotKind.BINDING, slot.partial)
         if key not in self._cache:
             wanted = self.scope.wanted
@@ -216,21 +228,40 @@ class IdentifierGuide:
         n = min(len(good), len(mask))
         up = np.zeros(len(mask), dtype=bool)
         up[:n] = good[:n] & mask[:n]
+        if canonical is not None and up.any():
+            up[np.flatnonzero(up)] = [self._spelled_on(u, slot.partial, canonical) for u in np.flatnonzero(up).tolist()]
         if not up.any():
             return row
         events.add("shaped")
-        return _shifted(row, up, BIAS_NATS)
+        return _shifted(row, up, BIAS_NATS if slot.kind is SlotKind.STATEMENT else WANTED_NATS)
+
+    def _spelled_on(self, u: int, partial: bytes, canonical) -> bool:
+        """Whether after token `u` (towards a wanted name, `partial` written) canonical
+        tokenization can still spell one of the wanted names it goes on to."""
+        w = self._compiled.tokens[u]
+        lead = _LEAD.match(w, 1 if w[:1] == b" " else 0).group()
+        state = None
+        for name in self.scope.wanted.with_prefix(partial + lead):
+            rest = name[len(partial) + len(lead) :]
+            if not rest:
+                return True
+            if state is None:
+                state = self._compiled.canonical.after(canonical, u)
+            if self._compiled.heal_goes_on(state, rest):
+                return True
+        return False
 
     def _bad(self, slot: Slot, text: bytes) -> _Found | None:
         """The tokens that leave every known name at `slot`, those that go on towards one,
         and how the first are held back."""
         kind = slot.kind
-        if kind in (SlotKind.NONE, SlotKind.FREE, SlotKind.BINDING):
+        if kind in (SlotKind.NONE, SlotKind.FREE, SlotKind.BINDING, SlotKind.PARAMETER):
             return None
         if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
             p = slot.partial
-            if not p or p in self.scope.names or p in self._written(text, p) or p.lower() in _STRING_PREFIXES:
-                return None
+            if not p or p.lower() in _STRING_PREFIXES or p in self._written(text, p) or (
+                    p in self.scope.names and p not in self.scope.wanted):  # a wanted name is bound nowhere it
+                return None  # is read from here: the line may bind it (`json =`), not read it (`json.dump(`)
             return _Found(self.tokens.reads_name, self.tokens.continues, self._loads_hold)
         spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT, SlotKind.LOAD)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):

@@ -22,6 +22,7 @@ class SlotKind(enum.Enum):
     FREE = "free"  # a binding or a place we can't tell from one: never restricted
     BINDING = "binding"  # a name surely being bound (`for` target, `def`/`class`/`import`/`as` name): never
     # restricted; the names the document reads and binds nowhere are favoured there
+    PARAMETER = "parameter"  # a parameter's name in a `def` header (not its annotation or default): as BINDING
     STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
     NAME = "name"  # a name read in an expression (a load) inside a bracket or a string: a comprehension's
     # variable (`[x for x in ...]`) or a walrus target (`if n := ...`) may be bound after it
@@ -51,6 +52,7 @@ _WALRUS_PLACE = re.compile(rb"(?:^|[^\w.])(?:if|elif|while|match)\Z")  # `if n :
 # before a `(` that opens an expression, not a tuple of targets: an operator (not `=`) or a keyword that reads
 _READS_BEFORE = re.compile(rb"(?:[-+*/%&|^~<>!@]|==|(?:^|[^\w.])(?:in|not|is|and|or|return|if|elif|while|yield|await"
                            rb"|assert|else|raise))\Z")
+_PARAMETER_BEFORE = re.compile(rb"[(,]\s*(?:\*\*?)?\Z")  # in a def's parentheses, a parameter's name follows
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:import|from)[ \t]")
 _OPEN = b"([{"
 _CLOSE = b")]}"
@@ -127,6 +129,8 @@ def slot_at(text: bytes) -> Slot:
         return Slot(kind, partial, receiver)
     if _binds_surely(line):
         return Slot(SlotKind.BINDING, partial)
+    if _is_parameter(line, open_):
+        return Slot(SlotKind.PARAMETER, partial)
     if (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(line.lstrip(b"\n"))
             or _CASE_HEADER.match(line.lstrip(b"\n"))):
         return Slot(SlotKind.FREE, partial)
@@ -160,6 +164,14 @@ def _binds_surely(line: bytes) -> bool:
         return False
     return bool(_BINDING_KEYWORD.search(body) or _FOR_TARGET.search(body) or _IMPORT_LINE.match(line.lstrip(b"\n"))
                 and not re.search(rb"^[ \t]*from[ \t]+[\w.]*\Z", line.lstrip(b"\n")))
+
+
+def _is_parameter(line: bytes, open_: list[tuple[int, int]]) -> bool:
+    """The next name is a parameter's (not an annotation or a default): the logical line is a
+    `def` header whose only open bracket is its first `(`, and the text ends with that `(` or a
+    `,` in it (`*`/`**` after them)."""
+    return (len(open_) == 1 and open_[0] == (line.find(b"("), 0x28) and _DEF_HEADER.match(line.lstrip(b"\n")) is not None
+            and _PARAMETER_BEFORE.search(line) is not None)
 
 
 def _binds(line: bytes) -> bool:
