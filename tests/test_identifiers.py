@@ -504,6 +504,35 @@ def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compi
     assert not kept[f] and kept[flags]
 
 
+def test_a_written_wanted_name_keeps_the_models_order_of_what_follows_it(compiled):
+    """`test` is written where the line below reads it unbound: every token that ends the name
+    gains the same favour, the spaced ones (` in`) as much as `,` or `(`, so the model's own
+    choice of what follows stays first. (Canonical tokenization on: ` in` was read as going on
+    to `testin`, and `test,` won by the favour; `for item in tests:` came out.)"""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    assert comp.canonical is not None
+    doc = "def f(tests):\n    for test\n        run(test)\n"
+    scope = analyse(doc, 1)
+    assert b"test" in scope.wanted
+    before = doc[: doc.index("\n        run")]
+    state = comp.canonical.state_after(tok.encode(before))
+    matcher = GrammarMatcher.from_prefix(comp, before.encode(), canonical=state)
+    mask = matcher.next_token_mask()
+    spaced_in, comma = tok.vocab.by_bytes[b" in"], tok.vocab.by_bytes[b","]
+    assert mask[spaced_in] and mask[comma]
+    row = torch.zeros(comp.V)
+    row[spaced_in], row[comma] = 2.0, 1.0  # the model: `for test in`
+    for mode in (IdentifierMode.BIAS, IdentifierMode.CONSTRAIN):
+        guide = IdentifierGuide(mode, scope, _guide_tokens(compiled), comp, before.encode())
+        shaped, kept = guide.shape(row.clone(), mask, matcher, b"")
+        assert kept[spaced_in] and float(shaped[spaced_in]) - float(shaped[comma]) == 1.0
+
+
 LATER = "def a():\n    width = 1\n    return width\n\n\ndef b(items):\n    |\n"
 
 

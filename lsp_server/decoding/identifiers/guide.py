@@ -239,7 +239,9 @@ class IdentifierGuide:
         """Whether after token `u` (towards a wanted name, `partial` written) canonical
         tokenization can still spell one of the wanted names it goes on to."""
         w = self._compiled.tokens[u]
-        lead = _LEAD.match(w, 1 if w[:1] == b" " else 0).group()
+        # a space starts the name only where none is written yet; after `partial` it ends the name
+        # (` in` after a wanted `test`), as `(` or `,` do
+        lead = _LEAD.match(w, 1 if w[:1] == b" " and not partial else 0).group()
         state = None
         for name in self.scope.wanted.with_prefix(partial + lead):
             rest = name[len(partial) + len(lead) :]
