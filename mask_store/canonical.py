@@ -59,6 +59,14 @@ FORMAT_VERSION = 1
 ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as booleans)
 
 
+def unpack_row(bits: np.ndarray, count: int) -> np.ndarray:
+    """(count,) bool, read-only, from `np.packbits(..., bitorder="little")`: the masks memoized
+    across requests are kept in bits (here and in `matcher.CompiledGrammar`)."""
+    row = np.unpackbits(bits, count=count, bitorder="little").view(bool)
+    row.setflags(write=False)
+    return row
+
+
 class CanonicalUnsupported(ValueError):
     """The tokenizer is not one whose canonical pairs this module can decide; says why."""
 
@@ -389,10 +397,8 @@ class CanonicalPairs:
         (all of them where `unconstrained`)."""
         if self.unconstrained(state):
             return self._anything
-        bits = self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN)
-        row = np.unpackbits(bits, count=self.V, bitorder="little").view(bool)
-        row.setflags(write=False)
-        return row
+        return unpack_row(self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN),
+                          self.V)
 
     def after(self, state: CanonicalState, token: int) -> CanonicalState:
         """The state once `token` follows."""

@@ -38,7 +38,7 @@ from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_auto
 from grammar_tools.parsing.recognizer import Node, Recognizer
 from grammar_tools.parsing.recovery import parse_prefix
 
-from .canonical import OFF, CanonicalPairs, CanonicalState
+from .canonical import OFF, CanonicalPairs, CanonicalState, unpack_row
 from .operator_runs import cycles, in_cycle
 from .store import MaskStore
 from .token_lexing import extend_width, walk
@@ -119,7 +119,7 @@ class CompiledGrammar:
             dead_token_masks(store, vocab), axis=1, bitorder="little")
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
-        # the configurations' masks in bits (`_unpack`): 6 KB each, where booleans took 48 KB
+        # the configurations' masks in bits (`canonical.unpack_row`): 6 KB each, where booleans took 48 KB
         # (4,096 of them 192 MB; docs/memory.md)
         self._mask_cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
@@ -264,12 +264,6 @@ class CompiledGrammar:
         self.stats["rows"] += len(ids)
         return out
 
-    def _unpack(self, bits: np.ndarray) -> np.ndarray:
-        """(V,) bool, read-only, from `np.packbits(..., bitorder="little")`."""
-        out = np.unpackbits(bits, count=self.V, bitorder="little").view(bool)
-        out.setflags(write=False)
-        return out
-
     def config_mask(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration (memoized by parser context)."""
         key = (c.q, c.node.key(), c.width)
@@ -277,7 +271,7 @@ class CompiledGrammar:
         if cached is not None:
             self._mask_cache.move_to_end(key)
             self.stats["cache_hits"] += 1
-            return self._unpack(cached)
+            return unpack_row(cached, self.V)
         ids: list[int] = []
         self.collect(self.q_group[c.q], c.node, c.width, ids)
         mask = self.masks_to_bool(ids)
@@ -292,7 +286,7 @@ class CompiledGrammar:
                 bids: list[int] = []
                 self.collect(b, node, None, bids)
                 if bids:
-                    mask |= self.masks_to_bool(bids) & self._unpack(self._dead_masks[self.d_dead[self.q_state[c.q]]])
+                    mask |= self.masks_to_bool(bids) & unpack_row(self._dead_masks[self.d_dead[self.q_state[c.q]]], self.V)
         mask.setflags(write=False)
         self._mask_cache[key] = np.packbits(mask, bitorder="little")
         if len(self._mask_cache) > self._cache_size:
