@@ -9,7 +9,9 @@ GGUF's 4- and 8-bit blocks de-quantize to values that float16 holds to within 2^
 (bfloat16 would keep 2^-8); the CUDA path casts the file to bfloat16 at load. The cached
 directory is keyed by the GGUF file (path, size, mtime), this code and the versions of the
 libraries that read and write the tensors (transformers, gguf, torch, safetensors), so that an
-upgrade converts anew instead of loading weights that another version produced. The conversion
+upgrade converts anew instead of loading weights that another version produced. Beside it the
+GGUF's Q4_1/Q8_0 matrices are kept in their blocks (`gguf_blocks`): what the CPU runtime
+multiplies by (a third of the float16 copy's memory, the file's exact values). The conversion
 runs in a child process (`weights_dir`), so its ~1 GB peak never stays with the server.
 """
 
@@ -28,6 +30,8 @@ import torch
 
 from grammar_tools import cache
 from mask_store.model_files import ModelSource
+
+from . import gguf_blocks
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,8 @@ def weights_dir(src: ModelSource) -> Path:
 
 def convert(gguf: Path, out: Path) -> None:
     """De-quantize the GGUF file `gguf` and write it to `out` as a Hugging Face directory
-    (matrices float16, vectors float32; written aside and renamed, so a reader never sees
+    (matrices float16, vectors float32; the matrices the GGUF holds in Q4_1/Q8_0 blocks also as
+    those blocks, `gguf_blocks.BLOCKS_FILE`; written aside and renamed, so a reader never sees
     half a directory, and two processes converting at once don't write into each other's)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
@@ -80,6 +85,7 @@ def convert(gguf: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
         )
+        blocks, formats = gguf_blocks.block_tensors(gguf, dict(model.named_parameters()))
     except Exception as e:
         raise ConversionError(f"{type(e).__name__}: {e}") from e
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +96,7 @@ def convert(gguf: Path, out: Path) -> None:
                 if p.dim() >= 2:
                     p.data = p.data.to(HALF_DTYPE)
         save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        gguf_blocks.write_blocks(tmp, blocks, formats)
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(cfg))

@@ -39,8 +39,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .gguf_blocks import read_blocks
+from .kernels.block_weights import BlockFormatError, BlockMatrix
 from .kernels.half_weights import HALF
-from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, LayerWeights
+from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, LayerWeights, weight_storage
 from .kv_cache import KV_DTYPE, CpuCache, GrowingBuffers
 
 SUPPORTED_TYPES = ("llama", "qwen2")
@@ -120,21 +122,45 @@ def read_shape(wdir: Path) -> ModelShape:
     return shape
 
 
-def read_tensors(wdir: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the safetensors files in `wdir`, as views of the memory-mapped files."""
+def matrix_cols(shape: ModelShape) -> dict[str, int]:
+    """The row length of each matrix of the model, by name."""
+    e, f, qd = shape.hidden_size, shape.intermediate_size, shape.num_attention_heads * shape.head_dim
+    cols = {"model.embed_tokens.weight": e, "lm_head.weight": e}
+    for i in range(shape.num_hidden_layers):
+        for name in PROJECTIONS:
+            cols[f"model.layers.{i}.{name}.weight"] = {"self_attn.o_proj": qd, "mlp.down_proj": f}.get(name, e)
+    return cols
+
+
+def read_tensors(wdir: Path, shape: ModelShape) -> dict[str, torch.Tensor | BlockMatrix]:
+    """Every tensor of the safetensors files in `wdir`, as views of the memory-mapped files;
+    the matrices a converted GGUF also keeps in its blocks (`gguf_blocks.read_blocks`) as those
+    `BlockMatrix`es (their float16 copies not read)."""
     from safetensors import safe_open
 
-    out: dict[str, torch.Tensor] = {}
+    try:
+        out: dict[str, torch.Tensor | BlockMatrix] = dict(read_blocks(wdir, matrix_cols(shape)))
+    except BlockFormatError as e:
+        raise Unsupported(f"the quantized weights can't be read: {e}") from e
     for path in sorted(Path(wdir).glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():
-                out[name] = f.get_tensor(name)
+                if name not in out:
+                    out[name] = f.get_tensor(name)
     return out
 
 
-def _matrix(t: torch.Tensor) -> torch.Tensor:
-    """A float16 matrix: the file's own tensor where it is float16 (mapped, not copied)."""
-    return t if t.dtype == HALF else t.to(HALF)
+def _matrix(t: torch.Tensor | BlockMatrix) -> torch.Tensor | BlockMatrix:
+    """A matrix as the kernels multiply by it: a `BlockMatrix` as it is, a float16 tensor the
+    file's own where it is float16 (mapped, not copied)."""
+    return t if isinstance(t, BlockMatrix) or t.dtype == HALF else t.to(HALF)
+
+
+def embed_rows(table: torch.Tensor | BlockMatrix, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of an embedding table (float16 or blocks) as float32."""
+    if isinstance(table, BlockMatrix):
+        return table.embedding(ids)
+    return F.embedding(ids, table).to(torch.float32)
 
 
 def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -169,8 +195,9 @@ class Pass:
 
 
 class CpuDecoderLayer(torch.nn.Module):
-    """One decoder layer; its float16 matrices and float32 vectors are buffers (not copied).
-    A module so that `kv_cache.StopBetweenLayers` can stop a pass before it."""
+    """One decoder layer; its matrices (float16, or `BlockMatrix`es: `matrices`, their tensors
+    the buffers `w0`..`w6`) and float32 vectors are buffers (not copied). A module so that
+    `kv_cache.StopBetweenLayers` can stop a pass before it."""
 
     def __init__(self, shape: ModelShape, kernels: DecodeKernels, tensors: dict[str, torch.Tensor],
                  prefix: str) -> None:
@@ -179,8 +206,9 @@ class CpuDecoderLayer(torch.nn.Module):
         self.kernels = kernels
         self.groups = shape.num_attention_heads // shape.num_key_value_heads
         self.scale = shape.head_dim ** -0.5
+        self.matrices = tuple(_matrix(tensors[f"{prefix}{name}.weight"]) for name in PROJECTIONS)
         for i, name in enumerate(PROJECTIONS):
-            self.register_buffer(f"w{i}", _matrix(tensors[f"{prefix}{name}.weight"]), persistent=False)
+            self.register_buffer(f"w{i}", weight_storage(self.matrices[i]), persistent=False)
             bias = tensors.get(f"{prefix}{name}.bias")
             self.register_buffer(f"b{i}", None if bias is None else bias.to(torch.float32), persistent=False)
         self.register_buffer("in_norm", tensors[f"{prefix}input_layernorm.weight"].to(torch.float32),
@@ -190,13 +218,13 @@ class CpuDecoderLayer(torch.nn.Module):
         self.fused: LayerWeights | None = None
         if all(getattr(self, f"b{i}") is None for i in range(len(PROJECTIONS))):
             self.fused = kernels.layer_weights(
-                self.in_norm, self.post_norm, shape.rms_norm_eps, [getattr(self, f"w{i}") for i in range(7)],
+                self.in_norm, self.post_norm, shape.rms_norm_eps, self.matrices,
                 shape.num_attention_heads, shape.num_key_value_heads, shape.head_dim, shape.intermediate_size,
                 self.scale,
             )
 
     def _linear(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        out = self.kernels.half_matmul(x, getattr(self, f"w{i}"))
+        out = self.kernels.matmul(x, self.matrices[i])
         bias = getattr(self, f"b{i}")
         return out if bias is None else out + bias
 
@@ -255,9 +283,11 @@ class CpuLlama(torch.nn.Module):
             embed = head
         if embed is None:
             raise KeyError("model.embed_tokens.weight")
-        self.register_buffer("embed", _matrix(embed), persistent=False)
         tied = shape.tie_word_embeddings or head is None
-        self.register_buffer("lm_head", self.embed if tied else _matrix(head), persistent=False)
+        self.embed_table = _matrix(embed)  # float16 or a BlockMatrix; its tensor the buffer `embed`
+        self.head_matrix = self.embed_table if tied else _matrix(head)  # the buffer `lm_head`
+        self.register_buffer("embed", weight_storage(self.embed_table), persistent=False)
+        self.register_buffer("lm_head", self.embed if tied else weight_storage(self.head_matrix), persistent=False)
         self.register_buffer("norm", tensors["model.norm.weight"].to(torch.float32), persistent=False)
         d = shape.head_dim
         inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float) / d))
@@ -291,7 +321,7 @@ class CpuLlama(torch.nn.Module):
         if cache is None:
             cache = self.new_cache()
         p = self._pass(input_ids.shape[1], cache.get_seq_length())
-        h = F.embedding(input_ids, self.embed).to(torch.float32)
+        h = embed_rows(self.embed_table, input_ids)
         if (self.stack is not None and p.rows <= MAX_ATTENTION_ROWS and p.past > 0
                 and cache.lengths_agree(p.past)):
             self.kernels.llama_layers(h, self.stack, p.cos, p.sin, cache)  # h updated in place
@@ -301,7 +331,7 @@ class CpuLlama(torch.nn.Module):
         h = rms_norm(h, self.norm, self.config.rms_norm_eps)
         if logits_to_keep:
             h = h[:, -logits_to_keep:, :]
-        return CpuOutput(self.kernels.half_matmul(h, self.lm_head), cache)
+        return CpuOutput(self.kernels.matmul(h, self.head_matrix), cache)
 
 
 def load_cpu_llama(wdir: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = KV_DTYPE,
@@ -310,7 +340,7 @@ def load_cpu_llama(wdir: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = K
     its KV cache of `kv_dtype` (float16 or float32), its short passes in one kernel call unless
     `one_call` is False."""
     shape = read_shape(wdir)
-    tensors = read_tensors(wdir)
+    tensors = read_tensors(wdir, shape)
     try:
         return CpuLlama(shape, kernels, tensors, kv_dtype, one_call)
     except KeyError as e:

@@ -8,8 +8,8 @@ attribute reads per tensor, a few microseconds a call against ~0.1-0.7 ms of ari
 decoder layer's constant arguments (norms, projections, sizes) are checked once, when its
 `LayerWeights` are made, and each call checks that they are still those tensors.
 
-What the C code assumes (and so what is checked): float32 activations and float16 weights on
-the CPU, in C order where the code walks them as flat arrays; sizes that fit its `int`
+What the C code assumes (and so what is checked): float32 activations and float16 weights
+(or `BlockMatrix` blocks: uint8 rows of whole blocks) on the CPU, in C order where the code walks them as flat arrays; sizes that fit its `int`
 arguments; reduction dimensions a multiple of 8 (its 8-wide loads); key and value rows of
 `head_dim` contiguous elements, float32 or float16 (`KV_DTYPES`; keys and values of one type,
 which the call passes as a flag), each head's rows at one stride; and room in the KV cache
@@ -19,6 +19,8 @@ buffers for every position the layer writes.
 from __future__ import annotations
 
 import torch
+
+from .block_weights import BLOCK_FORMATS, BLOCK_VALUES, BlockMatrix
 
 INT_MAX = 2**31 - 1
 KV_DTYPES = (torch.float32, torch.float16)  # what a KV cache may hold (float16: converted when read)
@@ -111,6 +113,30 @@ def check_half_matmul(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None
     _size(k, "the reduced dimension", kk, multiple=8)
 
 
+def check_block_matmul(x: torch.Tensor, w, y: torch.Tensor) -> None:
+    """y [M, N] = x [M, K] @ w.T for a `BlockMatrix` w [N, K]: float32 x and y; w's blocks
+    as `BlockMatrix.of` checks them (still so: the blocks tensor is immutable only by use)."""
+    k = "weights_matmul"
+    _tensor(k, "x", x, torch.float32, (None, None))
+    m, kk = x.shape
+    if not isinstance(w, BlockMatrix) or w.cols != kk:
+        raise KernelArgumentError(k, "w", f"must be a BlockMatrix of rows of {kk} values")
+    _block_matrix(k, "w", w)
+    _tensor(k, "y", y, torch.float32, (m, w.rows))
+    _size(k, "rows", m)
+    _size(k, "outputs", w.rows)
+    _size(k, "the reduced dimension", kk, multiple=BLOCK_VALUES)
+
+
+def _block_matrix(kernel: str, name: str, w: BlockMatrix, shape: tuple | None = None) -> None:
+    """`w`'s blocks are a C-ordered uint8 tensor [rows, cols / 32 * block bytes] (and w has `shape`)."""
+    if shape is not None and w.shape != shape:
+        raise KernelArgumentError(kernel, name, f"must have shape {list(shape)}, not {list(w.shape)}")
+    if w.format not in BLOCK_FORMATS or w.cols % BLOCK_VALUES:
+        raise KernelArgumentError(kernel, name, f"must hold rows of whole blocks of a block format, not {w.format!r}")
+    _tensor(kernel, f"{name} blocks", w.blocks, torch.uint8, (w.rows, w.cols // BLOCK_VALUES * w.format.block_bytes))
+
+
 def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> None:
     """q [H, Q, D] contiguous; key and value rows [1, Hkv, L, D] (`_rows_of_cache`, one element
     type) with Q <= L; out [1, Q, H, D]; H a multiple of Hkv, D of 8."""
@@ -162,7 +188,10 @@ def check_layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, weights,
             k, "weights", f"must be the {len(shapes)} projections {list(shapes)}, not {len(weights)}"
         )
     for (name, shape), w in zip(shapes.items(), weights):
-        _tensor(k, f"{name} projection", w, torch.float16, shape)
+        if isinstance(w, BlockMatrix):
+            _block_matrix(k, f"{name} projection", w, shape)
+        else:
+            _tensor(k, f"{name} projection", w, torch.float16, shape)
 
 
 def _rows_call(k: str, h: torch.Tensor, hidden: int, head_dim: int, cos: torch.Tensor, sin: torch.Tensor) -> int:

@@ -2,7 +2,10 @@
  * `half_matmul` (rows times float16 weights) and `row_attention` (causal attention of a few
  * query rows over the KV cache).
  *
- * half_matmul: y[m, n] = sum_k x[m, k] * w[n, k], float32 rows times float16 weights.
+ * half_matmul: y[m, n] = sum_k x[m, k] * w[n, k], float32 rows times float16 weights;
+ * weights_matmul: the same with the weights in float16 or in a GGUF block format (`W_Q4_1`,
+ * `W_Q8_0`: blocks of 32 values along k, see `dequantize_rows`), de-quantized exactly to
+ * float32 (d * q + m) into a per-thread panel of NB weight rows, then the same tiles.
  *
  * Why by hand: PyTorch's CPU product with float16 weights runs one row at a time (n rows cost
  * n single-row products, so a speculative verification of 8 positions costs 8 steps), MKL has
@@ -33,6 +36,75 @@
 #include <string.h>
 
 #define NB 16 /* outputs per parallel block: 16 weight rows stay in L2 for every row group */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* How a weight matrix [N, K] is stored (lsp_server/model/kernels/block_weights.py's
+ * `WeightFormat`): float16 rows, or rows of GGUF blocks of QK values along k. */
+enum { W_F16 = 0, W_Q4_1 = 1, W_Q8_0 = 2 };
+#define QK 32
+#define PANEL_ROWS 4 /* weight rows de-quantized at a time (a divisor of NB) */
+#define Q4_1_BYTES 20 /* float16 d, float16 m, 16 bytes of 4-bit codes: value j = d * q_j + m */
+#define Q8_0_BYTES 34 /* float16 d, 32 int8 codes: value j = d * q_j */
+
+/* Rows [n0, n1) of a block-format matrix with K values a row, as float32, into `panel` (row n
+ * at panel + (n - n0) * K). Exact: d * q is exact in float32 (an 11-bit by a 4- or 8-bit
+ * integer), so the FMA's single rounding of d * q + m is gguf's (d * q) + m. In Q4_1 value j of
+ * a block (j < 16) is the low nibble of byte j, value j + 16 its high nibble (ggml's layout). */
+static void dequantize_rows(const uint8_t *w, int format, int K, int n0, int n1, float *panel) {
+    int blocks = K / QK;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int n = n0; n < n1; n++) {
+        float *out = panel + (int64_t)(n - n0) * K;
+        if (format == W_Q4_1) {
+            const uint8_t *row = w + (int64_t)n * blocks * Q4_1_BYTES;
+            for (int b = 0; b < blocks; b++, out += QK) {
+                const uint8_t *blk = row + (int64_t)b * Q4_1_BYTES;
+                uint16_t dh, mh;
+                memcpy(&dh, blk, 2);
+                memcpy(&mh, blk + 2, 2);
+                __m128i q = _mm_loadu_si128((const __m128i *)(blk + 4));
+                __m128i lo = _mm_and_si128(q, low), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
+#ifdef __AVX512F__
+                __m512 d = _mm512_set1_ps(_cvtsh_ss(dh)), m = _mm512_set1_ps(_cvtsh_ss(mh));
+                _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m));
+                _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m));
+#else
+                __m256 d = _mm256_set1_ps(_cvtsh_ss(dh)), m = _mm256_set1_ps(_cvtsh_ss(mh));
+                __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+                for (int c = 0; c < 4; c++)
+                    _mm256_storeu_ps(out + 8 * c, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[c])), d, m));
+#endif
+            }
+        } else {
+            const uint8_t *row = w + (int64_t)n * blocks * Q8_0_BYTES;
+            for (int b = 0; b < blocks; b++, out += QK) {
+                const uint8_t *blk = row + (int64_t)b * Q8_0_BYTES;
+                uint16_t dh;
+                memcpy(&dh, blk, 2);
+#ifdef __AVX512F__
+                __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
+                for (int c = 0; c < 2; c++) {
+                    __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + 16 * c));
+                    _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+                }
+#else
+                __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+                for (int c = 0; c < 4; c++) {
+                    __m128i q = _mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * c));
+                    _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+                }
+#endif
+            }
+        }
+    }
+}
+
+/* 8 weights of row `row` (relative to the weights' first row) from column k: float16 converted,
+ * or float32 (a de-quantized panel) */
+ALWAYS_INLINE __m256 weights8(const void *w, int64_t row, int K, int k, const int f32) {
+    if (f32) return _mm256_loadu_ps((const float *)w + row * K + k);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + row * K + k)));
+}
 
 static inline float hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -41,18 +113,20 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-/* mt rows of x (from row m0) times nt weight rows (from n0); both counts are constants at
- * every call site, so the loops unroll and the accumulators live in registers. */
-static inline __attribute__((always_inline)) void tile(const float *x, const uint16_t *w, float *y,
-                                                        int N, int K, int m0, int n0,
-                                                        const int mt, const int nt) {
+/* mt rows of x (from row m0) times nt weight rows (from n0; weight row n at row n - w0 of `w`,
+ * float32 where `f32`, else float16); the counts and `f32` are constants at every call site, so
+ * the loops unroll and the accumulators live in registers. The weights' values, not their
+ * storage, decide the result: a float16 weight converted and the same value de-quantized give
+ * the same FMAs. */
+ALWAYS_INLINE void tile(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int n0,
+                        const int mt, const int nt, const int f32) {
     __m256 acc[6][4];
     for (int i = 0; i < mt; i++)
         for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
     for (int k = 0; k < K; k += 8) {
         __m256 wv[4];
         for (int j = 0; j < nt; j++)
-            wv[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (int64_t)(n0 + j) * K + k)));
+            wv[j] = weights8(w, (int64_t)(n0 + j - w0), K, k, f32);
         for (int i = 0; i < mt; i++) {
             __m256 xv = _mm256_loadu_ps(x + (int64_t)(m0 + i) * K + k);
             for (int j = 0; j < nt; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -72,16 +146,20 @@ static inline float hsum16(__m512 v) {
     return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
 }
 
-static inline __attribute__((always_inline)) void tile16(const float *x, const uint16_t *w, float *y,
-                                                          int N, int K, int m0, int n0,
-                                                          const int mt, const int nt) {
+ALWAYS_INLINE __m512 weights16(const void *w, int64_t row, int K, int k, const int f32) {
+    if (f32) return _mm512_loadu_ps((const float *)w + row * K + k);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + row * K + k)));
+}
+
+ALWAYS_INLINE void tile16(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int n0,
+                          const int mt, const int nt, const int f32) {
     __m512 acc[6][8];
     for (int i = 0; i < mt; i++)
         for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 16) {
         __m512 wv[8];
         for (int j = 0; j < nt; j++)
-            wv[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (int64_t)(n0 + j) * K + k)));
+            wv[j] = weights16(w, (int64_t)(n0 + j - w0), K, k, f32);
         for (int i = 0; i < mt; i++) {
             __m512 xv = _mm512_loadu_ps(x + (int64_t)(m0 + i) * K + k);
             for (int j = 0; j < nt; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -94,14 +172,14 @@ static inline __attribute__((always_inline)) void tile16(const float *x, const u
 
 /* `nt` outputs at a time, then one at a time up to n1 */
 #define TILES(TILE, MT, NT)                                                          \
-    for (; n + NT <= n1; n += NT) TILE(x, w, y, N, K, m0, n, MT, NT);               \
-    for (; n < n1; n++) TILE(x, w, y, N, K, m0, n, MT, 1);                          \
+    for (; n + NT <= n1; n += NT) TILE(x, w, w0, y, N, K, m0, n, MT, NT, f32);      \
+    for (; n < n1; n++) TILE(x, w, w0, y, N, K, m0, n, MT, 1, f32);                 \
     break;
 
 /* one row group (1-6 rows) over outputs [n0, n1): accumulators, the weight vectors and an x
  * vector fill at most the 16 registers (32 with AVX-512) */
-static void rows_block(const float *x, const uint16_t *w, float *y, int N, int K, int m0, int mt,
-                       int n0, int n1) {
+ALWAYS_INLINE void rows_block_of(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int mt,
+                                int n0, int n1, const int f32) {
     int n = n0;
 #ifdef __AVX512F__
     if (K % 16 == 0) {
@@ -126,16 +204,41 @@ static void rows_block(const float *x, const uint16_t *w, float *y, int N, int K
     }
 }
 
+/* rows_block_of compiled for each weight storage: float16 rows (w0 = 0) or a float32 panel */
+static void rows_block(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int mt, int n0,
+                       int n1, int f32) {
+    if (f32) rows_block_of(x, w, w0, y, N, K, m0, mt, n0, n1, 1);
+    else rows_block_of(x, w, w0, y, N, K, m0, mt, n0, n1, 0);
+}
+
 static inline int blocks_of(int N) { return (N + NB - 1) / NB; }
 
-/* block b of outputs (NB of them, fewer at the end) for every row: the parallel task of a product */
-static void matmul_block(const float *x, const uint16_t *w, float *y, int M, int N, int K, int b) {
+/* block b of outputs (NB of them, fewer at the end) for every row: the parallel task of a product.
+ * A block-format `w` is de-quantized into `panel` (the calling thread's, PANEL_ROWS * K floats
+ * used) PANEL_ROWS weight rows at a time, once for all the rows of x. Which tiles compute an
+ * output changes nothing in its arithmetic: 8- (16-) wide FMAs over k in order, one sum. */
+static void matmul_block(const float *x, const void *w, int format, float *y, int M, int N, int K, int b,
+                         float *panel) {
     int n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
     int groups = (M + 5) / 6; /* row groups of as even sizes as can be, at most 6 */
-    for (int g = 0, m0 = 0; g < groups; g++) {
-        int mt = (M - m0) / (groups - g);
-        rows_block(x, w, y, N, K, m0, mt, n0, n1);
-        m0 += mt;
+    if (format == W_F16) {
+        for (int g = 0, m0 = 0; g < groups; g++) {
+            int mt = (M - m0) / (groups - g);
+            rows_block(x, w, 0, y, N, K, m0, mt, n0, n1, 0);
+            m0 += mt;
+        }
+        return;
+    }
+    /* PANEL_ROWS weight rows at a time, de-quantized, then every row group over them: the
+     * panel (PANEL_ROWS * K floats) stays in L1 for all the row groups */
+    for (int s0 = n0; s0 < n1; s0 += PANEL_ROWS) {
+        int s1 = s0 + PANEL_ROWS < n1 ? s0 + PANEL_ROWS : n1;
+        dequantize_rows(w, format, K, s0, s1, panel);
+        for (int g = 0, m0 = 0; g < groups; g++) {
+            int mt = (M - m0) / (groups - g);
+            rows_block(x, panel, s0, y, N, K, m0, mt, s0, s1, 1);
+            m0 += mt;
+        }
     }
 }
 
@@ -143,7 +246,21 @@ static void matmul_block(const float *x, const uint16_t *w, float *y, int M, int
 void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int K, int threads) {
     int blocks = blocks_of(N);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int b = 0; b < blocks; b++) matmul_block(x, w, y, M, N, K, b);
+    for (int b = 0; b < blocks; b++) matmul_block(x, w, W_F16, y, M, N, K, b, NULL);
+}
+
+/* x: [M, K] float32, w: [N, K] in `format` (float16: K a multiple of 8; a block format: K a
+ * multiple of QK, rows of K / QK blocks), y: [M, N] float32. 0 when the panels could not be
+ * allocated (nothing computed), 1 otherwise. */
+int weights_matmul(const float *x, const void *w, int format, float *y, int M, int N, int K, int threads) {
+    int blocks = blocks_of(N);
+    float *panels = NULL;
+    if (format != W_F16 && !(panels = malloc(sizeof(float) * (size_t)threads * NB * K))) return 0;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int b = 0; b < blocks; b++)
+        matmul_block(x, w, format, y, M, N, K, b, panels ? panels + (int64_t)omp_get_thread_num() * NB * K : NULL);
+    free(panels);
+    return 1;
 }
 
 /* e^x for x <= 0, 8 at a time: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial
@@ -172,8 +289,6 @@ static inline __m256 exp_neg(__m256 x) {
  * attention function below is compiled once per element type). A float16 element is converted
  * exactly to float32 when read, so the arithmetic after the load is the same for both; only
  * the values differ (rounded to float16 when written). */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
 /* 8 elements of a key or value row from element `at` of `base`, as float32 */
 ALWAYS_INLINE __m256 load8(const void *base, int64_t at, const int half) {
     if (half) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + at)));
@@ -380,7 +495,7 @@ void row_attention(const float *q, const void *k, const void *v, float *out,
  * call instead of ~40 PyTorch operations: on this CPU the operations' own overhead was ~40% of
  * a step. Same arithmetic as transformers' LlamaDecoderLayer (RMSNorm, rotary embedding with
  * the given cos/sin, grouped-query attention over the cache, SiLU-gated MLP), float32 except
- * the float16 weights; each row computed alone, so any number of rows gives the same bits. */
+ * the weights' storage (float16 or GGUF blocks, de-quantized exactly); each row computed alone, so any number of rows gives the same bits. */
 
 static void rms_norm(const float *x, const float *w, float eps, float *out, int Q, int E) {
     for (int i = 0; i < Q; i++) {
@@ -408,8 +523,9 @@ static void rope(float *x, int Q, int heads, int D, const float *cos, const floa
 }
 
 /* block b of a product that feeds the residual stream: o = x @ w.T there, then h += o there */
-static void residual_block(const float *x, const uint16_t *w, float *o, float *h, int Q, int E, int K, int b) {
-    matmul_block(x, w, o, Q, E, K, b);
+static void residual_block(const float *x, const void *w, int format, float *o, float *h, int Q, int E, int K,
+                           int b, float *panel) {
+    matmul_block(x, w, format, o, Q, E, K, b, panel);
     int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
     for (int i = 0; i < Q; i++)
         for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
@@ -422,6 +538,8 @@ typedef struct {
     float eps, scale;
     const float *cos, *sin;
     float *xn, *q, *k, *v, *att, *o, *g, *u, *scratch;
+    float *panels; /* NB rows of the widest product's K per thread, for block-format weights */
+    int panel_k;
 } Pass;
 
 static int pass_buffers(Pass *p) {
@@ -431,29 +549,35 @@ static int pass_buffers(Pass *p) {
     p->att = malloc(sizeof(float) * Q * QD); p->o = malloc(sizeof(float) * Q * p->E);
     p->g = malloc(sizeof(float) * Q * p->F); p->u = malloc(sizeof(float) * Q * p->F);
     p->scratch = malloc(sizeof(float) * p->H * attention_chunks(Q) * attention_stride(p->past + Q));
-    return p->xn && p->q && p->k && p->v && p->att && p->o && p->g && p->u && p->scratch;
+    p->panel_k = p->E > QD ? p->E : QD;
+    if (p->F > p->panel_k) p->panel_k = p->F;
+    p->panels = malloc(sizeof(float) * (size_t)p->threads * NB * p->panel_k);
+    return p->xn && p->q && p->k && p->v && p->att && p->o && p->g && p->u && p->scratch && p->panels;
 }
 
 static void free_pass(Pass *p) {
     free(p->xn); free(p->q); free(p->k); free(p->v); free(p->att); free(p->o); free(p->g); free(p->u);
-    free(p->scratch);
+    free(p->scratch); free(p->panels);
 }
 
 /* One decoder layer, run by every thread of the enclosing parallel region (its `single` and
  * `for` constructs bind to it): `w` the layer's in_norm, post_norm (float32) and q, k, v, o,
- * gate, up, down projections (float16); its keys and values at kbuf/vbuf, head g's row j at
+ * gate, up, down projections (float16 or block formats: `formats`, one per projection); its keys and values at kbuf/vbuf, head g's row j at
  * g * head_stride + j * D elements (float16 where p->half). The q, k and v products share one
  * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
  * per block of the product that feeds them. Every thread computes the two norms itself, into
  * its own buffer: a few thousand operations instead of a barrier where the others wait (each
  * wait is a futex sleep and wake-up under OMP_WAIT_POLICY=PASSIVE). Every element's arithmetic
  * is the one of the separate products, so the bits are the same. */
-static void layer_in_region(float *h, const Pass *p, const void *const *w, void *kbuf, void *vbuf,
-                            int64_t head_stride) {
+static void layer_in_region(float *h, const Pass *p, const void *const *w, const int *formats, void *kbuf,
+                            void *vbuf, int64_t head_stride) {
     int Q = p->Q, E = p->E, H = p->H, Hkv = p->Hkv, D = p->D, F = p->F, QD = H * D, KD = Hkv * D;
     int L = p->past + Q;
     const float *in_norm = w[0], *post_norm = w[1];
-    const uint16_t *wq = w[2], *wk = w[3], *wv = w[4], *wo = w[5], *wg = w[6], *wu = w[7], *wd = w[8];
+    const void *wq = w[2], *wk = w[3], *wv = w[4], *wo = w[5], *wg = w[6], *wu = w[7], *wd = w[8];
+    int fq = formats[0], fk = formats[1], fv = formats[2], fo = formats[3], fg = formats[4], fu = formats[5],
+        fd = formats[6];
+    float *panel = p->panels + (int64_t)omp_get_thread_num() * NB * p->panel_k;
     float *xn = p->xn + (int64_t)omp_get_thread_num() * Q * E, *q = p->q, *k = p->k, *v = p->v, *att = p->att, *o = p->o, *g = p->g, *u = p->u;
     int heads_tasks = H * attention_chunks(Q);
     int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
@@ -468,11 +592,12 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, void 
         for (int t = 0; t < tasks; t++) {
             int head = t / per_head, j = t % per_head, kind = head < H ? 0 : head < H + Hkv ? 1 : 2;
             int hh = kind == 0 ? head : kind == 1 ? head - H : head - H - Hkv;
-            const uint16_t *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
+            const void *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
+            int fm = kind == 0 ? fq : kind == 1 ? fk : fv;
             float *out = kind == 0 ? q : kind == 1 ? k : v;
             int N = kind == 0 ? QD : KD, heads = kind == 0 ? H : Hkv, d0 = NB * j, half = D / 2;
-            matmul_block(xn, wm, out, Q, N, E, (hh * D + d0) / NB);
-            matmul_block(xn, wm, out, Q, N, E, (hh * D + half + d0) / NB);
+            matmul_block(xn, wm, fm, out, Q, N, E, (hh * D + d0) / NB, panel);
+            matmul_block(xn, wm, fm, out, Q, N, E, (hh * D + half + d0) / NB, panel);
             for (int i = 0; i < Q; i++) {
                 float *r = out + ((int64_t)i * heads + hh) * D;
                 if (kind < 2) { /* as `rope`, for these dims */
@@ -494,9 +619,9 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, void 
     } else {
 #pragma omp for schedule(static)
         for (int b = 0; b < bq + 2 * bk; b++) {
-            if (b < bq) matmul_block(xn, wq, q, Q, QD, E, b);
-            else if (b < bq + bk) matmul_block(xn, wk, k, Q, KD, E, b - bq);
-            else matmul_block(xn, wv, v, Q, KD, E, b - bq - bk);
+            if (b < bq) matmul_block(xn, wq, fq, q, Q, QD, E, b, panel);
+            else if (b < bq + bk) matmul_block(xn, wk, fk, k, Q, KD, E, b - bq, panel);
+            else matmul_block(xn, wv, fv, v, Q, KD, E, b - bq - bk, panel);
         }
 #pragma omp single
         {
@@ -515,12 +640,12 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, void 
         attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, p->scale,
                        p->scratch, p->half);
 #pragma omp for schedule(static)
-    for (int b = 0; b < be; b++) residual_block(att, wo, o, h, Q, E, QD, b);
+    for (int b = 0; b < be; b++) residual_block(att, wo, fo, o, h, Q, E, QD, b, panel);
     rms_norm(h, post_norm, p->eps, xn, Q, E); /* after the o product's loop and its barrier */
 #pragma omp for schedule(static)
     for (int b = 0; b < bf; b++) {
-        matmul_block(xn, wg, g, Q, F, E, b);
-        matmul_block(xn, wu, u, Q, F, E, b);
+        matmul_block(xn, wg, fg, g, Q, F, E, b, panel);
+        matmul_block(xn, wu, fu, u, Q, F, E, b, panel);
         int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
         for (int i = 0; i < Q; i++)
             for (int e = n0; e < n1; e++) {
@@ -529,7 +654,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, void 
             }
     }
 #pragma omp for schedule(static)
-    for (int b = 0; b < be; b++) residual_block(g, wd, o, h, Q, E, F, b);
+    for (int b = 0; b < be; b++) residual_block(g, wd, fd, o, h, Q, E, F, b, panel);
 }
 
 /* One parallel region for the whole layer (`llama_layer`) or for all the layers of a pass
@@ -538,8 +663,8 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, void 
  * it with a futex). Both return 0 when the scratch buffers could not be allocated (nothing
  * computed), 1 otherwise. */
 int llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
-                 const uint16_t *wq, const uint16_t *wk, const uint16_t *wv, const uint16_t *wo,
-                 const uint16_t *wg, const uint16_t *wu, const uint16_t *wd, int H, int Hkv, int D,
+                 const void *wq, const void *wk, const void *wv, const void *wo,
+                 const void *wg, const void *wu, const void *wd, const int *formats, int H, int Hkv, int D,
                  int F, const float *cos, const float *sin, void *kbuf, void *vbuf,
                  int64_t head_stride, int past, float scale, int half, int threads) {
     Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
@@ -547,18 +672,20 @@ int llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_
     int ok = pass_buffers(&p);
     if (ok) {
 #pragma omp parallel num_threads(threads)
-        layer_in_region(h, &p, w, kbuf, vbuf, head_stride);
+        layer_in_region(h, &p, w, formats, kbuf, vbuf, head_stride);
     }
     free_pass(&p);
     return ok;
 }
 
 /* `layers` decoder layers in turn over the rows of h [Q, E], in one parallel region: layer l's
- * norms and projections at weights[9 l .. 9 l + 8] (as `llama_layer` takes them), its keys at
+ * norms and projections at weights[9 l .. 9 l + 8] (as `llama_layer` takes them), the
+ * projections' formats at formats[7 l .. 7 l + 6], its keys at
  * kbase + l * layer_stride and values at vbase + l * layer_stride (elements), head g's row j
  * at g * head_stride + j * D; every layer holds `past` positions and gets the Q new ones. The
  * same arithmetic, so the same bits, as `llama_layer` called once per layer. */
-int llama_layers(float *h, int Q, int E, int layers, const void *const *weights, float eps, int H, int Hkv,
+int llama_layers(float *h, int Q, int E, int layers, const void *const *weights, const int *formats, float eps,
+                 int H, int Hkv,
                  int D, int F, const float *cos, const float *sin, void *kbase, void *vbase,
                  int64_t layer_stride, int64_t head_stride, int past, float scale, int half, int threads) {
     Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
@@ -567,7 +694,7 @@ int llama_layers(float *h, int Q, int E, int layers, const void *const *weights,
         int64_t bytes = half ? 2 : 4;
 #pragma omp parallel num_threads(threads)
         for (int l = 0; l < layers; l++)
-            layer_in_region(h, &p, weights + 9 * l, (char *)kbase + l * layer_stride * bytes,
+            layer_in_region(h, &p, weights + 9 * l, formats + 7 * l, (char *)kbase + l * layer_stride * bytes,
                             (char *)vbase + l * layer_stride * bytes, head_stride);
     }
     free_pass(&p);

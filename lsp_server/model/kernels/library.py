@@ -9,6 +9,8 @@ dtype, shape, memory layout and sizes, or a `KernelArgumentError`. `build(saniti
 builds them with AddressSanitizer, for the tests.
 
 - `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`half_weights`);
+  `DecodeKernels.matmul(x, w)`: the same for float16 weights or a `block_weights.BlockMatrix`
+  (GGUF's Q4_1/Q8_0 blocks, de-quantized exactly inside the kernel);
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
   over the KV cache; `use_row_attention(model)` routes a model's attention through it for
   passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts);
@@ -48,6 +50,7 @@ import torch
 from grammar_tools import cache
 
 from . import boundary
+from .block_weights import BlockMatrix, WeightFormat
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,15 @@ def compiler_identity(cc: str) -> str:
     return f"{os.path.realpath(path)}\n{out.strip()}"
 
 
+def weight_storage(w) -> torch.Tensor:
+    """The tensor a weight's pointer is taken from: a float16 matrix itself, a `BlockMatrix`'s blocks."""
+    return w.blocks if isinstance(w, BlockMatrix) else w
+
+
+def weight_format(w) -> WeightFormat:
+    return w.format if isinstance(w, BlockMatrix) else WeightFormat.F16
+
+
 @dataclass(frozen=True)
 class LayerWeights:
     """A decoder layer's constant arguments to `llama_layer` (see `DecodeKernels.layer_weights`):
@@ -114,16 +126,18 @@ class LayerWeights:
     in_norm: torch.Tensor
     post_norm: torch.Tensor
     eps: float
-    weights: tuple  # float16 q, k, v, o, gate, up, down projections
+    weights: tuple  # q, k, v, o, gate, up, down projections: float16 tensors or `BlockMatrix`
     heads: int
     kv_heads: int
     head_dim: int
     ffn: int
     scale: float
     pointers: tuple[int, ...]
+    formats: ctypes.Array  # the projections' `WeightFormat`s, as the C int array the kernels take
 
     def current_pointers(self) -> tuple[int, ...]:
-        return (self.in_norm.data_ptr(), self.post_norm.data_ptr()) + tuple(w.data_ptr() for w in self.weights)
+        return (self.in_norm.data_ptr(), self.post_norm.data_ptr()) + tuple(
+            weight_storage(w).data_ptr() for w in self.weights)
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,7 @@ class LayerStack:
     tensors: tuple[torch.Tensor, ...]
     array: ctypes.Array
     pointers: tuple[int, ...]
+    formats: ctypes.Array  # 7 `WeightFormat`s per layer
 
     def current_pointers(self) -> tuple[int, ...]:
         """The tensors' addresses now (a step checks all 270 of SmolLM2's in ~20 µs)."""
@@ -150,6 +165,9 @@ class DecodeKernels:
         self._matmul = lib.half_matmul
         self._matmul.restype = None
         self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
+        self._weights_matmul = lib.weights_matmul
+        self._weights_matmul.restype = ctypes.c_int
+        self._weights_matmul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4
         self._attention = lib.row_attention
         self._attention.restype = None
         self._attention.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int] * 5
@@ -157,19 +175,40 @@ class DecodeKernels:
         self._layer = lib.llama_layer
         self._layer.restype = ctypes.c_int
         self._layer.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_float] + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 4
+                                 ctypes.c_float] + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 4
                                 + [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_int, ctypes.c_float]
                                 + [ctypes.c_int] * 2)
         self._layers = lib.llama_layers
         self._layers.restype = ctypes.c_int
-        self._layers.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_float]
+        self._layers.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 2 + [ctypes.c_float]
                                  + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2
                                  + [ctypes.c_int, ctypes.c_float] + [ctypes.c_int] * 2)
 
     @staticmethod
-    def fits(weight: torch.Tensor) -> bool:
-        """`half_matmul` can multiply by this (CPU, 2-D) weight: rows a multiple of 8 long."""
+    def fits(weight) -> bool:
+        """`matmul` can multiply by this weight: a `BlockMatrix`, or a CPU 2-D tensor whose rows
+        are a multiple of 8 long (`half_matmul`'s)."""
+        if isinstance(weight, BlockMatrix):
+            return True
         return weight.device.type == "cpu" and weight.dim() == 2 and weight.shape[1] % 8 == 0
+
+    def matmul(self, x: torch.Tensor, w) -> torch.Tensor:
+        """x @ w.T for float32 `x` [..., K] and `w` [N, K]: a float16 tensor (`half_matmul`) or
+        a `BlockMatrix`, whose values (de-quantized exactly) are multiplied as float16 ones are:
+        each row's result is the same whatever the number of rows."""
+        if not isinstance(w, BlockMatrix):
+            return self.half_matmul(x, w)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
+        m, k = x2.shape
+        y = torch.empty((m, w.rows), dtype=torch.float32)
+        threads = torch.get_num_threads()
+        boundary.check_block_matmul(x2, w, y)
+        boundary.check_threads("weights_matmul", threads)
+        if not self._weights_matmul(x2.data_ptr(), w.blocks.data_ptr(), int(w.format), y.data_ptr(), m, w.rows, k,
+                                    threads):
+            raise MemoryError("weights_matmul: no memory for its de-quantized panels")
+        return y.reshape(*lead, w.rows)
 
     def half_matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x @ w.T for float32 `x` [..., K] and a contiguous float16 `w` [N, K] that `fits`."""
@@ -187,12 +226,14 @@ class DecodeKernels:
     @staticmethod
     def layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, eps: float, weights, heads: int,
                       kv_heads: int, head_dim: int, ffn: int, scale: float) -> LayerWeights:
-        """A decoder layer's constant arguments for `llama_layer`, checked (`boundary`)."""
+        """A decoder layer's constant arguments for `llama_layer`, checked (`boundary`); each
+        projection a float16 tensor or a `BlockMatrix`."""
         weights = tuple(weights)
         boundary.check_layer_weights(in_norm, post_norm, weights, heads, kv_heads, head_dim, ffn)
-        tensors = (in_norm, post_norm) + weights
+        tensors = (in_norm, post_norm) + tuple(map(weight_storage, weights))
+        formats = (ctypes.c_int * len(weights))(*(int(weight_format(w)) for w in weights))
         return LayerWeights(in_norm, post_norm, float(eps), weights, heads, kv_heads, head_dim, ffn, float(scale),
-                            tuple(t.data_ptr() for t in tensors))
+                            tuple(t.data_ptr() for t in tensors), formats)
 
     def llama_layer(self, h: torch.Tensor, layer: LayerWeights, cos: torch.Tensor, sin: torch.Tensor,
                     kv, past: int) -> None:
@@ -212,7 +253,7 @@ class DecodeKernels:
         boundary.check_threads("llama_layer", threads)
         q_len, e = h.shape[1], h.shape[2]
         if not self._layer(h.data_ptr(), q_len, e, *layer.pointers[:2], layer.eps, *layer.pointers[2:],
-                           layer.heads, layer.kv_heads, layer.head_dim, layer.ffn,
+                           layer.formats, layer.heads, layer.kv_heads, layer.head_dim, layer.ffn,
                            cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.stride()[1],
                            past, layer.scale, int(k_buf.dtype is torch.float16), threads):
             raise MemoryError("llama_layer: no memory for its scratch buffers")
@@ -228,11 +269,13 @@ class DecodeKernels:
         shared = lambda w: (w.in_norm.shape, w.eps, w.heads, w.kv_heads, w.head_dim, w.ffn, w.scale)  # noqa: E731
         if any(shared(w) != shared(first) for w in layers):
             raise boundary.KernelArgumentError("llama_layers", "layers", "must share their sizes, norms' epsilon and scale")
-        tensors = tuple(t for w in layers for t in (w.in_norm, w.post_norm, *w.weights))
+        tensors = tuple(t for w in layers for t in (w.in_norm, w.post_norm, *map(weight_storage, w.weights)))
         pointers = tuple(map(torch.Tensor.data_ptr, tensors))
         if pointers != tuple(p for w in layers for p in w.pointers):
             raise boundary.KernelArgumentError("llama_layers", "layers", "must be LayerWeights whose tensors are as checked")
-        return LayerStack(layers, tensors, (ctypes.c_void_p * len(pointers))(*pointers), pointers)
+        formats = [f for w in layers for f in w.formats]
+        return LayerStack(layers, tensors, (ctypes.c_void_p * len(pointers))(*pointers), pointers,
+                          (ctypes.c_int * len(formats))(*formats))
 
     def llama_layers(self, h: torch.Tensor, stack: LayerStack, cos: torch.Tensor, sin: torch.Tensor, cache) -> None:
         """Every layer of `stack` in turn for the rows of `h` [1, Q, E] (updated in place), in
@@ -255,7 +298,8 @@ class DecodeKernels:
         boundary.check_layers_call(h, w.in_norm.shape[0], len(stack.layers), w.kv_heads, w.head_dim, cos, sin,
                                    keys, values, past)
         boundary.check_threads("llama_layers", threads)
-        if not self._layers(h.data_ptr(), rows, h.shape[2], len(stack.layers), stack.array, w.eps, w.heads,
+        if not self._layers(h.data_ptr(), rows, h.shape[2], len(stack.layers), stack.array, stack.formats, w.eps,
+                            w.heads,
                             w.kv_heads, w.head_dim, w.ffn, cos.data_ptr(), sin.data_ptr(), keys.data_ptr(),
                             values.data_ptr(), keys.stride(0), keys.stride(1), past, w.scale,
                             int(keys.dtype is torch.float16), threads):
