@@ -28,3 +28,29 @@ def make_tiny_model_dir(path: Path, seed: int = 0) -> Path:
     LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
     shutil.copy(tokenizer_json(resolve_model("default")), path / "tokenizer.json")
     return path
+
+
+def float16_exact_blocks(values, fmt):
+    """`values` [n, k] (k a multiple of 32) quantized to the block format `fmt` with power-of-two
+    scales (Q4_1's minimum -8 d), so that float16 holds every de-quantized value exactly: (the
+    `BlockMatrix`, the float16 tensor of its values). The kernels must give both the same bits."""
+    import torch
+
+    from lsp_server.model.kernels.block_weights import BLOCK_VALUES, BlockMatrix, WeightFormat
+
+    n, k = values.shape
+    v = values.float().reshape(-1, BLOCK_VALUES)
+    top = 7 if fmt is WeightFormat.Q4_1 else 127
+    d = 2.0 ** torch.ceil(torch.log2(v.abs().amax(dim=1, keepdim=True).clamp_min(2.0 ** -14) / top))
+    head = d.half().view(torch.uint8).reshape(-1, 2)
+    if fmt is WeightFormat.Q4_1:
+        q = (torch.round(v / d) + 8).clamp(0, 15).to(torch.uint8)
+        packed = q[:, :16] | (q[:, 16:] << 4)
+        head = torch.cat([head, (-8 * d).half().view(torch.uint8).reshape(-1, 2)], dim=1)
+        same = d * (q.float() - 8)
+    else:
+        q = torch.round(v / d).clamp(-127, 127).to(torch.int8)
+        packed = q.view(torch.uint8)
+        same = d * q.float()
+    raw = torch.cat([head, packed], dim=1).reshape(n, -1).contiguous()
+    return BlockMatrix.of(raw, fmt, k), same.reshape(n, k).half()

@@ -445,3 +445,120 @@ def test_the_asan_builds_are_loaded():
     for isa, kernels in SANITIZED.items():
         assert library.load(isa == "avx512") is kernels
     assert library.load() in SANITIZED.values()
+
+
+# ---------------------------------------------------------------- weights in GGUF blocks
+
+
+def _exact_blocks(fmt, n: int, k: int, seed: int):
+    """A random `BlockMatrix` [n, k] of `fmt` whose values float16 holds exactly, and the
+    float16 tensor of the same values (`model_support.float16_exact_blocks`)."""
+    from model_support import float16_exact_blocks
+
+    return float16_exact_blocks(torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.1, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
+def test_block_weights_give_the_bits_of_float16_weights_of_the_same_values(kernels, fmt):
+    """The kernel de-quantizes a block matrix exactly and multiplies it as it multiplies float16
+    weights: where float16 holds the values, the results are the same bits, row by row and
+    whatever the number of rows."""
+    from lsp_server.model.kernels.block_weights import WeightFormat
+
+    for n, k in [(37, 64), (16, 32), (5, 96)]:
+        w, same = _exact_blocks(WeightFormat[fmt], n, k, seed=n)
+        assert torch.equal(w.dequantize().half(), same) and torch.equal(w.dequantize(), same.float())
+        x = torch.randn(11, k, generator=torch.Generator().manual_seed(k))
+        y = kernels.matmul(x, w)
+        assert torch.equal(y, kernels.half_matmul(x, same))
+        for m in range(1, 11):
+            assert torch.equal(kernels.matmul(x[:m], w), y[:m])
+            assert torch.equal(kernels.matmul(x[m : m + 1], w)[0], y[m])
+
+
+@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
+def test_gguf_blocks_multiply_as_the_float64_product_of_ggufs_own_values(kernels, fmt):
+    """Blocks quantized by gguf: `BlockMatrix.dequantize` is gguf's own de-quantization, bit
+    for bit, and the kernel's product is the float64 product of those values to float32's
+    precision, each row the same alone as among others."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, quants
+
+    from lsp_server.model.kernels.block_weights import BlockMatrix, WeightFormat
+
+    rng = np.random.default_rng(3)
+    values = (rng.standard_normal((45, 128)) * 0.05).astype(np.float32)
+    raw = quants.quantize(values, GGMLQuantizationType[fmt])
+    w = BlockMatrix.of(torch.from_numpy(raw.copy()), WeightFormat[fmt], 128)
+    theirs = torch.from_numpy(quants.dequantize(raw, GGMLQuantizationType[fmt]))
+    assert torch.equal(w.dequantize(), theirs)
+    assert torch.equal(w.embedding(torch.tensor([[4, 0, 44]])), theirs[[4, 0, 44]][None])
+    x = torch.randn(9, 128, generator=torch.Generator().manual_seed(1))
+    y = kernels.matmul(x, w)
+    ref = x.double() @ theirs.double().t()
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+    for m in range(9):
+        assert torch.equal(kernels.matmul(x[m : m + 1], w)[0], y[m])
+
+
+def test_a_layer_with_block_weights_gives_the_float16_layers_bits(kernels):
+    """`llama_layer` and `llama_layers` with projections of every format (float16, Q4_1, Q8_0)
+    compute, bit for bit, what they compute with float16 weights of the same values; a row
+    alone gets the bits it gets among others."""
+    from lsp_server.model.kernels.block_weights import WeightFormat
+
+    formats = [WeightFormat.Q4_1, WeightFormat.Q4_1, WeightFormat.Q8_0, WeightFormat.Q8_0, WeightFormat.Q4_1,
+               WeightFormat.F16, WeightFormat.Q4_1]
+    stacks = {"blocks": [], "half": []}
+    for i in range(2):
+        constant, _ = _layer(e=64, d=16, heads=4, kv_heads=2, ffn=96)
+        blocks, half = [], []
+        for j, (fmt, w) in enumerate(zip(formats, constant["weights"])):
+            if fmt is WeightFormat.F16:
+                blocks.append(w)
+                half.append(w)
+            else:
+                b, same = _exact_blocks(fmt, *w.shape, seed=10 * i + j)
+                blocks.append(b)
+                half.append(same)
+        stacks["blocks"].append(kernels.layer_weights(**(constant | {"weights": blocks})))
+        stacks["half"].append(kernels.layer_weights(**(constant | {"weights": half})))
+    _, call = _layer(q_len=3, past=5, e=64, d=16, kv_heads=2)
+    cos, sin = torch.randn(1, 3, 16), torch.randn(1, 3, 16)
+    out = {}
+    for name, layers in stacks.items():
+        one, each = _filled_cache(2, 5, torch.float16, d=16), _filled_cache(2, 5, torch.float16, d=16)
+        h1, h2 = call["h"].clone(), call["h"].clone()
+        kernels.llama_layers(h1, kernels.layer_stack(layers), cos, sin, one)
+        for layer, kv in zip(layers, each.layers):
+            kernels.append_layer(h2, layer, cos, sin, kv)
+        assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :8], each.k[:, :, :8])
+        out[name] = (h1, one.k[:, :, :8].clone(), one.v[:, :, :8].clone())
+    assert all(torch.equal(a, b) for a, b in zip(out["blocks"], out["half"]))
+    rows = _filled_cache(2, 5, torch.float16, d=16)
+    stack = kernels.layer_stack(stacks["blocks"])
+    for i in range(3):
+        h = call["h"][:, i : i + 1].clone()
+        kernels.llama_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        assert torch.equal(h[0, 0], out["blocks"][0][0, i]), i
+
+
+def test_block_weights_that_are_not_whole_blocks_are_refused(kernels):
+    from lsp_server.model.kernels.block_weights import BlockFormatError, BlockMatrix, WeightFormat
+
+    w, _ = _exact_blocks(WeightFormat.Q4_1, 8, 64, seed=0)
+    with pytest.raises(BlockFormatError, match="take 40 bytes"):
+        BlockMatrix.of(w.blocks[:, :30].contiguous(), WeightFormat.Q4_1, 64)
+    with pytest.raises(BlockFormatError, match="multiple of 32"):
+        BlockMatrix.of(w.blocks, WeightFormat.Q4_1, 48)
+    with pytest.raises(BlockFormatError, match="uint8"):
+        BlockMatrix.of(w.blocks.float(), WeightFormat.Q4_1, 64)
+    with pytest.raises(BlockFormatError, match="not a block format"):
+        BlockMatrix.of(w.blocks, WeightFormat.F16, 64)
+    assert "rows of 32 values (x's), not 64" in _refused(lambda: kernels.matmul(torch.randn(2, 32), w), "w")
+    stale = BlockMatrix(w.blocks[:, :20], WeightFormat.Q4_1, 8, 64)  # made around `of`: still checked
+    assert "[8, 40]" in _refused(lambda: kernels.matmul(torch.randn(2, 64), stale), "w blocks")
+    constant, _ = _layer(e=64, d=16, ffn=96)
+    wrong, _ = _exact_blocks(WeightFormat.Q8_0, 32, 64, seed=1)  # q is [64, 64]
+    assert "[64, 64]" in _refused(lambda: kernels.layer_weights(**(constant | {
+        "weights": [wrong] + constant["weights"][1:]})), "q projection")

@@ -72,7 +72,10 @@ def block_tensors(gguf_path: Path, params: dict[str, torch.Tensor]) -> tuple[dic
     where the file can't be read."""
     from gguf import GGUFReader
 
-    reader = GGUFReader(str(gguf_path))
+    try:
+        reader = GGUFReader(str(gguf_path))
+    except (ValueError, OSError, IndexError, KeyError) as e:  # gguf's reader says "cannot reshape ..." for a cut file
+        raise ValueError(f"{gguf_path.name} is not a readable GGUF file (truncated or corrupt?): {e}") from e
     blocks: dict[str, torch.Tensor] = {}
     formats: dict[str, str] = {}
     for t in reader.tensors:

@@ -6,8 +6,9 @@
   (memory-mapped safetensors: page cache, shared by every process that maps them), PyTorch's
   libraries, other libraries and files, and anonymous memory (the Python heap, tensors, the
   mask store's arrays, the KV caches);
-- `tensor_bytes(tensors)`, `model_bytes(model)`: what a model holds, by dtype and by whether it
-  views a file or owns memory (tied tensors counted once);
+- `tensor_bytes(tensors)`, `model_bytes(model)`: what a model holds, by dtype (matrices kept in
+  GGUF blocks under their format, "Q4_1 blocks", "Q8_0 blocks") and by whether it views a file
+  or owns memory (tied tensors counted once);
 - `heap_usage()`: the C heap (glibc's `mallinfo2`): in use, free but kept, and the blocks
   served from their own mappings (tensors of 256 KiB and more: the KV caches), and Python's
   small objects (allocated blocks; their 1 MiB arenas are anonymous mappings outside malloc);
@@ -70,9 +71,10 @@ def _is_mapped(t) -> bool:
         return False
 
 
-def tensor_bytes(tensors: Iterable) -> dict[str, int]:
-    """Bytes of `tensors` by dtype, with the file-viewing ones also under "mapped" (each storage
-    counted once)."""
+def tensor_bytes(tensors: Iterable, labels: dict[int, str] | None = None) -> dict[str, int]:
+    """Bytes of `tensors` by dtype (or by `labels[storage address]` where given), with the
+    file-viewing ones also under "mapped" (each storage counted once)."""
+    labels = labels or {}
     seen: set[int] = set()
     out: dict[str, int] = {}
     for t in tensors:
@@ -81,7 +83,7 @@ def tensor_bytes(tensors: Iterable) -> dict[str, int]:
             continue
         seen.add(key)
         n = t.numel() * t.element_size()
-        dtype = str(t.dtype).removeprefix("torch.")
+        dtype = labels.get(key) or str(t.dtype).removeprefix("torch.")
         out[dtype] = out.get(dtype, 0) + n
         if _is_mapped(t):
             out["mapped"] = out.get("mapped", 0) + n
@@ -89,8 +91,17 @@ def tensor_bytes(tensors: Iterable) -> dict[str, int]:
 
 
 def model_bytes(model) -> dict[str, int]:
-    """`tensor_bytes` of a model's parameters and buffers."""
-    return tensor_bytes(list(model.parameters()) + list(model.buffers()))
+    """`tensor_bytes` of a model's parameters and buffers, the blocks of its `BlockMatrix`
+    attributes (`cpu_llama`'s GGUF matrices) under "<format> blocks"."""
+    from .kernels.block_weights import BlockMatrix
+
+    labels = {}
+    for module in model.modules():
+        for value in vars(module).values():
+            for m in value if isinstance(value, tuple) else (value,):
+                if isinstance(m, BlockMatrix):
+                    labels[m.blocks.untyped_storage().data_ptr()] = f"{m.format.name} blocks"
+    return tensor_bytes(list(model.parameters()) + list(model.buffers()), labels)
 
 
 def array_bytes(obj) -> int:

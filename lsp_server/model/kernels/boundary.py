@@ -120,7 +120,8 @@ def check_block_matmul(x: torch.Tensor, w, y: torch.Tensor) -> None:
     _tensor(k, "x", x, torch.float32, (None, None))
     m, kk = x.shape
     if not isinstance(w, BlockMatrix) or w.cols != kk:
-        raise KernelArgumentError(k, "w", f"must be a BlockMatrix of rows of {kk} values")
+        have = f"{w.cols}" if isinstance(w, BlockMatrix) else type(w).__name__
+        raise KernelArgumentError(k, "w", f"must be a BlockMatrix with rows of {kk} values (x's), not {have}")
     _block_matrix(k, "w", w)
     _tensor(k, "y", y, torch.float32, (m, w.rows))
     _size(k, "rows", m)
