@@ -4,8 +4,8 @@
 
 The default model after a prompt of `--context` tokens of typing.py; the milliseconds (p50 over
 `--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
-- `kernels`: the one float16 copy of the weights through `decode_kernels` (products and
-  attention), transformers' layer code around them;
+- `kernels`: the one copy of the weights (float16, or a GGUF's blocks: `weights_mib` says
+  which) through `decode_kernels` (products and attention), transformers' layer code around them;
 - `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`, or `cpu_llama`,
   whose layers call the same kernels: then `kernels` is not measured);
 - with `cpu_llama`, the same weights three more ways, each lever of its step alone:
@@ -67,6 +67,7 @@ def main(argv=None) -> int:
 
     from lsp_server.model.cpu_llama import CpuLlama, load_cpu_llama
     from lsp_server.model.kv_cache import rewind
+    from lsp_server.model.memory_parts import model_bytes
     from lsp_server.model.prompt_cache import PromptCache
     from lsp_server.model.runtime import load_model
 
@@ -81,7 +82,9 @@ def main(argv=None) -> int:
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),
               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "libgomp's default (spinning)"),
               "kernels": kernels.isa if kernels else None, "rounds": args.rounds,
-              "fused_layers": len(fused), "runtime_model": type(runtime.model).__name__, "configurations": {}}
+              "fused_layers": len(fused), "runtime_model": type(runtime.model).__name__,
+              "weights_mib": {k: round(v / 2**20, 1) for k, v in model_bytes(runtime.model).items()},
+              "configurations": {}}
     runtimes = {}
     if isinstance(runtime.model, CpuLlama):
         from lsp_server.model.converted_weights import weights_dir

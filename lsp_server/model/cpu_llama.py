@@ -9,7 +9,11 @@ file(s) itself (`safetensors.safe_open`: the float16 matrices stay views of the 
 shared through the page cache), and computes the same arithmetic, operation for operation, as
 transformers' `LlamaForCausalLM`/`Qwen2ForCausalLM` with our float16 weights (`half_weights`) and
 kernels did before (`library`), so the logits are bit for bit the same (tests/test_cpu_llama.py
-compares them with transformers' on the tiny model) and greedy answers identical:
+compares them with transformers' on the tiny model) and greedy answers identical. A converted
+GGUF's Q4_1/Q8_0 matrices are read in their blocks instead (`gguf_blocks.read_blocks`:
+`BlockMatrix`es, a third of the float16 copy's memory, the file's exact values; the embedding
+rows de-quantized when looked up); the kernels multiply them as float16 weights of the same
+values (tests/test_gguf_blocks.py):
 
 - passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache, in a model without biases:
   all the layers in one kernel call (`DecodeKernels.llama_layers`: the same bits as

@@ -7,9 +7,10 @@ with a reusable KV cache.
 - a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
   pickled checkpoints, `trust_remote_code=False`).
 - device `auto`: CUDA when present (bf16; Llama-family models decode through fixed-shape
-  passes replayed as CUDA graphs, warmed up at load: `static_decode`), else CPU: one float16
-  copy of the weights, memory-mapped from the converted file, for prompts and decoding steps
-  alike, multiplied by our kernels; Llama-family models computed by `cpu_llama` (transformers
+  passes replayed as CUDA graphs, warmed up at load: `static_decode`), else CPU: one copy of
+  the weights, memory-mapped from the converted files, for prompts and decoding steps alike,
+  multiplied by our kernels (a GGUF's Q4_1/Q8_0 matrices in their blocks, `gguf_blocks`; the
+  others in float16); Llama-family models computed by `cpu_llama` (transformers
   never imported), others by transformers' classes with our products (`half_model`,
   `kernels.half_weights`; decoding steps and verification passes through whole-layer kernels:
   `kernels.library`, `kernels.fused_layers`); float32 where the kernels can't be built.
@@ -151,8 +152,9 @@ def _new_cache(model: torch.nn.Module):
 
 
 def _load_weights(wdir, dev: torch.device, kernels) -> torch.nn.Module:
-    """The model for `dev`: with `kernels` (the CPU's), one float16 copy of the matrices,
-    memory-mapped from the file where it holds float16, computed by `cpu_llama` (Llama-family
+    """The model for `dev`: with `kernels` (the CPU's), one copy of the matrices (a GGUF's
+    quantized ones in their blocks, others float16), memory-mapped from the files where they
+    hold that, computed by `cpu_llama` (Llama-family
     models: transformers' model classes never imported) or by transformers' classes with our
     products, attention and fused layers (`half_model`); else bfloat16 on CUDA, float32 on the
     CPU (transformers' classes)."""

@@ -42,7 +42,9 @@
  * `WeightFormat`): float16 rows, or rows of GGUF blocks of QK values along k. */
 enum { W_F16 = 0, W_Q4_1 = 1, W_Q8_0 = 2 };
 #define QK 32
-#define PANEL_ROWS 4 /* weight rows de-quantized at a time (a divisor of NB) */
+#ifndef PANEL_ROWS
+#define PANEL_ROWS 8 /* weight rows de-quantized at a time (a divisor of NB) */
+#endif
 #define Q4_1_BYTES 20 /* float16 d, float16 m, 16 bytes of 4-bit codes: value j = d * q_j + m */
 #define Q8_0_BYTES 34 /* float16 d, 32 int8 codes: value j = d * q_j */
 
@@ -249,16 +251,51 @@ void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int 
     for (int b = 0; b < blocks; b++) matmul_block(x, w, W_F16, y, M, N, K, b, NULL);
 }
 
+/* Long products (more than WIDE_ROWS rows: prompts) of block-format weights: a task takes up
+ * to WIDE_BLOCKS blocks of NB outputs, de-quantizes all their weight rows into one panel (in
+ * L2) and runs every row group over them, so each row group of x is read once per panel
+ * instead of once per PANEL_ROWS outputs (x itself no longer fits in L2 for a prompt). */
+#ifndef WIDE_ROWS
+#define WIDE_ROWS 32
+#endif
+#define WIDE_BLOCKS 4
+
+/* task t of `weights_matmul`: outputs [t * per * NB, (t + 1) * per * NB) for every row */
+static void wide_task(const float *x, const void *w, int format, float *y, int M, int N, int K, int t, int per,
+                      float *panel) {
+    int n0 = t * per * NB, n1 = n0 + per * NB < N ? n0 + per * NB : N;
+    dequantize_rows(w, format, K, n0, n1, panel);
+    int groups = (M + 5) / 6;
+    for (int g = 0, m0 = 0; g < groups; g++) {
+        int mt = (M - m0) / (groups - g);
+        for (int b0 = n0; b0 < n1; b0 += NB)
+            rows_block(x, panel, n0, y, N, K, m0, mt, b0, b0 + NB < n1 ? b0 + NB : n1, 1);
+        m0 += mt;
+    }
+}
+
 /* x: [M, K] float32, w: [N, K] in `format` (float16: K a multiple of 8; a block format: K a
  * multiple of QK, rows of K / QK blocks), y: [M, N] float32. 0 when the panels could not be
- * allocated (nothing computed), 1 otherwise. */
+ * allocated (nothing computed), 1 otherwise. How the outputs are split into tasks changes no
+ * output's arithmetic. */
 int weights_matmul(const float *x, const void *w, int format, float *y, int M, int N, int K, int threads) {
     int blocks = blocks_of(N);
-    float *panels = NULL;
-    if (format != W_F16 && !(panels = malloc(sizeof(float) * (size_t)threads * NB * K))) return 0;
+    if (format == W_F16) {
+        half_matmul(x, w, y, M, N, K, threads);
+        return 1;
+    }
+    int per = M > WIDE_ROWS ? WIDE_BLOCKS : 1; /* blocks of NB outputs per task */
+    while (per > 1 && (blocks + per - 1) / per < 2 * threads) per /= 2; /* keep every thread busy */
+    int tasks = (blocks + per - 1) / per;
+    int64_t panel_floats = (int64_t)per * NB * K;
+    float *panels = malloc(sizeof(float) * (size_t)threads * panel_floats);
+    if (!panels) return 0;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int b = 0; b < blocks; b++)
-        matmul_block(x, w, format, y, M, N, K, b, panels ? panels + (int64_t)omp_get_thread_num() * NB * K : NULL);
+    for (int t = 0; t < tasks; t++) {
+        float *panel = panels + omp_get_thread_num() * panel_floats;
+        if (per == 1) matmul_block(x, w, format, y, M, N, K, t, panel);
+        else wide_task(x, w, format, y, M, N, K, t, per, panel);
+    }
     free(panels);
     return 1;
 }
