@@ -5,8 +5,8 @@ d, a float16 minimum m, 32 4-bit codes: value = d * q + m; 20 bytes for 32 value
 (a float16 scale d, 32 int8 codes: value = d * q; 34 bytes). A float16 copy of such a matrix
 takes 64 bytes per 32 values and holds each value rounded; the blocks hold the file's values
 exactly in a third (Q4_1) or half (Q8_0) of it. The kernels (`decode_kernels.c`,
-`weights_matmul` and the layer kernels) de-quantize a panel of 16 weight rows at a time into
-float32 (exact: d * q is exact in float32, so d * q + m is rounded once, as gguf's own
+`weights_matmul` and the layer kernels) de-quantize a panel of weight rows at a time (8; 64
+for a prompt's products) into float32 (exact: d * q is exact in float32, so d * q + m is rounded once, as gguf's own
 `(d * q) + m`) and multiply it with the same tiles as float16 weights, so a row's result
 still does not depend on the other rows of the pass.
 
@@ -101,7 +101,3 @@ class BlockMatrix:
     def embedding(self, ids: torch.Tensor) -> torch.Tensor:
         """The rows `ids` as float32 (an embedding lookup)."""
         return self.dequantize(ids)
-
-    def float16(self) -> torch.Tensor:
-        """The values rounded to float16 [rows, cols] (what a float16 copy would hold)."""
-        return self.dequantize().to(torch.float16)
