@@ -42,9 +42,7 @@
  * `WeightFormat`): float16 rows, or rows of GGUF blocks of QK values along k. */
 enum { W_F16 = 0, W_Q4_1 = 1, W_Q8_0 = 2 };
 #define QK 32
-#ifndef PANEL_ROWS
 #define PANEL_ROWS 8 /* weight rows de-quantized at a time (a divisor of NB) */
-#endif
 #define Q4_1_BYTES 20 /* float16 d, float16 m, 16 bytes of 4-bit codes: value j = d * q_j + m */
 #define Q8_0_BYTES 34 /* float16 d, 32 int8 codes: value j = d * q_j */
 
@@ -255,9 +253,7 @@ void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int 
  * to WIDE_BLOCKS blocks of NB outputs, de-quantizes all their weight rows into one panel (in
  * L2) and runs every row group over them, so each row group of x is read once per panel
  * instead of once per PANEL_ROWS outputs (x itself no longer fits in L2 for a prompt). */
-#ifndef WIDE_ROWS
 #define WIDE_ROWS 32
-#endif
 #define WIDE_BLOCKS 4
 
 /* task t of `weights_matmul`: outputs [t * per * NB, (t + 1) * per * NB) for every row */
