@@ -465,15 +465,16 @@ def test_block_weights_give_the_bits_of_float16_weights_of_the_same_values(kerne
     whatever the number of rows."""
     from lsp_server.model.kernels.block_weights import WeightFormat
 
-    for n, k in [(37, 64), (16, 32), (5, 96)]:
+    for n, k in [(37, 64), (16, 32), (5, 96), (200, 64)]:  # 200: long products' tasks of 64 outputs
         w, same = _exact_blocks(WeightFormat[fmt], n, k, seed=n)
         assert torch.equal(w.dequantize().half(), same) and torch.equal(w.dequantize(), same.float())
-        x = torch.randn(11, k, generator=torch.Generator().manual_seed(k))
-        y = kernels.matmul(x, w)
+        x = torch.randn(41, k, generator=torch.Generator().manual_seed(k))
+        y = kernels.matmul(x, w)  # 41 rows: a long product's panels (more than 32 rows)
         assert torch.equal(y, kernels.half_matmul(x, same))
-        for m in range(1, 11):
+        for m in range(1, 11):  # short products: panels of a few weight rows
             assert torch.equal(kernels.matmul(x[:m], w), y[:m])
             assert torch.equal(kernels.matmul(x[m : m + 1], w)[0], y[m])
+        assert torch.equal(kernels.matmul(x[5:38], w), y[5:38])
 
 
 @pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
