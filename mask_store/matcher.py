@@ -217,10 +217,14 @@ class CompiledGrammar:
                         p = self._run_fed(p, run, k)
                         checks += k
                         run, k = -1, 0
-                    p2 = rec.feed_cached(p, e)
+                    # not memoized on p: the walk's nodes are its own, freed (by reference
+                    # counts) when it ends; a node memoized on the configuration's own would hold
+                    # the walk's tree as long as the configuration lives (a matcher's history:
+                    # the cycle collector's work)
+                    p2 = rec.feed(p, e)
                     checks += 1
                     if p2 is not None:
-                        if runs and (p2.state, e) in runs and in_cycle(runs, p, p2, e):
+                        if runs and (p2.state, e) in runs and in_cycle(runs, p, p2, e, rec):
                             stack.append((child, p2, e, 0))
                         else:
                             stack.append((child, p2, -1, 0))
@@ -243,7 +247,7 @@ class CompiledGrammar:
         """The parser node `p` fed the terminal `run` k times (in a cycle: each is accepted)."""
         rec = self.recognizer
         for _ in range(k):
-            p = rec.feed_cached(p, run)
+            p = rec.feed(p, run)
         return p
 
     def masks_to_bool(self, ids: list[int]) -> np.ndarray:

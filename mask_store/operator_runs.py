@@ -80,14 +80,33 @@ def _fields(n: Node) -> tuple:
     return n.state, n.attr, n.ctx, n.depth, n.indent
 
 
-def in_cycle(table: dict, before: Node, after: Node, e: int) -> bool:
+def _scope_settled(rec: Recognizer, node: Node) -> bool:
+    """In a comprehension, whether `await` after `node` is decided the same way however many
+    nodes the run adds on top: `Recognizer._scope_allows` walks up to the comprehension's
+    bracket and reads the nodes nearest the bracket (`_in_own_part`: the last, the one before,
+    the fourth or fifth from the end) and whether the path is that long; once the path holds
+    five nodes, or its last is no comprehension's element, more nodes on top change nothing
+    (what lies beyond the bracket is below the run)."""
+    n, length = node, 0
+    while n is not None and n.state not in rec.region_open:
+        length += 1
+        last = n
+        n = n.parent
+    if n is None:  # a stack started in a context (an f-string's field): the context decides
+        return True
+    return length >= 5 or (length >= 2 and last.state not in rec.comp_elements)
+
+
+def in_cycle(table: dict, before: Node, after: Node, e: int, rec: Recognizer | None = None) -> bool:
     """Whether `after` (= feeding `e` from `before`) is in a cycle of `table`: every further
-    `e` makes nodes with the same fields on the same states, and the same terminals may follow."""
+    `e` makes nodes with the same fields on the same states, and the same terminals may follow.
+    Inside a comprehension only with the recognizer `rec`, when `await` is settled there
+    (`_scope_settled`)."""
     gs = table.get((after.state, e))
     if gs is None or after.state != before.state:
         return False
     below, below_before = after.parent, before.parent
     return (below is not None and below_before is not None and below.parent is below_before
-            and not (after.ctx | below.ctx) & G.COMP
             and below.state in gs and below_before.state == below.state
-            and _fields(after) == _fields(before) and _fields(below) == _fields(below_before))
+            and _fields(after) == _fields(before) and _fields(below) == _fields(below_before)
+            and (not (after.ctx | below.ctx) & G.COMP or rec is not None and _scope_settled(rec, after)))

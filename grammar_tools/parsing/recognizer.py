@@ -148,6 +148,10 @@ class Recognizer:
         for key in self.guard:
             s, t = divmod(key, 1024)
             self.guarded_mask[s] |= 1 << t
+        # rules whose reduction keeps the node's attribute and pops it alone (when nothing
+        # tracks the flows: `_accepted` knows their node without making it)
+        self.unit_pass = [n == 1 and k == G.PASS and not self.track_flows
+                          for n, k in zip(self.rule_len, self.rule_kind)]
         # states entered by a nonterminal (their nodes carry attributes)
         self.nt_state = [bool(sym) and not sym.isupper() for sym in self.accessing]
 
@@ -350,7 +354,13 @@ class Recognizer:
                     indent = indent[2]
                 flows = self._shift_flows(node, a, t) if a in self.flow_shift_states else -1
                 return self._push(node, a, 0, depth, indent, flows)
-            node = self._reduce(node, ~a)
+            memo = node.memo  # `_reduced`, inline: the reduction of this node (a < 0) whatever
+            if memo is None:   # terminal asked for it; `_accepted` shares it
+                memo = node.memo = {}
+            red = memo.get(a)
+            if red is None:
+                red = memo[a] = self._reduce(node, ~a)
+            node = red
 
     def _reduce(self, node: Node, r: int) -> Node:
         top = node
@@ -386,6 +396,12 @@ class Recognizer:
             flows = top.ctx & _FLOWS
         else:
             flows = -1
+        if flows < 0 and self.ctx_effect[goto] is None:  # `_push`'s common case, inline
+            ctx = node.ctx
+            depth = node.depth
+            if not depth and ctx & _FLOWS:
+                ctx &= ~_FLOWS
+            return Node(goto, node, attr, ctx, depth, node.indent)
         return self._push(node, goto, attr, node.depth, node.indent, flows)
 
     def feed_cached(self, node: Node, t: int) -> Node | None:
@@ -466,25 +482,36 @@ class Recognizer:
             acc = node.acc = self._accepted(node, -1)
         return acc
 
+    def _reduced(self, node: Node, r: int) -> Node:
+        """`_reduce`, memoized on the node (`feed` and `_accepted` share it)."""
+        memo = node.memo
+        if memo is None:
+            memo = node.memo = {}
+        red = memo.get(~r)
+        if red is None:
+            red = memo[~r] = self._reduce(node, r)
+        return red
+
     def _accepted(self, node: Node, cands: int) -> int:
         st = node.state
         result = self.shift_mask[st] & cands
-        guarded = self.guarded_mask[st] if self.guard else 0
-        if self.guard:
+        guard = self.guard
+        if guard:
+            guarded = self.guarded_mask[st]
             risky = result if node.attr & G.HAS_AS else result & guarded
             while risky:
                 low = risky & -risky
                 risky ^= low
-                t = low.bit_length() - 1
-                if not self._shift_ok(node, st, t):
+                if not self._shift_ok(node, st, low.bit_length() - 1):
                     result ^= low
+        else:
+            guarded = 0
         for r, tmask in self.reduce_groups[st]:
             sub = tmask & cands
             if not sub:
                 continue
             g = sub & guarded
             if g:
-                guard = self.guard
                 while g:  # a guard on the reduction reads this node, as feed() does before reducing
                     low = g & -g
                     g ^= low
@@ -493,16 +520,30 @@ class Recognizer:
                         sub ^= low
                 if not sub:
                     continue
-            red = self._reduce(node, r)
-            # many configurations reduce onto the same deeper node: memoize there
-            base = red.parent
-            key = (red.state, red.attr, red.ctx, sub)  # the ctx: the flows come from the top
+            # many configurations reduce onto the same deeper node: memoized there by what the
+            # reduced node holds (the ctx: the flows come from the top)
+            if self.unit_pass[r]:  # its node is known without making it: the memo is asked first
+                base = node.parent
+                gs = self.goto[base.state][self.rule_lhs[r]]
+                if self.ctx_effect[gs] is None:
+                    ctx = base.ctx
+                    if not base.depth and ctx & _FLOWS:
+                        ctx &= ~_FLOWS
+                    key = (gs, node.attr, ctx, sub)
+                    red = None
+                else:
+                    red = self._reduced(node, r)
+                    key = (red.state, red.attr, red.ctx, sub)
+            else:
+                red = self._reduced(node, r)
+                base = red.parent
+                key = (red.state, red.attr, red.ctx, sub)
             memo = base.memo
             if memo is None:
                 memo = base.memo = {}
             hit = memo.get(key)
             if hit is None:
-                hit = memo[key] = self._accepted(red, sub)
+                hit = memo[key] = self._accepted(red or self._reduced(node, r), sub)
             result |= hit
         if cands >> self.END & 1 and st == self.end_state:
             result |= 1 << self.END
