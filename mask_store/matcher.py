@@ -122,6 +122,7 @@ class CompiledGrammar:
         # the configurations' masks in bits (`canonical.unpack_row`): 6 KB each, where booleans took 48 KB
         # (4,096 of them 192 MB; docs/memory.md)
         self._mask_cache: OrderedDict = OrderedDict()
+        self._boundary_memo: OrderedDict = OrderedDict()  # (group, node key) -> mask ids
         self._cache_size = cache_size
         # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
         # bytes repeat (indentations above all)
@@ -270,7 +271,8 @@ class CompiledGrammar:
 
     def config_mask(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration (memoized by parser context)."""
-        key = (c.q, c.node.key(), c.width)
+        node_key = c.node.key()
+        key = (c.q, node_key, c.width)
         cached = self._mask_cache.get(key)
         if cached is not None:
             self._mask_cache.move_to_end(key)
@@ -286,9 +288,9 @@ class CompiledGrammar:
                 # the newline ends right at this token: its indentation is what is typed so far
                 col, alt = c.width or (0, 0)
                 node = self.recognizer.feed_indentation(node, col, alt)
+                node_key = None if node is None else node.key()
             if node is not None:
-                bids: list[int] = []
-                self.collect(b, node, None, bids)
+                bids = self._boundary_rows(b, node, node_key)
                 if bids:
                     mask |= self.masks_to_bool(bids) & unpack_row(self._dead_masks[self.d_dead[self.q_state[c.q]]], self.V)
         mask.setflags(write=False)
@@ -297,6 +299,24 @@ class CompiledGrammar:
             self._mask_cache.popitem(last=False)
         self.stats["masks"] += 1
         return mask
+
+    def _boundary_rows(self, group: int, node: Node, node_key: tuple) -> tuple[int, ...]:
+        """The mask ids of the boundary rows of `group` that the parser accepts from `node`,
+        memoized by parser context: while a lexeme grows over several tokens (a name, a
+        number) its configurations change with each token, but the node and the rows after
+        the lexeme stay the same."""
+        key = (group, node_key)
+        memo = self._boundary_memo
+        ids = memo.get(key)
+        if ids is None:
+            found: list[int] = []
+            self.collect(group, node, None, found)
+            ids = memo[key] = tuple(found)
+            if len(memo) > self._cache_size:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        return ids
 
     # ------------------------------------------------------------------ transitions
 
