@@ -45,6 +45,9 @@ from .token_lexing import extend_width, walk
 from .vocabulary import Vocabulary
 
 
+_TOP_ACCEPTED_SIZE = 32768  # entries of `Recognizer.top_accepted`'s memo (~200 bytes each)
+
+
 class _Trie:
     __slots__ = ("masks", "children")
 
@@ -122,6 +125,8 @@ class CompiledGrammar:
         # the configurations' masks in bits (`canonical.unpack_row`): 6 KB each, where booleans took 48 KB
         # (4,096 of them 192 MB; docs/memory.md)
         self._mask_cache: OrderedDict = OrderedDict()
+        # `Recognizer.top_accepted`'s memo, kept across requests (bounded: emptied when full)
+        self._top_accepted: dict = {}
         self._boundary_memo: OrderedDict = OrderedDict()  # (group, node key) -> mask ids
         self._cache_size = cache_size
         # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
@@ -191,6 +196,9 @@ class CompiledGrammar:
         T, NL = self.T, self.NL
         indents = self.store.indents
         runs = self._runs
+        tops = self._top_accepted
+        if len(tops) > _TOP_ACCEPTED_SIZE:
+            tops.clear()
         stack = [(self.trie(group), node, -1, 0)]
         checks = 0
         while stack:
@@ -198,7 +206,11 @@ class CompiledGrammar:
             out.extend(trie.masks)
             if not trie.children:
                 continue
-            acc = rec.accepted(p)  # within a run: the run's first node's, memoized on it
+            # within a run: the run's first node's, memoized on it; the walk's own nodes' by
+            # their top two nodes' fields, across walks, when that is all the set depends on
+            acc = p.acc
+            if acc is None:
+                acc = rec.accepted(p) if p is node else rec.top_accepted(p, tops)
             checks += not k
             depth0 = p.depth == 0
             for e, child in trie.children.items():

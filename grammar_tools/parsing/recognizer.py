@@ -78,6 +78,40 @@ class Node:
 ACCEPTED = Node(-1, None, 0, 0, 0, ())  # what feeding `$END` returns on a complete input
 
 
+class _BelowTop(Exception):
+    """A computation on a stack's top two nodes (`Recognizer.top_accepted`) read below them
+    or their indentation."""
+
+
+def _read_below(self, value=None):
+    raise _BelowTop
+
+
+class _Bottom(Node):
+    """Below a copied top: reading or writing any field raises `_BelowTop`."""
+
+    __slots__ = ()
+    state = parent = attr = ctx = depth = indent = memo = acc = property(_read_below, _read_below)
+
+
+_BOTTOM = object.__new__(_Bottom)
+
+
+class _HiddenIndent(tuple):
+    """The indentation stack of a copied top node: reading it raises `_BelowTop` (the
+    copies' sets hold for any indentation when nothing reads it)."""
+
+    __slots__ = ()
+
+    def _hidden(self, *args):
+        raise _BelowTop
+
+    __len__ = __bool__ = __getitem__ = __iter__ = __eq__ = __ne__ = __hash__ = _hidden
+
+
+_HIDDEN = _HiddenIndent()
+
+
 class Recognizer:
     """The parse table and the operations on nodes. Immutable; one per (grammar, version).
 
@@ -491,6 +525,32 @@ class Recognizer:
         if red is None:
             red = memo[~r] = self._reduce(node, r)
         return red
+
+    def top_accepted(self, node: Node, memo: dict) -> int:
+        """`accepted(node)`, memoized in `memo` (the caller's, shared by all stacks) by the
+        fields of the node and its parent, their indentation left out, when computing it read
+        nothing else: it is computed on copies of the two, their indentation hidden, on a
+        bottom, and any read of those raises (`_BelowTop`: then it is computed on the stack
+        itself, each time). A name pushed on a `(` reduces to an argument there and stops,
+        whatever lies below and however deep the block: the new nodes of the mask walks are
+        mostly such, and their sets recur at every position."""
+        below = node.parent
+        if below is None:
+            return self.accepted(node)
+        key = (node.state, node.attr, node.ctx, node.depth, below.state, below.attr, below.ctx, below.depth)
+        acc = memo.get(key)
+        if acc is None:
+            top = Node(node.state, Node(below.state, _BOTTOM, below.attr, below.ctx, below.depth, _HIDDEN),
+                       node.attr, node.ctx, node.depth, _HIDDEN)
+            try:
+                acc = self.accepted(top)
+            except _BelowTop:
+                acc = -1  # it reads deeper
+            memo[key] = acc
+        if acc < 0:
+            return self.accepted(node)
+        node.acc = acc
+        return acc
 
     def _accepted(self, node: Node, cands: int) -> int:
         st = node.state
