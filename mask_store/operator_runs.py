@@ -53,6 +53,11 @@ def cycles(rec: Recognizer) -> dict[tuple[int, int], frozenset[int]]:
     one-symbol rule on e, g goes to g on its left side and shifts e into s."""
     out: dict[tuple[int, int], frozenset[int]] = {}
     layout = {rec.NEWLINE, rec.INDENT, rec.DEDENT, rec.END}
+    loops: dict[int, list[int]] = {}  # nonterminal -> the states that go to themselves on it
+    for g, row in enumerate(rec.goto):
+        for lhs, target in row.items():
+            if target == g:
+                loops.setdefault(lhs, []).append(g)
     for s, row in enumerate(rec.action):
         if s == rec.end_state or not _inherits(rec, s) or not _own_guards(rec, s):
             continue
@@ -64,8 +69,8 @@ def cycles(rec: Recognizer) -> dict[tuple[int, int], frozenset[int]]:
                 continue
             lhs = rec.rule_lhs[~a]
             gs = frozenset(
-                g for g in range(len(rec.action))
-                if rec.goto[g].get(lhs) == g and rec.action[g].get(e) == s and g * 1024 + e not in rec.guard
+                g for g in loops.get(lhs, ())
+                if rec.action[g].get(e) == s and g * 1024 + e not in rec.guard
                 and _inherits(rec, g)
                 # what comes next after s: its shifts, and after each of its reductions onto g
                 and all(_settled(rec, h) and _inherits(rec, h)
