@@ -388,13 +388,7 @@ class Recognizer:
                     indent = indent[2]
                 flows = self._shift_flows(node, a, t) if a in self.flow_shift_states else -1
                 return self._push(node, a, 0, depth, indent, flows)
-            memo = node.memo  # `_reduced`, inline: the reduction of this node (a < 0) whatever
-            if memo is None:   # terminal asked for it; `_accepted` shares it
-                memo = node.memo = {}
-            red = memo.get(a)
-            if red is None:
-                red = memo[a] = self._reduce(node, ~a)
-            node = red
+            node = self._reduce(node, ~a)
 
     def _reduce(self, node: Node, r: int) -> Node:
         top = node
@@ -516,16 +510,6 @@ class Recognizer:
             acc = node.acc = self._accepted(node, -1)
         return acc
 
-    def _reduced(self, node: Node, r: int) -> Node:
-        """`_reduce`, memoized on the node (`feed` and `_accepted` share it)."""
-        memo = node.memo
-        if memo is None:
-            memo = node.memo = {}
-        red = memo.get(~r)
-        if red is None:
-            red = memo[~r] = self._reduce(node, r)
-        return red
-
     def top_accepted(self, node: Node, memo: dict) -> int:
         """`accepted(node)`, memoized in `memo` (the caller's, shared by all stacks) by the
         fields of the node and its parent, their indentation left out, when computing it read
@@ -592,10 +576,10 @@ class Recognizer:
                     key = (gs, node.attr, ctx, sub)
                     red = None
                 else:
-                    red = self._reduced(node, r)
+                    red = self._reduce(node, r)
                     key = (red.state, red.attr, red.ctx, sub)
             else:
-                red = self._reduced(node, r)
+                red = self._reduce(node, r)
                 base = red.parent
                 key = (red.state, red.attr, red.ctx, sub)
             memo = base.memo
@@ -603,7 +587,7 @@ class Recognizer:
                 memo = base.memo = {}
             hit = memo.get(key)
             if hit is None:
-                hit = memo[key] = self._accepted(red or self._reduced(node, r), sub)
+                hit = memo[key] = self._accepted(red or self._reduce(node, r), sub)
             result |= hit
         if cands >> self.END & 1 and st == self.end_state:
             result |= 1 << self.END
