@@ -10,8 +10,10 @@ node after everything announced so far (X included), and the indentation width t
 when the open lexeme is a newline. `next_token_mask()` ORs, for every configuration, the rows
 of q's group whose terminal sequence the parser accepts, walking the rows as a trie so that a
 shared prefix is checked once, plus the boundary rows when X may end here (restricted to tokens
-whose first byte ends the lexeme). The parser's checks (`accepted`, `feed_cached`) are memoized
-on the nodes, and whole masks are memoized by parser context.
+whose first byte ends the lexeme). What may follow a node is memoized on it (`accepted`), and for
+the nodes a walk makes, across walks by the fields of the stack's top two nodes where that is all
+it depends on (`Recognizer.top_accepted`); the walk's nodes are its own (freed when it ends).
+Whole masks, and the boundary rows' mask ids, are memoized by parser context.
 
 Canonical tokenization (mask_store.canonical, on when the matcher is given a `CanonicalState`
 other than `OFF`): the mask is also ANDed with the tokens that keep the generated sequence one

@@ -15,7 +15,9 @@ for, by CPython's rules: tab stops of 8, and the width with tabs counted as 1 (`
 agree, else it is a TabError).
 
 `accepted(node)` (the bitset of terminals that may come next) and `feed_cached` memoize on the
-node itself, so a mask computation that asks the same node twice pays once.
+node itself, so a mask computation that asks the same node twice pays once; `top_accepted`
+memoizes `accepted` in a caller's dict by the fields of the top two nodes, where computing it
+reads nothing else (the mask walks' new nodes).
 """
 
 from __future__ import annotations
