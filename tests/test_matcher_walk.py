@@ -79,17 +79,30 @@ def test_walk_gives_the_rows_each_checked_alone(compiled_full, prefix):
     g = comp.recognizer.grammar
     minus = g.term_id["MINUS"]
     runs = 0
-    for c in m.configs:
-        for group, width in ((comp.q_group[c.q], c.width), (comp.q_boundary[c.q], None)):
-            if group < 0:
-                continue
-            got: list[int] = []
-            comp.collect(group, c.node, width, got)
-            assert sorted(got) == _reference(comp, group, c.node, width)
-            s = comp.store
-            rows = range(int(s.group_start[group]), int(s.group_start[group + 1]))
-            runs = max([runs] + [s.row_seq(r).count(minus) for r in rows])
+    for group, node, width in _walks(comp, m):
+        got: list[int] = []
+        comp.collect(group, node, width, got)
+        assert sorted(got) == _reference(comp, group, node, width)
+        s = comp.store
+        rows = range(int(s.group_start[group]), int(s.group_start[group + 1]))
+        runs = max([runs] + [s.row_seq(r).count(minus) for r in rows])
     assert runs >= 4  # rows with runs of `-` were walked (tokens such as `----`)
+
+
+def _walks(comp, m):
+    """(group, node, width) of each walk a mask of the matcher `m` makes: its configurations'
+    groups, and their boundary groups (after a newline, from its indentation as typed)."""
+    for c in m.configs:
+        if comp.q_group[c.q] >= 0:
+            yield comp.q_group[c.q], c.node, c.width
+        b = comp.q_boundary[c.q]
+        if b < 0:
+            continue
+        node = c.node
+        if comp.q_term[c.q] == comp.NL and node.depth == 0:
+            node = comp.recognizer.feed_indentation(node, *(c.width or (0, 0)))
+        if node is not None:
+            yield b, node, None
 
 
 # blocks, dedents, brackets across lines and comprehensions (whose operator runs are walked once
@@ -111,18 +124,10 @@ def test_walk_gives_the_rows_each_checked_alone_in_blocks_and_comprehensions(com
     comp, _ = compiled_full
     m = GrammarMatcher.from_prefix(comp, prefix)
     assert m.configs
-    for c in m.configs:
-        for group, width in ((comp.q_group[c.q], c.width), (comp.q_boundary[c.q], None)):
-            if group < 0:
-                continue
-            node = c.node
-            if group == comp.q_boundary[c.q] and comp.q_term[c.q] == comp.NL and node.depth == 0:
-                node = comp.recognizer.feed_indentation(node, *(c.width or (0, 0)))
-                if node is None:
-                    continue
-            got: list[int] = []
-            comp.collect(group, node, width, got)
-            assert sorted(got) == _reference(comp, group, node, width), (prefix, group)
+    for group, node, width in _walks(comp, m):
+        got: list[int] = []
+        comp.collect(group, node, width, got)
+        assert sorted(got) == _reference(comp, group, node, width), (prefix, group)
 
 
 def test_runs_in_a_comprehension_are_cycles_once_await_is_settled(recognizer):
