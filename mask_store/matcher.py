@@ -10,8 +10,10 @@ node after everything announced so far (X included), and the indentation width t
 when the open lexeme is a newline. `next_token_mask()` ORs, for every configuration, the rows
 of q's group whose terminal sequence the parser accepts, walking the rows as a trie so that a
 shared prefix is checked once, plus the boundary rows when X may end here (restricted to tokens
-whose first byte ends the lexeme). The parser's checks (`accepted`, `feed_cached`) are memoized
-on the nodes, and whole masks are memoized by parser context.
+whose first byte ends the lexeme). What may follow a node is memoized on it (`accepted`), and for
+the nodes a walk makes, across walks by the fields of the stack's top two nodes where that is all
+it depends on (`Recognizer.top_accepted`); the walk's nodes are its own (freed when it ends).
+Whole masks, and the boundary rows' mask ids, are memoized by parser context.
 
 Canonical tokenization (mask_store.canonical, on when the matcher is given a `CanonicalState`
 other than `OFF`): the mask is also ANDed with the tokens that keep the generated sequence one
@@ -43,6 +45,9 @@ from .operator_runs import cycles, in_cycle
 from .store import MaskStore
 from .token_lexing import extend_width, walk
 from .vocabulary import Vocabulary
+
+
+_TOP_ACCEPTED_SIZE = 32768  # entries of `Recognizer.top_accepted`'s memo (~200 bytes each)
 
 
 class _Trie:
@@ -122,6 +127,9 @@ class CompiledGrammar:
         # the configurations' masks in bits (`canonical.unpack_row`): 6 KB each, where booleans took 48 KB
         # (4,096 of them 192 MB; docs/memory.md)
         self._mask_cache: OrderedDict = OrderedDict()
+        # `Recognizer.top_accepted`'s memo, kept across requests (bounded: emptied when full)
+        self._top_accepted: dict = {}
+        self._boundary_memo: OrderedDict = OrderedDict()  # (group, node key) -> mask ids
         self._cache_size = cache_size
         # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
         # bytes repeat (indentations above all)
@@ -190,6 +198,9 @@ class CompiledGrammar:
         T, NL = self.T, self.NL
         indents = self.store.indents
         runs = self._runs
+        tops = self._top_accepted
+        if len(tops) > _TOP_ACCEPTED_SIZE:
+            tops.clear()
         stack = [(self.trie(group), node, -1, 0)]
         checks = 0
         while stack:
@@ -197,7 +208,11 @@ class CompiledGrammar:
             out.extend(trie.masks)
             if not trie.children:
                 continue
-            acc = rec.accepted(p)  # within a run: the run's first node's, memoized on it
+            # within a run: the run's first node's, memoized on it; the walk's own nodes' by
+            # their top two nodes' fields, across walks, when that is all the set depends on
+            acc = p.acc
+            if acc is None:
+                acc = rec.accepted(p) if p is node else rec.top_accepted(p, tops)
             checks += not k
             depth0 = p.depth == 0
             for e, child in trie.children.items():
@@ -217,10 +232,14 @@ class CompiledGrammar:
                         p = self._run_fed(p, run, k)
                         checks += k
                         run, k = -1, 0
-                    p2 = rec.feed_cached(p, e)
+                    # not memoized on p: the walk's nodes are its own, freed (by reference
+                    # counts) when it ends; a node memoized on the configuration's own would hold
+                    # the walk's tree as long as the configuration lives (a matcher's history:
+                    # the cycle collector's work)
+                    p2 = rec.feed(p, e)
                     checks += 1
                     if p2 is not None:
-                        if runs and (p2.state, e) in runs and in_cycle(runs, p, p2, e):
+                        if runs and (p2.state, e) in runs and in_cycle(runs, p, p2, e, rec):
                             stack.append((child, p2, e, 0))
                         else:
                             stack.append((child, p2, -1, 0))
@@ -243,7 +262,7 @@ class CompiledGrammar:
         """The parser node `p` fed the terminal `run` k times (in a cycle: each is accepted)."""
         rec = self.recognizer
         for _ in range(k):
-            p = rec.feed_cached(p, run)
+            p = rec.feed(p, run)
         return p
 
     def masks_to_bool(self, ids: list[int]) -> np.ndarray:
@@ -266,7 +285,8 @@ class CompiledGrammar:
 
     def config_mask(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration (memoized by parser context)."""
-        key = (c.q, c.node.key(), c.width)
+        node_key = c.node.key()
+        key = (c.q, node_key, c.width)
         cached = self._mask_cache.get(key)
         if cached is not None:
             self._mask_cache.move_to_end(key)
@@ -282,9 +302,9 @@ class CompiledGrammar:
                 # the newline ends right at this token: its indentation is what is typed so far
                 col, alt = c.width or (0, 0)
                 node = self.recognizer.feed_indentation(node, col, alt)
+                node_key = None if node is None else node.key()
             if node is not None:
-                bids: list[int] = []
-                self.collect(b, node, None, bids)
+                bids = self._boundary_rows(b, node, node_key)
                 if bids:
                     mask |= self.masks_to_bool(bids) & unpack_row(self._dead_masks[self.d_dead[self.q_state[c.q]]], self.V)
         mask.setflags(write=False)
@@ -293,6 +313,24 @@ class CompiledGrammar:
             self._mask_cache.popitem(last=False)
         self.stats["masks"] += 1
         return mask
+
+    def _boundary_rows(self, group: int, node: Node, node_key: tuple) -> tuple[int, ...]:
+        """The mask ids of the boundary rows of `group` that the parser accepts from `node`,
+        memoized by parser context: while a lexeme grows over several tokens (a name, a
+        number) its configurations change with each token, but the node and the rows after
+        the lexeme stay the same."""
+        key = (group, node_key)
+        memo = self._boundary_memo
+        ids = memo.get(key)
+        if ids is None:
+            found: list[int] = []
+            self.collect(group, node, None, found)
+            ids = memo[key] = tuple(found)
+            if len(memo) > self._cache_size:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        return ids
 
     # ------------------------------------------------------------------ transitions
 

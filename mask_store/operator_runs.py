@@ -53,6 +53,11 @@ def cycles(rec: Recognizer) -> dict[tuple[int, int], frozenset[int]]:
     one-symbol rule on e, g goes to g on its left side and shifts e into s."""
     out: dict[tuple[int, int], frozenset[int]] = {}
     layout = {rec.NEWLINE, rec.INDENT, rec.DEDENT, rec.END}
+    loops: dict[int, list[int]] = {}  # nonterminal -> the states that go to themselves on it
+    for g, row in enumerate(rec.goto):
+        for lhs, target in row.items():
+            if target == g:
+                loops.setdefault(lhs, []).append(g)
     for s, row in enumerate(rec.action):
         if s == rec.end_state or not _inherits(rec, s) or not _own_guards(rec, s):
             continue
@@ -64,8 +69,8 @@ def cycles(rec: Recognizer) -> dict[tuple[int, int], frozenset[int]]:
                 continue
             lhs = rec.rule_lhs[~a]
             gs = frozenset(
-                g for g in range(len(rec.action))
-                if rec.goto[g].get(lhs) == g and rec.action[g].get(e) == s and g * 1024 + e not in rec.guard
+                g for g in loops.get(lhs, ())
+                if rec.action[g].get(e) == s and g * 1024 + e not in rec.guard
                 and _inherits(rec, g)
                 # what comes next after s: its shifts, and after each of its reductions onto g
                 and all(_settled(rec, h) and _inherits(rec, h)
@@ -80,14 +85,33 @@ def _fields(n: Node) -> tuple:
     return n.state, n.attr, n.ctx, n.depth, n.indent
 
 
-def in_cycle(table: dict, before: Node, after: Node, e: int) -> bool:
+def _scope_settled(rec: Recognizer, node: Node) -> bool:
+    """In a comprehension, whether `await` after `node` is decided the same way however many
+    nodes the run adds on top: `Recognizer._scope_allows` walks up to the comprehension's
+    bracket and reads the nodes nearest the bracket (`_in_own_part`: the last, the one before,
+    the fourth or fifth from the end) and whether the path is that long; once the path holds
+    five nodes, or its last is no comprehension's element, more nodes on top change nothing
+    (what lies beyond the bracket is below the run)."""
+    n, length = node, 0
+    while n is not None and n.state not in rec.region_open:
+        length += 1
+        last = n
+        n = n.parent
+    if n is None:  # a stack started in a context (an f-string's field): the context decides
+        return True
+    return length >= 5 or (length >= 2 and last.state not in rec.comp_elements)
+
+
+def in_cycle(table: dict, before: Node, after: Node, e: int, rec: Recognizer | None = None) -> bool:
     """Whether `after` (= feeding `e` from `before`) is in a cycle of `table`: every further
-    `e` makes nodes with the same fields on the same states, and the same terminals may follow."""
+    `e` makes nodes with the same fields on the same states, and the same terminals may follow.
+    Inside a comprehension only with the recognizer `rec`, when `await` is settled there
+    (`_scope_settled`)."""
     gs = table.get((after.state, e))
     if gs is None or after.state != before.state:
         return False
     below, below_before = after.parent, before.parent
     return (below is not None and below_before is not None and below.parent is below_before
-            and not (after.ctx | below.ctx) & G.COMP
             and below.state in gs and below_before.state == below.state
-            and _fields(after) == _fields(before) and _fields(below) == _fields(below_before))
+            and _fields(after) == _fields(before) and _fields(below) == _fields(below_before)
+            and (not (after.ctx | below.ctx) & G.COMP or rec is not None and _scope_settled(rec, after)))

@@ -79,14 +79,123 @@ def test_walk_gives_the_rows_each_checked_alone(compiled_full, prefix):
     g = comp.recognizer.grammar
     minus = g.term_id["MINUS"]
     runs = 0
-    for c in m.configs:
-        for group, width in ((comp.q_group[c.q], c.width), (comp.q_boundary[c.q], None)):
-            if group < 0:
-                continue
-            got: list[int] = []
-            comp.collect(group, c.node, width, got)
-            assert sorted(got) == _reference(comp, group, c.node, width)
-            s = comp.store
-            rows = range(int(s.group_start[group]), int(s.group_start[group + 1]))
-            runs = max([runs] + [s.row_seq(r).count(minus) for r in rows])
+    for group, node, width in _walks(comp, m):
+        got: list[int] = []
+        comp.collect(group, node, width, got)
+        assert sorted(got) == _reference(comp, group, node, width)
+        s = comp.store
+        rows = range(int(s.group_start[group]), int(s.group_start[group + 1]))
+        runs = max([runs] + [s.row_seq(r).count(minus) for r in rows])
     assert runs >= 4  # rows with runs of `-` were walked (tokens such as `----`)
+
+
+def _walks(comp, m):
+    """(group, node, width) of each walk a mask of the matcher `m` makes: its configurations'
+    groups, and their boundary groups (after a newline, from its indentation as typed)."""
+    for c in m.configs:
+        if comp.q_group[c.q] >= 0:
+            yield comp.q_group[c.q], c.node, c.width
+        b = comp.q_boundary[c.q]
+        if b < 0:
+            continue
+        node = c.node
+        if comp.q_term[c.q] == comp.NL and node.depth == 0:
+            node = comp.recognizer.feed_indentation(node, *(c.width or (0, 0)))
+        if node is not None:
+            yield b, node, None
+
+
+# blocks, dedents, brackets across lines and comprehensions (whose operator runs are walked once
+# `await` is settled there: `operator_runs._scope_settled`)
+_BLOCKS = [
+    "def f():\n    if a:\n        x = 1\n    ",
+    "def f():\n    if a:\n        x = 1\n",
+    "class A:\n    def f(self):\n        return (a,\n                b",
+    "x = [v for v in - - -",
+    "x = [v for v in w if - - -",
+    "async def f():\n    return [a async for a in b if - - -",
+    "x = {k: - - v for k, v in",
+    "for a in b:\n    y = (- - -\n",
+]
+
+
+@pytest.mark.parametrize("prefix", _BLOCKS)
+def test_walk_gives_the_rows_each_checked_alone_in_blocks_and_comprehensions(compiled_full, prefix):
+    comp, _ = compiled_full
+    m = GrammarMatcher.from_prefix(comp, prefix)
+    assert m.configs
+    for group, node, width in _walks(comp, m):
+        got: list[int] = []
+        comp.collect(group, node, width, got)
+        assert sorted(got) == _reference(comp, group, node, width), (prefix, group)
+
+
+def test_runs_in_a_comprehension_are_cycles_once_await_is_settled(recognizer):
+    g = recognizer.grammar
+    t = g.term_id
+    table = cycles(recognizer)
+    n = recognizer.initial()
+    for name in ("NAME", "EQUAL", "LSQB", "NAME", "FOR", "NAME", "IN", "NAME", "IF"):
+        n = recognizer.feed(n, t[name])
+    nodes = [n]
+    for _ in range(8):
+        nodes.append(recognizer.feed(nodes[-1], t["MINUS"]))
+    pairs = list(zip(nodes[2:], nodes[3:]))
+    assert not any(in_cycle(table, a, b, t["MINUS"]) for a, b in pairs)  # without the recognizer: no
+    found = [in_cycle(table, a, b, t["MINUS"], recognizer) for a, b in pairs]
+    assert any(found)
+    first = found.index(True)
+    # what the cycle promises, `await` included: the same terminals after every further `-`
+    assert len({recognizer.accepted(b) for _, b in pairs[first:]}) == 1
+
+
+def _prefix_nodes(rec, lexer, text: bytes):
+    """Parser nodes at every cut of `text`, and the nodes one accepted terminal after each."""
+    from grammar_tools.parsing.incremental import PrefixParser
+
+    parser = PrefixParser(rec, lexer)
+    out = []
+    for end in range(1, len(text) + 1):
+        try:
+            st = parser.parse(text[:end])
+        except Exception:  # a cut inside a lexeme the parser can't hold back: not a stack to test
+            continue
+        for node in st.configs:
+            out.append(node)
+            acc = rec._accepted(node, -1)
+            for e in range(rec.n_terminals):
+                if acc >> e & 1 and e != rec.END:
+                    n2 = rec.feed(node, e)
+                    if n2 is not None and n2 is not node:
+                        out.append(n2)
+    return out
+
+
+_CODE = b'''async def f(a, *b):
+    if a:
+        x = [v - - w async for v in b if await v]
+        return (x,
+                {k: ~k for k in b})
+    else:
+        del a[0], b
+    with (open(a) as f, g):
+        pass
+'''
+
+
+@pytest.mark.parametrize("version", [(3, 10), (3, 14)])
+def test_top_accepted_is_accepted(lexer, version):
+    """The sets memoized by the top two nodes are those of the whole stack, at every cut of
+    code with blocks, brackets, comprehensions and targets, one memo for all (3.10: the flows
+    of asynchronous comprehensions are tracked)."""
+    from grammar_tools.parsing.recognizer import Node, Recognizer
+
+    rec = Recognizer(python_version=version)
+    memo: dict = {}
+    nodes = _prefix_nodes(rec, lexer, _CODE)
+    assert len(nodes) > 500
+    for node in nodes:
+        fresh = Node(node.state, node.parent, node.attr, node.ctx, node.depth, node.indent)
+        assert rec.top_accepted(fresh, memo) == rec._accepted(node, -1), node
+    kinds = {v >= 0 for v in memo.values()}
+    assert kinds == {True, False}  # sets from the top two nodes, and sets that read deeper

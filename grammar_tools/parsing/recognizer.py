@@ -15,7 +15,9 @@ for, by CPython's rules: tab stops of 8, and the width with tabs counted as 1 (`
 agree, else it is a TabError).
 
 `accepted(node)` (the bitset of terminals that may come next) and `feed_cached` memoize on the
-node itself, so a mask computation that asks the same node twice pays once.
+node itself, so a mask computation that asks the same node twice pays once; `top_accepted`
+memoizes `accepted` in a caller's dict by the fields of the top two nodes, where computing it
+reads nothing else (the mask walks' new nodes).
 """
 
 from __future__ import annotations
@@ -76,6 +78,40 @@ class Node:
 
 
 ACCEPTED = Node(-1, None, 0, 0, 0, ())  # what feeding `$END` returns on a complete input
+
+
+class _BelowTop(Exception):
+    """A computation on a stack's top two nodes (`Recognizer.top_accepted`) read below them
+    or their indentation."""
+
+
+def _read_below(self, value=None):
+    raise _BelowTop
+
+
+class _Bottom(Node):
+    """Below a copied top: reading or writing any field raises `_BelowTop`."""
+
+    __slots__ = ()
+    state = parent = attr = ctx = depth = indent = memo = acc = property(_read_below, _read_below)
+
+
+_BOTTOM = object.__new__(_Bottom)
+
+
+class _HiddenIndent(tuple):
+    """The indentation stack of a copied top node: reading it raises `_BelowTop` (the
+    copies' sets hold for any indentation when nothing reads it)."""
+
+    __slots__ = ()
+
+    def _hidden(self, *args):
+        raise _BelowTop
+
+    __len__ = __bool__ = __getitem__ = __iter__ = __eq__ = __ne__ = __hash__ = _hidden
+
+
+_HIDDEN = _HiddenIndent()
 
 
 class Recognizer:
@@ -148,6 +184,10 @@ class Recognizer:
         for key in self.guard:
             s, t = divmod(key, 1024)
             self.guarded_mask[s] |= 1 << t
+        # rules whose reduction keeps the node's attribute and pops it alone (when nothing
+        # tracks the flows: `_accepted` knows their node without making it)
+        self.unit_pass = [n == 1 and k == G.PASS and not self.track_flows
+                          for n, k in zip(self.rule_len, self.rule_kind)]
         # states entered by a nonterminal (their nodes carry attributes)
         self.nt_state = [bool(sym) and not sym.isupper() for sym in self.accessing]
 
@@ -386,6 +426,12 @@ class Recognizer:
             flows = top.ctx & _FLOWS
         else:
             flows = -1
+        if flows < 0 and self.ctx_effect[goto] is None:  # `_push`'s common case, inline
+            ctx = node.ctx
+            depth = node.depth
+            if not depth and ctx & _FLOWS:
+                ctx &= ~_FLOWS
+            return Node(goto, node, attr, ctx, depth, node.indent)
         return self._push(node, goto, attr, node.depth, node.indent, flows)
 
     def feed_cached(self, node: Node, t: int) -> Node | None:
@@ -466,25 +512,52 @@ class Recognizer:
             acc = node.acc = self._accepted(node, -1)
         return acc
 
+    def top_accepted(self, node: Node, memo: dict) -> int:
+        """`accepted(node)`, memoized in `memo` (the caller's, shared by all stacks) by the
+        fields of the node and its parent, their indentation left out, when computing it read
+        nothing else: it is computed on copies of the two, their indentation hidden, on a
+        bottom, and any read of those raises (`_BelowTop`: then it is computed on the stack
+        itself, each time). A name pushed on a `(` reduces to an argument there and stops,
+        whatever lies below and however deep the block: the new nodes of the mask walks are
+        mostly such, and their sets recur at every position."""
+        below = node.parent
+        if below is None:
+            return self.accepted(node)
+        key = (node.state, node.attr, node.ctx, node.depth, below.state, below.attr, below.ctx, below.depth)
+        acc = memo.get(key)
+        if acc is None:
+            top = Node(node.state, Node(below.state, _BOTTOM, below.attr, below.ctx, below.depth, _HIDDEN),
+                       node.attr, node.ctx, node.depth, _HIDDEN)
+            try:
+                acc = self.accepted(top)
+            except _BelowTop:
+                acc = -1  # it reads deeper
+            memo[key] = acc
+        if acc < 0:
+            return self.accepted(node)
+        node.acc = acc
+        return acc
+
     def _accepted(self, node: Node, cands: int) -> int:
         st = node.state
         result = self.shift_mask[st] & cands
-        guarded = self.guarded_mask[st] if self.guard else 0
-        if self.guard:
+        guard = self.guard
+        if guard:
+            guarded = self.guarded_mask[st]
             risky = result if node.attr & G.HAS_AS else result & guarded
             while risky:
                 low = risky & -risky
                 risky ^= low
-                t = low.bit_length() - 1
-                if not self._shift_ok(node, st, t):
+                if not self._shift_ok(node, st, low.bit_length() - 1):
                     result ^= low
+        else:
+            guarded = 0
         for r, tmask in self.reduce_groups[st]:
             sub = tmask & cands
             if not sub:
                 continue
             g = sub & guarded
             if g:
-                guard = self.guard
                 while g:  # a guard on the reduction reads this node, as feed() does before reducing
                     low = g & -g
                     g ^= low
@@ -493,16 +566,30 @@ class Recognizer:
                         sub ^= low
                 if not sub:
                     continue
-            red = self._reduce(node, r)
-            # many configurations reduce onto the same deeper node: memoize there
-            base = red.parent
-            key = (red.state, red.attr, red.ctx, sub)  # the ctx: the flows come from the top
+            # many configurations reduce onto the same deeper node: memoized there by what the
+            # reduced node holds (the ctx: the flows come from the top)
+            if self.unit_pass[r]:  # its node is known without making it: the memo is asked first
+                base = node.parent
+                gs = self.goto[base.state][self.rule_lhs[r]]
+                if self.ctx_effect[gs] is None:
+                    ctx = base.ctx
+                    if not base.depth and ctx & _FLOWS:
+                        ctx &= ~_FLOWS
+                    key = (gs, node.attr, ctx, sub)
+                    red = None
+                else:
+                    red = self._reduce(node, r)
+                    key = (red.state, red.attr, red.ctx, sub)
+            else:
+                red = self._reduce(node, r)
+                base = red.parent
+                key = (red.state, red.attr, red.ctx, sub)
             memo = base.memo
             if memo is None:
                 memo = base.memo = {}
             hit = memo.get(key)
             if hit is None:
-                hit = memo[key] = self._accepted(red, sub)
+                hit = memo[key] = self._accepted(red or self._reduce(node, r), sub)
             result |= hit
         if cands >> self.END & 1 and st == self.end_state:
             result |= 1 << self.END
