@@ -140,6 +140,7 @@ class Explorer:
         self._feed_memo: dict = {}
         self._adv_memo: dict = {}
         self._refine_memo: dict = {}
+        self._borrow_memo: dict = {}
         self._has_as = G.HAS_AS if sem.tracks_attributes else 0
 
     def shift_depth(self, df: int, t: int, target: int | None) -> int:
@@ -478,9 +479,7 @@ class Explorer:
         """The frames after reducing rule r on frame `fr`: one, or, where the rule pops more
         than the frame knows (or reaches its borrowed bottom), one per goto target of the
         states that can lie below (found by walking the rule's right side backwards)."""
-        goto = self.goto
         n = self.rule_len[r]
-        lhs = self.rule_lhs[r]
         rhs = self.rules[r].rhs
         if n < len(fr):
             base = fr[: len(fr) - n]
@@ -489,30 +488,40 @@ class Explorer:
             if isinstance(bs, int):
                 if not self._may_hold(bs, attr):
                     return []
-                g = goto[bs].get(lhs)
+                g = self.goto[bs].get(self.rule_lhs[r])
                 return [base + ((g, bdf, attr),)] if g is not None else []
             # the borrowed bottom: one branch per goto target
-            bs = {x for x in bs if self._may_hold(x, attr)}
-            return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bs, lhs)]
-        attr = self.sem.synthesized(r, rhs, [UNKNOWN] * (n - len(fr)) + [e[2] for e in fr])
-        bottom = fr[0][0]
+            tops = self._borrowed(bs, r, -1, self._filters(attr))
+        else:
+            attr = self.sem.synthesized(r, rhs, [UNKNOWN] * (n - len(fr)) + [e[2] for e in fr])
+            tops = self._borrowed(fr[0][0], r, n - len(fr), self._filters(attr))
+        return [((b, fl, UNKNOWN), (g, fl, attr)) for b, fl, g in tops]
+
+    def _filters(self, attr: int) -> bool:
+        """Whether `_may_hold` keeps only some bases for a node with attribute `attr`."""
+        return self.sem.has_as_parents is not None and attr >= 0 and bool(attr & self._has_as)
+
+    def _borrowed(self, bottom, r: int, k: int, filtered: bool) -> tuple:
+        """(bottom, depths, goto target) of the frames a reduction of rule r makes from a frame
+        whose bottom is `bottom` when it pops k entries below it (k = -1: the bottom is a
+        borrowed set and is itself the base); `filtered`: only the bases that may hold a node
+        with HAS_AS (`_may_hold`). Memoized: the same borrowing recurs on many frames."""
+        key = (bottom, r, k, filtered)
+        hit = self._borrow_memo.get(key)
+        if hit is not None:
+            return hit
         cands = {bottom} if isinstance(bottom, int) else set(bottom)
-        for i in range(n - len(fr) - 1, -1, -1):
-            sym = rhs[i]
-            cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
-        bases = {x for c in cands for x in self.preds[c] if self._may_hold(x, attr)}
-        return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
-
-    def _may_hold(self, base: int, attr: int) -> bool:
-        """Whether a node with attribute `attr` can be pushed on a node in state `base`: one
-        carrying HAS_AS only on a WITH state (`semantics.has_as_parent_states`)."""
-        parents = self.sem.has_as_parents
-        return parents is None or attr < 0 or not attr & self._has_as or base in parents
-
-    def _split(self, bases, lhs: int) -> list:
-        """Frames (bases, goto) for a set of possible base states, grouped by goto target."""
+        if k >= 0:
+            rhs = self.rules[r].rhs
+            for i in range(k - 1, -1, -1):
+                sym = rhs[i]
+                cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
+            cands = {x for c in cands for x in self.preds[c]}
+        if filtered:
+            cands &= self.sem.has_as_parents
+        lhs = self.rule_lhs[r]
         by_goto: dict[int, list[int]] = {}
-        for x in bases:
+        for x in cands:
             g = self.goto[x].get(lhs)
             if g is not None:
                 by_goto.setdefault(g, []).append(x)
@@ -521,9 +530,15 @@ class Explorer:
             fl = 0
             for x in xs:
                 fl |= self.poss[x]
-            bottom = xs[0] if len(xs) == 1 else frozenset(xs)
-            out.append(((bottom, fl, UNKNOWN), (g, fl, UNKNOWN)))
-        return out
+            out.append((xs[0] if len(xs) == 1 else frozenset(xs), fl, g))
+        hit = self._borrow_memo[key] = tuple(out)
+        return hit
+
+    def _may_hold(self, base: int, attr: int) -> bool:
+        """Whether a node with attribute `attr` can be pushed on a node in state `base`: one
+        carrying HAS_AS only on a WITH state (`semantics.has_as_parent_states`)."""
+        parents = self.sem.has_as_parents
+        return parents is None or attr < 0 or not attr & self._has_as or base in parents
 
 
 def _decided_mixed(res: int) -> bool:
