@@ -266,28 +266,40 @@ class Explorer:
             out[f] = None
         else:
             bottom, bd, ba = f[0]
+            rest = f[1:]
+            above: dict = {}  # the entries above x recomputed, by x's depths (at most three)
             for x in [bottom] if isinstance(bottom, int) else sorted(bottom):
                 if not self.preds[x]:
-                    out[((x, bd & self.poss[x] or bd, ba),) + f[1:]] = None
+                    out[((x, bd & self.poss[x] or bd, ba),) + rest] = None
                     continue
                 for p in self.preds[x]:
-                    g = self._redepth(((p, self.poss[p], UNKNOWN), (x, self.poss[x], ba)) + f[1:])
-                    if g is not None:
-                        out[g] = None
+                    dp = self.poss[p]
+                    dx = self._step_depth(dp, x) & self.poss[x]
+                    if not dx:
+                        continue
+                    if dx not in above:
+                        above[dx] = self._redepth(rest, dx)
+                    up = above[dx]
+                    if up is not None:
+                        out[((p, dp, UNKNOWN), (x, dx, ba)) + up] = None
         self._refine_memo[f] = out
         return out
 
-    def _redepth(self, frame):
-        """The frame with depths recomputed upward from its bottom (None: inconsistent)."""
-        out = [frame[0]]
-        df = frame[0][1]
-        for s, d, a in frame[1:]:
-            sym = self.accessing[s]
-            t = self.grammar.term_id.get(sym)
-            nd = (self.shift_depth(df, t, s) if t is not None else df) & self.poss[s] & d
+    def _step_depth(self, df: int, s: int) -> int:
+        """The depths on entering state s from depths df (before what s itself allows)."""
+        t = self.grammar.term_id.get(self.accessing[s])
+        return self.shift_depth(df, t, s) if t is not None else df
+
+    def _redepth(self, entries: tuple, df: int) -> tuple | None:
+        """The entries with their depths recomputed upward from depths `df` below the first
+        (None: inconsistent); entries whose depths stay are kept as they are."""
+        out = []
+        for e in entries:
+            s, d, a = e
+            nd = self._step_depth(df, s) & self.poss[s] & d
             if not nd:
                 return None
-            out.append((s, nd, a))
+            out.append(e if nd == d else (s, nd, a))
             df = nd
         return tuple(out)
 
