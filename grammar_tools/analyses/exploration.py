@@ -140,8 +140,27 @@ class Explorer:
         self._feed_memo: dict = {}
         self._adv_memo: dict = {}
         self._refine_memo: dict = {}
-        self._borrow_memo: dict = {}
+        self._borrow_memo: dict = {}  # small: keyed by the grammar's states and rules
+        self.steps = 0  # frames the searches examined (`feed`, `lockstep`): the unit of work budgets
+        self.lockstep_memo: dict = {}  # `lockstep.Lockstep`'s, forgotten with these
         self._has_as = G.HAS_AS if sem.tracks_attributes else 0
+
+    def memo_entries(self) -> int:
+        """Entries in the memos that grow with the sequences analysed."""
+        return (len(self._memo) + len(self._outcome_memo) + len(self._feed_memo) + len(self._adv_memo)
+                + len(self._refine_memo) + len(self.lockstep_memo))
+
+    def forget(self) -> None:
+        """Empties the memos that grow (every answer is the same without them, only slower)."""
+        for memo in (self._memo, self._outcome_memo, self._feed_memo, self._adv_memo, self._refine_memo,
+                     self.lockstep_memo):
+            memo.clear()
+
+    def reset(self) -> None:
+        """`forget`, and the step count back to zero: what a search does from here is the same
+        whatever was asked before (the work budgets count from here)."""
+        self.forget()
+        self.steps = 0
 
     def shift_depth(self, df: int, t: int, target: int | None) -> int:
         """Depths after shifting terminal t from depths df (into state `target`)."""
@@ -439,6 +458,7 @@ class Explorer:
             if fr in done:
                 continue
             done.add(fr)
+            self.steps += 1
             b = -nb
             st, df, at = fr[-1]
             a = action[st].get(t)
@@ -558,8 +578,14 @@ def _decided_mixed(res: int) -> bool:
     return bool(res & ACC) and bool(res & (REJ | CUT))
 
 
-@functools.lru_cache(maxsize=8)
 def explorer(grammar: Grammar, python: bool = True, budget: int = DEFAULT_BUDGET) -> Explorer:
-    """The explorer of a grammar; `python`: with the recognizer's guards and layout rules."""
+    """The explorer of a grammar; `python`: with the recognizer's guards and layout rules.
+    One per (grammar, python, budget) however they are passed (`reset` acts on the one every
+    analysis uses)."""
+    return _explorer(grammar, python, budget)
+
+
+@functools.lru_cache(maxsize=8)
+def _explorer(grammar: Grammar, python: bool, budget: int) -> Explorer:
     sem = Semantics.of_recognizer(grammar) if python else Semantics.plain(grammar)
     return Explorer(grammar, sem, budget)
