@@ -303,11 +303,11 @@ def test_jointly_legal_work_budget_is_the_same_whatever_came_before(python_gramm
     ctx = after(g.term_id["NAME"])
 
     def classes(budget):
-        found = sl._jointly_legal(g, ctx, seqs, budget)[1]
+        found = sl._jointly_legal(g, ((ctx, seqs),), budget)[0][1][1]
         return sorted(sorted(c.members) + [c.fate.value] for c in found.classes), found.cut, found.merged
 
     first = classes(1000)
-    sl._jointly_legal(g, after(g.term_id["RPAR"]), seqs, None)  # fills the memos
+    sl._jointly_legal(g, ((after(g.term_id["RPAR"]), seqs),), None)  # fills the memos
     assert classes(1000) == first
     unlimited = classes(None)
     assert first[1] and not unlimited[1]  # the budget did cut ...
@@ -316,7 +316,7 @@ def test_jointly_legal_work_budget_is_the_same_whatever_came_before(python_gramm
     sl.ANALYSIS_MAX_MEMO = 50  # forgotten between nearly every two comparisons
     try:
         forgetting = classes(1000)
-        sl._jointly_legal(g, after(g.term_id["RPAR"]), seqs, None)
+        sl._jointly_legal(g, ((after(g.term_id["RPAR"]), seqs),), None)
         assert classes(1000) == forgetting
         assert classes(None) == unlimited  # the answers don't depend on the memos
     finally:
