@@ -150,11 +150,18 @@ class Explorer:
         return (len(self._memo) + len(self._outcome_memo) + len(self._feed_memo) + len(self._adv_memo)
                 + len(self._refine_memo) + len(self.lockstep_memo))
 
-    def forget(self) -> None:
-        """Empties the memos that grow (every answer is the same without them, only slower)."""
-        for memo in (self._memo, self._outcome_memo, self._feed_memo, self._adv_memo, self._refine_memo,
-                     self.lockstep_memo):
+    def forget(self, searches: bool = True) -> None:
+        """Empties the memos that grow (every answer is the same without them, only slower);
+        `searches` False keeps the feeds' (`feed`, `advance`, `refine`: the searches, the
+        costly part to redo) and empties those of the answers built on them."""
+        memos = [self._memo, self._outcome_memo, self.lockstep_memo]
+        if searches:
+            memos += [self._feed_memo, self._adv_memo, self._refine_memo]
+        for memo in memos:
             memo.clear()
+
+    def search_memo_entries(self) -> int:
+        return len(self._feed_memo) + len(self._adv_memo) + len(self._refine_memo)
 
     def reset(self) -> None:
         """`forget`, and the step count back to zero: what a search does from here is the same

@@ -140,8 +140,10 @@ class WorkBudget:
         return self.spent
 
     def bound_memory(self) -> None:
+        """Past `max_memo` entries, the answers' memos go, and the searches' too if they hold
+        half of it (the searches are what a batch of contexts shares)."""
         if self.max_memo is not None and self.ex.memo_entries() > self.max_memo:
-            self.ex.forget()
+            self.ex.forget(searches=self.ex.search_memo_entries() > self.max_memo // 2)
 
 
 def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True,
