@@ -78,11 +78,12 @@ ANALYSIS_MAX_MEMO = 1_000_000
 # contexts a forked worker analyses before a fresh fork replaces it: each grew by what its
 # contexts' jointly-legal explorations memoise, to ~400 MiB apiece by the end of a build (the
 # build's peak, 927 MiB for the tree); 3 gives 610 MiB at the same CPU time, 2 525 MiB at +15%
-# (docs/memory.md)
+# (docs/memory.md); a task of a batch of contexts counts for `batch` of them
 CONTEXTS_PER_WORKER = 3
 # contexts the jointly-legal step analyses with one explorer (its memos shared): consecutive in
 # the order by size, the contexts after atoms (`FSTRING`, `BYTES`, `FALSE`, ...) come together
-# and the second and third cost a sixth of the first (151k: 6 such contexts 26 -> 9 s CPU)
+# and the second and third cost a sixth of the first (151k: 6 such contexts 26 -> 9 s CPU); a
+# fresh fork per batch. 6: no faster, a higher peak (docs/mask_store_rows.md)
 JOINTLY_LEGAL_BATCH = 3
 
 
