@@ -9,7 +9,8 @@ store of the tokenizer exists; the grammar's own artefacts and analyses' caches 
 machine has):
 1. `mask-store build` (streamlined) and `mask-store build --no-streamline`, each a process of its
    own: wall and CPU seconds (CPU: the build's own and its analysis workers', a fairer figure on
-   a shared machine), peak RSS (the child's ru_maxrss, and its workers' largest), store MB, rows
+   a shared machine), peak RSS (the child's ru_maxrss, and its workers' largest), the whole
+   process tree's PSS peak (sampled every 0.1 s: the workers are forked), store MB, rows
    (logical, stored), whether the streamlining analyses came from the cache;
 2. `mask-store verify --store STREAMLINED --compare-full FULL` on third-party code (the pinned
    wheels, `--tokens` of them): soundness rejections, differing masks, mask ms p50/p99;
@@ -81,11 +82,50 @@ def _child_build(model: str, out: str, streamline: bool) -> None:
     }))
 
 
-def _run_json(cmd: list[str]) -> dict:
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode not in (0, 1):  # verify exits 1 when it found rejections: still a report
-        raise SystemExit(f"{' '.join(cmd[:6])}... failed ({done.returncode}): {done.stderr[-2000:]}")
-    return json.loads(done.stdout[done.stdout.index("{"):])
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (the build's forked workers)."""
+    out = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = f.read().split()
+    except OSError:
+        return out
+    for k in kids:
+        out += _tree(int(k))
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _run_json(cmd: list[str], tree_pss: bool = False) -> dict:
+    """Runs `cmd` and reads its JSON report; `tree_pss`: with the peak of the PSS of the whole
+    process tree (the build and its forked workers; shared pages counted once), sampled every
+    0.1 s from here (a sampling thread inside the build would keep it from forking)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        peak = 0
+        while proc.poll() is None:
+            if tree_pss and Path("/proc/self/smaps_rollup").exists():
+                peak = max(peak, sum(_pss_kib(p) for p in _tree(proc.pid)))
+            time.sleep(0.1)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode not in (0, 1):  # verify exits 1 when it found rejections: still a report
+        raise SystemExit(f"{' '.join(cmd[:6])}... failed ({proc.returncode}): {stderr[-2000:]}")
+    report = json.loads(stdout[stdout.index("{"):])
+    if tree_pss:
+        report["tree_peak_pss_mib"] = round(peak / 1024) if peak else None
+    return report
 
 
 def _canonical(model: str) -> dict:
@@ -132,7 +172,7 @@ def _one_model(name: str, kinds: list[str], tokens: int, seed: int, work: Path) 
     for kind in kinds:
         path = work / f"{name}-{kind}.safetensors"
         flag = ["--no-streamline"] if kind == "full" else []
-        out[f"build_{kind}"] = _run_json(me + ["--child-build", model, str(path)] + flag)
+        out[f"build_{kind}"] = _run_json(me + ["--child-build", model, str(path)] + flag, tree_pss=True)
         stores[kind] = path
     tok = load_tokenizer(model)
     files = [str(p) for p, _ in _util.files_until_tokens(_util.code_files("thirdparty"), tok, tokens, seed)]

@@ -21,7 +21,7 @@ from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
 from .nfa_states import NfaStates
 from .store import MaskStore
-from .token_lexing import TokenMatrix, first_lexeme, indent_of
+from .token_lexing import TokenMatrix, first_lexeme, indent_of, staying_bytes
 from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -175,6 +175,7 @@ class StoreBuilder:
         dead_sets = _Interner()
         d_dead = np.zeros(n, dtype=np.int32)
         table = lexer.table
+        staying = staying_bytes(table)
         states = range(1, n)
         if self.progress:
             from tqdm import tqdm
@@ -185,7 +186,7 @@ class StoreBuilder:
             represented = q_of.get(d)
             if not represented:
                 continue
-            walked, end, st = first_lexeme(table, self.tokens, d)
+            walked, end, st = first_lexeme(table, self.tokens, d, staying)
             # tokens that keep the lexeme growing: S = ()
             stay = end == -1
             stay_ids, stay_state = walked[stay], st[stay]

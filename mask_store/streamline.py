@@ -15,9 +15,10 @@ and rows that always get the same answer can share one check. The seed's order:
    exploration, then Bar-Hillel (`never_legal`) for what it left open); then jointly legal
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
    and rows whose outcomes agree on every refined frame merge into one; the classes left are
-   compared pairwise only within groups of the same outcomes frame by frame, with a CPU budget
-   per context (`JOINTLY_LEGAL_BUDGET_S`): a context that spends it keeps the classes shown so
-   far (more rows, the same masks).
+   compared pairwise only within groups of the same outcomes frame by frame, with a work budget
+   per context (`JOINTLY_LEGAL_BUDGET_STEPS` parser steps, `jointly_legal.WorkBudget`): a
+   context that spends it keeps the classes shown so far (more rows, the same masks). The
+   budget counts work, not time, so the store is the same on every machine.
 
 5. (with the vocabulary) each state's boundary rows merge into its own rows: both are checked
    from the same parser node (newlines aside), the boundary ones only for the tokens whose first
@@ -54,7 +55,8 @@ from grammar_tools.analyses.contexts import AFTER, Context, after, context_of
 from grammar_tools.analyses.follow_graph import follow_graph
 from grammar_tools.analyses.forked_pool import forked_pool
 from grammar_tools.analyses.interchangeable import canonical_map, recognizer_classes
-from grammar_tools.analyses.jointly_legal import Fate, jointly_legal_classes, jointly_legal_prefix
+from grammar_tools.analyses.exploration import explorer
+from grammar_tools.analyses.jointly_legal import Fate, WorkBudget, jointly_legal_classes, jointly_legal_prefix
 from grammar_tools.analyses.never_legal import is_never_legal_many, is_never_legal_shown, may_be_never_legal
 from grammar_tools.parsing.recognizer import Recognizer
 
@@ -66,15 +68,23 @@ log = logging.getLogger(__name__)
 STEPS = ("full", "interchangeable", "follow_graph", "single_terminals", "remaining_rows")
 BOUNDARY_STEP = "boundary_merged"  # step 5, when the vocabulary is given
 BAR_HILLEL_BUDGET_S = 300.0  # queries not answered by then stay undecided (their rows stay)
-# CPU seconds per context for the jointly-legal comparisons: past it, the classes shown so far
-# (`jointly_legal_classes`' `cut`). Kept: without it the 151k store's build (same wall and CPU)
-# grows an analysis worker to 4.6 GB (1.2 GB with it), see docs/mask_store_rows.md
-JOINTLY_LEGAL_BUDGET_S: float | None = 8.0
+# Parser steps (`Explorer.steps`) per context for the jointly-legal comparisons: past them,
+# the classes shown so far (`jointly_legal_classes`' `cut`). A count of work, so that the rows
+# are the same on every machine and under any load (a CPU-seconds budget made them vary).
+JOINTLY_LEGAL_BUDGET_STEPS: int | None = 3_000_000
+# memo entries an analysis worker's explorer keeps before it forgets them (the answers are the
+# same, only slower): bounds the worker's memory whatever the context (docs/mask_store_rows.md)
+ANALYSIS_MAX_MEMO = 1_000_000
 # contexts a forked worker analyses before a fresh fork replaces it: each grew by what its
 # contexts' jointly-legal explorations memoise, to ~400 MiB apiece by the end of a build (the
 # build's peak, 927 MiB for the tree); 3 gives 610 MiB at the same CPU time, 2 525 MiB at +15%
-# (docs/memory.md)
+# (docs/memory.md); a task of a batch of contexts counts for `batch` of them
 CONTEXTS_PER_WORKER = 3
+# contexts the jointly-legal step analyses with one explorer (its memos shared): consecutive in
+# the order by size, the contexts after atoms (`FSTRING`, `BYTES`, `FALSE`, ...) come together
+# and the second and third cost a sixth of the first (151k: 6 such contexts 26 -> 9 s CPU); a
+# fresh fork per batch. 6: no faster, a higher peak (docs/mask_store_rows.md)
+JOINTLY_LEGAL_BATCH = 3
 
 
 class Decision(enum.Enum):
@@ -104,13 +114,13 @@ class _Group:
 
 class _Streamliner:
     def __init__(self, store: MaskStore, recognizer: Recognizer, progress: bool, processes: int, budget_s: float,
-                 joint_budget_s: float | None):
+                 joint_budget_steps: int | None):
         self.store = store
         self.g = recognizer.grammar
         self.progress = progress
         self.processes = processes
         self.budget_s = budget_s
-        self.joint_budget_s = joint_budget_s
+        self.joint_budget_steps = joint_budget_steps
         self.fg = follow_graph(self.g)
         self.stats: dict = defaultdict(int)
         self.steps: list[dict] = []
@@ -224,7 +234,7 @@ class _Streamliner:
             self.g.hash,
             code_hash(),
             repr([(c.key(self.g), s) for c, s in pairs]),
-            repr((self.budget_s, self.joint_budget_s)),
+            repr((self.budget_s, self.joint_budget_steps)),
         )
         path = cache.cache_dir() / f"streamline-{key}.json"
         data = cache.read_json(path)
@@ -252,21 +262,29 @@ class _Streamliner:
         self.stats["analysis_cached"] = 0
         return decisions
 
-    def _per_context(self, fn, pairs, desc: str) -> dict:
-        """`fn(grammar, context, seqs, budget)` for the pairs of each context, in `processes`
-        forked workers (the contexts are independent; the explorer's memo so far is shared by
-        the fork); {context: its result}."""
+    def _per_context(self, fn, pairs, desc: str, batch: int = 1) -> dict:
+        """`fn(grammar, contexts, budget)` -> [(context, result)] for the pairs of each
+        context, `batch` contexts at a time (consecutive in the order by size, a fixed order: the
+        rows after one atom and after another are nearly the same, so one explorer's memos serve
+        a batch), in `processes` forked workers (the batches are independent); {context: its
+        result}."""
         by_ctx: dict[Context, list] = defaultdict(list)
         for ctx, seq in pairs:
             by_ctx[ctx].append(seq)
         items = sorted(by_ctx.items(), key=lambda kv: -len(kv[1]))  # the largest first: they balance
-        if self.processes < 2 or len(items) < 2 or threading.active_count() > 1:  # no fork beside threads
-            return {ctx: fn(self.g, ctx, seqs, self.joint_budget_s) for ctx, seqs in self._bar(items, desc)}
+        groups = [tuple(items[i : i + batch]) for i in range(0, len(items), batch)]
+        out: dict = {}
+        if self.processes < 2 or len(groups) < 2 or threading.active_count() > 1:  # no fork beside threads
+            for group in self._bar(groups, desc):
+                out.update(fn(self.g, group, self.joint_budget_steps))
+            return out
         global _WORKER
-        _WORKER = (fn, self.g, self.joint_budget_s)
-        with forked_pool(self.processes, tasks_per_worker=CONTEXTS_PER_WORKER) as pool:
-            done = pool.imap_unordered(_context_work, items, chunksize=1)
-            return dict(self._bar(done, desc) if self.progress else done)
+        _WORKER = (fn, self.g, self.joint_budget_steps)
+        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // batch)) as pool:
+            done = pool.imap_unordered(_context_work, groups, chunksize=1)
+            for results in self._bar(done, desc) if self.progress else done:
+                out.update(results)
+        return out
 
     def _decide(self, pairs) -> dict:
         g = self.g
@@ -303,7 +321,8 @@ class _Streamliner:
         merged = 0
         lockstep = 0
         cut = 0
-        for ctx, (short, found) in self._per_context(_jointly_legal, kept, "jointly legal").items():
+        joint = self._per_context(_jointly_legal, kept, "jointly legal", JOINTLY_LEGAL_BATCH)
+        for ctx, (short, found) in joint.items():
             shortened.update(((ctx, seq), sh) for seq, sh in short.items())
             cut += found.cut
             for cls in found.classes:
@@ -428,30 +447,45 @@ class _Streamliner:
 _WORKER: tuple | None = None  # (fn, grammar, budget) for the forked workers of `_per_context`
 
 
-def _context_work(item):
+def _context_work(group):
     fn, grammar, budget = _WORKER
-    ctx, seqs = item
-    return ctx, fn(grammar, ctx, seqs, budget)
+    return fn(grammar, group, budget)
 
 
-def _always_never(grammar, ctx: Context, seqs, budget) -> dict:
-    """seq -> ALWAYS or DROP where the exploration shows it, None where only the exact test
-    can (`may_be_never_legal`), KEEP otherwise."""
-    out = {}
-    for seq in seqs:
-        if is_always_legal(grammar, ctx, seq):
-            out[seq] = Decision.ALWAYS
-        elif is_never_legal_shown(grammar, ctx, seq):
-            out[seq] = Decision.DROP
-        else:
-            out[seq] = None if may_be_never_legal(grammar, ctx, seq) else Decision.KEEP
+def _always_never(grammar, contexts, budget) -> list:
+    """Per context, seq -> ALWAYS or DROP where the exploration shows it, None where only the
+    exact test can (`may_be_never_legal`), KEEP otherwise."""
+    out = []
+    for ctx, seqs in contexts:
+        shown = {}
+        for seq in seqs:
+            if is_always_legal(grammar, ctx, seq):
+                shown[seq] = Decision.ALWAYS
+            elif is_never_legal_shown(grammar, ctx, seq):
+                shown[seq] = Decision.DROP
+            else:
+                shown[seq] = None if may_be_never_legal(grammar, ctx, seq) else Decision.KEEP
+        out.append((ctx, shown))
     return out
 
 
-def _jointly_legal(grammar, ctx: Context, seqs, budget):
-    """The shortest jointly legal prefix of each sequence, and the classes of those."""
-    short = {seq: jointly_legal_prefix(grammar, ctx, seq) for seq in seqs}
-    return short, jointly_legal_classes(grammar, ctx, set(short.values()), budget_s=budget)
+def _jointly_legal(grammar, contexts, budget_steps) -> list:
+    """Per context, the shortest jointly legal prefix of each sequence and the classes of
+    those. The explorer starts afresh (`Explorer.reset`) for the batch, so the work counted
+    against `budget_steps` and the classes depend only on the batch (a fixed one: see
+    `_per_context`), not on what this process analysed before."""
+    ex = explorer(grammar)
+    ex.reset()
+    out = []
+    for ctx, seqs in contexts:
+        budget = WorkBudget(ex, None, ANALYSIS_MAX_MEMO)
+        short = {}
+        for seq in seqs:
+            budget.bound_memory()
+            short[seq] = jointly_legal_prefix(grammar, ctx, seq)
+        budget = WorkBudget(ex, budget_steps, ANALYSIS_MAX_MEMO)
+        out.append((ctx, (short, jointly_legal_classes(grammar, ctx, set(short.values()), budget=budget))))
+    return out
 
 
 def code_hash() -> str:
@@ -471,7 +505,7 @@ def streamline_store(
     processes: int = 2,
     bar_hillel_budget_s: float = BAR_HILLEL_BUDGET_S,
     vocab=None,
-    jointly_legal_budget_s: float | None = JOINTLY_LEGAL_BUDGET_S,
+    jointly_legal_budget_steps: int | None = JOINTLY_LEGAL_BUDGET_STEPS,
 ) -> MaskStore:
     """The streamlined store: same masks at every position, fewer rows (see the module doc).
     With the store's vocabulary, step 5 also merges each state's boundary rows into its own.
@@ -480,7 +514,7 @@ def streamline_store(
         raise ValueError("the store is streamlined already")
     t_all = time.perf_counter()
     sl = _Streamliner(store, recognizer or Recognizer(), progress, processes, bar_hillel_budget_s,
-                      jointly_legal_budget_s)
+                      jointly_legal_budget_steps)
     sl.record("full", 0.0)
     sl.steps[0]["stored_rows"] = store.n_rows  # the full store keeps every group, alike or not
     sl.steps[0]["groups"] = int(store.group_start.shape[0] - 1)

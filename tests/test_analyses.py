@@ -22,7 +22,7 @@ from grammar_tools.analyses.interchangeable import (
     interchangeable_classes,
     recognizer_classes,
 )
-from grammar_tools.analyses.jointly_legal import are_jointly_legal, jointly_legal_classes
+from grammar_tools.analyses.jointly_legal import WorkBudget, are_jointly_legal, jointly_legal_classes
 from grammar_tools.analyses.lockstep import Lockstep, lockstep
 from grammar_tools.analyses.never_legal import is_never_legal, is_never_legal_many, is_never_legal_shown
 
@@ -277,7 +277,7 @@ def test_jointly_legal_classes_within_a_budget_are_finer_never_wrong(python_gram
              "COMMA RPAR", "AND", "OR", "EQEQUAL", "LESSTHAN", "IF", "FOR", "NAME", "COLON"]
     seqs = {parse_names(g, n.split()) for n in names}
     full = jointly_legal_classes(g, "NAME", seqs)
-    cut = jointly_legal_classes(g, "NAME", seqs, budget_s=0.0)
+    cut = jointly_legal_classes(g, "NAME", seqs, budget=WorkBudget(explorer(g), 0))
     assert not full.cut and cut.cut
     assert full.merged > cut.merged  # the comparisons join classes that the signatures leave apart
     class_of = {m: i for i, c in enumerate(full.classes) for m in c.members}
@@ -286,6 +286,41 @@ def test_jointly_legal_classes_within_a_budget_are_finer_never_wrong(python_gram
         if c.fate.value != "checked":
             assert full.classes[class_of[c.members[0]]].fate is c.fate
     assert sorted(m for c in cut.classes for m in c.members) == sorted(seqs)
+
+
+def test_jointly_legal_work_budget_is_the_same_whatever_came_before(python_grammar):
+    """The budget counts parser steps from the explorer's reset, not seconds: a context's
+    classes under a budget that cuts them are the same when analysed first or after another
+    context (its memos full), and again the same when the memos are forgotten along the way
+    (the bound on memory) in one run as in another; a larger budget cuts later."""
+    import mask_store.streamline as sl
+
+    g = python_grammar
+    names = ["DOT", "LPAR", "LPAR RPAR", "LSQB", "EQUAL", "PLUS", "MINUS", "STAR", "COMMA",
+             "COMMA RPAR", "AND", "OR", "EQEQUAL", "LESSTHAN", "IF", "FOR", "NAME", "COLON",
+             "MINUS MINUS NAME", "PLUS MINUS NAME RPAR", "LPAR NAME RPAR DOT NAME"]
+    seqs = [parse_names(g, n.split()) for n in names]
+    ctx = after(g.term_id["NAME"])
+
+    def classes(budget):
+        found = sl._jointly_legal(g, ((ctx, seqs),), budget)[0][1][1]
+        return sorted(sorted(c.members) + [c.fate.value] for c in found.classes), found.cut, found.merged
+
+    first = classes(1000)
+    sl._jointly_legal(g, ((after(g.term_id["RPAR"]), seqs),), None)  # fills the memos
+    assert classes(1000) == first
+    unlimited = classes(None)
+    assert first[1] and not unlimited[1]  # the budget did cut ...
+    assert first[2] < unlimited[2]  # ... unions that more work shows
+    keep = sl.ANALYSIS_MAX_MEMO
+    sl.ANALYSIS_MAX_MEMO = 50  # forgotten between nearly every two comparisons
+    try:
+        forgetting = classes(1000)
+        sl._jointly_legal(g, ((after(g.term_id["RPAR"]), seqs),), None)
+        assert classes(1000) == forgetting
+        assert classes(None) == unlimited  # the answers don't depend on the memos
+    finally:
+        sl.ANALYSIS_MAX_MEMO = keep
 
 
 @pytest.mark.parametrize(

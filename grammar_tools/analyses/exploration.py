@@ -140,7 +140,34 @@ class Explorer:
         self._feed_memo: dict = {}
         self._adv_memo: dict = {}
         self._refine_memo: dict = {}
+        self._borrow_memo: dict = {}  # small: keyed by the grammar's states and rules
+        self.steps = 0  # frames the searches examined (`feed`, `lockstep`): the unit of work budgets
+        self.lockstep_memo: dict = {}  # `lockstep.Lockstep`'s, forgotten with these
         self._has_as = G.HAS_AS if sem.tracks_attributes else 0
+
+    def memo_entries(self) -> int:
+        """Entries in the memos that grow with the sequences analysed."""
+        return (len(self._memo) + len(self._outcome_memo) + len(self._feed_memo) + len(self._adv_memo)
+                + len(self._refine_memo) + len(self.lockstep_memo))
+
+    def forget(self, searches: bool = True) -> None:
+        """Empties the memos that grow (every answer is the same without them, only slower);
+        `searches` False keeps the feeds' (`feed`, `advance`, `refine`: the searches, the
+        costly part to redo) and empties those of the answers built on them."""
+        memos = [self._memo, self._outcome_memo, self.lockstep_memo]
+        if searches:
+            memos += [self._feed_memo, self._adv_memo, self._refine_memo]
+        for memo in memos:
+            memo.clear()
+
+    def search_memo_entries(self) -> int:
+        return len(self._feed_memo) + len(self._adv_memo) + len(self._refine_memo)
+
+    def reset(self) -> None:
+        """`forget`, and the step count back to zero: what a search does from here is the same
+        whatever was asked before (the work budgets count from here)."""
+        self.forget()
+        self.steps = 0
 
     def shift_depth(self, df: int, t: int, target: int | None) -> int:
         """Depths after shifting terminal t from depths df (into state `target`)."""
@@ -265,28 +292,40 @@ class Explorer:
             out[f] = None
         else:
             bottom, bd, ba = f[0]
+            rest = f[1:]
+            above: dict = {}  # the entries above x recomputed, by x's depths (at most three)
             for x in [bottom] if isinstance(bottom, int) else sorted(bottom):
                 if not self.preds[x]:
-                    out[((x, bd & self.poss[x] or bd, ba),) + f[1:]] = None
+                    out[((x, bd & self.poss[x] or bd, ba),) + rest] = None
                     continue
                 for p in self.preds[x]:
-                    g = self._redepth(((p, self.poss[p], UNKNOWN), (x, self.poss[x], ba)) + f[1:])
-                    if g is not None:
-                        out[g] = None
+                    dp = self.poss[p]
+                    dx = self._step_depth(dp, x) & self.poss[x]
+                    if not dx:
+                        continue
+                    if dx not in above:
+                        above[dx] = self._redepth(rest, dx)
+                    up = above[dx]
+                    if up is not None:
+                        out[((p, dp, UNKNOWN), (x, dx, ba)) + up] = None
         self._refine_memo[f] = out
         return out
 
-    def _redepth(self, frame):
-        """The frame with depths recomputed upward from its bottom (None: inconsistent)."""
-        out = [frame[0]]
-        df = frame[0][1]
-        for s, d, a in frame[1:]:
-            sym = self.accessing[s]
-            t = self.grammar.term_id.get(sym)
-            nd = (self.shift_depth(df, t, s) if t is not None else df) & self.poss[s] & d
+    def _step_depth(self, df: int, s: int) -> int:
+        """The depths on entering state s from depths df (before what s itself allows)."""
+        t = self.grammar.term_id.get(self.accessing[s])
+        return self.shift_depth(df, t, s) if t is not None else df
+
+    def _redepth(self, entries: tuple, df: int) -> tuple | None:
+        """The entries with their depths recomputed upward from depths `df` below the first
+        (None: inconsistent); entries whose depths stay are kept as they are."""
+        out = []
+        for e in entries:
+            s, d, a = e
+            nd = self._step_depth(df, s) & self.poss[s] & d
             if not nd:
                 return None
-            out.append((s, nd, a))
+            out.append(e if nd == d else (s, nd, a))
             df = nd
         return tuple(out)
 
@@ -426,6 +465,7 @@ class Explorer:
             if fr in done:
                 continue
             done.add(fr)
+            self.steps += 1
             b = -nb
             st, df, at = fr[-1]
             a = action[st].get(t)
@@ -478,9 +518,7 @@ class Explorer:
         """The frames after reducing rule r on frame `fr`: one, or, where the rule pops more
         than the frame knows (or reaches its borrowed bottom), one per goto target of the
         states that can lie below (found by walking the rule's right side backwards)."""
-        goto = self.goto
         n = self.rule_len[r]
-        lhs = self.rule_lhs[r]
         rhs = self.rules[r].rhs
         if n < len(fr):
             base = fr[: len(fr) - n]
@@ -489,30 +527,40 @@ class Explorer:
             if isinstance(bs, int):
                 if not self._may_hold(bs, attr):
                     return []
-                g = goto[bs].get(lhs)
+                g = self.goto[bs].get(self.rule_lhs[r])
                 return [base + ((g, bdf, attr),)] if g is not None else []
             # the borrowed bottom: one branch per goto target
-            bs = {x for x in bs if self._may_hold(x, attr)}
-            return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bs, lhs)]
-        attr = self.sem.synthesized(r, rhs, [UNKNOWN] * (n - len(fr)) + [e[2] for e in fr])
-        bottom = fr[0][0]
+            tops = self._borrowed(bs, r, -1, self._filters(attr))
+        else:
+            attr = self.sem.synthesized(r, rhs, [UNKNOWN] * (n - len(fr)) + [e[2] for e in fr])
+            tops = self._borrowed(fr[0][0], r, n - len(fr), self._filters(attr))
+        return [((b, fl, UNKNOWN), (g, fl, attr)) for b, fl, g in tops]
+
+    def _filters(self, attr: int) -> bool:
+        """Whether `_may_hold` keeps only some bases for a node with attribute `attr`."""
+        return self.sem.has_as_parents is not None and attr >= 0 and bool(attr & self._has_as)
+
+    def _borrowed(self, bottom, r: int, k: int, filtered: bool) -> tuple:
+        """(bottom, depths, goto target) of the frames a reduction of rule r makes from a frame
+        whose bottom is `bottom` when it pops k entries below it (k = -1: the bottom is a
+        borrowed set and is itself the base); `filtered`: only the bases that may hold a node
+        with HAS_AS (`_may_hold`). Memoized: the same borrowing recurs on many frames."""
+        key = (bottom, r, k, filtered)
+        hit = self._borrow_memo.get(key)
+        if hit is not None:
+            return hit
         cands = {bottom} if isinstance(bottom, int) else set(bottom)
-        for i in range(n - len(fr) - 1, -1, -1):
-            sym = rhs[i]
-            cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
-        bases = {x for c in cands for x in self.preds[c] if self._may_hold(x, attr)}
-        return [f2[:-1] + ((f2[-1][0], f2[-1][1], attr),) for f2 in self._split(bases, lhs)]
-
-    def _may_hold(self, base: int, attr: int) -> bool:
-        """Whether a node with attribute `attr` can be pushed on a node in state `base`: one
-        carrying HAS_AS only on a WITH state (`semantics.has_as_parent_states`)."""
-        parents = self.sem.has_as_parents
-        return parents is None or attr < 0 or not attr & self._has_as or base in parents
-
-    def _split(self, bases, lhs: int) -> list:
-        """Frames (bases, goto) for a set of possible base states, grouped by goto target."""
+        if k >= 0:
+            rhs = self.rules[r].rhs
+            for i in range(k - 1, -1, -1):
+                sym = rhs[i]
+                cands = {x for c in cands for x in self.preds[c] if self.accessing[x] == sym}
+            cands = {x for c in cands for x in self.preds[c]}
+        if filtered:
+            cands &= self.sem.has_as_parents
+        lhs = self.rule_lhs[r]
         by_goto: dict[int, list[int]] = {}
-        for x in bases:
+        for x in cands:
             g = self.goto[x].get(lhs)
             if g is not None:
                 by_goto.setdefault(g, []).append(x)
@@ -521,9 +569,15 @@ class Explorer:
             fl = 0
             for x in xs:
                 fl |= self.poss[x]
-            bottom = xs[0] if len(xs) == 1 else frozenset(xs)
-            out.append(((bottom, fl, UNKNOWN), (g, fl, UNKNOWN)))
-        return out
+            out.append((xs[0] if len(xs) == 1 else frozenset(xs), fl, g))
+        hit = self._borrow_memo[key] = tuple(out)
+        return hit
+
+    def _may_hold(self, base: int, attr: int) -> bool:
+        """Whether a node with attribute `attr` can be pushed on a node in state `base`: one
+        carrying HAS_AS only on a WITH state (`semantics.has_as_parent_states`)."""
+        parents = self.sem.has_as_parents
+        return parents is None or attr < 0 or not attr & self._has_as or base in parents
 
 
 def _decided_mixed(res: int) -> bool:
@@ -531,8 +585,14 @@ def _decided_mixed(res: int) -> bool:
     return bool(res & ACC) and bool(res & (REJ | CUT))
 
 
-@functools.lru_cache(maxsize=8)
 def explorer(grammar: Grammar, python: bool = True, budget: int = DEFAULT_BUDGET) -> Explorer:
-    """The explorer of a grammar; `python`: with the recognizer's guards and layout rules."""
+    """The explorer of a grammar; `python`: with the recognizer's guards and layout rules.
+    One per (grammar, python, budget) however they are passed (`reset` acts on the one every
+    analysis uses)."""
+    return _explorer(grammar, python, budget)
+
+
+@functools.lru_cache(maxsize=8)
+def _explorer(grammar: Grammar, python: bool, budget: int) -> Explorer:
     sem = Semantics.of_recognizer(grammar) if python else Semantics.plain(grammar)
     return Explorer(grammar, sem, budget)

@@ -30,7 +30,6 @@ is jointly legal with (a row checked with fewer terminals).
 from __future__ import annotations
 
 import enum
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -116,39 +115,56 @@ class JointClasses:
         return sum(len(c.members) - 1 for c in self.classes)
 
 
-class _Budget:
-    """CPU seconds (this process's, so that the answer depends little on the machine's load)
-    for one call; None: unlimited."""
+class WorkBudget:
+    """The work one context's comparisons may take, counted in parser steps (`Explorer.steps`:
+    the frames that the explorations and lockstep comparisons examine, one LALR action looked up
+    each), so that the classes are the same on every machine and under any load: what the
+    explorer does is a function of what it was asked since its `reset` (its memos only save
+    time). `steps` None: unlimited.
 
-    def __init__(self, seconds: float | None) -> None:
-        self.deadline = None if seconds is None else time.process_time() + seconds
+    It bounds the memory as well: when the explorer's memos hold more than `max_memo` entries
+    they are forgotten (`Explorer.forget`; the answers stay the same, only slower), checked
+    between two comparisons."""
+
+    def __init__(self, ex, steps: int | None, max_memo: int | None = None) -> None:
+        self.ex = ex
+        self.limit = None if steps is None else ex.steps + steps
+        self.max_memo = max_memo
         self.spent = False
 
     def out(self) -> bool:
-        if self.deadline is not None and not self.spent and time.process_time() > self.deadline:
+        """The steps are spent (and the memos bounded, see the class doc)."""
+        self.bound_memory()
+        if self.limit is not None and not self.spent and self.ex.steps >= self.limit:
             self.spent = True
         return self.spent
 
+    def bound_memory(self) -> None:
+        """Past `max_memo` entries, the answers' memos go, and the searches' too if they hold
+        half of it (the searches are what a batch of contexts shares)."""
+        if self.max_memo is not None and self.ex.memo_entries() > self.max_memo:
+            self.ex.forget(searches=self.ex.search_memo_entries() > self.max_memo // 2)
+
 
 def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True,
-                          budget_s: float | None = None) -> JointClasses:
+                          budget: WorkBudget | None = None) -> JointClasses:
     """The sequences `seqs` after `x`, partitioned into classes whose members are legal after
     exactly the same prefixes (see the module doc). Every union is sound, so the classes are
     those of the relation `are_jointly_legal` shows, closed under transitivity.
 
-    `budget_s`: CPU seconds for the pairwise comparisons (in lockstep, and `are_jointly_legal`
-    between the classes left); when they are spent, only the signatures (one pass per sequence)
-    go on, and the classes found are the answer (`cut`): sound still, since each union and fate
-    was shown, only finer (a sequence left alone keeps a row of its own, checked as itself).
-    With many long sequences (a 151k vocabulary's) the pairwise comparisons grow without a
-    useful bound."""
+    `budget` (a `WorkBudget` over this grammar's explorer; None: unlimited): the work for the
+    pairwise comparisons (in lockstep, and `are_jointly_legal` between the classes left); when it
+    is spent, only the signatures (one pass per sequence) go on, and the classes found are the
+    answer (`cut`): sound still, since each union and fate was shown, only finer (a sequence
+    left alone keeps a row of its own, checked as itself). With many long sequences (a 151k
+    vocabulary's) the pairwise comparisons grow without a useful bound."""
     ctx = context_from_name(grammar, x)
     ex = explorer(grammar, python)
     seqs = set(seqs)
     uf = _UnionFind(seqs)
     fate: dict = {}  # seq -> Fate.ALWAYS | Fate.NEVER
     unions = 0
-    budget = _Budget(budget_s)
+    budget = budget or WorkBudget(ex, None)
     longest = max((len(s) for s in seqs), default=0)
     for n in range(longest):
         by_prefix: dict[tuple, list] = defaultdict(list)
@@ -165,6 +181,7 @@ def jointly_legal_classes(grammar: Grammar, x, seqs, python: bool = True,
                 continue
             buckets: dict = defaultdict(list)
             for seq in members:
+                budget.bound_memory()
                 sig = ex.signature(frames, seq[n:])
                 if sig is None:
                     continue
@@ -198,7 +215,7 @@ def _known_tops(ex, frames) -> tuple:
 
 
 def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: list, uf, python: bool,
-                      budget: _Budget) -> int:
+                      budget: WorkBudget) -> int:
     """Joins the members (sequences that start with `prefix`) that differ in one terminal
     right after it and are accepted alike there, fed in lockstep on every frame that read
     the prefix; returns how many unions it made."""
@@ -232,7 +249,7 @@ def _join_in_lockstep(grammar: Grammar, ctx: Context, prefix: tuple, members: li
     return unions
 
 
-def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool, budget: _Budget) -> int:
+def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool, budget: WorkBudget) -> int:
     """Joins the classes of `uf` whose representatives `are_jointly_legal`; returns how many
     unions it made. Only classes with the same outcome kind (`_kind`) on every frame of
     `_outcome_frames` are compared: one hash per class instead of a comparison per pair. Each
@@ -250,7 +267,12 @@ def _join_classes(grammar: Grammar, ctx: Context, seqs, uf, python: bool, budget
     for seq in roots.values():
         buckets[tuple(_kind(ex.run(f, seq)) for f in frames)].append(seq)
     unions = 0
-    for members in buckets.values():
+    for key, members in buckets.items():
+        if 0 not in key:  # decided alike on every frame: the same signature over frames that cover
+            for other in members[1:]:
+                uf.union(members[0], other)
+            unions += len(members) - 1
+            continue
         for i, seq in enumerate(members):
             for other in members[:i]:
                 if budget.out():

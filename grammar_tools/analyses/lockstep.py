@@ -32,7 +32,7 @@ class Lockstep:
 
     def __init__(self, ex: Explorer):
         self.ex = ex
-        self._memo: dict = {}
+        self._memo = ex.lockstep_memo  # forgotten with the explorer's (`Explorer.forget`)
         # elements compared only through the exploration: the layout and the end of input
         self._special = ex.layout_terms | {ex.grammar.term_id.get(END, -1)}
 
@@ -90,6 +90,7 @@ class Lockstep:
             if fr in done:
                 continue
             done.add(fr)
+            ex.steps += 1
             budget = -nb
             st, df, _ = fr[-1]
             act_a, act_b = ex.action[st].get(a), ex.action[st].get(b)
@@ -160,7 +161,11 @@ class Lockstep:
         return out
 
 
-@functools.lru_cache(maxsize=8)
 def lockstep(grammar: Grammar, python: bool = True, budget: int = DEFAULT_BUDGET) -> Lockstep:
-    """The lockstep comparisons over `explorer(grammar, python, budget)`."""
-    return Lockstep(explorer(grammar, python, budget))
+    """The lockstep comparisons over `explorer(grammar, python, budget)` (one per explorer)."""
+    return _lockstep(explorer(grammar, python, budget))
+
+
+@functools.lru_cache(maxsize=8)
+def _lockstep(ex: Explorer) -> Lockstep:
+    return Lockstep(ex)
