@@ -215,6 +215,8 @@ class CompiledGrammar:
                 acc = rec.accepted(p) if p is node else rec.top_accepted(p, tops)
             checks += not k
             depth0 = p.depth == 0
+            fed = []  # the children whose terminal is fed to p: all at once (`feed_all`)
+            indents_fed = []
             for e, child in trie.children.items():
                 if e < T:
                     if e == NL and not depth0:
@@ -228,34 +230,41 @@ class CompiledGrammar:
                     if e == run:
                         stack.append((child, p, run, k + 1))  # the run goes on: no check
                         continue
-                    if k:
-                        p = self._run_fed(p, run, k)
-                        checks += k
-                        run, k = -1, 0
-                    # not memoized on p: the walk's nodes are its own, freed (by reference
-                    # counts) when it ends; a node memoized on the configuration's own would hold
-                    # the walk's tree as long as the configuration lives (a matcher's history:
-                    # the cycle collector's work)
-                    p2 = rec.feed(p, e)
-                    checks += 1
+                    fed.append((e, child))
+                elif not depth0:
+                    stack.append((child, p, run, k))
+                else:
+                    indents_fed.append((e, child))
+            if not fed and not indents_fed:
+                continue
+            if k:
+                p = self._run_fed(p, run, k)
+                checks += k
+            if fed:
+                # not memoized on p: the walk's nodes are its own, freed (by reference counts)
+                # when it ends; a node memoized on the configuration's own would hold the walk's
+                # tree as long as the configuration lives (a matcher's history: the cycle
+                # collector's work)
+                checks += len(fed)
+                if len(fed) == 1:
+                    e, child = fed[0]
+                    after = {e: rec.feed(p, e)}
+                else:
+                    after = {}
+                    rec.feed_all(p, [e for e, _ in fed], after)
+                for e, child in fed:
+                    p2 = after[e]
                     if p2 is not None:
                         if runs and (p2.state, e) in runs and in_cycle(runs, p, p2, e, rec):
                             stack.append((child, p2, e, 0))
                         else:
                             stack.append((child, p2, -1, 0))
-                else:
-                    if not depth0:
-                        stack.append((child, p, run, k))
-                        continue
-                    if k:
-                        p = self._run_fed(p, run, k)
-                        checks += k
-                        run, k = -1, 0
-                    col, alt = indents[e - T].width(width)
-                    p2 = rec.feed_indentation(p, col, alt)
-                    checks += 1
-                    if p2 is not None:
-                        stack.append((child, p2, -1, 0))
+            for e, child in indents_fed:
+                col, alt = indents[e - T].width(width)
+                p2 = rec.feed_indentation(p, col, alt)
+                checks += 1
+                if p2 is not None:
+                    stack.append((child, p2, -1, 0))
         self.stats["parser_checks"] += checks
 
     def _run_fed(self, p: Node, run: int, k: int) -> Node:

@@ -188,6 +188,9 @@ class Recognizer:
         # tracks the flows: `_accepted` knows their node without making it)
         self.unit_pass = [n == 1 and k == G.PASS and not self.track_flows
                           for n, k in zip(self.rule_len, self.rule_kind)]
+        # `_unit_chain`'s ends, by (state, parent's state, look-ahead): filled as walks meet them
+        self._n_states = len(self.action)
+        self._chains: dict[int, int] = {}
         # states entered by a nonterminal (their nodes carry attributes)
         self.nt_state = [bool(sym) and not sym.isupper() for sym in self.accessing]
 
@@ -373,24 +376,119 @@ class Recognizer:
                 if gd is not None and not self._check(gd[0], gd[1], node):
                     return None
             if a >= 0:
-                if node.attr & G.HAS_AS and self.semantic_checks:
-                    if not (t == self.COLON and st in self.with_colon):
-                        return None
-                depth = node.depth + self.bracket_delta.get(t, 0)
-                if depth < 0:
-                    return None
-                indent = node.indent
-                if t == self.INDENT:
-                    # a width-less INDENT (feed_indentation passes the real width): one column in
-                    col, alt = (indent[0], indent[1]) if indent else (0, 0)
-                    indent = (col + 1, alt + 1, indent)
-                elif t == self.DEDENT:
-                    if not indent:
-                        return None
-                    indent = indent[2]
-                flows = self._shift_flows(node, a, t) if a in self.flow_shift_states else -1
-                return self._push(node, a, 0, depth, indent, flows)
-            node = self._reduce(node, ~a)
+                return self._shift(node, a, t)
+            if self.unit_pass[~a]:
+                node = self._unit_chain(node, t, ~a)
+            else:
+                node = self._reduce(node, ~a)
+
+    def _unit_chain(self, node: Node, t: int, r: int) -> Node:
+        """`node` reduced by the one-symbol rule r that passes its attribute, and on by every
+        such reduction the look-ahead `t` makes next, in one node: each pops the node the last
+        made and pushes one on the same parent, with the top's attribute and the parent's
+        context (`_reduce`'s common case), so only the last state matters (`expr` -> ... ->
+        `test` after a name: 15 reductions). It stops before a state with a guard on `t` (the
+        guard reads the node there) and before one with context effects."""
+        base = node.parent
+        key = (node.state * self._n_states + base.state) * 1024 + t
+        f = self._chains.get(key)
+        if f is None:
+            f = self._chain_end(node.state, base.state, t, r)
+            self._chains[key] = f
+        if f < 0:
+            return self._reduce(node, r)
+        ctx = base.ctx
+        depth = base.depth
+        if not depth and ctx & _FLOWS:
+            ctx &= ~_FLOWS
+        return Node(f, base, node.attr, ctx, depth, base.indent)
+
+    def _chain_end(self, st: int, ps: int, t: int, r: int) -> int:
+        """The state where `_unit_chain` stops from state st on a parent in state ps with
+        look-ahead t (reducing first by rule r), or -1 where the first reduction is no such."""
+        action, goto, lhs, guard = self.action, self.goto, self.rule_lhs, self.guard
+        s = goto[ps][lhs[r]]
+        if self.ctx_effect[s] is not None:
+            return -1
+        while s * 1024 + t not in guard:
+            a = action[s].get(t)
+            if a is None or a >= 0 or not self.unit_pass[~a]:
+                break
+            s2 = goto[ps][lhs[~a]]
+            if self.ctx_effect[s2] is not None:
+                break
+            s = s2
+        return s
+
+    def feed_all(self, node: Node, terminals, out: dict) -> None:
+        """`out[t] = feed(node, t)` for every terminal of `terminals`, the reductions that
+        several of them make from the same node made once (a mask walk feeds a node every
+        terminal its trie node goes on with: after a name, `(`, `.`, `[`, `,` ... all reduce the
+        name alike before their ways part)."""
+        action = self.action
+        guard = self.guard
+        unit_pass, chains, n_states = self.unit_pass, self._chains, self._n_states
+        work = [(node, terminals)]
+        while work:
+            node, ts = work.pop()
+            st = node.state
+            row = action[st]
+            groups = None
+            for t in ts:
+                a = row.get(t)
+                if a is None:
+                    out[t] = ACCEPTED if (t == self.END and st == self.end_state) else None
+                    continue
+                if guard:
+                    gd = guard.get(st * 1024 + t)
+                    if gd is not None and not self._check(gd[0], gd[1], node):
+                        out[t] = None
+                        continue
+                if a >= 0:
+                    out[t] = self._shift(node, a, t)
+                    continue
+                r = ~a
+                if unit_pass[r]:  # by where its chain ends (`_unit_chain`): a key >= 0
+                    key = (st * n_states + node.parent.state) * 1024 + t
+                    f = chains.get(key)
+                    if f is None:
+                        f = chains[key] = self._chain_end(st, node.parent.state, t, r)
+                    gk = f if f >= 0 else ~r
+                else:
+                    gk = ~r
+                if groups is None:
+                    groups = {gk: [t]}
+                else:
+                    g = groups.get(gk)
+                    if g is None:
+                        groups[gk] = [t]
+                    else:
+                        g.append(t)
+            if groups is not None:
+                for gk, ts2 in groups.items():
+                    t0 = ts2[0]
+                    work.append((self._unit_chain(node, t0, ~row[t0]) if gk >= 0 else self._reduce(node, ~gk), ts2))
+
+    def _shift(self, node: Node, a: int, t: int) -> Node | None:
+        """`node` shifting terminal `t` into state `a` (its guards passed), or None where the
+        semantic checks, the brackets or the indentation refuse it."""
+        if node.attr & G.HAS_AS and self.semantic_checks:
+            if not (t == self.COLON and node.state in self.with_colon):
+                return None
+        depth = node.depth + self.bracket_delta.get(t, 0)
+        if depth < 0:
+            return None
+        indent = node.indent
+        if t == self.INDENT:
+            # a width-less INDENT (feed_indentation passes the real width): one column in
+            col, alt = (indent[0], indent[1]) if indent else (0, 0)
+            indent = (col + 1, alt + 1, indent)
+        elif t == self.DEDENT:
+            if not indent:
+                return None
+            indent = indent[2]
+        flows = self._shift_flows(node, a, t) if a in self.flow_shift_states else -1
+        return self._push(node, a, 0, depth, indent, flows)
 
     def _reduce(self, node: Node, r: int) -> Node:
         top = node
