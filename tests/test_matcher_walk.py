@@ -199,3 +199,48 @@ def test_top_accepted_is_accepted(lexer, version):
         assert rec.top_accepted(fresh, memo) == rec._accepted(node, -1), node
     kinds = {v >= 0 for v in memo.values()}
     assert kinds == {True, False}  # sets from the top two nodes, and sets that read deeper
+
+
+def _feed_by_steps(rec, node, t):
+    """`Recognizer.feed` as the LR parse does it, one reduction at a time (no unit chains)."""
+    from grammar_tools.parsing.recognizer import ACCEPTED
+
+    while True:
+        a = rec.action[node.state].get(t)
+        if a is None:
+            return ACCEPTED if (t == rec.END and node.state == rec.end_state) else None
+        gd = rec.guard.get(node.state * 1024 + t)
+        if gd is not None and not rec._check(gd[0], gd[1], node):
+            return None
+        if a >= 0:
+            return rec._shift(node, a, t)
+        node = rec._reduce(node, ~a)
+
+
+def _same(a, b) -> bool:
+    return a is b if a is None or b is None else a.key() == b.key()
+
+
+@pytest.mark.parametrize("version", [(3, 10), (3, 14)])
+def test_feed_and_feed_all_are_the_parse_one_reduction_at_a_time(lexer, version):
+    """`feed`'s unit chains (one node for a run of attribute-passing one-symbol reductions) and
+    `feed_all`'s shared reductions give the nodes of reducing step by step, for every terminal
+    after every cut of the code (3.10: the flows are tracked, no unit chains)."""
+    from grammar_tools.parsing.recognizer import Recognizer
+
+    rec = Recognizer(python_version=version)
+    nodes = _prefix_nodes(rec, lexer, _CODE)
+    terminals = list(range(rec.n_terminals))
+    fed = 0
+    for node in nodes:
+        together: dict = {}
+        rec.feed_all(node, terminals, together)
+        assert set(together) == set(terminals)
+        for t in terminals:
+            want = _feed_by_steps(rec, node, t)
+            assert _same(rec.feed(node, t), want), (node, t)
+            assert _same(together[t], want), (node, t)
+            fed += want is not None
+    assert fed > 1000
+    if version >= (3, 11):
+        assert rec._chains and any(f >= 0 for f in rec._chains.values())  # chains were taken

@@ -687,7 +687,9 @@ class Recognizer:
                 memo = base.memo = {}
             hit = memo.get(key)
             if hit is None:
-                hit = memo[key] = self._accepted(red or self._reduce(node, r), sub)
+                if red is None:  # `_reduce`'s common case (the unit rule's node), inline
+                    red = Node(gs, base, node.attr, ctx, base.depth, base.indent)
+                hit = memo[key] = self._accepted(red, sub)
             result |= hit
         if cands >> self.END & 1 and st == self.end_state:
             result |= 1 << self.END
