@@ -17,7 +17,9 @@ agree, else it is a TabError).
 `accepted(node)` (the bitset of terminals that may come next) and `feed_cached` memoize on the
 node itself, so a mask computation that asks the same node twice pays once; `top_accepted`
 memoizes `accepted` in a caller's dict by the fields of the top two nodes, where computing it
-reads nothing else (the mask walks' new nodes).
+reads nothing else (the mask walks' new nodes). `feed` makes a run of one-symbol reductions that
+pass the attribute on (a name reduced up to `test`) as one node (`_unit_chain`); `feed_all` feeds
+one node several terminals, their common reductions made once.
 """
 
 from __future__ import annotations
