@@ -5,6 +5,8 @@ where d's lexeme ends inside each token. What the rest of a token announces depe
 token and that offset: the *suffix signature* (the lexemes of `token[i:]` read from the start
 state), computed once per (token, offset) and shared by all states. Rows are then formed per
 signature, not per token, so the Python work grows with the number of distinct signatures.
+The states' walks run in forked workers, merged in the states' order (`_walk_states`): the
+store is the same as one process's.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ and rows that always get the same answer can share one check. The seed's order:
 3. single terminals (|S| = 1), by the unlimited-credit exploration (`always_legal`): always
    legal after X -> merge into q's unconditional row (S = ()); never legal -> delete;
 4. the remaining rows: always legal -> unconditional row; never legal -> delete (the
-   exploration, then Bar-Hillel (`never_legal`) for what it left open); then jointly legal
+   exploration, then Bar-Hillel (`never_legal`) for what it left open, its queries in the
+   jointly-legal step's pool, beside the contexts that wait for none); then jointly legal
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
    and rows whose outcomes agree on every refined frame merge into one; the classes left are
    compared pairwise only within groups of the same outcomes frame by frame, with a work budget
