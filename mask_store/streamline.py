@@ -265,13 +265,12 @@ class _Streamliner:
         self.stats["analysis_cached"] = 0
         return decisions
 
-    def _per_context(self, fn, pairs, desc: str, batch: int = 1) -> dict:
+    def _per_context(self, fn, pairs, desc: str) -> dict:
         """`fn(grammar, contexts, budget)` -> [(context, result)] for the pairs of each
-        context, `batch` contexts at a time (consecutive in the order by size, a fixed order: the
-        rows after one atom and after another are nearly the same, so one explorer's memos serve
-        a batch), in `processes` forked workers (the batches are independent); {context: its
-        result}."""
-        groups = self._batches(pairs, batch)
+        context, one context per task, in `processes` forked workers (the contexts are
+        independent); {context: its result}. (The jointly-legal step goes in batches of contexts:
+        `_bar_hillel_and_jointly`.)"""
+        groups = self._batches(pairs, 1)
         out: dict = {}
         if self.processes < 2 or len(groups) < 2 or threading.active_count() > 1:  # no fork beside threads
             for group in self._bar(groups, desc):
@@ -279,7 +278,7 @@ class _Streamliner:
             return out
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_steps)
-        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // batch)) as pool:
+        with forked_pool(self.processes, tasks_per_worker=CONTEXTS_PER_WORKER) as pool:
             done = pool.imap_unordered(_context_work, groups, chunksize=1)
             for results in self._bar(done, desc) if self.progress else done:
                 out.update(results)
@@ -318,7 +317,7 @@ class _Streamliner:
         _WORKER = (_jointly_legal, g, self.joint_budget_steps)
         can_fork = self.processes >= 2 and len(tasks) >= 2 and threading.active_count() == 1
         bar = self._bar(range(len(tasks)), "never legal, jointly legal") if self.progress else None
-        with forked_pool(self.processes, tasks_per_worker=1) if can_fork else _Inline() as pool:
+        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // JOINTLY_LEGAL_BATCH)) if can_fork else _Inline() as pool:
             results: queue.SimpleQueue = queue.SimpleQueue()
             in_flight = 0
             while tasks or in_flight:
