@@ -5,6 +5,8 @@ where d's lexeme ends inside each token. What the rest of a token announces depe
 token and that offset: the *suffix signature* (the lexemes of `token[i:]` read from the start
 state), computed once per (token, offset) and shared by all states. Rows are then formed per
 signature, not per token, so the Python work grows with the number of distinct signatures.
+The states' walks run in forked workers, merged in the states' order (`_walk_states`): the
+store is the same as one process's.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 
+from grammar_tools.analyses.forked_pool import forked_pool
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
 from .nfa_states import NfaStates
@@ -27,6 +32,10 @@ from .vocabulary import Vocabulary
 log = logging.getLogger(__name__)
 
 DENSE_BYTES_PER_TOKEN = 2  # sparse ids are uint16 when the vocabulary allows
+# the lexer states' token walks run in this many forked workers (151k tokens: 14.5 s of one core),
+# a chunk of states per task, merged by the parent in the states' order
+WALK_PROCESSES = 2
+WALK_CHUNK = 64
 
 
 class _Interner:
@@ -147,6 +156,79 @@ class StoreBuilder:
         self._expansions[sig_id] = out
         return out
 
+    # ------------------------------------------------------------------ the walk per lexer state
+
+    def _walk_states(self, states: list[int], sig: np.ndarray, q_of: dict) -> Iterator[list]:
+        """`_walk_state`'s rows for each state, in the order of `states`, a chunk of states at a
+        time (a list of their lists; an array appears once per chunk however many rows share it): in `WALK_PROCESSES`
+        forked workers (chunks of `WALK_CHUNK` states; the parent merges them in order, so the
+        rows, the indentations' ids and the store are the same as from one process)."""
+        staying = staying_bytes(self.lexer.table)
+        chunks = [states[i : i + WALK_CHUNK] for i in range(0, len(states), WALK_CHUNK)]
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(states), desc="lexer states", unit="state", leave=False)
+        global _WALK
+        _WALK = (self, sig, q_of, staying)
+        try:
+            if WALK_PROCESSES < 2 or len(chunks) < 2 or threading.active_count() > 1:  # no fork beside threads
+                for part in map(_walk_chunk, chunks):
+                    yield part
+                    if bar:
+                        bar.update(len(part))
+                return
+            with forked_pool(WALK_PROCESSES) as pool:
+                for part in pool.imap(_walk_chunk, chunks, chunksize=1):
+                    yield part
+                    if bar:
+                        bar.update(len(part))
+        finally:
+            _WALK = None
+            if bar:
+                bar.close()
+
+    def _walk_state(self, d: int, sig: np.ndarray, represented: list, staying) -> list[tuple]:
+        """The rows of the NFA states that lexer state d represents: (group, S, token ids,
+        indentation) where the indentation is that of a newline row (its id is interned by the
+        caller, in this order, then put in front of S), else None."""
+        out: list[tuple] = []
+        walked, end, st = first_lexeme(self.lexer.table, self.tokens, d, staying)
+        # tokens that keep the lexeme growing: S = ()
+        stay = end == -1
+        stay_ids, stay_state = walked[stay], st[stay]
+        for x, q in represented:
+            sel = stay_ids[self.possible[stay_state, x]]
+            if sel.size:
+                out.append((1 + q, (), self.token_sets(sel), None))
+        # tokens whose lexeme ends inside them, after at least one byte
+        tail = end > 0
+        if not tail.any():
+            return out
+        t_ids, t_end, t_state = walked[tail], end[tail], st[tail]
+        t_sigs = sig[t_ids, t_end]
+        good = t_sigs >= 0
+        t_ids, t_end, t_state, t_sigs = t_ids[good], t_end[good], t_state[good], t_sigs[good]
+        for x, q in represented:
+            sel = self.accepting[t_state, x]
+            if not sel.any():
+                continue
+            g = 1 + q
+            if x == self.nl:
+                # the newline's indentation depends on the bytes it took in this token
+                by_key = defaultdict(list)
+                for t, e, s in zip(t_ids[sel].tolist(), t_end[sel].tolist(), t_sigs[sel].tolist()):
+                    by_key[(indent_of(self.vocab.token_bytes[t][:e], True), s)].append(t)
+                for (ind, s), toks in by_key.items():
+                    arr = self.token_sets(np.array(toks, dtype=np.int32))
+                    out.extend((g, seq, arr, ind) for seq in self.expansions(s))
+                continue
+            for sid, toks in _group(t_sigs[sel], t_ids[sel]):
+                toks = self.token_sets(toks)
+                out.extend((g, seq, toks, None) for seq in self.expansions(sid))
+        return out
+
     # ------------------------------------------------------------------ build
 
     def build(self, header: dict) -> MaskStore:
@@ -175,53 +257,19 @@ class StoreBuilder:
         dead_sets = _Interner()
         d_dead = np.zeros(n, dtype=np.int32)
         table = lexer.table
-        staying = staying_bytes(table)
-        states = range(1, n)
-        if self.progress:
-            from tqdm import tqdm
-
-            states = tqdm(states, desc="lexer states", unit="state", leave=False)
-        for d in states:
+        for d in range(1, n):  # state 0 (the start) reads no lexeme: no row, no dead set
             d_dead[d] = dead_sets(np.packbits(table[d] < 0, bitorder="little").tobytes())
-            represented = q_of.get(d)
-            if not represented:
-                continue
-            walked, end, st = first_lexeme(table, self.tokens, d, staying)
-            # tokens that keep the lexeme growing: S = ()
-            stay = end == -1
-            stay_ids, stay_state = walked[stay], st[stay]
-            for x, q in represented:
-                sel = stay_ids[self.possible[stay_state, x]]
-                if sel.size:
-                    rows[1 + q][()].append(self.token_sets(sel))
-            # tokens whose lexeme ends inside them, after at least one byte
-            tail = end > 0
-            if not tail.any():
-                continue
-            t_ids, t_end, t_state = walked[tail], end[tail], st[tail]
-            t_sigs = sig[t_ids, t_end]
-            good = t_sigs >= 0
-            t_ids, t_end, t_state, t_sigs = t_ids[good], t_end[good], t_state[good], t_sigs[good]
-            for x, q in represented:
-                sel = self.accepting[t_state, x]
-                if not sel.any():
-                    continue
-                g = 1 + q
-                if x == self.nl:
-                    # the newline's indentation depends on the bytes it took in this token
-                    by_key = defaultdict(list)
-                    for t, e, s in zip(t_ids[sel].tolist(), t_end[sel].tolist(), t_sigs[sel].tolist()):
-                        ind = self.indents(indent_of(self.vocab.token_bytes[t][:e], True))
-                        by_key[(ind, s)].append(t)
-                    for (ind, s), toks in by_key.items():
-                        arr = self.token_sets(np.array(toks, dtype=np.int32))
-                        for seq in self.expansions(s):
-                            rows[g][(self.T + ind,) + seq].append(arr)
-                    continue
-                for sid, toks in _group(t_sigs[sel], t_ids[sel]):
-                    toks = self.token_sets(toks)
-                    for seq in self.expansions(sid):
-                        rows[g][seq].append(toks)
+        walked_states = [d for d in range(1, n) if q_of.get(d)]
+        for chunk in self._walk_states(walked_states, sig, q_of):
+            interned: dict[int, tuple] = {}  # id -> (the array as received, its interned copy)
+            for entries in chunk:
+                for g, seq, toks, ind in entries:
+                    if ind is not None:  # a newline's row: its indentation interned here, in order
+                        seq = (self.T + self.indents(ind),) + seq
+                    got = interned.get(id(toks))
+                    if got is None:
+                        got = interned[id(toks)] = (toks, self.token_sets(toks))
+                    rows[g][seq].append(got[1])
         t_walk = time.perf_counter() - t0 - t_sig_s
 
         Q = nfa.q_term.shape[0]
@@ -248,6 +296,14 @@ class StoreBuilder:
             signatures=len(self.sigs.items),
         )
         return store
+
+
+_WALK: tuple | None = None  # (builder, signatures, q_of, staying) for the forked walk workers
+
+
+def _walk_chunk(states: list[int]) -> list[list[tuple]]:
+    builder, sig, q_of, staying = _WALK
+    return [builder._walk_state(d, sig, q_of[d], staying) for d in states]
 
 
 def _group(keys: np.ndarray, values: np.ndarray):

@@ -12,7 +12,8 @@ and rows that always get the same answer can share one check. The seed's order:
 3. single terminals (|S| = 1), by the unlimited-credit exploration (`always_legal`): always
    legal after X -> merge into q's unconditional row (S = ()); never legal -> delete;
 4. the remaining rows: always legal -> unconditional row; never legal -> delete (the
-   exploration, then Bar-Hillel (`never_legal`) for what it left open); then jointly legal
+   exploration, then Bar-Hillel (`never_legal`) for what it left open, its queries in the
+   jointly-legal step's pool, beside the contexts that wait for none); then jointly legal
    (`jointly_legal`): S = S1 + T with T legal wherever S1 is -> checked as S1 (shorter tries),
    and rows whose outcomes agree on every refined frame merge into one; the classes left are
    compared pairwise only within groups of the same outcomes frame by frame, with a work budget
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import queue
 import sys
 import threading
 import time
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grammar_tools import cache
+from grammar_tools.analyses import bar_hillel
 from grammar_tools.analyses.always_legal import is_always_legal
 from grammar_tools.analyses.contexts import AFTER, Context, after, context_of
 from grammar_tools.analyses.follow_graph import follow_graph
@@ -57,7 +60,7 @@ from grammar_tools.analyses.forked_pool import forked_pool
 from grammar_tools.analyses.interchangeable import canonical_map, recognizer_classes
 from grammar_tools.analyses.exploration import explorer
 from grammar_tools.analyses.jointly_legal import Fate, WorkBudget, jointly_legal_classes, jointly_legal_prefix
-from grammar_tools.analyses.never_legal import is_never_legal_many, is_never_legal_shown, may_be_never_legal
+from grammar_tools.analyses.never_legal import is_never_legal_shown, may_be_never_legal
 from grammar_tools.parsing.recognizer import Recognizer
 
 from .builder import assemble
@@ -262,17 +265,12 @@ class _Streamliner:
         self.stats["analysis_cached"] = 0
         return decisions
 
-    def _per_context(self, fn, pairs, desc: str, batch: int = 1) -> dict:
+    def _per_context(self, fn, pairs, desc: str) -> dict:
         """`fn(grammar, contexts, budget)` -> [(context, result)] for the pairs of each
-        context, `batch` contexts at a time (consecutive in the order by size, a fixed order: the
-        rows after one atom and after another are nearly the same, so one explorer's memos serve
-        a batch), in `processes` forked workers (the batches are independent); {context: its
-        result}."""
-        by_ctx: dict[Context, list] = defaultdict(list)
-        for ctx, seq in pairs:
-            by_ctx[ctx].append(seq)
-        items = sorted(by_ctx.items(), key=lambda kv: -len(kv[1]))  # the largest first: they balance
-        groups = [tuple(items[i : i + batch]) for i in range(0, len(items), batch)]
+        context, one context per task, in `processes` forked workers (the contexts are
+        independent); {context: its result}. (The jointly-legal step goes in batches of contexts:
+        `_bar_hillel_and_jointly`.)"""
+        groups = self._batches(pairs, 1)
         out: dict = {}
         if self.processes < 2 or len(groups) < 2 or threading.active_count() > 1:  # no fork beside threads
             for group in self._bar(groups, desc):
@@ -280,14 +278,107 @@ class _Streamliner:
             return out
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_steps)
-        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // batch)) as pool:
+        with forked_pool(self.processes, tasks_per_worker=CONTEXTS_PER_WORKER) as pool:
             done = pool.imap_unordered(_context_work, groups, chunksize=1)
             for results in self._bar(done, desc) if self.progress else done:
                 out.update(results)
         return out
 
-    def _decide(self, pairs) -> dict:
+    def _bar_hillel_and_jointly(self, pairs, out: dict, undecided: list) -> tuple[dict, dict]:
+        """Bar-Hillel's exact answers for the `undecided` pairs and the jointly-legal step, in
+        one pool of `processes` forked workers: the batches of contexts with no query open run
+        beside the queries (which are few and all in a context or two: 151k, ten after a
+        newline), the others once their answers are in. `out` gets every pair's decision but
+        the jointly-legal step's. The batches are fixed before any answer (`_batches`, by the
+        rows kept or open), so they and the store are the same whatever finishes first.
+        Queries not started within the Bar-Hillel budget stay unknown (their rows stay).
+        Returns ({query: never legal}, {context: (shortened, classes)})."""
         g = self.g
+        store, never, todo = bar_hillel.cached_answers(g, undecided)
+        todo.reverse()  # the longest patterns first: the longest query takes the longest
+        waiting = {c for c, _ in todo}
+        open_rows = [p for p in pairs if p not in out]  # kept by the exploration or undecided
+        batches = self._batches(open_rows, JOINTLY_LEGAL_BATCH)
+        t0 = time.perf_counter()
+
+        def settle(group_pairs):
+            for p in group_pairs:
+                if p not in out:
+                    out[p] = Decision.DROP if never.get(p) else Decision.KEEP
+
+        # tasks in the order they start: the queries, then the batches by size; a batch with a
+        # context that waits for answers is skipped until they are all in
+        tasks: list = [("query", q) for q in todo] + [("batch", b) for b in batches]
+        joint: dict = {}
+        answered_at = None
+        if todo:
+            bar_hillel.grammar_cfg(g)  # built once here, shared by the forks
+        global _WORKER
+        _WORKER = (_jointly_legal, g, self.joint_budget_steps)
+        can_fork = self.processes >= 2 and len(tasks) >= 2 and threading.active_count() == 1
+        bar = self._bar(range(len(tasks)), "never legal, jointly legal") if self.progress else None
+        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // JOINTLY_LEGAL_BATCH)) if can_fork else _Inline() as pool:
+            results: queue.SimpleQueue = queue.SimpleQueue()
+            in_flight = 0
+            while tasks or in_flight:
+                while in_flight < max(self.processes, 1) and tasks:
+                    i = next((i for i, (kind, item) in enumerate(tasks)
+                              if kind == "query" or not waiting & {c for c, _ in item}), None)
+                    if i is None:
+                        break
+                    kind, item = tasks.pop(i)
+                    if kind == "query" and time.perf_counter() - t0 > self.budget_s:
+                        continue  # not started in time: unknown
+                    if kind == "batch":
+                        settle(p for p in open_rows if p[0] in {c for c, _ in item})
+                        item = tuple((c, kept) for c, seqs in item
+                                     if (kept := [s for s in seqs if out[(c, s)] is Decision.KEEP]))
+                        if not item:
+                            continue
+                        work = (_context_work, (item,))
+                    else:
+                        work = (_bar_hillel_work, item)
+                    in_flight += 1
+                    pool.apply_async(*work, callback=lambda r, k=kind, q=item: results.put((k, q, r)),
+                                     error_callback=lambda e: results.put(("error", None, e)))
+                if not in_flight:  # the queries left were not started in time
+                    waiting = set()
+                    continue
+                kind, item, r = results.get()
+                in_flight -= 1
+                if bar is not None:
+                    bar.update()
+                if kind == "error":
+                    raise r
+                if kind == "batch":
+                    joint.update(r)
+                    continue
+                never[item] = r
+                store.put(*item, r)
+                waiting = {c for c, s in todo if (c, s) not in never}
+                if not waiting and answered_at is None:
+                    answered_at = time.perf_counter() - t0
+        store.save()
+        if bar is not None:
+            bar.close()
+        settle(pairs)
+        self.stats["bar_hillel_queries"] = len(undecided)
+        self.stats["bar_hillel_answered"] = sum(1 for q in dict.fromkeys(undecided) if q in never)
+        self.stats["bar_hillel_never"] = sum(1 for q in dict.fromkeys(undecided) if never.get(q))
+        self.stats["bar_hillel_seconds"] = round(answered_at or 0.0, 2)  # until the last answer, beside the batches
+        return never, joint
+
+    @staticmethod
+    def _batches(pairs, batch: int) -> list[tuple]:
+        """The pairs' contexts in fixed batches of `batch`: consecutive in the order by rows (the
+        largest first: they balance), each context with its sequences in the pairs' order."""
+        by_ctx: dict[Context, list] = defaultdict(list)
+        for ctx, seq in pairs:
+            by_ctx[ctx].append(seq)
+        items = sorted(by_ctx.items(), key=lambda kv: -len(kv[1]))
+        return [tuple(items[i : i + batch]) for i in range(0, len(items), batch)]
+
+    def _decide(self, pairs) -> dict:
         out: dict = {}
         # always / never, shown by the exploration; what it leaves open: the exact test
         undecided = []
@@ -298,20 +389,8 @@ class _Streamliner:
                 elif d is not Decision.KEEP:
                     out[(ctx, seq)] = d
         undecided.sort(key=lambda p: (p[0].kind, p[0].terminal, p[1]))
-        t0 = time.perf_counter()
-        never = is_never_legal_many(
-            g, undecided, processes=self.processes, time_budget_s=self.budget_s, progress=self.progress
-        )
-        self.stats["bar_hillel_queries"] = len(undecided)
-        self.stats["bar_hillel_answered"] = len(never)
-        self.stats["bar_hillel_never"] = sum(never.values())
-        self.stats["bar_hillel_seconds"] = round(time.perf_counter() - t0, 2)
-        kept = []
+        never, joint = self._bar_hillel_and_jointly(pairs, out, undecided)
         for p in pairs:
-            if p not in out:
-                out[p] = Decision.DROP if never.get(p) else Decision.KEEP
-            if out[p] is Decision.KEEP:
-                kept.append(p)
             kind = "single" if len(p[1]) == 1 else "remaining"
             self.stats[f"{kind}_{out[p].value}"] += 1
         # jointly legal, per context: the shortest prefix that the rest always follows, then
@@ -321,7 +400,6 @@ class _Streamliner:
         merged = 0
         lockstep = 0
         cut = 0
-        joint = self._per_context(_jointly_legal, kept, "jointly legal", JOINTLY_LEGAL_BATCH)
         for ctx, (short, found) in joint.items():
             shortened.update(((ctx, seq), sh) for seq, sh in short.items())
             cut += found.cut
@@ -450,6 +528,30 @@ _WORKER: tuple | None = None  # (fn, grammar, budget) for the forked workers of 
 def _context_work(group):
     fn, grammar, budget = _WORKER
     return fn(grammar, group, budget)
+
+
+def _bar_hillel_work(ctx: Context, seq: tuple) -> bool:
+    """One exact "never legal" query (`bar_hillel.bar_hillel_empty`), in a worker of the pool
+    `_bar_hillel_and_jointly` shares with the jointly-legal batches."""
+    return bar_hillel.bar_hillel_empty(_WORKER[1], ctx, seq)
+
+
+class _Inline:
+    """A stand-in for the forked pool where no fork is made: each task runs when it is given."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def apply_async(self, fn, args, callback, error_callback) -> None:
+        try:
+            result = fn(*args)
+        except Exception as e:  # noqa: BLE001 - handed to the caller as the pool would
+            error_callback(e)
+            return
+        callback(result)
 
 
 def _always_never(grammar, contexts, budget) -> list:

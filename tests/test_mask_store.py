@@ -163,3 +163,34 @@ def test_healing_candidates_are_the_tokens_that_start_with_or_begin_the_typed_te
         got = vocab.tokens_compatible_with(text).tolist()
         shorter = {vocab.by_bytes[text[:k]] for k in range(1, len(text)) if text[:k] in vocab.by_bytes}
         assert sorted(got) == sorted(want | shorter)  # each once
+
+
+def test_the_forked_token_walk_gives_the_store_of_one_process(compiled_full, monkeypatch):
+    """The lexer states' walks run in forked workers, merged in the states' order: every array of
+    the store (rows, masks, the newline rows' indentation ids) and its indentations are the same
+    as when one process walks them all."""
+    from mask_store import builder
+    from mask_store.store import ARRAYS
+
+    compiled, tok = compiled_full
+    pools = []
+
+    def counted_pool(processes):
+        pools.append(processes)
+        return forked_pool(processes)
+
+    forked_pool = builder.forked_pool
+    monkeypatch.setattr(builder, "forked_pool", counted_pool)
+
+    def build(processes: int):
+        monkeypatch.setattr(builder, "WALK_PROCESSES", processes)
+        return builder.StoreBuilder(tok.vocab, compiled.lexer, progress=False).build({})
+
+    one = build(1)
+    assert pools == []
+    forked = build(2)
+    assert pools == [2]  # the walk did run in forked workers
+    assert one.indents == forked.indents and one.indents
+    for name in ARRAYS:
+        assert np.array_equal(getattr(one, name), getattr(forked, name)), name
+    assert np.array_equal(forked.row_mask, compiled.store.row_mask)  # the store the tests use

@@ -147,3 +147,43 @@ def test_build_streamlines_by_default():
 
     assert build_parser().parse_args(["build"]).no_streamline is False
     assert build_parser().parse_args(["build", "--no-streamline"]).no_streamline is True
+
+
+@pytest.mark.slow
+def test_bar_hillel_beside_the_jointly_legal_batches_gives_the_store_of_one_process(compiled_full, monkeypatch):
+    """The exact "never legal" queries share a pool with the jointly-legal batches (a batch
+    whose contexts wait for answers goes once they are in): the store is the same, every
+    array, as the one process's that answers every query before any batch; analyses computed
+    cold (no cached decisions or answers)."""
+    from grammar_tools.analyses import bar_hillel
+    from mask_store import streamline
+    from mask_store.store import ARRAYS
+
+    compiled, tok = compiled_full
+    monkeypatch.setattr(streamline._Streamliner, "_cached_decisions", lambda self, pairs: self._decide(pairs))
+    monkeypatch.setattr(bar_hillel.NeverLegalCache, "get", lambda self, c, s: None)
+    monkeypatch.setattr(bar_hillel.NeverLegalCache, "save", lambda self: None)
+    # the default store leaves no query to Bar-Hillel: here a few rows the exploration shows
+    # never legal go to it instead (a CFG test: without the semantic guards it finds fewer)
+    g = Recognizer().grammar
+    asked = {g.term_id["AS"], g.term_id["ASSERT"]}
+
+    def chosen(grammar, ctx, seq):
+        return ctx.kind == "after" and ctx.terminal in asked and len(seq) == 2 and shown(grammar, ctx, seq)
+
+    shown, may_be = streamline.is_never_legal_shown, streamline.may_be_never_legal
+    monkeypatch.setattr(streamline, "is_never_legal_shown", lambda *a: shown(*a) and not chosen(*a))
+    monkeypatch.setattr(streamline, "may_be_never_legal", lambda *a: chosen(*a) or may_be(*a))
+    pools = []
+    real_pool = streamline.forked_pool
+    monkeypatch.setattr(streamline, "forked_pool", lambda *a, **k: (pools.append(a), real_pool(*a, **k))[1])
+    pooled = streamline_store(compiled.store, Recognizer(), progress=False, processes=2, vocab=tok.vocab)
+    assert len(pools) == 2  # always/never; then Bar-Hillel and the jointly-legal batches
+    one = streamline_store(compiled.store, Recognizer(), progress=False, processes=1, vocab=tok.vocab)
+    assert len(pools) == 2  # one process: no pool
+    stats, alone = (dict(s.header["streamline"]["analysis"]) for s in (pooled, one))
+    assert stats["bar_hillel_queries"] > 0 and stats["bar_hillel_answered"] == stats["bar_hillel_queries"]
+    del stats["bar_hillel_seconds"], alone["bar_hillel_seconds"]
+    assert stats == alone
+    for name in ARRAYS:
+        assert np.array_equal(getattr(one, name), getattr(pooled, name)), name

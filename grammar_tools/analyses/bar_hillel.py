@@ -260,6 +260,22 @@ def _work(item):
     return empty, time.perf_counter() - t0
 
 
+def cached_answers(grammar: Grammar, queries) -> tuple[NeverLegalCache, dict, list]:
+    """The answers the cache holds for (context, seq) queries, and the queries it lacks
+    (shortest patterns first): (the cache, {query: never legal}, [query])."""
+    store = NeverLegalCache(grammar)
+    out: dict = {}
+    todo = []
+    for ctx, seq in dict.fromkeys((c, tuple(s)) for c, s in queries):
+        v = store.get(ctx, seq)
+        if v is None:
+            todo.append((ctx, seq))
+        else:
+            out[(ctx, seq)] = v
+    todo.sort(key=lambda q: len(q[1]))
+    return store, out, todo
+
+
 def decide(
     grammar: Grammar,
     queries,
@@ -270,18 +286,9 @@ def decide(
     """The exact answers for many (context, seq) queries: from the cache, the rest computed on
     `processes` worker processes (longest patterns last). With a time budget, queries not
     started in time are left out of the result (unknown)."""
-    store = NeverLegalCache(grammar)
-    out: dict = {}
-    todo = []
-    for ctx, seq in dict.fromkeys((c, tuple(s)) for c, s in queries):
-        v = store.get(ctx, seq)
-        if v is None:
-            todo.append((ctx, seq))
-        else:
-            out[(ctx, seq)] = v
+    store, out, todo = cached_answers(grammar, queries)
     if not todo:
         return out
-    todo.sort(key=lambda q: len(q[1]))
     t0 = time.perf_counter()
     items = [(c.kind, c.terminal, s) for c, s in todo]
     bar = None
