@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 
 import numpy as np
 
-from grammar_tools.analyses.forked_pool import forked_pool
+from grammar_tools.analyses.forked_pool import can_fork, forked_pool
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
 from .nfa_states import NfaStates
@@ -173,7 +172,7 @@ class StoreBuilder:
         global _WALK
         _WALK = (self, sig, q_of, staying)
         try:
-            if WALK_PROCESSES < 2 or len(chunks) < 2 or threading.active_count() > 1:  # no fork beside threads
+            if WALK_PROCESSES < 2 or len(chunks) < 2 or not can_fork():
                 for part in map(_walk_chunk, chunks):
                     yield part
                     if bar:

@@ -44,7 +44,6 @@ import enum
 import logging
 import queue
 import sys
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -56,7 +55,7 @@ from grammar_tools.analyses import bar_hillel
 from grammar_tools.analyses.always_legal import is_always_legal
 from grammar_tools.analyses.contexts import AFTER, Context, after, context_of
 from grammar_tools.analyses.follow_graph import follow_graph
-from grammar_tools.analyses.forked_pool import forked_pool
+from grammar_tools.analyses.forked_pool import can_fork, forked_pool
 from grammar_tools.analyses.interchangeable import canonical_map, recognizer_classes
 from grammar_tools.analyses.exploration import explorer
 from grammar_tools.analyses.jointly_legal import Fate, WorkBudget, jointly_legal_classes, jointly_legal_prefix
@@ -272,7 +271,7 @@ class _Streamliner:
         `_bar_hillel_and_jointly`.)"""
         groups = self._batches(pairs, 1)
         out: dict = {}
-        if self.processes < 2 or len(groups) < 2 or threading.active_count() > 1:  # no fork beside threads
+        if self.processes < 2 or len(groups) < 2 or not can_fork():
             for group in self._bar(groups, desc):
                 out.update(fn(self.g, group, self.joint_budget_steps))
             return out
@@ -315,9 +314,9 @@ class _Streamliner:
             bar_hillel.grammar_cfg(g)  # built once here, shared by the forks
         global _WORKER
         _WORKER = (_jointly_legal, g, self.joint_budget_steps)
-        can_fork = self.processes >= 2 and len(tasks) >= 2 and threading.active_count() == 1
+        fork = self.processes >= 2 and len(tasks) >= 2 and can_fork()
         bar = self._bar(range(len(tasks)), "never legal, jointly legal") if self.progress else None
-        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // JOINTLY_LEGAL_BATCH)) if can_fork else _Inline() as pool:
+        with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // JOINTLY_LEGAL_BATCH)) if fork else _Inline() as pool:
             results: queue.SimpleQueue = queue.SimpleQueue()
             in_flight = 0
             while tasks or in_flight:

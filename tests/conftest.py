@@ -4,6 +4,8 @@ modules share besides fixtures is in the *_support modules (pytest discourages i
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,25 @@ def model_kernels():
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     return make_tiny_model_dir(Path(os.environ["SYNTAXLOCK_CACHE"]) / "tiny-model")
+
+
+FRESH_ENV = "SYNTAXLOCK_TEST_IN_FRESH_PROCESS"
+
+
+@pytest.fixture
+def forks_here(request) -> bool:
+    """For tests of the forked workers. A build forks only where no other thread runs
+    (`forked_pool.can_fork`), and earlier tests of this session may leave threads behind (a
+    server's reader, an event loop): then the test is run again alone in a fresh interpreter,
+    which must pass, and this gives False (the test's body has been checked there); True where
+    the body runs here."""
+    from grammar_tools.analyses.forked_pool import can_fork
+
+    if can_fork() or os.environ.get(FRESH_ENV):
+        return True
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
+        cwd=ROOT, env={**os.environ, FRESH_ENV: "1"}, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+    return False

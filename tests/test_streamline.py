@@ -150,11 +150,14 @@ def test_build_streamlines_by_default():
 
 
 @pytest.mark.slow
-def test_bar_hillel_beside_the_jointly_legal_batches_gives_the_store_of_one_process(compiled_full, monkeypatch):
+def test_bar_hillel_beside_the_jointly_legal_batches_gives_the_store_of_one_process(compiled_full, monkeypatch,
+                                                                                       forks_here):
     """The exact "never legal" queries share a pool with the jointly-legal batches (a batch
     whose contexts wait for answers goes once they are in): the store is the same, every
     array, as the one process's that answers every query before any batch; analyses computed
     cold (no cached decisions or answers)."""
+    if not forks_here:
+        return  # run and passed in a fresh interpreter (`forks_here`)
     from grammar_tools.analyses import bar_hillel
     from mask_store import streamline
     from mask_store.store import ARRAYS

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+
+def can_fork() -> bool:
+    """Whether this process may fork its workers: no thread but the main one runs (a fork copies
+    only the calling thread; a lock another thread holds would stay held in the child). tqdm's
+    monitor (`TMonitor`, a daemon started by the first progress bar, asleep on its own event)
+    does not count: the workers never use it, and progress bars would otherwise keep every
+    build in one process."""
+    return all(t is threading.main_thread() or type(t).__name__ == "TMonitor" for t in threading.enumerate())
 
 
 @contextmanager
