@@ -15,9 +15,10 @@ tells nothing about what came before (C = ε).
 
 A query costs ~0.3 s for a 3-state automaton and grows with the cube of its size, so answers
 are cached on disk (JSON, keyed by the grammar, this code and pyformlang's version) and
-batches are spread over worker processes (`decide`). Run time never calls this: the mask
-store streamlining does (`never_legal.is_never_legal_many`), offline, for what the cheaper
-analyses leave open.
+batches are spread over worker processes (`decide`, behind `never_legal.is_never_legal_many`).
+Run time never calls this: the mask store streamlining does, offline, for what the cheaper
+analyses leave open (one query a task, `bar_hillel_empty`, in the pool it shares with the
+jointly-legal step; `cached_answers` first).
 """
 
 from __future__ import annotations

@@ -392,11 +392,7 @@ class Recognizer:
         `test` after a name: 15 reductions). It stops before a state with a guard on `t` (the
         guard reads the node there) and before one with context effects."""
         base = node.parent
-        key = (node.state * self._n_states + base.state) * 1024 + t
-        f = self._chains.get(key)
-        if f is None:
-            f = self._chain_end(node.state, base.state, t, r)
-            self._chains[key] = f
+        f = self._chain_end(node.state, base.state, t, r)
         if f < 0:
             return self._reduce(node, r)
         ctx = base.ctx
@@ -407,7 +403,15 @@ class Recognizer:
 
     def _chain_end(self, st: int, ps: int, t: int, r: int) -> int:
         """The state where `_unit_chain` stops from state st on a parent in state ps with
-        look-ahead t (reducing first by rule r), or -1 where the first reduction is no such."""
+        look-ahead t (reducing first by rule r), or -1 where the first reduction is no such;
+        memoized in `_chains` (the tables decide it)."""
+        key = (st * self._n_states + ps) * 1024 + t
+        f = self._chains.get(key)
+        if f is None:
+            f = self._chains[key] = self._chain_end_from_tables(ps, t, r)
+        return f
+
+    def _chain_end_from_tables(self, ps: int, t: int, r: int) -> int:
         action, goto, lhs, guard = self.action, self.goto, self.rule_lhs, self.guard
         s = goto[ps][lhs[r]]
         if self.ctx_effect[s] is not None:
@@ -429,7 +433,7 @@ class Recognizer:
         name alike before their ways part)."""
         action = self.action
         guard = self.guard
-        unit_pass, chains, n_states = self.unit_pass, self._chains, self._n_states
+        unit_pass = self.unit_pass
         work = [(node, terminals)]
         while work:
             node, ts = work.pop()
@@ -451,10 +455,7 @@ class Recognizer:
                     continue
                 r = ~a
                 if unit_pass[r]:  # by where its chain ends (`_unit_chain`): a key >= 0
-                    key = (st * n_states + node.parent.state) * 1024 + t
-                    f = chains.get(key)
-                    if f is None:
-                        f = chains[key] = self._chain_end(st, node.parent.state, t, r)
+                    f = self._chain_end(st, node.parent.state, t, r)
                     gk = f if f >= 0 else ~r
                 else:
                     gk = ~r
