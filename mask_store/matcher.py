@@ -50,6 +50,27 @@ from .vocabulary import Vocabulary
 _TOP_ACCEPTED_SIZE = 32768  # entries of `Recognizer.top_accepted`'s memo (~200 bytes each)
 
 
+class _Lru:
+    """A memo that forgets the entry least recently used when it holds more than `size`."""
+
+    __slots__ = ("entries", "size")
+
+    def __init__(self, size: int) -> None:
+        self.entries: OrderedDict = OrderedDict()
+        self.size = size
+
+    def get(self, key):
+        value = self.entries.get(key)
+        if value is not None:
+            self.entries.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self.entries[key] = value
+        if len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
 class _Trie:
     __slots__ = ("masks", "children")
 
@@ -126,10 +147,10 @@ class CompiledGrammar:
         self.tokens = vocab.token_bytes
         # the configurations' masks in bits (`canonical.unpack_row`): 6 KB each, where booleans took 48 KB
         # (4,096 of them 192 MB; docs/memory.md)
-        self._mask_cache: OrderedDict = OrderedDict()
+        self._mask_cache = _Lru(cache_size)
         # `Recognizer.top_accepted`'s memo, kept across requests (bounded: emptied when full)
         self._top_accepted: dict = {}
-        self._boundary_memo: OrderedDict = OrderedDict()  # (group, node key) -> mask ids
+        self._boundary_memo = _Lru(cache_size)  # (group, node key) -> mask ids
         self._cache_size = cache_size
         # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
         # bytes repeat (indentations above all)
@@ -144,7 +165,7 @@ class CompiledGrammar:
         """What the masks memoized across requests hold (configurations' masks and the canonical
         rows, both in bits), for the server's memory report."""
         rows = self.canonical.row_cache_info().currsize if self.canonical is not None else 0
-        return sum(m.nbytes for m in list(self._mask_cache.values())) + rows * -(-self.V // 8)
+        return sum(m.nbytes for m in list(self._mask_cache.entries.values())) + rows * -(-self.V // 8)
 
     def for_version(self, python_version) -> CompiledGrammar:
         """The same store serving another target Python version (`grammar_tools.parsing.versions`):
@@ -298,7 +319,6 @@ class CompiledGrammar:
         key = (c.q, node_key, c.width)
         cached = self._mask_cache.get(key)
         if cached is not None:
-            self._mask_cache.move_to_end(key)
             self.stats["cache_hits"] += 1
             return unpack_row(cached, self.V)
         ids: list[int] = []
@@ -317,9 +337,7 @@ class CompiledGrammar:
                 if bids:
                     mask |= self.masks_to_bool(bids) & unpack_row(self._dead_masks[self.d_dead[self.q_state[c.q]]], self.V)
         mask.setflags(write=False)
-        self._mask_cache[key] = np.packbits(mask, bitorder="little")
-        if len(self._mask_cache) > self._cache_size:
-            self._mask_cache.popitem(last=False)
+        self._mask_cache.put(key, np.packbits(mask, bitorder="little"))
         self.stats["masks"] += 1
         return mask
 
@@ -329,16 +347,12 @@ class CompiledGrammar:
         number) its configurations change with each token, but the node and the rows after
         the lexeme stay the same."""
         key = (group, node_key)
-        memo = self._boundary_memo
-        ids = memo.get(key)
+        ids = self._boundary_memo.get(key)
         if ids is None:
             found: list[int] = []
             self.collect(group, node, None, found)
-            ids = memo[key] = tuple(found)
-            if len(memo) > self._cache_size:
-                memo.popitem(last=False)
-        else:
-            memo.move_to_end(key)
+            ids = tuple(found)
+            self._boundary_memo.put(key, ids)
         return ids
 
     # ------------------------------------------------------------------ transitions
