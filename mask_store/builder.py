@@ -23,6 +23,7 @@ import numpy as np
 from grammar_tools.analyses.forked_pool import can_fork, forked_pool
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
+from .build_timeline import Timeline
 from .nfa_states import NfaStates
 from .store import MaskStore
 from .token_lexing import TokenMatrix, first_lexeme, indent_of, staying_bytes
@@ -162,7 +163,7 @@ class StoreBuilder:
         time (a list of their lists; an array appears once per chunk however many rows share it): in `WALK_PROCESSES`
         forked workers (chunks of `WALK_CHUNK` states; the parent merges them in order, so the
         rows, the indentations' ids and the store are the same as from one process)."""
-        staying = staying_bytes(self.lexer.table)
+        staying = staying_bytes(self.lexer.table, self.tokens)
         chunks = [states[i : i + WALK_CHUNK] for i in range(0, len(states), WALK_CHUNK)]
         bar = None
         if self.progress:
@@ -230,11 +231,14 @@ class StoreBuilder:
 
     # ------------------------------------------------------------------ build
 
-    def build(self, header: dict) -> MaskStore:
+    def build(self, header: dict, timeline: Timeline | None = None) -> MaskStore:
+        """The full store; `timeline` gets its phases' wall and CPU seconds."""
+        timeline = timeline if timeline is not None else Timeline()
         t0 = time.perf_counter()
         lexer = self.lexer
         n = lexer.n_states
-        sig = self._suffix_signatures()
+        with timeline.phase("signatures"):
+            sig = self._suffix_signatures()
         t_sig_s = time.perf_counter() - t0
 
         # NFA states q: one per class of configurations (X, d), its rows built from the
@@ -259,16 +263,17 @@ class StoreBuilder:
         for d in range(1, n):  # state 0 (the start) reads no lexeme: no row, no dead set
             d_dead[d] = dead_sets(np.packbits(table[d] < 0, bitorder="little").tobytes())
         walked_states = [d for d in range(1, n) if q_of.get(d)]
-        for chunk in self._walk_states(walked_states, sig, q_of):
-            interned: dict[int, tuple] = {}  # id -> (the array as received, its interned copy)
-            for entries in chunk:
-                for g, seq, toks, ind in entries:
-                    if ind is not None:  # a newline's row: its indentation interned here, in order
-                        seq = (self.T + self.indents(ind),) + seq
-                    got = interned.get(id(toks))
-                    if got is None:
-                        got = interned[id(toks)] = (toks, self.token_sets(toks))
-                    rows[g][seq].append(got[1])
+        with timeline.phase("walk"):
+            for chunk in self._walk_states(walked_states, sig, q_of):
+                interned: dict[int, tuple] = {}  # id -> (the array as received, its interned copy)
+                for entries in chunk:
+                    for g, seq, toks, ind in entries:
+                        if ind is not None:  # a newline's row: its indentation interned here, in order
+                            seq = (self.T + self.indents(ind),) + seq
+                        got = interned.get(id(toks))
+                        if got is None:
+                            got = interned[id(toks)] = (toks, self.token_sets(toks))
+                        rows[g][seq].append(got[1])
         t_walk = time.perf_counter() - t0 - t_sig_s
 
         Q = nfa.q_term.shape[0]
@@ -276,18 +281,19 @@ class StoreBuilder:
         q_boundary = np.where(self.accepting[nfa.q_state, nfa.q_term], 0, -1).astype(np.int32)
         groups = [rows.get(g, {}) for g in range(Q + 1)]
         header = dict(header, options=dict(header.get("options", {}), merge_states=nfa.merged))
-        store = assemble(
-            header=header,
-            vocab_size=self.vocab.size,
-            n_terminals=self.T,
-            indents=list(self.indents.items),
-            nfa=nfa,
-            q_group=q_group,
-            q_boundary=q_boundary,
-            d_dead=d_dead,
-            dead_sets=np.frombuffer(b"".join(dead_sets.items), dtype=np.uint8).reshape(-1, 32),
-            groups=groups,
-        )
+        with timeline.phase("full_assemble"):
+            store = assemble(
+                header=header,
+                vocab_size=self.vocab.size,
+                n_terminals=self.T,
+                indents=list(self.indents.items),
+                nfa=nfa,
+                q_group=q_group,
+                q_boundary=q_boundary,
+                d_dead=d_dead,
+                dead_sets=np.frombuffer(b"".join(dead_sets.items), dtype=np.uint8).reshape(-1, 32),
+                groups=groups,
+            )
         store.header.update(
             build_seconds=round(time.perf_counter() - t0, 2),
             signature_seconds=round(t_sig_s, 2),

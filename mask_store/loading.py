@@ -10,6 +10,7 @@ from grammar_tools.lexing.lexer_automaton import load_lexer_automaton
 from grammar_tools.parsing.recognizer import Recognizer
 
 from . import builder
+from .build_timeline import Timeline
 from .builder import StoreBuilder
 from .canonical import CanonicalPairs, CanonicalUnsupported, load_canonical
 from .matcher import CompiledGrammar
@@ -32,12 +33,16 @@ def build_store(
     progress: bool = True,
     full: MaskStore | None = None,
     merge_states: bool = True,
+    timeline: Timeline | None = None,
 ) -> MaskStore:
     """The mask store of a tokenizer: streamlined (the default: same masks, fewer rows and
     parser checks) or full. `full`: the full store when it is at hand (it is streamlined).
     `merge_states`: one NFA state per class of lexer configurations (`nfa_states`; the
-    default, same masks); False keeps one per configuration, to compare with."""
-    lexer = load_lexer_automaton()
+    default, same masks); False keeps one per configuration, to compare with. `timeline` gets
+    the phases' wall and CPU seconds (`build_timeline`)."""
+    timeline = timeline if timeline is not None else Timeline()
+    with timeline.phase("lexer"):
+        lexer = load_lexer_automaton()
     if full is None:
         header = {
             "model": model_label(tok, spec),
@@ -46,12 +51,14 @@ def build_store(
             "options": {"streamline": False},
             "code": full_store_code_hash(),
         }
-        full = StoreBuilder(tok.vocab, lexer, progress=progress, merge_states=merge_states).build(header)
+        full = StoreBuilder(tok.vocab, lexer, progress=progress, merge_states=merge_states).build(header, timeline)
     if not streamline:
         return full
     from .streamline import streamline_store
 
-    return streamline_store(full, Recognizer(lexer.grammar), progress=progress, vocab=tok.vocab)
+    with timeline.phase("recognizer"):
+        recognizer = Recognizer(lexer.grammar)
+    return streamline_store(full, recognizer, progress=progress, vocab=tok.vocab, timeline=timeline)
 
 
 def full_store_code_hash() -> str:
