@@ -327,7 +327,7 @@ class _Streamliner:
         joint: dict = {}
         answered_at = None
         if todo:
-            bar_hillel.grammar_cfg(g)  # built once here, shared by the forks
+            bar_hillel.indexed_cnf(g)  # built once here, shared by the forks
         global _WORKER
         _WORKER = (_jointly_legal, g, self.joint_budget_steps)
         fork = self.processes >= 2 and len(tasks) >= 2 and can_fork()
