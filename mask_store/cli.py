@@ -25,12 +25,11 @@ def _err(msg: str) -> int:
 def cmd_build(args) -> int:
     timeline = Timeline()
     with timeline.phase("imports"):
-        from .loading import build_store, store_path_for
+        from .loading import build_store, load_tokenizer_beside_lexer, store_path_for
         from .model_files import ModelNotFound
-        from .vocabulary import load_tokenizer
     try:
-        with timeline.phase("tokenizer"):
-            tok = load_tokenizer(args.model)
+        with timeline.phase("tokenizer_beside_lexer"):
+            tok = load_tokenizer_beside_lexer(args.model)
     except ModelNotFound as e:
         return _err(str(e))
     streamline = not args.no_streamline

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 from pathlib import Path
 
 from grammar_tools import cache
+from grammar_tools.analyses.forked_pool import can_fork
 from grammar_tools.lexing.lexer_automaton import load_lexer_automaton
 from grammar_tools.parsing.recognizer import Recognizer
 
@@ -24,6 +26,21 @@ def model_label(tok: LoadedTokenizer, spec: str | None) -> str:
     if spec in (None, "", "default"):
         return "default"
     return str(Path(spec).expanduser().resolve())
+
+
+def load_tokenizer_beside_lexer(spec: str | None) -> LoadedTokenizer:
+    """`load_tokenizer(spec)`, with the default grammar's lexer automaton made meanwhile in a
+    forked child, which leaves it (and the grammar) in the cache for this process to read: a
+    cold build's two first steps, one core each (151k: 1.2 s and 2.0 s), side by side. Where
+    the child can't fork or fails (a read-only cache), the lexer is made here when asked for."""
+    if not can_fork():
+        return load_tokenizer(spec)
+    child = multiprocessing.get_context("fork").Process(target=load_lexer_automaton, daemon=True)
+    child.start()
+    try:
+        return load_tokenizer(spec)
+    finally:
+        child.join()
 
 
 def build_store(

@@ -313,6 +313,9 @@ class _Streamliner:
         waiting = {c for c, _ in todo}
         open_rows = [p for p in pairs if p not in out]  # kept by the exploration or undecided
         batches = self._batches(open_rows, JOINTLY_LEGAL_BATCH)
+        open_by_ctx: dict[Context, list] = defaultdict(list)
+        for p in open_rows:
+            open_by_ctx[p[0]].append(p)
         t0 = time.perf_counter()
 
         def settle(group_pairs):
@@ -348,7 +351,7 @@ class _Streamliner:
                     if kind == "query" and time.perf_counter() - t0 > self.budget_s:
                         continue  # not started in time: unknown
                     if kind == "batch":
-                        settle(p for p in open_rows if p[0] in {c for c, _ in item})
+                        settle(p for c, _ in item for p in open_by_ctx[c])
                         item = tuple((c, kept) for c, seqs in item
                                      if (kept := [s for s in seqs if out[(c, s)] is Decision.KEEP]))
                         if not item:
