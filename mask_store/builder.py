@@ -60,8 +60,19 @@ class _TokenSets:
         self.index: dict[bytes, np.ndarray] = {}
 
     def __call__(self, toks: np.ndarray) -> np.ndarray:
+        return self.keyed(toks)[1]
+
+    def keyed(self, toks: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """(the set's digest, its kept copy)."""
         toks = np.ascontiguousarray(toks, dtype=np.int32)
-        return self.index.setdefault(_digest(toks), toks)
+        key = _digest(toks)
+        return key, self.index.setdefault(key, toks)
+
+    def intern(self, key: bytes, toks: np.ndarray) -> np.ndarray:
+        """The kept copy of a set whose digest is known (`keyed` in a walk worker: the
+        parent, which merges the workers' rows, hashed every set again, 1.4 s of its CPU at
+        151k tokens while both workers ran)."""
+        return self.index.setdefault(key, toks)
 
 
 def _digest(toks: np.ndarray) -> bytes:
@@ -190,9 +201,9 @@ class StoreBuilder:
                 bar.close()
 
     def _walk_state(self, d: int, sig: np.ndarray, represented: list, staying) -> list[tuple]:
-        """The rows of the NFA states that lexer state d represents: (group, S, token ids,
-        indentation) where the indentation is that of a newline row (its id is interned by the
-        caller, in this order, then put in front of S), else None."""
+        """The rows of the NFA states that lexer state d represents: (group, S, the token
+        set's digest, token ids, indentation) where the indentation is that of a newline row
+        (its id is interned by the caller, in this order, then put in front of S), else None."""
         out: list[tuple] = []
         walked, end, st = first_lexeme(self.lexer.table, self.tokens, d, staying)
         # tokens that keep the lexeme growing: S = ()
@@ -201,7 +212,7 @@ class StoreBuilder:
         for x, q in represented:
             sel = stay_ids[self.possible[stay_state, x]]
             if sel.size:
-                out.append((1 + q, (), self.token_sets(sel), None))
+                out.append((1 + q, (), *self.token_sets.keyed(sel), None))
         # tokens whose lexeme ends inside them, after at least one byte
         tail = end > 0
         if not tail.any():
@@ -221,12 +232,12 @@ class StoreBuilder:
                 for t, e, s in zip(t_ids[sel].tolist(), t_end[sel].tolist(), t_sigs[sel].tolist()):
                     by_key[(indent_of(self.vocab.token_bytes[t][:e], True), s)].append(t)
                 for (ind, s), toks in by_key.items():
-                    arr = self.token_sets(np.array(toks, dtype=np.int32))
-                    out.extend((g, seq, arr, ind) for seq in self.expansions(s))
+                    key, arr = self.token_sets.keyed(np.array(toks, dtype=np.int32))
+                    out.extend((g, seq, key, arr, ind) for seq in self.expansions(s))
                 continue
             for sid, toks in _group(t_sigs[sel], t_ids[sel]):
-                toks = self.token_sets(toks)
-                out.extend((g, seq, toks, None) for seq in self.expansions(sid))
+                key, toks = self.token_sets.keyed(toks)
+                out.extend((g, seq, key, toks, None) for seq in self.expansions(sid))
         return out
 
     # ------------------------------------------------------------------ build
@@ -265,15 +276,11 @@ class StoreBuilder:
         walked_states = [d for d in range(1, n) if q_of.get(d)]
         with timeline.phase("walk"):
             for chunk in self._walk_states(walked_states, sig, q_of):
-                interned: dict[int, tuple] = {}  # id -> (the array as received, its interned copy)
                 for entries in chunk:
-                    for g, seq, toks, ind in entries:
+                    for g, seq, key, toks, ind in entries:
                         if ind is not None:  # a newline's row: its indentation interned here, in order
                             seq = (self.T + self.indents(ind),) + seq
-                        got = interned.get(id(toks))
-                        if got is None:
-                            got = interned[id(toks)] = (toks, self.token_sets(toks))
-                        rows[g][seq].append(got[1])
+                        rows[g][seq].append(self.token_sets.intern(key, toks))
         t_walk = time.perf_counter() - t0 - t_sig_s
 
         Q = nfa.q_term.shape[0]

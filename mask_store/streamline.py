@@ -81,7 +81,9 @@ ANALYSIS_MAX_MEMO = 1_000_000
 # contexts a forked worker analyses before a fresh fork replaces it: each grew by what its
 # contexts' jointly-legal explorations memoise, to ~400 MiB apiece by the end of a build (the
 # build's peak, 927 MiB for the tree); 3 gives 610 MiB at the same CPU time, 2 525 MiB at +15%
-# (docs/memory.md); a task of a batch of contexts counts for `batch` of them
+# (docs/memory.md); a task of a batch of contexts counts for `batch` of them. The always/never
+# step's workers are never replaced: they grow by ~40 MiB over all its contexts, and a fresh
+# fork every 3 contexts (25 at 151k) made the step 1.2 -> 3.5 s wall (docs/mask_store_rows.md)
 CONTEXTS_PER_WORKER = 3
 # contexts the jointly-legal step analyses with one explorer (its memos shared): consecutive in
 # the order by size, the contexts after atoms (`FSTRING`, `BYTES`, `FALSE`, ...) come together
@@ -291,7 +293,7 @@ class _Streamliner:
             return out
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_steps)
-        with forked_pool(self.processes, tasks_per_worker=CONTEXTS_PER_WORKER) as pool:
+        with forked_pool(self.processes) as pool:
             done = pool.imap_unordered(_context_work, groups, chunksize=1)
             for results in self._bar(done, desc) if self.progress else done:
                 out.update(results)
@@ -339,7 +341,7 @@ class _Streamliner:
             results: queue.SimpleQueue = queue.SimpleQueue()
             in_flight = 0
             idle = 0.0
-            longest = (0.0, 0.0)  # (seconds, started at)
+            longest = (0.0, 0.0, "")  # (seconds, started at, what)
             since = time.perf_counter()
             while tasks or in_flight:
                 while in_flight < max(self.processes, 1) and tasks:
@@ -371,7 +373,9 @@ class _Streamliner:
                 kind, item, r, started = results.get()
                 since = time.perf_counter()
                 idle += (since - now) * max(0, self.processes - in_flight)
-                longest = max(longest, (since - started, started - t0))
+                if since - started > longest[0]:
+                    what = " ".join(c.key(g) for c, _ in item) if kind == "batch" else "query"
+                    longest = (since - started, started - t0, what)
                 in_flight -= 1
                 if bar is not None:
                     bar.update()
@@ -386,7 +390,8 @@ class _Streamliner:
                 if not waiting and answered_at is None:
                     answered_at = time.perf_counter() - t0
         figures.update(idle_worker_s=round(idle, 2), longest_task_s=round(longest[0], 2),
-                       longest_task_started_s=round(longest[1], 2), tasks=len(tasks_all))
+                       longest_task_started_s=round(longest[1], 2), longest_task=longest[2],
+                       tasks=len(tasks_all))
         store.save()
         if bar is not None:
             bar.close()
