@@ -81,9 +81,7 @@ ANALYSIS_MAX_MEMO = 1_000_000
 # contexts a forked worker analyses before a fresh fork replaces it: each grew by what its
 # contexts' jointly-legal explorations memoise, to ~400 MiB apiece by the end of a build (the
 # build's peak, 927 MiB for the tree); 3 gives 610 MiB at the same CPU time, 2 525 MiB at +15%
-# (docs/memory.md); a task of a batch of contexts counts for `batch` of them. The always/never
-# step's workers are never replaced: they grow by ~40 MiB over all its contexts, and a fresh
-# fork every 3 contexts (25 at 151k) made the step 1.2 -> 3.5 s wall (docs/mask_store_rows.md)
+# (docs/memory.md); a task of a batch of contexts counts for `batch` of them
 CONTEXTS_PER_WORKER = 3
 # contexts the jointly-legal step analyses with one explorer (its memos shared): consecutive in
 # the order by size, the contexts after atoms (`FSTRING`, `BYTES`, `FALSE`, ...) come together
@@ -293,7 +291,7 @@ class _Streamliner:
             return out
         global _WORKER
         _WORKER = (fn, self.g, self.joint_budget_steps)
-        with forked_pool(self.processes) as pool:
+        with forked_pool(self.processes, tasks_per_worker=CONTEXTS_PER_WORKER) as pool:
             done = pool.imap_unordered(_context_work, groups, chunksize=1)
             for results in self._bar(done, desc) if self.progress else done:
                 out.update(results)
