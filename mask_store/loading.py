@@ -35,12 +35,21 @@ def load_tokenizer_beside_lexer(spec: str | None) -> LoadedTokenizer:
     the child can't fork or fails (a read-only cache), the lexer is made here when asked for."""
     if not can_fork():
         return load_tokenizer(spec)
-    child = multiprocessing.get_context("fork").Process(target=load_lexer_automaton, daemon=True)
+    child = multiprocessing.get_context("fork").Process(target=_lexer_into_cache, daemon=True)
     child.start()
     try:
         return load_tokenizer(spec)
     finally:
         child.join()
+
+
+def _lexer_into_cache() -> None:
+    """The forked child's work: the lexer automaton made, so cached; a failure (an unwritable
+    cache, an interrupt) is left for the parent, which then makes it itself and reports it."""
+    try:
+        load_lexer_automaton()
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the parent makes it and reports
+        pass
 
 
 def build_store(
