@@ -300,6 +300,7 @@ class StoreBuilder:
                 d_dead=d_dead,
                 dead_sets=np.frombuffer(b"".join(dead_sets.items), dtype=np.uint8).reshape(-1, 32),
                 groups=groups,
+                digests={id(toks): key for key, toks in self.token_sets.index.items()},
             )
         store.header.update(
             build_seconds=round(time.perf_counter() - t0, 2),
@@ -352,9 +353,12 @@ def assemble(
     d_dead,
     dead_sets,
     groups: list[dict[tuple, list[np.ndarray]]],
+    digests: dict[int, bytes] | None = None,
 ) -> MaskStore:
     """Pack grouped rows into the store's arrays, storing each distinct token set once: as a
-    bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest."""
+    bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest.
+    `digests`: id(array) -> its digest where known (the full store's interned sets: a row of
+    one set is not hashed again)."""
     W = (vocab_size + 63) // 64
     use16 = vocab_size <= 1 << 16
     dense_rows: list[np.ndarray] = []
@@ -370,7 +374,9 @@ def assemble(
         for s in sorted(grp):
             parts = grp[s]
             toks = _union(parts, vocab_size) if len(parts) > 1 else np.asarray(parts[0])
-            key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
+            key = digests.get(id(toks)) if digests is not None and len(parts) == 1 else None
+            if key is None:
+                key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
             m = mask_index.get(key)
             if m is None:
                 per_id = 2 if use16 else 4
