@@ -23,6 +23,7 @@ import numpy as np
 from grammar_tools.analyses.forked_pool import can_fork, forked_pool
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
+from .build_timeline import Timeline
 from .nfa_states import NfaStates
 from .store import MaskStore
 from .token_lexing import TokenMatrix, first_lexeme, indent_of, staying_bytes
@@ -59,8 +60,19 @@ class _TokenSets:
         self.index: dict[bytes, np.ndarray] = {}
 
     def __call__(self, toks: np.ndarray) -> np.ndarray:
+        return self.keyed(toks)[1]
+
+    def keyed(self, toks: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """(the set's digest, its kept copy)."""
         toks = np.ascontiguousarray(toks, dtype=np.int32)
-        return self.index.setdefault(_digest(toks), toks)
+        key = _digest(toks)
+        return key, self.index.setdefault(key, toks)
+
+    def intern(self, key: bytes, toks: np.ndarray) -> np.ndarray:
+        """The kept copy of a set whose digest is known (`keyed` in a walk worker: the
+        parent, which merges the workers' rows, hashed every set again, 1.4 s of its CPU at
+        151k tokens while both workers ran)."""
+        return self.index.setdefault(key, toks)
 
 
 def _digest(toks: np.ndarray) -> bytes:
@@ -162,7 +174,7 @@ class StoreBuilder:
         time (a list of their lists; an array appears once per chunk however many rows share it): in `WALK_PROCESSES`
         forked workers (chunks of `WALK_CHUNK` states; the parent merges them in order, so the
         rows, the indentations' ids and the store are the same as from one process)."""
-        staying = staying_bytes(self.lexer.table)
+        staying = staying_bytes(self.lexer.table, self.tokens)
         chunks = [states[i : i + WALK_CHUNK] for i in range(0, len(states), WALK_CHUNK)]
         bar = None
         if self.progress:
@@ -189,9 +201,9 @@ class StoreBuilder:
                 bar.close()
 
     def _walk_state(self, d: int, sig: np.ndarray, represented: list, staying) -> list[tuple]:
-        """The rows of the NFA states that lexer state d represents: (group, S, token ids,
-        indentation) where the indentation is that of a newline row (its id is interned by the
-        caller, in this order, then put in front of S), else None."""
+        """The rows of the NFA states that lexer state d represents: (group, S, the token
+        set's digest, token ids, indentation) where the indentation is that of a newline row
+        (its id is interned by the caller, in this order, then put in front of S), else None."""
         out: list[tuple] = []
         walked, end, st = first_lexeme(self.lexer.table, self.tokens, d, staying)
         # tokens that keep the lexeme growing: S = ()
@@ -200,7 +212,7 @@ class StoreBuilder:
         for x, q in represented:
             sel = stay_ids[self.possible[stay_state, x]]
             if sel.size:
-                out.append((1 + q, (), self.token_sets(sel), None))
+                out.append((1 + q, (), *self.token_sets.keyed(sel), None))
         # tokens whose lexeme ends inside them, after at least one byte
         tail = end > 0
         if not tail.any():
@@ -220,21 +232,24 @@ class StoreBuilder:
                 for t, e, s in zip(t_ids[sel].tolist(), t_end[sel].tolist(), t_sigs[sel].tolist()):
                     by_key[(indent_of(self.vocab.token_bytes[t][:e], True), s)].append(t)
                 for (ind, s), toks in by_key.items():
-                    arr = self.token_sets(np.array(toks, dtype=np.int32))
-                    out.extend((g, seq, arr, ind) for seq in self.expansions(s))
+                    key, arr = self.token_sets.keyed(np.array(toks, dtype=np.int32))
+                    out.extend((g, seq, key, arr, ind) for seq in self.expansions(s))
                 continue
             for sid, toks in _group(t_sigs[sel], t_ids[sel]):
-                toks = self.token_sets(toks)
-                out.extend((g, seq, toks, None) for seq in self.expansions(sid))
+                key, toks = self.token_sets.keyed(toks)
+                out.extend((g, seq, key, toks, None) for seq in self.expansions(sid))
         return out
 
     # ------------------------------------------------------------------ build
 
-    def build(self, header: dict) -> MaskStore:
+    def build(self, header: dict, timeline: Timeline | None = None) -> MaskStore:
+        """The full store; `timeline` gets its phases' wall and CPU seconds."""
+        timeline = timeline if timeline is not None else Timeline()
         t0 = time.perf_counter()
         lexer = self.lexer
         n = lexer.n_states
-        sig = self._suffix_signatures()
+        with timeline.phase("signatures"):
+            sig = self._suffix_signatures()
         t_sig_s = time.perf_counter() - t0
 
         # NFA states q: one per class of configurations (X, d), its rows built from the
@@ -259,16 +274,13 @@ class StoreBuilder:
         for d in range(1, n):  # state 0 (the start) reads no lexeme: no row, no dead set
             d_dead[d] = dead_sets(np.packbits(table[d] < 0, bitorder="little").tobytes())
         walked_states = [d for d in range(1, n) if q_of.get(d)]
-        for chunk in self._walk_states(walked_states, sig, q_of):
-            interned: dict[int, tuple] = {}  # id -> (the array as received, its interned copy)
-            for entries in chunk:
-                for g, seq, toks, ind in entries:
-                    if ind is not None:  # a newline's row: its indentation interned here, in order
-                        seq = (self.T + self.indents(ind),) + seq
-                    got = interned.get(id(toks))
-                    if got is None:
-                        got = interned[id(toks)] = (toks, self.token_sets(toks))
-                    rows[g][seq].append(got[1])
+        with timeline.phase("walk"):
+            for chunk in self._walk_states(walked_states, sig, q_of):
+                for entries in chunk:
+                    for g, seq, key, toks, ind in entries:
+                        if ind is not None:  # a newline's row: its indentation interned here, in order
+                            seq = (self.T + self.indents(ind),) + seq
+                        rows[g][seq].append(self.token_sets.intern(key, toks))
         t_walk = time.perf_counter() - t0 - t_sig_s
 
         Q = nfa.q_term.shape[0]
@@ -276,18 +288,20 @@ class StoreBuilder:
         q_boundary = np.where(self.accepting[nfa.q_state, nfa.q_term], 0, -1).astype(np.int32)
         groups = [rows.get(g, {}) for g in range(Q + 1)]
         header = dict(header, options=dict(header.get("options", {}), merge_states=nfa.merged))
-        store = assemble(
-            header=header,
-            vocab_size=self.vocab.size,
-            n_terminals=self.T,
-            indents=list(self.indents.items),
-            nfa=nfa,
-            q_group=q_group,
-            q_boundary=q_boundary,
-            d_dead=d_dead,
-            dead_sets=np.frombuffer(b"".join(dead_sets.items), dtype=np.uint8).reshape(-1, 32),
-            groups=groups,
-        )
+        with timeline.phase("full_assemble"):
+            store = assemble(
+                header=header,
+                vocab_size=self.vocab.size,
+                n_terminals=self.T,
+                indents=list(self.indents.items),
+                nfa=nfa,
+                q_group=q_group,
+                q_boundary=q_boundary,
+                d_dead=d_dead,
+                dead_sets=np.frombuffer(b"".join(dead_sets.items), dtype=np.uint8).reshape(-1, 32),
+                groups=groups,
+                digests={id(toks): key for key, toks in self.token_sets.index.items()},
+            )
         store.header.update(
             build_seconds=round(time.perf_counter() - t0, 2),
             signature_seconds=round(t_sig_s, 2),
@@ -339,9 +353,12 @@ def assemble(
     d_dead,
     dead_sets,
     groups: list[dict[tuple, list[np.ndarray]]],
+    digests: dict[int, bytes] | None = None,
 ) -> MaskStore:
     """Pack grouped rows into the store's arrays, storing each distinct token set once: as a
-    bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest."""
+    bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest.
+    `digests`: id(array) -> its digest where known (the full store's interned sets: a row of
+    one set is not hashed again)."""
     W = (vocab_size + 63) // 64
     use16 = vocab_size <= 1 << 16
     dense_rows: list[np.ndarray] = []
@@ -357,7 +374,9 @@ def assemble(
         for s in sorted(grp):
             parts = grp[s]
             toks = _union(parts, vocab_size) if len(parts) > 1 else np.asarray(parts[0])
-            key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
+            key = digests.get(id(toks)) if digests is not None and len(parts) == 1 else None
+            if key is None:
+                key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
             m = mask_index.get(key)
             if m is None:
                 per_id = 2 if use16 else 4

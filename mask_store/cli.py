@@ -7,9 +7,14 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from grammar_tools.parsing.versions import NEWEST, format_version
+
+from .build_timeline import Timeline, cpu_seconds
+
+_STARTED = (time.perf_counter(), cpu_seconds())  # this module imported: the command begins
 
 
 def _err(msg: str) -> int:
@@ -18,22 +23,28 @@ def _err(msg: str) -> int:
 
 
 def cmd_build(args) -> int:
-    from .loading import build_store, store_path_for
-    from .model_files import ModelNotFound
-    from .vocabulary import load_tokenizer
-
+    timeline = Timeline()
+    with timeline.phase("imports"):
+        from .loading import build_store, load_tokenizer_beside_lexer, store_path_for
+        from .model_files import ModelNotFound
     try:
-        tok = load_tokenizer(args.model)
+        with timeline.phase("tokenizer_beside_lexer"):
+            tok = load_tokenizer_beside_lexer(args.model)
     except ModelNotFound as e:
         return _err(str(e))
     streamline = not args.no_streamline
     merge = not args.no_merge_states
     out = Path(args.out) if args.out else store_path_for(tok, streamline, merge)
-    store = build_store(tok, args.model, streamline=streamline, progress=not args.quiet, merge_states=merge)
-    store.save(out)
+    store = build_store(tok, args.model, streamline=streamline, progress=not args.quiet, merge_states=merge,
+                        timeline=timeline)
+    with timeline.phase("save"):
+        store.save(out)
     info = store.info()
     info["path"] = str(out)
     info["bytes"] = os.path.getsize(out)
+    wall, cpu = time.perf_counter() - _STARTED[0], cpu_seconds() - _STARTED[1]
+    info["command_seconds"] = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+    info["phases"] = timeline.phases
     if args.json:
         print(json.dumps(info, indent=2))
     else:

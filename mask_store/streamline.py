@@ -62,6 +62,7 @@ from grammar_tools.analyses.jointly_legal import Fate, WorkBudget, jointly_legal
 from grammar_tools.analyses.never_legal import is_never_legal_shown, may_be_never_legal
 from grammar_tools.parsing.recognizer import Recognizer
 
+from .build_timeline import Timeline
 from .builder import assemble
 from .store import MaskStore
 
@@ -116,8 +117,9 @@ class _Group:
 
 class _Streamliner:
     def __init__(self, store: MaskStore, recognizer: Recognizer, progress: bool, processes: int, budget_s: float,
-                 joint_budget_steps: int | None):
+                 joint_budget_steps: int | None, timeline: Timeline):
         self.store = store
+        self.timeline = timeline
         self.g = recognizer.grammar
         self.progress = progress
         self.processes = processes
@@ -132,9 +134,12 @@ class _Streamliner:
         if int(s.header["n_terminals"]) != g.n_terminals:
             raise ValueError(f"store has {s.header['n_terminals']} terminals, the grammar {g.n_terminals}")
 
+        seq_at, row_mask = s.row_seq_start.tolist(), s.row_mask.tolist()
+        seq_ids = s.seq.tolist()
+
         def rows_of(gid: int) -> dict:
             lo, hi = int(s.group_start[gid]), int(s.group_start[gid + 1])
-            return {s.row_seq(r): frozenset((int(s.row_mask[r]),)) for r in range(lo, hi)}
+            return {tuple(seq_ids[seq_at[r] : seq_at[r + 1]]): frozenset((row_mask[r],)) for r in range(lo, hi)}
 
         cache_rows: dict[int, dict] = {}
         self.own: list[_Group] = []
@@ -179,12 +184,21 @@ class _Streamliner:
         log.info("streamline %s: %d rows", name, logical)
 
     def _apply(self, decide) -> None:
-        """Rebuild every group: decide(ctx, seq) -> a `Decision` or the seq to merge into."""
+        """Rebuild every group: decide(ctx, seq) -> a `Decision` or the seq to merge into
+        (asked once per (ctx, seq): thousands of groups share their contexts and sequences)."""
+        decided: dict[Context, dict] = {}
         for grp in self.groups():
             old = grp.rows
             grp.rows = {}
+            ctx = grp.context
+            memo = decided.setdefault(ctx, {})
             for seq, m in old.items():
-                d = decide(grp.context, seq) if seq else Decision.KEEP
+                if not seq:
+                    d = Decision.KEEP
+                else:
+                    d = memo.get(seq)
+                    if d is None:
+                        d = memo[seq] = decide(ctx, seq)
                 if d is Decision.DROP:
                     continue
                 if d is Decision.ALWAYS:
@@ -283,7 +297,7 @@ class _Streamliner:
                 out.update(results)
         return out
 
-    def _bar_hillel_and_jointly(self, pairs, out: dict, undecided: list) -> tuple[dict, dict]:
+    def _bar_hillel_and_jointly(self, pairs, out: dict, undecided: list, figures: dict) -> tuple[dict, dict]:
         """Bar-Hillel's exact answers for the `undecided` pairs and the jointly-legal step, in
         one pool of `processes` forked workers: the batches of contexts with no query open run
         beside the queries (which are few and all in a context or two: 151k, ten after a
@@ -291,13 +305,17 @@ class _Streamliner:
         the jointly-legal step's. The batches are fixed before any answer (`_batches`, by the
         rows kept or open), so they and the store are the same whatever finishes first.
         Queries not started within the Bar-Hillel budget stay unknown (their rows stay).
-        Returns ({query: never legal}, {context: (shortened, classes)})."""
+        Returns ({query: never legal}, {context: (shortened, classes)}); `figures` gets the
+        pool's idle worker-seconds (fewer tasks in flight than workers) and its longest task."""
         g = self.g
         store, never, todo = bar_hillel.cached_answers(g, undecided)
         todo.reverse()  # the longest patterns first: the longest query takes the longest
         waiting = {c for c, _ in todo}
         open_rows = [p for p in pairs if p not in out]  # kept by the exploration or undecided
         batches = self._batches(open_rows, JOINTLY_LEGAL_BATCH)
+        open_by_ctx: dict[Context, list] = defaultdict(list)
+        for p in open_rows:
+            open_by_ctx[p[0]].append(p)
         t0 = time.perf_counter()
 
         def settle(group_pairs):
@@ -308,10 +326,11 @@ class _Streamliner:
         # tasks in the order they start: the queries, then the batches by size; a batch with a
         # context that waits for answers is skipped until they are all in
         tasks: list = [("query", q) for q in todo] + [("batch", b) for b in batches]
+        tasks_all = list(tasks)
         joint: dict = {}
         answered_at = None
         if todo:
-            bar_hillel.grammar_cfg(g)  # built once here, shared by the forks
+            bar_hillel.indexed_cnf(g)  # built once here, shared by the forks
         global _WORKER
         _WORKER = (_jointly_legal, g, self.joint_budget_steps)
         fork = self.processes >= 2 and len(tasks) >= 2 and can_fork()
@@ -319,6 +338,9 @@ class _Streamliner:
         with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // JOINTLY_LEGAL_BATCH)) if fork else _Inline() as pool:
             results: queue.SimpleQueue = queue.SimpleQueue()
             in_flight = 0
+            idle = 0.0
+            longest = (0.0, 0.0, "")  # (seconds, started at, what)
+            since = time.perf_counter()
             while tasks or in_flight:
                 while in_flight < max(self.processes, 1) and tasks:
                     i = next((i for i, (kind, item) in enumerate(tasks)
@@ -329,7 +351,7 @@ class _Streamliner:
                     if kind == "query" and time.perf_counter() - t0 > self.budget_s:
                         continue  # not started in time: unknown
                     if kind == "batch":
-                        settle(p for p in open_rows if p[0] in {c for c, _ in item})
+                        settle(p for c, _ in item for p in open_by_ctx[c])
                         item = tuple((c, kept) for c, seqs in item
                                      if (kept := [s for s in seqs if out[(c, s)] is Decision.KEEP]))
                         if not item:
@@ -338,12 +360,20 @@ class _Streamliner:
                     else:
                         work = (_bar_hillel_work, item)
                     in_flight += 1
-                    pool.apply_async(*work, callback=lambda r, k=kind, q=item: results.put((k, q, r)),
-                                     error_callback=lambda e: results.put(("error", None, e)))
+                    started = time.perf_counter()
+                    pool.apply_async(*work, callback=lambda r, k=kind, q=item, t=started: results.put((k, q, r, t)),
+                                     error_callback=lambda e: results.put(("error", None, e, 0.0)))
                 if not in_flight:  # the queries left were not started in time
                     waiting = set()
                     continue
-                kind, item, r = results.get()
+                now = time.perf_counter()
+                idle += (now - since) * max(0, self.processes - in_flight)
+                kind, item, r, started = results.get()
+                since = time.perf_counter()
+                idle += (since - now) * max(0, self.processes - in_flight)
+                if since - started > longest[0]:
+                    what = " ".join(c.key(g) for c, _ in item) if kind == "batch" else "query"
+                    longest = (since - started, started - t0, what)
                 in_flight -= 1
                 if bar is not None:
                     bar.update()
@@ -357,6 +387,9 @@ class _Streamliner:
                 waiting = {c for c, s in todo if (c, s) not in never}
                 if not waiting and answered_at is None:
                     answered_at = time.perf_counter() - t0
+        figures.update(idle_worker_s=round(idle, 2), longest_task_s=round(longest[0], 2),
+                       longest_task_started_s=round(longest[1], 2), longest_task=longest[2],
+                       tasks=len(tasks_all))
         store.save()
         if bar is not None:
             bar.close()
@@ -381,14 +414,17 @@ class _Streamliner:
         out: dict = {}
         # always / never, shown by the exploration; what it leaves open: the exact test
         undecided = []
-        for ctx, shown in self._per_context(_always_never, pairs, "always/never legal").items():
+        with self.timeline.phase("always_never"):
+            shown_by_ctx = self._per_context(_always_never, pairs, "always/never legal")
+        for ctx, shown in shown_by_ctx.items():
             for seq, d in shown.items():
                 if d is None:
                     undecided.append((ctx, seq))
                 elif d is not Decision.KEEP:
                     out[(ctx, seq)] = d
         undecided.sort(key=lambda p: (p[0].kind, p[0].terminal, p[1]))
-        never, joint = self._bar_hillel_and_jointly(pairs, out, undecided)
+        with self.timeline.phase("bar_hillel_and_jointly_legal") as figures:
+            never, joint = self._bar_hillel_and_jointly(pairs, out, undecided, figures)
         for p in pairs:
             kind = "single" if len(p[1]) == 1 else "remaining"
             self.stats[f"{kind}_{out[p].value}"] += 1
@@ -607,38 +643,48 @@ def streamline_store(
     bar_hillel_budget_s: float = BAR_HILLEL_BUDGET_S,
     vocab=None,
     jointly_legal_budget_steps: int | None = JOINTLY_LEGAL_BUDGET_STEPS,
+    timeline: Timeline | None = None,
 ) -> MaskStore:
     """The streamlined store: same masks at every position, fewer rows (see the module doc).
     With the store's vocabulary, step 5 also merges each state's boundary rows into its own.
-    The header records the row counts after each step and what each analysis decided."""
+    The header records the row counts after each step and what each analysis decided;
+    `timeline` gets each step's wall and CPU seconds (`build_timeline`)."""
     if store.header.get("options", {}).get("streamline"):
         raise ValueError("the store is streamlined already")
+    timeline = timeline if timeline is not None else Timeline()
     t_all = time.perf_counter()
-    sl = _Streamliner(store, recognizer or Recognizer(), progress, processes, bar_hillel_budget_s,
-                      jointly_legal_budget_steps)
-    sl.record("full", 0.0)
+    with timeline.phase("streamline_setup"):
+        sl = _Streamliner(store, recognizer or Recognizer(), progress, processes, bar_hillel_budget_s,
+                          jointly_legal_budget_steps, timeline)
+        sl.record("full", 0.0)
     sl.steps[0]["stored_rows"] = store.n_rows  # the full store keeps every group, alike or not
     sl.steps[0]["groups"] = int(store.group_start.shape[0] - 1)
     t0 = time.perf_counter()
-    sl.interchangeable()
-    sl.record("interchangeable", time.perf_counter() - t0)
+    with timeline.phase("interchangeable"):
+        sl.interchangeable()
+        sl.record("interchangeable", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    sl.follow()
-    sl.record("follow_graph", time.perf_counter() - t0)
+    with timeline.phase("follow_graph"):
+        sl.follow()
+        sl.record("follow_graph", time.perf_counter() - t0)
     t0 = time.perf_counter()
-    decisions = sl.analyse()  # steps 3 and 4 decide together (one cache), apply in order
+    with timeline.phase("analyses"):
+        decisions = sl.analyse()  # steps 3 and 4 decide together (one cache), apply in order
     t_analysis = time.perf_counter() - t0
-    sl.single_and_remaining(decisions, single=True)
-    sl.record("single_terminals", time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    sl.single_and_remaining(decisions, single=False)
-    sl.merged_singles(decisions)
-    sl.record("remaining_rows", time.perf_counter() - t0)
+    with timeline.phase("apply_decisions"):
+        sl.single_and_remaining(decisions, single=True)
+        sl.record("single_terminals", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sl.single_and_remaining(decisions, single=False)
+        sl.merged_singles(decisions)
+        sl.record("remaining_rows", time.perf_counter() - t0)
     if vocab is not None:
         t0 = time.perf_counter()
-        sl.merge_boundary(vocab)
-        sl.record(BOUNDARY_STEP, time.perf_counter() - t0)
-    out = sl.result()
+        with timeline.phase(BOUNDARY_STEP):
+            sl.merge_boundary(vocab)
+            sl.record(BOUNDARY_STEP, time.perf_counter() - t0)
+    with timeline.phase("assemble"):
+        out = sl.result()
     seconds = time.perf_counter() - t_all
     full = sl.steps[0]["rows"]
     last = sl.steps[-1]["rows"]

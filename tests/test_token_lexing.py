@@ -10,7 +10,8 @@ import pytest
 
 from grammar_tools.lexing.lexer_automaton import load_lexer_automaton
 from mask_store.builder import _union
-from mask_store.token_lexing import TokenMatrix, first_lexeme
+from mask_store import token_lexing
+from mask_store.token_lexing import TokenMatrix, first_lexeme, staying_bytes
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,25 @@ def test_first_lexeme_is_each_token_read_byte_by_byte_from_every_state(lexer):
         assert list(zip(end.tolist(), state.tolist())) == [want[t] for t in ids.tolist()], d
         walked_any += int(ids.size)
     assert walked_any  # the states take some of these tokens
+
+
+def test_the_walk_that_skips_the_tokens_staying_in_their_state_reads_the_same(lexer, monkeypatch):
+    """With `staying_bytes` (as the builder walks: per first byte and staying set, the tokens
+    that leave it, worked out once), every state gives what the plain walk gives, here on a
+    small vocabulary (the skip is on for any size)."""
+    monkeypatch.setattr(token_lexing, "_MANY_TOKENS", 0)
+    vocab = _vocabulary()
+    tokens = TokenMatrix.from_vocab(vocab, {len(vocab) - 1})
+    staying = staying_bytes(lexer.table, tokens)
+    assert 1 < staying.sets.shape[0] < lexer.n_states  # states share their staying sets
+    skipped = 0
+    for d in range(lexer.n_states):
+        plain = first_lexeme(lexer.table, tokens, d)
+        fast = first_lexeme(lexer.table, tokens, d, staying)
+        for a, b in zip(plain, fast):
+            assert a.dtype == b.dtype and np.array_equal(a, b), d
+        skipped += int((plain[1] == -1).sum())
+    assert skipped and staying._walked  # tokens stayed, and the per-byte answers were kept
 
 
 @pytest.mark.parametrize("vocab_size", [64, 5000])

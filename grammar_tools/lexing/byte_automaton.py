@@ -287,19 +287,13 @@ def utf8_byte_ranges(ranges: Iterable[tuple[int, int]]) -> list[list[tuple[int, 
 
 
 def codepoint_ranges(predicate, lo: int = 0, hi: int = MAX_UNICODE) -> list[tuple[int, int]]:
-    """Maximal ranges of code points in lo..hi for which `predicate(chr(cp))` holds."""
-    out: list[tuple[int, int]] = []
-    start = None
-    for cp in range(lo, hi + 1):
-        ok = predicate(chr(cp)) if not (SURROGATES[0] <= cp <= SURROGATES[1]) else False
-        if ok and start is None:
-            start = cp
-        elif not ok and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    if start is not None:
-        out.append((start, hi))
-    return out
+    """Maximal ranges of code points in lo..hi for which `predicate(chr(cp))` holds (never the
+    surrogates). The predicate is mapped over every code point at C speed and the ranges read
+    off with numpy: a loop per code point cost the cold lexer build ~1 s."""
+    ok = np.fromiter(map(predicate, map(chr, range(lo, hi + 1))), dtype=bool, count=hi - lo + 1)
+    ok[max(SURROGATES[0], lo) - lo : max(min(SURROGATES[1], hi) + 1 - lo, 0)] = False
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], ok, [False])).astype(np.int8)))
+    return [(lo + a, lo + b - 1) for a, b in zip(edges[::2].tolist(), edges[1::2].tolist())]
 
 
 def complement_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
