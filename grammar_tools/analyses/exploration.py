@@ -154,8 +154,8 @@ class Explorer:
 
     def memo_entries(self) -> int:
         """Entries in the memos that grow with the sequences analysed."""
-        return (len(self._memo) + len(self._outcome_memo) + len(self._feed_memo) + len(self._adv_memo)
-                + len(self._refine_memo) + len(self.lockstep_memo))
+        return (len(self._memo) + len(self._outcome_memo) + len(self.lockstep_memo)
+                + self.search_memo_entries())
 
     def forget(self, searches: bool = True) -> None:
         """Empties the memos that grow (every answer is the same without them, only slower);
@@ -169,7 +169,8 @@ class Explorer:
             memo.clear()
 
     def search_memo_entries(self) -> int:
-        return len(self._feed_memo) + len(self._adv_memo) + len(self._refine_memo)
+        return (len(self._feed_memo) + len(self._top_feed_memo) + len(self._borrowed_feed_memo)
+                + len(self._adv_memo) + len(self._refine_memo))
 
     def reset(self) -> None:
         """`forget`, and the step count back to zero: what a search does from here is the same

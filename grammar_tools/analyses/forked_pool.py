@@ -34,3 +34,19 @@ def forked_pool(processes: int, initializer: Callable | None = None, initargs: t
             yield pool
     finally:
         gc.unfreeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the block runs (as it was after). For the
+    analyses' workers: the explorers' memos hold millions of tuples, and every full collection
+    walked them all (a third of the jointly-legal step's CPU), to find next to nothing: their
+    searches make no reference cycles."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
