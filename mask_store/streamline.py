@@ -532,7 +532,8 @@ def _context_work(group):
 def _bar_hillel_work(ctx: Context, seq: tuple) -> bool:
     """One exact "never legal" query (`bar_hillel.bar_hillel_empty`), in a worker of the pool
     `_bar_hillel_and_jointly` shares with the jointly-legal batches."""
-    return bar_hillel.bar_hillel_empty(_WORKER[1], ctx, seq)
+    with collector_paused():
+        return bar_hillel.bar_hillel_empty(_WORKER[1], ctx, seq)
 
 
 class _Inline:
