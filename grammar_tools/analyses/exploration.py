@@ -144,7 +144,10 @@ class Explorer:
         self._refine_memo: dict = {}
         self._borrow_memo: dict = {}  # small: keyed by the grammar's states and rules
         self._pred_depth_memo: dict = {}  # small: keyed by the grammar's states
-        self.steps = 0  # frames the searches examined (`feed`, `lockstep`): the unit of work budgets
+        # frames the searches examined (`feed`, `lockstep`): the unit of work budgets. A feed
+        # answered by `_top_feed_memo` counts the steps of the search it stands for; one answered
+        # by the other memos (`_feed_memo`, `_borrowed_feed_memo`, ...) counts none
+        self.steps = 0
         self.lockstep_memo: dict = {}  # `lockstep.Lockstep`'s, forgotten with these
         self._has_as = G.HAS_AS if sem.tracks_attributes else 0
         self._attr_mode = [_attr_mode(sem, kind, const, rule.rhs) for (kind, const), rule in zip(sem.rule_attr, self.rules)]
