@@ -456,8 +456,9 @@ def test_jointly_legal_classes_compare_only_classes_no_frame_tells_apart(python_
 
 def test_collector_paused_gives_the_collector_back_as_it_was():
     """The analyses' workers run with the cyclic collector off; after the block (an error
-    included) it is as it was before, on or off."""
+    included) it is as it was before, on or off; outside a pool's worker nothing is frozen."""
     assert gc.isenabled()
+    frozen = gc.get_freeze_count()
     with pytest.raises(RuntimeError):
         with collector_paused():
             assert not gc.isenabled()
@@ -465,7 +466,7 @@ def test_collector_paused_gives_the_collector_back_as_it_was():
                 assert not gc.isenabled()
             assert not gc.isenabled()  # the inner block leaves it off: it found it off
             raise RuntimeError("an analysis failed")
-    assert gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
     gc.disable()
     try:
         with collector_paused():

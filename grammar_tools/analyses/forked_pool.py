@@ -49,5 +49,10 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was:
+            if multiprocessing.parent_process() is not None:
+                # a pool's worker: what the block made goes out of the collector's sight, else
+                # the first allocation after (pickling the result) walks it all once. Not in
+                # a process of its own (a server's): frozen cycles would never be collected
+                gc.freeze()
             gc.enable()
 
