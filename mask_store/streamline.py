@@ -55,7 +55,7 @@ from grammar_tools.analyses import bar_hillel
 from grammar_tools.analyses.always_legal import is_always_legal
 from grammar_tools.analyses.contexts import AFTER, Context, after, context_of
 from grammar_tools.analyses.follow_graph import follow_graph
-from grammar_tools.analyses.forked_pool import can_fork, forked_pool
+from grammar_tools.analyses.forked_pool import can_fork, collector_paused, forked_pool
 from grammar_tools.analyses.interchangeable import canonical_map, recognizer_classes
 from grammar_tools.analyses.exploration import explorer
 from grammar_tools.analyses.jointly_legal import Fate, WorkBudget, jointly_legal_classes, jointly_legal_prefix
@@ -568,7 +568,8 @@ def _context_work(group):
 def _bar_hillel_work(ctx: Context, seq: tuple) -> bool:
     """One exact "never legal" query (`bar_hillel.bar_hillel_empty`), in a worker of the pool
     `_bar_hillel_and_jointly` shares with the jointly-legal batches."""
-    return bar_hillel.bar_hillel_empty(_WORKER[1], ctx, seq)
+    with collector_paused():
+        return bar_hillel.bar_hillel_empty(_WORKER[1], ctx, seq)
 
 
 class _Inline:
@@ -593,16 +594,17 @@ def _always_never(grammar, contexts, budget) -> list:
     """Per context, seq -> ALWAYS or DROP where the exploration shows it, None where only the
     exact test can (`may_be_never_legal`), KEEP otherwise."""
     out = []
-    for ctx, seqs in contexts:
-        shown = {}
-        for seq in seqs:
-            if is_always_legal(grammar, ctx, seq):
-                shown[seq] = Decision.ALWAYS
-            elif is_never_legal_shown(grammar, ctx, seq):
-                shown[seq] = Decision.DROP
-            else:
-                shown[seq] = None if may_be_never_legal(grammar, ctx, seq) else Decision.KEEP
-        out.append((ctx, shown))
+    with collector_paused():
+        for ctx, seqs in contexts:
+            shown = {}
+            for seq in seqs:
+                if is_always_legal(grammar, ctx, seq):
+                    shown[seq] = Decision.ALWAYS
+                elif is_never_legal_shown(grammar, ctx, seq):
+                    shown[seq] = Decision.DROP
+                else:
+                    shown[seq] = None if may_be_never_legal(grammar, ctx, seq) else Decision.KEEP
+            out.append((ctx, shown))
     return out
 
 
@@ -614,14 +616,15 @@ def _jointly_legal(grammar, contexts, budget_steps) -> list:
     ex = explorer(grammar)
     ex.reset()
     out = []
-    for ctx, seqs in contexts:
-        budget = WorkBudget(ex, None, ANALYSIS_MAX_MEMO)
-        short = {}
-        for seq in seqs:
-            budget.bound_memory()
-            short[seq] = jointly_legal_prefix(grammar, ctx, seq)
-        budget = WorkBudget(ex, budget_steps, ANALYSIS_MAX_MEMO)
-        out.append((ctx, (short, jointly_legal_classes(grammar, ctx, set(short.values()), budget=budget))))
+    with collector_paused():
+        for ctx, seqs in contexts:
+            budget = WorkBudget(ex, None, ANALYSIS_MAX_MEMO)
+            short = {}
+            for seq in seqs:
+                budget.bound_memory()
+                short[seq] = jointly_legal_prefix(grammar, ctx, seq)
+            budget = WorkBudget(ex, budget_steps, ANALYSIS_MAX_MEMO)
+            out.append((ctx, (short, jointly_legal_classes(grammar, ctx, set(short.values()), budget=budget))))
     return out
 
 

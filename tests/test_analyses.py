@@ -6,6 +6,7 @@ grammar against facts that are easy to see in its rules."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 
@@ -16,6 +17,7 @@ from grammar_tools.analyses.always_legal import is_always_legal
 from grammar_tools.analyses.contexts import ANY, after, parse_names
 from grammar_tools.analyses.exploration import ACC, REJ, Explorer, explorer
 from grammar_tools.analyses.follow_graph import follow_graph
+from grammar_tools.analyses.forked_pool import collector_paused
 from grammar_tools.grammar import load_grammar
 from grammar_tools.analyses.interchangeable import (
     are_interchangeable,
@@ -450,3 +452,25 @@ def test_jointly_legal_classes_compare_only_classes_no_frame_tells_apart(python_
     assert frozenset((colon, dot)) not in tried
     class_of = {m: i for i, c in enumerate(found.classes) for m in c.members}
     assert class_of[parse_names(g, ["LPAR"])] == class_of[parse_names(g, ["LPAR", "RPAR"])]
+
+
+def test_collector_paused_gives_the_collector_back_as_it_was():
+    """The analyses' workers run with the cyclic collector off; after the block (an error
+    included) it is as it was before, on or off; outside a pool's worker nothing is frozen."""
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    with pytest.raises(RuntimeError):
+        with collector_paused():
+            assert not gc.isenabled()
+            with collector_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the inner block leaves it off: it found it off
+            raise RuntimeError("an analysis failed")
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

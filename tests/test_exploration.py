@@ -187,3 +187,37 @@ def test_feeding_agrees_with_the_recognizer(rec, hide):
                 accepted += 1
     assert accepted > 300 and refused > 3000, (accepted, refused)
 
+
+
+def test_feeding_through_the_memos_is_one_search(rec):
+    """`feed` answers from what it searched before: a frame whose top entries are those a
+    feed read (`_top_feed_memo`) and the frames a borrowing makes, searched apart
+    (`_borrowed_feed_memo`). Its frames, endings and counted steps are those of one search
+    from the frame alone (`_feed_uncached` without splitting), on frames of real stacks of
+    every height, with known and hidden attributes, each terminal fed once the memos hold
+    what the frames before them needed."""
+    ex = explorer(rec.grammar)
+    ex.reset()
+    rng = random.Random(5)
+    terminals = [t for t in range(rec.n_terminals) if t != rec.END and t not in rec.grammar.ignored]
+    lifted = compared = 0
+    for node in _text_stacks(rec) + _walk_stacks(rec, rng, walks=20, steps=30):
+        size = _depth(node)
+        frame = _frame(node, rng.randint(1, min(size, 6)), rng, rng.choice([0.0, 0.4]))
+        for t in rng.sample(terminals, 12):
+            if (frame, t) in ex._feed_memo:
+                continue
+            n = len(frame)
+            top = any((frame[n - k :], t) in ex._top_feed_memo for k in range(1, n + 1))
+            steps = ex.steps
+            got, bad = ex.feed(frame, t)
+            counted = ex.steps - steps
+            want, want_bad, _ = ex._feed_uncached(frame, t, False)
+            assert set(got) == set(want) and len(got) == len(set(got)), (frame, t)
+            assert bad == want_bad, (frame, t)
+            if top:
+                assert counted == ex.steps - steps - counted  # the steps of the search it saved
+                lifted += 1
+            compared += 1
+    assert len(ex._borrowed_feed_memo) > 100 and lifted > 100 and compared > 3000, (
+        len(ex._borrowed_feed_memo), lifted, compared)

@@ -50,7 +50,7 @@ from ..parsing import attributes
 from ..parsing import guards as G
 from .contexts import AFTER, Context, Layout
 from ..grammar import Grammar
-from .semantics import MAY_HAVE_AS, NOT_SINGLE, NOT_SINGLE_NO_AS, UNKNOWN, Semantics
+from .semantics import MAY_HAVE_AS, NOT_SINGLE, NOT_SINGLE_NO_AS, NOT_TRACKED, UNKNOWN, UNKNOWN_NO_AS, Semantics
 
 ACC, REJ, CUT = 1, 2, 4
 D0, DP = 1, 2  # bracket depth zero / positive
@@ -138,17 +138,27 @@ class Explorer:
         self._memo: dict = {}
         self._outcome_memo: dict = {}
         self._feed_memo: dict = {}
+        self._top_feed_memo: dict = {}  # (the entries a feed read, t) -> its frames above them
+        self._borrowed_feed_memo: dict = {}  # (a frame a borrowing made, t) -> its search's
         self._adv_memo: dict = {}
         self._refine_memo: dict = {}
         self._borrow_memo: dict = {}  # small: keyed by the grammar's states and rules
-        self.steps = 0  # frames the searches examined (`feed`, `lockstep`): the unit of work budgets
+        self._pred_depth_memo: dict = {}  # small: keyed by the grammar's states
+        # frames the searches examined (`feed`, `lockstep`): the unit of work budgets. A feed
+        # answered by `_top_feed_memo` counts the steps of the search it stands for; one answered
+        # by the other memos (`_feed_memo`, `_borrowed_feed_memo`, ...) counts none
+        self.steps = 0
         self.lockstep_memo: dict = {}  # `lockstep.Lockstep`'s, forgotten with these
         self._has_as = G.HAS_AS if sem.tracks_attributes else 0
+        self._attr_mode = [_attr_mode(sem, kind, const, rule.rhs) for (kind, const), rule in zip(sem.rule_attr, self.rules)]
+        # (state * 1024 + terminal) -> (uncertain, target guard or None): the checks before acting
+        self._checks = {k: (k in sem.uncertain, sem.target_guards.get(k))
+                        for k in set(sem.uncertain) | set(sem.target_guards)}
 
     def memo_entries(self) -> int:
         """Entries in the memos that grow with the sequences analysed."""
-        return (len(self._memo) + len(self._outcome_memo) + len(self._feed_memo) + len(self._adv_memo)
-                + len(self._refine_memo) + len(self.lockstep_memo))
+        return (len(self._memo) + len(self._outcome_memo) + len(self.lockstep_memo)
+                + self.search_memo_entries())
 
     def forget(self, searches: bool = True) -> None:
         """Empties the memos that grow (every answer is the same without them, only slower);
@@ -156,12 +166,14 @@ class Explorer:
         costly part to redo) and empties those of the answers built on them."""
         memos = [self._memo, self._outcome_memo, self.lockstep_memo]
         if searches:
-            memos += [self._feed_memo, self._adv_memo, self._refine_memo]
+            memos += [self._feed_memo, self._top_feed_memo, self._borrowed_feed_memo, self._adv_memo,
+                      self._refine_memo]
         for memo in memos:
             memo.clear()
 
     def search_memo_entries(self) -> int:
-        return len(self._feed_memo) + len(self._adv_memo) + len(self._refine_memo)
+        return (len(self._feed_memo) + len(self._top_feed_memo) + len(self._borrowed_feed_memo)
+                + len(self._adv_memo) + len(self._refine_memo))
 
     def reset(self) -> None:
         """`forget`, and the step count back to zero: what a search does from here is the same
@@ -298,11 +310,7 @@ class Explorer:
                 if not self.preds[x]:
                     out[((x, bd & self.poss[x] or bd, ba),) + rest] = None
                     continue
-                for p in self.preds[x]:
-                    dp = self.poss[p]
-                    dx = self._step_depth(dp, x) & self.poss[x]
-                    if not dx:
-                        continue
+                for p, dp, dx in self._pred_depths(x):
                     if dx not in above:
                         above[dx] = self._redepth(rest, dx)
                     up = above[dx]
@@ -310,6 +318,20 @@ class Explorer:
                         out[((p, dp, UNKNOWN), (x, dx, ba)) + up] = None
         self._refine_memo[f] = out
         return out
+
+    def _pred_depths(self, x: int) -> list:
+        """(p, its depths, x's depths entered from p) for each state p that leads into x, where
+        x can be entered from p at all (what `_refined_once` puts below x). Memoized."""
+        hit = self._pred_depth_memo.get(x)
+        if hit is None:
+            hit = []
+            for p in self.preds[x]:
+                dp = self.poss[p]
+                dx = self._step_depth(dp, x) & self.poss[x]
+                if dx:
+                    hit.append((p, dp, dx))
+            self._pred_depth_memo[x] = hit
+        return hit
 
     def _step_depth(self, df: int, s: int) -> int:
         """The depths on entering state s from depths df (before what s itself allows)."""
@@ -437,45 +459,83 @@ class Explorer:
 
     def feed(self, frame, t: int):
         """All ways of feeding terminal t: (frames after its shift, endings that failed).
-        Memoized on (frame, t): sequences that share a prefix share the work."""
+        Memoized on (frame, t): sequences that share a prefix share the work; and on the part
+        of the frame the search read (`_top_feed_memo`): a frame whose top entries are those
+        of one fed before has that one's answer with its own entries below them."""
         key = (frame, t)
         hit = self._feed_memo.get(key)
         if hit is not None:
             return hit
-        got, bad = self._feed_uncached(frame, t)
-        r = self._feed_memo[key] = (tuple(dict.fromkeys(got)), bad)
+        top_memo = self._top_feed_memo
+        n = len(frame)
+        for k in range(1, n + 1):
+            sub = top_memo.get((frame[n - k :], t))
+            if sub is not None:
+                got, bad, steps = sub
+                self.steps += steps  # the work the search would have done (see `steps`)
+                if k < n:
+                    below = frame[: n - k]
+                    got = tuple([below + f for f in got])
+                r = self._feed_memo[key] = (got, bad)
+                return r
+        steps = self.steps
+        got, bad, low = self._feed_uncached(frame, t, True)
+        if bad & CUT:  # perhaps only where a borrowed frame's search was apart: search as one
+            got, bad, low = self._feed_uncached(frame, t, False)
+        got = tuple(dict.fromkeys(got))
+        r = self._feed_memo[key] = (got, bad)
+        if low:
+            top_memo[(frame[low:], t)] = (tuple([f[low:] for f in got]), bad, self.steps - steps)
         return r
 
-    def _feed_uncached(self, frame, t: int):
+    def _feed_uncached(self, frame, t: int, split: bool, budget: int | None = None):
+        """`feed`'s search, with `budget` borrowings (None: `self.budget`): (the frames, the
+        endings, `low`: the entries of `frame` below index `low` were neither read nor changed,
+        nor borrowed from below; every frame found starts with them). Feeding t to any frame
+        that ends with `frame[low:]` is the same search on the entries above them, with the
+        same steps: what `feed` reuses.
+
+        `split`: what the frames that a borrowing makes lead to is searched apart, once per
+        frame and terminal (`_borrowed_feed`): these frames (two entries) are the same few
+        wherever the grammar borrows alike, so many searches end in the same ones. Where no
+        search comes to its budget's end (no CUT), the frames found and the endings are those
+        of one search (see `_borrowed_feed`); with a CUT, `feed` searches again as one."""
         sem = self.sem
         action = self.action
-        uncertain = sem.uncertain
-        target_guards = sem.target_guards
+        checks = self._checks
+        rule_len = self.rule_len
+        reduced = self.reduced
+        pop, push = heapq.heappop, heapq.heappush
         has_as = self._has_as
         out = []
         bad = 0
         # frames by remaining budget, highest first: each frame is expanded once, with the
         # most budget any path leaves it, so the result doesn't depend on the search order
         # (nor on how the LALR states happen to be numbered)
-        work = [(-self.budget, 0, frame)]
+        # the lowest entry of `frame` read so far: its top. Every frame of the search starts
+        # with the entries below `low` (a reduction keeps those below the one its goto reads)
+        low = len(frame) - 1
+        work = [(-(self.budget if budget is None else budget), 0, frame)]
         done: set = set()
         tick = 0
+        steps = 0
         while work:
-            nb, _, fr = heapq.heappop(work)
+            nb, _, fr = pop(work)
             if fr in done:
                 continue
             done.add(fr)
-            self.steps += 1
-            b = -nb
+            steps += 1
             st, df, at = fr[-1]
             a = action[st].get(t)
             if a is None:
                 bad |= REJ
                 continue
-            k = st * 1024 + t
-            if k in uncertain:
-                bad |= REJ
-            code = target_guards.get(k)
+            chk = checks.get(st * 1024 + t)
+            code = None
+            if chk is not None:
+                if chk[0]:  # uncertain
+                    bad |= REJ
+                code = chk[1]
             if code is not None:
                 if at < 0:
                     bad |= REJ
@@ -503,37 +563,69 @@ class Explorer:
                 out.append(fr + ((a, f, 0),))
                 continue
             r = ~a
-            if self.rule_len[r] >= len(fr):  # it borrows what lies below the known part
-                if b <= 0:
+            base = len(fr) - rule_len[r]  # the entries the reduction keeps
+            if base <= 0:  # it borrows what lies below the known part
+                low = 0
+                if nb >= 0:  # no budget left
                     bad |= CUT
                     continue
-                b -= 1
-            for f2 in self.reduced(fr, r):
+                nb += 1
+                if split:
+                    for f2 in reduced(fr, r):
+                        got, b2 = self._borrowed_feed(f2, t)
+                        out.extend(got)
+                        bad |= b2
+                    continue
+            elif base - 1 < low:  # the goto reads the entry below what it pops
+                low = base - 1
+            for f2 in reduced(fr, r):
                 if f2 not in done:
                     tick += 1
-                    heapq.heappush(work, (-b, tick, f2))
-        return out, bad
+                    push(work, (nb, tick, f2))
+        self.steps += steps
+        return out, bad, low
+
+    def _borrowed_feed(self, frame, t: int):
+        """What feeding t finds from a frame that a borrowing made (in a search that has not
+        borrowed before): the search from it alone, with the budget left there (one less).
+        Memoized. Why it is the same as going on in the one search: a frame reachable from
+        it is reachable in both, and one search gives each frame the most budget of any path
+        to it, at least the budget it has here, so the endings agree unless one of these
+        searches cuts (`_feed_uncached`'s `split`)."""
+        key = (frame, t)
+        hit = self._borrowed_feed_memo.get(key)
+        if hit is None:
+            got, bad, _ = self._feed_uncached(frame, t, False, self.budget - 1)
+            hit = self._borrowed_feed_memo[key] = (tuple(dict.fromkeys(got)), bad)
+        return hit
 
     def reduced(self, fr, r: int) -> list:
         """The frames after reducing rule r on frame `fr`: one, or, where the rule pops more
         than the frame knows (or reaches its borrowed bottom), one per goto target of the
         states that can lie below (found by walking the rule's right side backwards)."""
         n = self.rule_len[r]
-        rhs = self.rules[r].rhs
-        if n < len(fr):
-            base = fr[: len(fr) - n]
-            attr = self.sem.synthesized(r, rhs, [e[2] for e in fr[len(fr) - n :]])
-            bs, bdf, _ = base[-1]
-            if isinstance(bs, int):
-                if not self._may_hold(bs, attr):
+        m = len(fr) - n
+        if m > 0:
+            mode, value = self._attr_mode[r]
+            if mode == _ATTR_CONST:
+                attr = value
+            elif mode == _ATTR_PASS:  # `Semantics.synthesized` of a PASS rule, inline
+                attr = fr[-1][2]
+                if value and attr in MAY_HAVE_AS:
+                    attr = UNKNOWN_NO_AS if attr == UNKNOWN else NOT_SINGLE_NO_AS
+            else:
+                attr = self.sem.synthesized(r, self.rules[r].rhs, [e[2] for e in fr[m:]])
+            bs, bdf, _ = fr[m - 1]
+            if type(bs) is int:
+                if attr >= 0 and attr & self._has_as and not self._may_hold(bs, attr):
                     return []
                 g = self.goto[bs].get(self.rule_lhs[r])
-                return [base + ((g, bdf, attr),)] if g is not None else []
+                return [fr[:m] + ((g, bdf, attr),)] if g is not None else []
             # the borrowed bottom: one branch per goto target
             tops = self._borrowed(bs, r, -1, self._filters(attr))
         else:
-            attr = self.sem.synthesized(r, rhs, [UNKNOWN] * (n - len(fr)) + [e[2] for e in fr])
-            tops = self._borrowed(fr[0][0], r, n - len(fr), self._filters(attr))
+            attr = self.sem.synthesized(r, self.rules[r].rhs, [UNKNOWN] * -m + [e[2] for e in fr])
+            tops = self._borrowed(fr[0][0], r, -m, self._filters(attr))
         return [((b, fl, UNKNOWN), (g, fl, attr)) for b, fl, g in tops]
 
     def _filters(self, attr: int) -> bool:
@@ -578,6 +670,22 @@ class Explorer:
         carrying HAS_AS only on a WITH state (`semantics.has_as_parent_states`)."""
         parents = self.sem.has_as_parents
         return parents is None or attr < 0 or not attr & self._has_as or base in parents
+
+
+_ATTR_CONST, _ATTR_PASS, _ATTR_RULE = range(3)
+
+
+def _attr_mode(sem: Semantics, kind: int, const: int, rhs: tuple) -> tuple[int, int]:
+    """How `reduced` computes the attribute of a rule's node (`Semantics.synthesized`): a
+    constant (the value), passed up from the last child (whether HAS_AS is ruled out on the
+    way: the child's symbol can't carry it), or by `synthesized` itself."""
+    if kind == NOT_TRACKED:
+        return _ATTR_CONST, UNKNOWN
+    if kind == G.CONST:
+        return _ATTR_CONST, const
+    if kind == G.PASS and rhs:
+        return _ATTR_PASS, int(rhs[-1] not in sem.may_has_as)
+    return _ATTR_RULE, 0
 
 
 def _decided_mixed(res: int) -> bool:

@@ -34,3 +34,25 @@ def forked_pool(processes: int, initializer: Callable | None = None, initargs: t
             yield pool
     finally:
         gc.unfreeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the block runs (as it was after). For the
+    analyses' workers: the explorers' memos hold millions of tuples, and every full collection
+    walked them all (a third of the jointly-legal step's CPU; Bar-Hillel's queries, whose
+    grammar objects are as many, 15 -> 6 s), to find next to nothing: these searches make no
+    reference cycles that outlive them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            if multiprocessing.parent_process() is not None:
+                # a pool's worker: what the block made goes out of the collector's sight, else
+                # the first allocation after (pickling the result) walks it all once. Not in
+                # a process of its own (a server's): frozen cycles would never be collected
+                gc.freeze()
+            gc.enable()
+

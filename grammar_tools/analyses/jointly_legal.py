@@ -30,6 +30,7 @@ is jointly legal with (a row checked with fewer terminals).
 from __future__ import annotations
 
 import enum
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -46,9 +47,13 @@ LOCKSTEP_REFINE = 2  # stack entries made known where two terminals fed in locks
 def canonical(grammar: Grammar, seq: tuple[int, ...], python: bool = True) -> tuple[int, ...]:
     """`seq` with every terminal replaced by the first member of its interchangeable class
     (`python`: the classes that the recognizer's guards keep)."""
-    classes = recognizer_classes(grammar) if python else interchangeable_classes(grammar)
-    cmap = canonical_map(grammar, classes)
+    cmap = _canonical_map(grammar, python)
     return tuple(cmap.get(e, e) for e in seq)
+
+
+@functools.lru_cache(maxsize=8)
+def _canonical_map(grammar: Grammar, python: bool) -> dict[int, int]:
+    return canonical_map(grammar, recognizer_classes(grammar) if python else interchangeable_classes(grammar))
 
 
 def extends_jointly(grammar: Grammar, context: Context, prefix, suffix, python: bool = True) -> bool:

@@ -151,14 +151,19 @@ class Lockstep:
             else:
                 below_as = frame[:-2] + ((min(keep) if len(keep) == 1 else frozenset(keep), bdf, ba),)
         out = []
-        for k in range(1 << len(bits)):
-            v = sum(bit for i, bit in enumerate(bits) if k >> i & 1)
+        for v in _bit_values(tuple(bits)):
             if v & HAS_AS:
                 if below_as is not None:
                     out.append(below_as + ((top, df, v),))
             else:
                 out.append(frame[:-1] + ((top, df, v),))
         return out
+
+
+@functools.lru_cache(maxsize=16)
+def _bit_values(bits: tuple[int, ...]) -> tuple[int, ...]:
+    """Every value made of some of `bits`, in the order of the subsets' binary numbers."""
+    return tuple(sum(bit for i, bit in enumerate(bits) if k >> i & 1) for k in range(1 << len(bits)))
 
 
 def lockstep(grammar: Grammar, python: bool = True, budget: int = DEFAULT_BUDGET) -> Lockstep:
