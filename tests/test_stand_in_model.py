@@ -3,9 +3,8 @@ random weights of a small shape) through `syntaxlock complete --model DIR` and t
 server. Its answers are noise; every one offered must still compile (CPython's compile()) when
 spliced in, and the server's prompt reads the other open documents.
 
-Slow: the first use builds the full mask store of the 151k-token vocabulary (about a minute of
-CPU; the streamlined one's analyses take far longer cold at this width, and its masks are the
-same: docs/models.md). Sampling at temperature 1 with a seed: greedy, random weights repeat one
+Slow: the first use builds the full mask store of the 151k-token vocabulary (about 14 s of CPU;
+the streamlined one takes about 65 s of CPU cold, and its masks are the same: docs/models.md). Sampling at temperature 1 with a seed: greedy, random weights repeat one
 token until the token limit and offer nothing, which would check nothing.
 """
 
