@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import threading
 
 import pytest
 
@@ -199,6 +200,29 @@ def test_never_legal_cache_and_worker_processes(tmp_path, monkeypatch):
     data["after:PLUS|PLUS"] = False
     bar_hillel.cache_path(g).write_text(json.dumps(data))
     assert is_never_legal_many(g, queries[:1], processes=1)[queries[0]] is False
+
+
+def test_never_legal_queries_stay_in_a_process_where_a_thread_runs(tmp_path, monkeypatch):
+    """A fork copies only the calling thread (a lock another thread holds stays held in the
+    child): with a thread running, the batch is answered here, the answers the same."""
+    monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))
+    g = load_grammar(SUMS, "start")
+    tid = g.term_id
+    queries = [(after(tid["PLUS"]), (tid["PLUS"],)), (after(tid["X"]), (tid["RPAR"], tid["PLUS"]))]
+
+    def no_fork(*args, **kwargs):
+        raise AssertionError("forked a pool beside a running thread")
+
+    monkeypatch.setattr(bar_hillel, "forked_pool", no_fork)
+    stop = threading.Event()
+    beside = threading.Thread(target=stop.wait)
+    beside.start()
+    try:
+        answers = is_never_legal_many(g, queries, processes=2)
+    finally:
+        stop.set()
+        beside.join()
+    assert answers == {queries[0]: True, queries[1]: False}
 
 
 # ---------------------------------------------------------------- Python

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .. import cache
 from .contexts import AFTER, Context, Layout
-from .forked_pool import forked_pool
+from .forked_pool import can_fork, forked_pool
 from ..grammar import Grammar
 
 log = logging.getLogger(__name__)
@@ -372,7 +372,8 @@ def decide(
 ) -> dict[tuple[Context, tuple[int, ...]], bool]:
     """The exact answers for many (context, seq) queries: from the cache, the rest computed on
     `processes` worker processes (longest patterns last). With a time budget, queries not
-    started in time are left out of the result (unknown)."""
+    started in time are left out of the result (unknown). In a process where another thread
+    runs (`can_fork` False) the queries are answered in this process."""
     store, out, todo = cached_answers(grammar, queries)
     if not todo:
         return out
@@ -384,7 +385,7 @@ def decide(
 
         bar = tqdm(total=len(items), desc="never legal (Bar-Hillel)", unit="query", leave=False)
     try:
-        if processes > 1 and len(items) > 1:
+        if processes > 1 and len(items) > 1 and can_fork():
             with forked_pool(processes, _init_worker, (grammar.text, grammar.start)) as pool:
                 for (c, s), (empty, _) in zip(todo, pool.imap(_work, items, chunksize=1)):
                     out[(c, s)] = empty
