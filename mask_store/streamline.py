@@ -326,7 +326,7 @@ class _Streamliner:
         # tasks in the order they start: the queries, then the batches by size; a batch with a
         # context that waits for answers is skipped until they are all in
         tasks: list = [("query", q) for q in todo] + [("batch", b) for b in batches]
-        tasks_all = list(tasks)
+        n_tasks = len(tasks)
         joint: dict = {}
         answered_at = None
         if todo:
@@ -334,7 +334,7 @@ class _Streamliner:
         global _WORKER
         _WORKER = (_jointly_legal, g, self.joint_budget_steps)
         fork = self.processes >= 2 and len(tasks) >= 2 and can_fork()
-        bar = self._bar(range(len(tasks)), "never legal, jointly legal") if self.progress else None
+        bar = self._bar(range(n_tasks), "never legal, jointly legal") if self.progress else None
         with forked_pool(self.processes, tasks_per_worker=max(1, CONTEXTS_PER_WORKER // JOINTLY_LEGAL_BATCH)) if fork else _Inline() as pool:
             results: queue.SimpleQueue = queue.SimpleQueue()
             in_flight = 0
@@ -389,7 +389,7 @@ class _Streamliner:
                     answered_at = time.perf_counter() - t0
         figures.update(idle_worker_s=round(idle, 2), longest_task_s=round(longest[0], 2),
                        longest_task_started_s=round(longest[1], 2), longest_task=longest[2],
-                       tasks=len(tasks_all))
+                       tasks=n_tasks)
         store.save()
         if bar is not None:
             bar.close()
@@ -557,7 +557,7 @@ class _Streamliner:
         )
 
 
-_WORKER: tuple | None = None  # (fn, grammar, budget) for the forked workers of `_per_context`
+_WORKER: tuple | None = None  # (fn, grammar, budget) for the forked workers of `_per_context`, `_bar_hillel_and_jointly`
 
 
 def _context_work(group):
@@ -612,7 +612,7 @@ def _jointly_legal(grammar, contexts, budget_steps) -> list:
     """Per context, the shortest jointly legal prefix of each sequence and the classes of
     those. The explorer starts afresh (`Explorer.reset`) for the batch, so the work counted
     against `budget_steps` and the classes depend only on the batch (a fixed one: see
-    `_per_context`), not on what this process analysed before."""
+    `_batches`), not on what this process analysed before."""
     ex = explorer(grammar)
     ex.reset()
     out = []

@@ -27,7 +27,7 @@ from grammar_tools.analyses.interchangeable import (
 )
 from grammar_tools.analyses.jointly_legal import WorkBudget, are_jointly_legal, jointly_legal_classes
 from grammar_tools.analyses.lockstep import Lockstep, lockstep
-from grammar_tools.analyses.never_legal import is_never_legal, is_never_legal_many, is_never_legal_shown
+from grammar_tools.analyses.never_legal import is_never_legal, is_never_legal_shown
 
 # the seed's toy grammar: S ::= aSb | ε, i.e. a^n b^n
 TOY = 'start: A start B\n     |\nA: "a"\nB: "b"\n'
@@ -157,7 +157,7 @@ def test_is_never_legal_agrees_with_brute_force(text, max_len):
     queries = [(x, s) for x in alphabet for n in (1, 2) for s in itertools.product(alphabet, repeat=n)]
     ex = Explorer(g)
     fg = follow_graph(g)
-    answers = is_never_legal_many(
+    answers = bar_hillel.decide(
         g, [(after(g.term_id[x]), parse_names(g, s)) for x, s in queries], processes=1
     )
     prefixes = {s[:i] for s in sentences for i in range(len(s) + 1)}
@@ -190,7 +190,7 @@ def test_never_legal_cache_and_worker_processes(tmp_path, monkeypatch):
         (after(tid["X"]), (tid["RPAR"], tid["PLUS"])),
         (ANY, (tid["RPAR"], tid["X"])),
     ]
-    two = is_never_legal_many(g, queries, processes=2)
+    two = bar_hillel.decide(g, queries, processes=2)
     assert two == {
         queries[0]: True, queries[1]: True, queries[2]: False, queries[3]: True,
     }
@@ -199,7 +199,7 @@ def test_never_legal_cache_and_worker_processes(tmp_path, monkeypatch):
     # from the cache: the same answers without a query (a corrupted answer would show)
     data["after:PLUS|PLUS"] = False
     bar_hillel.cache_path(g).write_text(json.dumps(data))
-    assert is_never_legal_many(g, queries[:1], processes=1)[queries[0]] is False
+    assert bar_hillel.decide(g, queries[:1], processes=1)[queries[0]] is False
 
 
 def test_never_legal_queries_stay_in_a_process_where_a_thread_runs(tmp_path, monkeypatch):
@@ -218,7 +218,7 @@ def test_never_legal_queries_stay_in_a_process_where_a_thread_runs(tmp_path, mon
     beside = threading.Thread(target=stop.wait)
     beside.start()
     try:
-        answers = is_never_legal_many(g, queries, processes=2)
+        answers = bar_hillel.decide(g, queries, processes=2)
     finally:
         stop.set()
         beside.join()

@@ -17,7 +17,7 @@ tells nothing about what came before (C = ε).
 
 A query costs milliseconds (pyformlang's construction: ~0.3 s for a 3-state automaton, 5.9 s
 for an 11-state one, growing with the cube of its size); answers are cached on disk (JSON, keyed by the grammar, this code and pyformlang's version) and
-batches are spread over worker processes (`decide`, behind `never_legal.is_never_legal_many`).
+batches are spread over worker processes (`decide`).
 Run time never calls this: the mask store streamlining does, offline, for what the cheaper
 analyses leave open (one query a task, `bar_hillel_empty`, in the pool it shares with the
 jointly-legal step; `cached_answers` first).

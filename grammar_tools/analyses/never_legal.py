@@ -2,8 +2,8 @@
 
 - `is_never_legal`: exact for the grammar, by the Bar-Hillel construction and CFG emptiness
   (`bar_hillel`): L ∩ Σ*XSΣ* = ∅. The recognizer accepts a sublanguage of the grammar (its
-  guards only reject more), so the answer True holds for it too. Costly (a third of a second
-  to many seconds a query), cached on disk; `is_never_legal_many` for batches.
+  guards only reject more), so the answer True holds for it too. Milliseconds a query (the
+  grammar's normal form made once), cached on disk; `bar_hillel.decide` for batches.
 - `is_never_legal_shown`: sound but incomplete, by the unlimited-credit exploration
   (`exploration`): True means never legal, False may mean "not shown". Cheap; it knows the
   recognizer's guards, so it shows some sequences never legal that the grammar allows.
@@ -15,7 +15,7 @@ streamlining asks the exact test (`mask_store.streamline`).
 from __future__ import annotations
 
 from . import bar_hillel
-from .contexts import Context, context_from_name, parse_names
+from .contexts import context_from_name, parse_names
 from .exploration import Verdict, explorer
 from ..grammar import Grammar
 
@@ -26,18 +26,6 @@ def is_never_legal(grammar: Grammar, x, seq) -> bool:
     ctx = context_from_name(grammar, x)
     seq = parse_names(grammar, seq)
     return bar_hillel.decide(grammar, [(ctx, seq)], processes=1)[(ctx, seq)]
-
-
-def is_never_legal_many(
-    grammar: Grammar,
-    queries,
-    processes: int = 2,
-    time_budget_s: float | None = None,
-    progress: bool = False,
-) -> dict[tuple[Context, tuple[int, ...]], bool]:
-    """`is_never_legal` for many (context, seq) queries, on `processes` worker processes;
-    with a time budget, the queries not started in time are left out (unknown)."""
-    return bar_hillel.decide(grammar, queries, processes, time_budget_s, progress)
 
 
 def is_never_legal_shown(grammar: Grammar, x, seq, python: bool = True) -> bool:
