@@ -1,6 +1,6 @@
 """What a decoder-only model computes, read from a GGUF file's metadata or a `config.json`.
 
-`DecoderSpec` is every fact the forward pass (`cpu_llama`) needs beyond the weights: sizes, the
+`DecoderSpec` is every fact the forward pass (`cpu_decoder`) needs beyond the weights: sizes, the
 norm, the rotary embedding (which pairs it rotates, its bases per layer, its scaling), the
 feed-forward block, the extra norms some families have, attention windows and scales. The four
 families people run as GGUF files differ only in these facts:
@@ -197,7 +197,7 @@ def _rope(cfg: dict) -> tuple[float, str]:
 
 def spec_from_config(wdir: Path) -> DecoderSpec:
     """The spec of a Hugging Face directory's Llama or Qwen2 model from its `config.json`
-    (transformers' layout: q/k rows for rotation by halves); `Unsupported` when `cpu_llama`
+    (transformers' layout: q/k rows for rotation by halves); `Unsupported` when `cpu_decoder`
     would not compute exactly what transformers computes for it."""
     try:
         cfg = json.loads((Path(wdir) / "config.json").read_text())

@@ -35,7 +35,7 @@ then the output norm, the head (the embedding table where tied) and gemma's soft
 
 For Hugging Face directories of Llama and Qwen2 (`safetensors_weights`) the arithmetic is
 transformers' `LlamaForCausalLM`/`Qwen2ForCausalLM`'s, operation for operation, so with our
-float16 weights and a float32 cache the logits are its bits exactly (tests/test_cpu_llama.py).
+float16 weights and a float32 cache the logits are its bits exactly (tests/test_cpu_decoder.py).
 The KV cache (`CpuCache`) holds float16 keys and values by default (`kv_cache.KV_DTYPE`).
 """
 

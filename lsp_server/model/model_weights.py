@@ -1,6 +1,6 @@
 """A model's tensors by role, read in place from a GGUF file or a Hugging Face directory.
 
-The forward pass (`cpu_llama`) asks for tensors by role, the same names whatever the file
+The forward pass (`cpu_decoder`) asks for tensors by role, the same names whatever the file
 (llama.cpp's short names): `token_embd`, `output`, `output_norm`, `output_norm.bias`,
 `rope_freqs`, and per layer `blk.N.attn_norm`, `attn_q`, `attn_k`, `attn_v`, `attn_output` (with
 `.bias` where the model has one), `attn_q_norm`, `attn_k_norm`, `attn_post_norm`, `ffn_norm`,
