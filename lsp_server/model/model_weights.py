@@ -84,6 +84,7 @@ def read_gguf(path: str | Path) -> tuple[GgufHeader, DecoderSpec]:
     header = read_header(path)
     spec = spec_from_gguf(header.metadata, header.tensors, str(path))
     check_types(header)
+    _check_shapes(spec, {role_of_gguf(i.name): i.shape for i in header.tensors.values()}, str(path))
     return header, spec
 
 
@@ -118,7 +119,6 @@ def gguf_weights(path: str | Path) -> tuple[DecoderSpec, dict[str, Weight]]:
             out[role] = BlockMatrix.of(t.view(rows, -1), WeightFormat[fmt], cols)
         except (BlockFormatError, KeyError) as e:
             raise Unsupported(f"{header.path}: tensor {info.name} ({fmt}): {e}") from e
-    _check_shapes(spec, out, str(header.path))
     return spec, out
 
 
@@ -139,7 +139,7 @@ def safetensors_weights(wdir: Path) -> tuple[DecoderSpec, dict[str, Weight]]:
                     out[role] = t.to(torch.float32) if t.dim() == 1 else t
     except (SafetensorError, OSError) as e:
         raise Unsupported(f"{wdir}: the weights can't be read: {e}") from e
-    _check_shapes(spec, out, str(wdir))
+    _check_shapes(spec, {role: tuple(t.shape) for role, t in out.items()}, str(wdir))
     return spec, out
 
 
@@ -163,23 +163,21 @@ def expected_shapes(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _check_shapes(spec: DecoderSpec, tensors: dict[str, Weight], where: str) -> None:
+def _check_shapes(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], where: str) -> None:
     """`Unsupported` naming the first tensor the spec needs that is missing or of another shape
-    (optional biases must match their matrix's rows)."""
+    than the metadata says (`shapes`: the tensors' by role; a bias must match its matrix's rows)."""
     for role, shape in expected_shapes(spec).items():
-        t = tensors.get(role)
-        if t is None and role == "token_embd" and spec.tie_word_embeddings:
-            t = tensors.get("output")  # tied weights saved once, as the head
-        if t is None:
+        have = shapes.get(role)
+        if have is None and role == "token_embd" and spec.tie_word_embeddings:
+            have = shapes.get("output")  # tied weights saved once, as the head
+        if have is None:
             raise Unsupported(f"{where}: the weights lack {role}")
-        have = t.shape if isinstance(t, BlockMatrix) else tuple(t.shape)
         if tuple(have) != shape:
             raise Unsupported(f"{where}: {role} is {list(have)}, not {list(shape)} as the metadata says")
-    for role, t in tensors.items():
-        if role.endswith(".bias") and role.removesuffix(".bias") in tensors:
-            rows = tensors[role.removesuffix(".bias")].shape[0]
-            if tuple(t.shape) != (rows,):
-                raise Unsupported(f"{where}: {role} is {list(t.shape)}, not [{rows}]")
+    for role, have in shapes.items():
+        matrix = shapes.get(role.removesuffix(".bias"))
+        if role.endswith(".bias") and matrix is not None and tuple(have) != (matrix[0],):
+            raise Unsupported(f"{where}: {role} is {list(have)}, not [{matrix[0]}]")
 
 
 __all__ = ["GgufHeaderError", "Unsupported", "Weight", "gguf_weights", "read_gguf", "safetensors_weights"]
