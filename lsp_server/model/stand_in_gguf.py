@@ -71,6 +71,28 @@ def tokenizer_fields(vocab_gguf: Path) -> dict:
     return {k: v for k, v in meta.items() if k.startswith("tokenizer.")}
 
 
+def bpe_fields(tokenizer_json: Path, pre: str, eos: int) -> dict:
+    """GGUF tokenizer metadata (`gpt2` model: byte-level BPE) for a `tokenizer.json` of one
+    (its vocabulary padded to a multiple of 128 as embeddings are; added tokens marked control
+    where special, as llama.cpp's converter does)."""
+    import json
+
+    spec = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
+    vocab = dict(spec["model"]["vocab"])
+    added = {t["id"]: t for t in spec.get("added_tokens", [])}
+    size = -(-(max(list(vocab.values()) + list(added)) + 1) // 128) * 128
+    tokens = [f"[PAD{i}]" for i in range(size)]
+    types = np.full(size, 5, dtype=np.int32)  # unused, until named below
+    for text, i in vocab.items():
+        tokens[i], types[i] = text, 1
+    for i, t in added.items():
+        tokens[i], types[i] = t["content"], 3 if t.get("special") else 4
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges,
+            "tokenizer.ggml.eos_token_id": eos, "tokenizer.ggml.add_bos_token": False}
+
+
 def matrix_roles(shape: GgufShape) -> dict[str, tuple[int, int]]:
     """Every matrix of the shape, by GGUF name: (rows, row length)."""
     e, f, q, kv = shape.hidden, shape.ffn, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
