@@ -208,3 +208,20 @@ def test_the_cli_completes_with_every_architecture_and_every_item_compiles(files
         rows = [json.loads(x) for x in out.stdout.splitlines()]
         assert len(rows) == len(texts), (arch, rows)
         assert all(_compiles(by_path[r["path"]] + r["text"]) for r in rows), (arch, rows)
+
+
+@pytest.mark.slow
+def test_a_server_given_a_bad_file_says_why_and_recovers(files, tmp_path, tiny_model_dir):
+    """The server stays up: status "error" naming the file and its unsupported tensor, empty
+    answers, and it serves once the setting names a good model."""
+    from raw_lsp import RawServer
+
+    bad = _write_variant(files["qwen2"], tmp_path, bad_type="blk.1.attn_q.weight")
+    with RawServer() as s:
+        s.initialize({"model": str(bad), "maxTokens": 4}, wait="error")
+        error = s.status("error")["params"]["message"]
+        assert str(bad) in error and "blk.1.attn_q.weight is Q2_K" in error, error
+        s.open("file:///a.py", "import os\nos.pa")
+        assert s.response(s.inline("file:///a.py", 1, 5))["result"]["items"] == []
+        s.notify("workspace/didChangeConfiguration", {"settings": {"syntaxlock": {"model": str(tiny_model_dir)}}})
+        s.status("ready")
