@@ -157,9 +157,11 @@ def sentencepiece_processor(model: bytes, add_dummy_prefix: bool | None = None):
 
 
 def add_bpe_vocab_from_gguf(writer, source: str | Path, pre: str | None = None,
-                            fim: dict[str, int] | None = None, eot: int | None = None) -> None:
+                            fim: dict[str, int] | None = None, eot: int | None = None,
+                            types: dict[int, int] | None = None) -> None:
     """The tokenizer block of the GGUF file `source` (tokens, merges, types, ids) into a
-    GGUFWriter, its pre-tokenizer name replaced by `pre` if given."""
+    GGUFWriter, its pre-tokenizer name replaced by `pre` if given, token types changed as in
+    `types` (id -> type)."""
     from mask_store.gguf_metadata import read_metadata
 
     meta = read_metadata(source)
@@ -167,7 +169,10 @@ def add_bpe_vocab_from_gguf(writer, source: str | Path, pre: str | None = None,
     writer.add_tokenizer_pre(pre or meta[K + "pre"])
     writer.add_token_list(meta[K + "tokens"])
     writer.add_token_merges(meta[K + "merges"])
-    writer.add_token_types([int(x) for x in meta[K + "token_type"]])
+    kinds = [int(x) for x in meta[K + "token_type"]]
+    for i, ty in (types or {}).items():
+        kinds[i] = ty
+    writer.add_token_types(kinds)
     for key, add in (("bos_token_id", writer.add_bos_token_id), ("eos_token_id", writer.add_eos_token_id),
                      ("unknown_token_id", writer.add_unk_token_id), ("padding_token_id", writer.add_pad_token_id)):
         if K + key in meta:
@@ -206,11 +211,12 @@ def add_bpe_vocab_from_ranks(writer, ranks: dict[bytes, int], pre: str, added: t
 
 
 def reference_bpe(text: str, splits: list[str], ranks: dict[tuple[str, str], int], vocab: dict[str, int],
-                  digits_alone: bool = False) -> list[int]:
+                  digits_alone: bool = False, whole_pieces: bool = False) -> list[int]:
     """Byte-level BPE in plain Python: the text cut by each regex of `splits` in turn (a match
     and the text between matches each a piece), every digit alone first if `digits_alone`, then
     each piece's bytes spelled in GPT-2's alphabet and merged pair by pair, the lowest rank
-    first (every occurrence of it, left to right), as GPT-2's own encoder does."""
+    first (every occurrence of it, left to right), as GPT-2's own encoder does;
+    `whole_pieces`: a piece that is a token is taken whole (Llama 3's `ignore_merges`)."""
     import regex
 
     from mask_store.vocabulary import byte_level_decoder
@@ -235,6 +241,8 @@ def reference_bpe(text: str, splits: list[str], ranks: dict[tuple[str, str], int
     out = []
     for p in pieces:
         word = [spell[b] for b in p.encode()]
+        if whole_pieces and "".join(word) in vocab:
+            word = ["".join(word)]
         while len(word) > 1:
             best = min(((ranks.get((a, b)), k) for k, (a, b) in enumerate(zip(word, word[1:]))
                         if (a, b) in ranks), default=None)
