@@ -204,8 +204,12 @@ def tokenizer_from_metadata(meta: dict, name: str) -> GgufTokenizer:
     facts = _facts(meta, kind, tokens, types, name)
     special, text = _added(tokens, types, facts)
     facts = TokenizerFacts(**{**facts.__dict__, "text_ids": tuple(text)})
+    # SentencePiece matches user-defined pieces on the normalized text, where a `▁` in the text is a
+    # space too (rich's spinners spell runs of `▁`): `tokenizers` normalizes their spelling (spaces
+    # to `▁`) and matches them there; llama.cpp matches them on the raw text (docs/models.md)
+    normalized = set(text) if kind == "llama" else set()
     added = [{"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": i in special} for i in sorted(special | set(text))]
+              "normalized": i in normalized, "special": i in special} for i in sorted(special | set(text))]
     if kind == "gpt2":
         spec = _bpe_spec(meta, tokens, added, facts.pre, name)
     else:

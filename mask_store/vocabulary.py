@@ -145,9 +145,10 @@ def _byte_level(s: str, dec: dict[str, int]) -> bytes:
 
 
 def _sentencepiece(s: str) -> bytes:
-    m = _SP_BYTE.fullmatch(s)
-    if m:
-        return bytes([int(m.group(1), 16)])
+    if len(s) == 6 and s.startswith("<0x"):  # the one regex only where it can match (262k tokens)
+        m = _SP_BYTE.fullmatch(s)
+        if m:
+            return bytes([int(m.group(1), 16)])
     return s.replace("▁", " ").encode()
 
 
