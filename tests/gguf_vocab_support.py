@@ -16,7 +16,8 @@ or read from installed packages).
 - `write_vocab_gguf`: a GGUF file holding only a tokenizer block (and what the caller adds).
 
 The model-loading tests write random-weight GGUF files with either vocabulary through
-`add_sentencepiece_vocab` / `add_bpe_vocab_from_gguf` into their own writer.
+`add_tokenizer_block(writer, "spm" | "bpe")` (or `add_sentencepiece_vocab` /
+`add_bpe_vocab_from_gguf`) into their own writer.
 """
 
 from __future__ import annotations
@@ -260,6 +261,34 @@ def reference_bpe(text: str, splits: list[str], ranks: dict[tuple[str, str], int
             word = merged
         out.extend(vocab[w] for w in word)
     return out
+
+
+# ---------------------------------------------------------------------------------- either kind
+
+
+def default_model_gguf() -> Path:
+    """SmolLM2's GGUF file (the default model, installed by set-up)."""
+    from mask_store.model_files import resolve_model
+
+    return resolve_model("default").path
+
+
+def add_tokenizer_block(writer, kind: str, **ids) -> int:
+    """A complete tokenizer block of either kind into a GGUFWriter: `spm` (a SentencePiece
+    model trained here, `train_sentencepiece()`; `add_space_prefix`, `fim`, `eot` as
+    `add_sentencepiece_vocab` takes them) or `bpe` (SmolLM2's byte-level BPE; `pre`, `fim`,
+    `eot`, `types` as `add_bpe_vocab_from_gguf` takes them). Returns the vocabulary's size (the
+    embedding rows a model written with it needs)."""
+    if kind == "spm":
+        model = train_sentencepiece()
+        add_sentencepiece_vocab(writer, model, **ids)
+        return len(sentencepiece_fields(model)[0])
+    if kind == "bpe":
+        from mask_store.gguf_metadata import read_metadata
+
+        add_bpe_vocab_from_gguf(writer, default_model_gguf(), **ids)
+        return len(read_metadata(default_model_gguf())[K + "tokens"])
+    raise ValueError(f"kind {kind!r}: 'spm' or 'bpe'")
 
 
 # ---------------------------------------------------------------------------------- files

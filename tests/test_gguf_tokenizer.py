@@ -20,7 +20,7 @@ import pytest
 
 from gguf_vocab_support import (
     CONTROL, UNUSED, USER_DEFINED, add_bpe_vocab_from_gguf, add_bpe_vocab_from_ranks, add_sentencepiece_vocab,
-    reference_bpe, sentencepiece_fields, sentencepiece_model_from_fields, sentencepiece_processor, stdlib_texts,
+    add_tokenizer_block, default_model_gguf, reference_bpe, sentencepiece_fields, sentencepiece_model_from_fields, sentencepiece_processor, stdlib_texts,
     token_bytes_from_fields, train_sentencepiece, write_vocab_gguf,
 )
 
@@ -141,9 +141,7 @@ def test_declared_fim_and_end_ids(spm_model, tmp_path):
 
 
 def _smollm2_path() -> Path:
-    from mask_store.model_files import resolve_model
-
-    return resolve_model("default").path
+    return default_model_gguf()
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +183,23 @@ def test_byte_level_pre_tokenizers_against_a_plain_python_bpe(pre, smollm2_field
         assert tok.encode(text) == want, (pre, text[:200])
 
 
-def test_the_default_models_vocabulary_and_store_key_are_unchanged():
+@pytest.mark.parametrize("kind", ["spm", "bpe"])
+def test_a_tokenizer_block_of_either_kind_beside_other_metadata(kind, tmp_path):
+    """The block the model-loading tests write into their random-weight files reads back whole
+    beside an architecture's own keys."""
+    def add(w):
+        w.add_block_count(2)
+        w.add_context_length(128)
+        return add_tokenizer_block(w, kind)
+
+    sizes = []
+    tok = _load(write_vocab_gguf(tmp_path / f"{kind}.gguf", lambda w: sizes.append(add(w))))
+    assert tok.vocab.size == sizes[0] and tok.facts.kind == kind and tok.facts.end_ids
+    text = "def f(x):\n    return x + 1\n"
+    assert b"".join(tok.vocab.token_bytes[i] for i in tok.encode(text)) == text.encode()
+
+
+def test_the_default_models_vocabulary_is_unchanged():
     from mask_store.vocabulary import load_tokenizer
 
     tok = load_tokenizer("default")
