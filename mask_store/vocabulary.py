@@ -21,7 +21,9 @@ import numpy as np
 
 from grammar_tools.cache import content_hash
 
-from .model_files import EOS_NAMES, ModelSource, declared_eos, resolve_model, tokenizer_facts, tokenizer_json
+from .model_files import (
+    EOS_NAMES, ModelNotFound, ModelSource, declared_eos, resolve_model, tokenizer_facts, tokenizer_json,
+)
 from .tokenizer_facts import TokenizerFacts
 
 
@@ -210,7 +212,11 @@ def load_tokenizer(spec: str | None = None) -> LoadedTokenizer:
     path = tokenizer_json(src)
     facts = tokenizer_facts(src)
     if src.kind == "gguf":
-        tok = Tokenizer.from_file(str(path))
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers refuses what was made of the file: say which file, drop it
+            path.unlink(missing_ok=True)
+            raise ModelNotFound(f"cannot read the tokenizer of {src.path}: {str(e).splitlines()[0]}") from e
     else:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
         marked = with_control_tokens_special(raw)
