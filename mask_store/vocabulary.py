@@ -119,7 +119,9 @@ class Vocabulary:
         dec = byte_level_decoder()
         out = []
         for i, s in enumerate(pieces):
-            if i in text_ids or (i in added and not byte_level):
+            if i in text_ids and not byte_level:  # a SentencePiece user-defined piece: `▁` is a space there too
+                out.append(s.replace("▁", " ").encode())
+            elif i in text_ids or (i in added and not byte_level):
                 out.append(s.encode())
             elif i in added:
                 out.append(s.encode() if i in special else _byte_level(s, dec))
