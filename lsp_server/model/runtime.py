@@ -69,7 +69,16 @@ class FimTokens:
 
 
 def find_fim(tok: LoadedTokenizer) -> FimTokens | None:
+    """The FIM markers: the ids a GGUF file declares (`tokenizer.ggml.fim_pre_token_id`...,
+    `TokenizerFacts.fim`) where it declares prefix, suffix and middle, else found by spelling."""
     vocab = tok.tokenizer.get_vocab(with_added_tokens=True)
+    declared = getattr(getattr(tok, "facts", None), "fim", None) or {}
+    if all(r in declared for r in ("pre", "suf", "mid")):
+        ids = (declared["pre"], declared["suf"], declared["mid"])
+        style = next((st for st, marks in FIM_STYLES.items() if tuple(vocab.get(x) for x in marks) == ids), "declared")
+        repo, sep = FIM_CONTEXT.get(style, (None, None))  # the repository layout is known for Qwen's only
+        return FimTokens(style, *ids, declared.get("sep", vocab.get(sep)) if sep else None,
+                         declared.get("rep", vocab.get(repo)) if repo else None)
     for style, (p, s, m) in FIM_STYLES.items():
         if p in vocab and s in vocab and m in vocab:
             repo, sep = FIM_CONTEXT.get(style, ("", ""))
