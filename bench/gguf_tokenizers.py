@@ -182,9 +182,9 @@ def gemma_reference(path: Path):
     sys.path.insert(0, str(_HERE.parent / "tests"))
     from gguf_vocab_support import sentencepiece_model_from_fields, sentencepiece_processor
 
-    from mask_store.gguf_metadata import read_metadata
+    from mask_store.gguf_header import read_header
 
-    meta = read_metadata(path)
+    meta = read_header(path).metadata
     k = "tokenizer.ggml."
     proto = sentencepiece_model_from_fields(meta[k + "tokens"], meta[k + "scores"], meta[k + "token_type"],
                                             bool(meta.get(k + "add_space_prefix", True)),

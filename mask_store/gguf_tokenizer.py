@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf_metadata import GgufMetadataError, read_metadata
+from .gguf_header import GgufHeaderError, read_header
 from .tokenizer_facts import FIM_ROLES, TokenizerFacts
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,8 @@ def gguf_tokenizer(path: str | Path) -> GgufTokenizer:
     GgufTokenizerUnsupported, naming the file; OSError where it can't be opened)."""
     path = Path(path)
     try:
-        meta = read_metadata(path)
-    except GgufMetadataError as e:
+        meta = read_header(path).metadata
+    except GgufHeaderError as e:
         raise GgufTokenizerError(str(e)) from None
     return tokenizer_from_metadata(meta, str(path))
 

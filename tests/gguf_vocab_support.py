@@ -163,9 +163,9 @@ def add_bpe_vocab_from_gguf(writer, source: str | Path, pre: str | None = None,
     """The tokenizer block of the GGUF file `source` (tokens, merges, types, ids) into a
     GGUFWriter, its pre-tokenizer name replaced by `pre` if given, token types changed as in
     `types` (id -> type)."""
-    from mask_store.gguf_metadata import read_metadata
+    from mask_store.gguf_header import read_header
 
-    meta = read_metadata(source)
+    meta = read_header(source).metadata
     writer.add_tokenizer_model(meta[K + "model"])
     writer.add_tokenizer_pre(pre or meta[K + "pre"])
     writer.add_token_list(meta[K + "tokens"])
@@ -284,10 +284,10 @@ def add_tokenizer_block(writer, kind: str, **ids) -> int:
         add_sentencepiece_vocab(writer, model, **ids)
         return len(sentencepiece_fields(model)[0])
     if kind == "bpe":
-        from mask_store.gguf_metadata import read_metadata
+        from mask_store.gguf_header import read_header
 
         add_bpe_vocab_from_gguf(writer, default_model_gguf(), **ids)
-        return len(read_metadata(default_model_gguf())[K + "tokens"])
+        return len(read_header(default_model_gguf()).metadata[K + "tokens"])
     raise ValueError(f"kind {kind!r}: 'spm' or 'bpe'")
 
 

@@ -159,7 +159,7 @@ def test_converted_weights_and_tokenizer_keys(monkeypatch):
         _bump(m, "tokenizers")
         assert converted_tokenizer(src) != tokenizer
     with monkeypatch.context() as m:
-        _edit(m, "mask_store/gguf_metadata.py")
+        _edit(m, "mask_store/gguf_header.py")
         assert converted_tokenizer(src) != tokenizer
     _bump(monkeypatch, "torch")
     assert converted_weights.converted_dir(src) != weights

@@ -146,9 +146,9 @@ def _smollm2_path() -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2_fields():
-    from mask_store.gguf_metadata import read_metadata
+    from mask_store.gguf_header import read_header
 
-    meta = read_metadata(_smollm2_path())
+    meta = read_header(_smollm2_path()).metadata
     tokens = meta["tokenizer.ggml.tokens"]
     ranks = {tuple(m.split(" ", 1)): k for k, m in enumerate(meta["tokenizer.ggml.merges"])}
     return tokens, meta["tokenizer.ggml.token_type"], ranks, {t: i for i, t in enumerate(tokens)}
@@ -291,13 +291,13 @@ def test_clear_errors_naming_the_file(tmp_path, spm_model):
     good = write_vocab_gguf(tmp_path / "good.gguf", lambda w: add_sentencepiece_vocab(w, spm_model))
     data = good.read_bytes()
     (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
-    assert "ends inside its metadata" in _error(tmp_path / "cut.gguf")
+    assert "cut off" in _error(tmp_path / "cut.gguf")
     (tmp_path / "junk.gguf").write_bytes(b"\x00" * 4096)
-    assert "magic" in _error(tmp_path / "junk.gguf")
+    assert "not a GGUF file" in _error(tmp_path / "junk.gguf")
     corrupt = bytearray(data)
     corrupt[16:24] = (10**12).to_bytes(8, "little")  # the key-value count
     (tmp_path / "corrupt.gguf").write_bytes(bytes(corrupt))
-    assert "claims" in _error(tmp_path / "corrupt.gguf")
+    assert "impossible" in _error(tmp_path / "corrupt.gguf")
 
 
 def test_sentencepiece_turns_canonical_tokenization_off_with_the_reason(spm):
