@@ -1,0 +1,392 @@
+/* Short products (at most INT8_ROWS rows: decoding steps, speculative verification) of
+ * quantized weights, the llama.cpp way: each row of x is quantized once per product to int8
+ * in units of 32 values, then every weight unit's integer codes are multiplied with it in
+ * integers and the scales applied in float.
+ *
+ * The rows (`quantize_rows`): per unit of 32 values a float scale da = max|x| / 127 and codes
+ * a = round(x / da) in [-127, 127] (ties to even); per lane of 4 values (the lanes of the
+ * integer dot products below) the negated sum of its 4 codes, the unit's da, and da times the
+ * sum (for the formats with a minimum). A row's bytes: K codes, then K / 4 int32 negated
+ * sums, K / 4 float da, K / 4 float da * sum: 4 K bytes (`ACT_BYTES`).
+ *
+ * The weights, per unit of 32 values (`Unit`): codes c in [0, 128] (unsigned, the first
+ * operand of vpdpbusd / maddubs), a float scale per half of 16 values (S; the two halves
+ * differ only in Q6_K, whose scales are per 16), an integer offset o (Q4_0 8, Q5_0 16, Q6_K 32)
+ * or a float minimum M (Q4_1, Q5_1: m; Q4_K, Q5_K: -dmin * m_j). Q8_0's signed codes take
+ * llama.cpp's sign trick: c = |w| and the row's codes negated where w < 0.
+ *
+ * An output is then, per lane l of 4 values of unit u (8 lanes a unit),
+ *     I_l = sum of the 4 (c * a) - o * (sum of the 4 a)        exact, in int32
+ *     acc[u % 2]_l += (float)I_l * (S_l * da_u)                 one multiply, one fused add
+ *     acc[u % 2]_l += (da_u * sum_l) * M_u                      (formats with a minimum)
+ * over the units in order, then the sum of acc[0] + acc[1]'s 8 lanes (`v8_hsum`'s order).
+ * The integers are exact and every float operation of an output depends only on its row
+ * and its weights, never on the other rows or on how the work is split: a row's result has
+ * the same bits whatever the number of rows. The AVX2 and AVX-512 builds compute these same
+ * operations (AVX-512 holds acc[0] and acc[1] as the halves of one register, two units per
+ * instruction), so they give the same bits too; the portable build differs only where its
+ * target has no fused multiply-add.
+ *
+ * Accuracy: the row's rounding moves each value by at most da / 2 = max|x| / 254 of its unit,
+ * so an output moves by at most sum over units of max|x_u| / 254 * sum |w| over the unit (the
+ * tests hold the kernels to that bound, plus float32 rounding). */
+#ifndef SYNTAXLOCK_INT8_PRODUCTS_H
+#define SYNTAXLOCK_INT8_PRODUCTS_H
+
+#include "block_formats.h"
+
+#define INT8_ROWS 32 /* products of at most this many rows take the int8 path */
+#define INT8_GROUP 4 /* rows that share one decoding of a weight row */
+#define ACT_BYTES(K) ((int64_t)4 * (K)) /* a quantized row's bytes */
+
+/* rows [0, M) of x [M, K] into `out` (ACT_BYTES(K) bytes a row) */
+static void quantize_rows(const float *x, int M, int K, uint8_t *out) {
+    int L = K / 4;
+    for (int i = 0; i < M; i++) {
+        const float *r = x + (int64_t)i * K;
+        uint8_t *o = out + (int64_t)i * ACT_BYTES(K);
+        int8_t *q = (int8_t *)o;
+        int32_t *nls = (int32_t *)(o + K);
+        float *dal = (float *)(o + K) + L, *lsd = (float *)(o + K) + 2 * L;
+        for (int u = 0; u < K / QK; u++) {
+            const float *v = r + QK * u;
+            float amax = 0.0f;
+            for (int j = 0; j < QK; j++) {
+                float a = __builtin_fabsf(v[j]);
+                if (!(a <= amax)) amax = a; /* a NaN wins: the outputs become NaN, as a float product's */
+            }
+            float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            for (int j = 0; j < QK; j++) {
+                float t = round_even(v[j] * id);
+                t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
+                q[QK * u + j] = (int8_t)(t == t ? (int)t : 0);
+            }
+            for (int l = 0; l < 8; l++) {
+                const int8_t *a = q + QK * u + 4 * l;
+                int s = a[0] + a[1] + a[2] + a[3];
+                nls[8 * u + l] = -s;
+                dal[8 * u + l] = d;
+                lsd[8 * u + l] = d * (float)s;
+            }
+        }
+    }
+}
+
+/* the constants of a format's units */
+ALWAYS_INLINE int unit_offset_shift(const int f) { /* o = 1 << shift (0: none) */
+    return f == W_Q4_0 ? 3 : f == W_Q5_0 ? 4 : f == W_Q6_K ? 5 : 0;
+}
+ALWAYS_INLINE int unit_has_min(const int f) { return f == W_Q4_1 || f == W_Q5_1 || f == W_Q4_K || f == W_Q5_K; }
+ALWAYS_INLINE int is_kquant(const int f) { return f == W_Q4_K || f == W_Q5_K || f == W_Q6_K; }
+
+/* a K-quant super-block's float scales (per 16 values) and minimums (per 32), decoded once
+ * for its 8 units: d * sc exact, -(dmin * m) exact */
+typedef struct { float s[16], m[8]; } Header;
+
+ALWAYS_INLINE void kquant_header(const uint8_t *b, const int f, Header *h) {
+    if (f == W_Q6_K) {
+        float d = half_at(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int g = 0; g < 16; g++) h->s[g] = d * (float)sc[g];
+        return;
+    }
+    float d = half_at(b), dmin = half_at(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        kquant_scale_min(b + 4, j, &sc, &m);
+        h->s[2 * j] = h->s[2 * j + 1] = d * (float)sc;
+        h->m[j] = -(dmin * (float)m);
+    }
+}
+
+/* where unit u's bytes are: its block (legacy) or super-block (K-quant) */
+ALWAYS_INLINE const uint8_t *unit_block(const uint8_t *row, const int f, int u) {
+    return is_kquant(f) ? row + (int64_t)(u / 8) * format_bytes(f) : row + (int64_t)u * format_bytes(f);
+}
+
+#ifdef KERNEL_X86
+typedef struct {
+    __m256i codes; /* 32 unsigned codes */
+    __m256i sign;  /* Q8_0: the signed weights (their signs go to the row's codes) */
+    __m256 scale;  /* S per lane */
+    float m;       /* the minimum (formats with one) */
+} Unit;
+
+ALWAYS_INLINE __m256i nibbles(__m128i q) { /* 16 bytes: values 0-15 the low nibbles, 16-31 the high ones */
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m4)),
+                                   _mm_and_si128(_mm_srli_epi16(q, 4), m4), 1);
+}
+
+ALWAYS_INLINE __m256i high_bits(const uint8_t *p) { /* 32 bits: 0x10 in byte i where bit i is set */
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuffle);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+ALWAYS_INLINE __m256i shift_right16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+ALWAYS_INLINE Unit decode_unit(const uint8_t *row, const int f, int u, const Header *h) {
+    Unit r;
+    r.sign = _mm256_setzero_si256();
+    r.m = 0.0f;
+    const uint8_t *b = unit_block(row, f, u);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (f == W_Q8_0) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(b + 2));
+        r.codes = _mm256_abs_epi8(w);
+        r.sign = w;
+        r.scale = _mm256_set1_ps(half_at(b));
+    } else if (f == W_Q4_0 || f == W_Q4_1) {
+        r.codes = nibbles(_mm_loadu_si128((const __m128i *)(b + (f == W_Q4_1 ? 4 : 2))));
+        r.scale = _mm256_set1_ps(half_at(b));
+        if (f == W_Q4_1) r.m = half_at(b + 2);
+    } else if (f == W_Q5_0 || f == W_Q5_1) {
+        int at = f == W_Q5_1 ? 4 : 2;
+        r.codes = _mm256_or_si256(nibbles(_mm_loadu_si128((const __m128i *)(b + at + 4))), high_bits(b + at));
+        r.scale = _mm256_set1_ps(half_at(b));
+        if (f == W_Q5_1) r.m = half_at(b + 2);
+    } else if (f == W_Q4_K || f == W_Q5_K) {
+        int j = u % 8;
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + (f == W_Q5_K ? 48 : 16) + 32 * (j / 2)));
+        r.codes = _mm256_and_si256(shift_right16(q, 4 * (j & 1)), m4);
+        if (f == W_Q5_K) {
+            __m256i hb = _mm256_and_si256(shift_right16(_mm256_loadu_si256((const __m256i *)(b + 16)), j),
+                                          _mm256_set1_epi8(1));
+            r.codes = _mm256_or_si256(r.codes, _mm256_slli_epi16(hb, 4));
+        }
+        r.scale = _mm256_set1_ps(h->s[2 * j]);
+        r.m = h->m[j];
+    } else { /* W_Q6_K */
+        int t = u % 8, hh = t / 4, s = t % 4;
+        __m256i l = _mm256_loadu_si256((const __m256i *)(b + 64 * hh + 32 * (s & 1)));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * hh));
+        __m256i lo = _mm256_and_si256(shift_right16(l, 4 * (s >> 1)), m4);
+        __m256i hi = _mm256_and_si256(shift_right16(hb, 2 * s), _mm256_set1_epi8(3));
+        r.codes = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        r.scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(h->s[2 * t])),
+                                       _mm_set1_ps(h->s[2 * t + 1]), 1);
+    }
+    return r;
+}
+
+/* a row's unit u: codes, negated lane sums, da per lane, da * sum per lane */
+#define ROW_CODES(r, u) ((r) + 32 * (int64_t)(u))
+#define ROW_NLS(r, K, u) ((const int32_t *)((r) + (K)) + 8 * (int64_t)(u))
+#define ROW_DAL(r, K, u) ((const float *)((r) + (K)) + (K) / 4 + 8 * (int64_t)(u))
+#define ROW_LSD(r, K, u) ((const float *)((r) + (K)) + (K) / 2 + 8 * (int64_t)(u))
+
+/* one unit of one row into acc (8 lanes; AVX2 instructions, also the AVX-512 build's tail) */
+ALWAYS_INLINE __m256 unit_into(__m256 acc, const Unit *w, const uint8_t *r, int K, int u, const int f) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)ROW_CODES(r, u));
+    if (f == W_Q8_0) x = _mm256_sign_epi8(x, w->sign);
+    __m256i I = _mm256_madd_epi16(_mm256_maddubs_epi16(w->codes, x), _mm256_set1_epi16(1));
+    const int shift = unit_offset_shift(f);
+    if (shift) I = _mm256_add_epi32(I, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)ROW_NLS(r, K, u)),
+                                                        _mm_cvtsi32_si128(shift)));
+    __m256 P = _mm256_mul_ps(w->scale, _mm256_loadu_ps(ROW_DAL(r, K, u)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), P, acc);
+    if (unit_has_min(f)) acc = _mm256_fmadd_ps(_mm256_loadu_ps(ROW_LSD(r, K, u)), _mm256_set1_ps(w->m), acc);
+    return acc;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* two units (u, u + 1) of one row into acc: the low half acc[0] (u even), the high half acc[1] */
+ALWAYS_INLINE __m512 pair_into(__m512 acc, __m512i codes, __mmask64 neg, __m512 S, __m512 M, const uint8_t *r,
+                               int K, int u, const int f) {
+    __m512i x = _mm512_loadu_si512((const void *)ROW_CODES(r, u));
+    if (f == W_Q8_0) x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+    const int shift = unit_offset_shift(f);
+    __m512i I = shift ? _mm512_sll_epi32(_mm512_loadu_si512((const void *)ROW_NLS(r, K, u)), _mm_cvtsi32_si128(shift))
+                      : _mm512_setzero_si512();
+#ifdef __AVX512VNNI__
+    I = _mm512_dpbusd_epi32(I, codes, x);
+#else
+    I = _mm512_add_epi32(I, _mm512_madd_epi16(_mm512_maddubs_epi16(codes, x), _mm512_set1_epi16(1)));
+#endif
+    __m512 P = _mm512_mul_ps(S, _mm512_loadu_ps(ROW_DAL(r, K, u)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), P, acc);
+    if (unit_has_min(f)) acc = _mm512_fmadd_ps(_mm512_loadu_ps(ROW_LSD(r, K, u)), M, acc);
+    return acc;
+}
+
+ALWAYS_INLINE __m512 join_ps(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* mt rows (at `acts`, `stride` bytes apart) times one weight row: y[i * ystride] */
+ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
+                            int64_t ystride, const int f, const int mt) {
+    __m512 acc[INT8_GROUP];
+    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
+    int U = K / QK, u = 0;
+    Header h;
+    for (; u + 2 <= U; u += 2) {
+        if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
+        Unit a = decode_unit(wrow, f, u, &h), b = decode_unit(wrow, f, u + 1, &h);
+        __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(a.codes), b.codes, 1);
+        __mmask64 neg = 0;
+        if (f == W_Q8_0) neg = _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(a.sign), b.sign, 1));
+        __m512 S = join_ps(a.scale, b.scale);
+        __m512 M = unit_has_min(f) ? join_ps(_mm256_set1_ps(a.m), _mm256_set1_ps(b.m)) : _mm512_setzero_ps();
+        for (int i = 0; i < mt; i++) acc[i] = pair_into(acc[i], codes, neg, S, M, acts + i * stride, K, u, f);
+    }
+    if (u < U) { /* an odd last unit: into the low half (acc[0]) */
+        if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
+        Unit a = decode_unit(wrow, f, u, &h);
+        for (int i = 0; i < mt; i++) {
+            __m256 lo = unit_into(_mm512_castps512_ps256(acc[i]), &a, acts + i * stride, K, u, f);
+            acc[i] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(acc[i]), _mm256_castps_pd(lo), 0));
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
+        y[i * ystride] = v8_hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[i]), hi));
+    }
+}
+#else
+ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
+                            int64_t ystride, const int f, const int mt) {
+    __m256 acc[INT8_GROUP][2];
+    for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    Header h;
+    for (int u = 0; u < K / QK; u++) {
+        if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
+        Unit a = decode_unit(wrow, f, u, &h);
+        for (int i = 0; i < mt; i++) acc[i][u & 1] = unit_into(acc[i][u & 1], &a, acts + i * stride, K, u, f);
+    }
+    for (int i = 0; i < mt; i++) y[i * ystride] = v8_hsum(_mm256_add_ps(acc[i][0], acc[i][1]));
+}
+#endif
+
+#else /* the portable build: the same operations in plain C */
+typedef struct {
+    int8_t c[32];  /* the codes minus the offset (Q8_0: the signed codes themselves) */
+    float scale[8];
+    float m;
+} Unit;
+
+ALWAYS_INLINE Unit decode_unit(const uint8_t *row, const int f, int u, const Header *h) {
+    Unit r;
+    r.m = 0.0f;
+    const uint8_t *b = unit_block(row, f, u);
+    float s0 = 0.0f, s1;
+    if (f == W_Q8_0) {
+        for (int i = 0; i < 32; i++) r.c[i] = (int8_t)b[2 + i];
+        s0 = half_at(b);
+    } else if (f == W_Q4_0 || f == W_Q4_1) {
+        const uint8_t *q = b + (f == W_Q4_1 ? 4 : 2);
+        int o = f == W_Q4_0 ? 8 : 0;
+        for (int i = 0; i < 16; i++) {
+            r.c[i] = (int8_t)((q[i] & 0x0F) - o);
+            r.c[i + 16] = (int8_t)((q[i] >> 4) - o);
+        }
+        s0 = half_at(b);
+        if (f == W_Q4_1) r.m = half_at(b + 2);
+    } else if (f == W_Q5_0 || f == W_Q5_1) {
+        int at = f == W_Q5_1 ? 4 : 2, o = f == W_Q5_0 ? 16 : 0;
+        uint32_t qh;
+        memcpy(&qh, b + at, 4);
+        const uint8_t *q = b + at + 4;
+        for (int i = 0; i < 16; i++) {
+            r.c[i] = (int8_t)(((q[i] & 0x0F) | (((qh >> i) & 1) << 4)) - o);
+            r.c[i + 16] = (int8_t)(((q[i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - o);
+        }
+        s0 = half_at(b);
+        if (f == W_Q5_1) r.m = half_at(b + 2);
+    } else if (f == W_Q4_K || f == W_Q5_K) {
+        int j = u % 8;
+        const uint8_t *q = b + (f == W_Q5_K ? 48 : 16) + 32 * (j / 2);
+        for (int i = 0; i < 32; i++) {
+            int code = (q[i] >> (4 * (j & 1))) & 0x0F;
+            if (f == W_Q5_K) code |= ((b[16 + i] >> j) & 1) << 4;
+            r.c[i] = (int8_t)code;
+        }
+        s0 = h->s[2 * j];
+        r.m = h->m[j];
+    } else { /* W_Q6_K */
+        int t = u % 8, hh = t / 4, s = t % 4;
+        const uint8_t *l = b + 64 * hh + 32 * (s & 1), *hb = b + 128 + 32 * hh;
+        for (int i = 0; i < 32; i++)
+            r.c[i] = (int8_t)((((l[i] >> (4 * (s >> 1))) & 0x0F) | (((hb[i] >> (2 * s)) & 3) << 4)) - 32);
+        s0 = h->s[2 * t];
+        s1 = h->s[2 * t + 1];
+    }
+    if (f != W_Q6_K) s1 = s0;
+    for (int l = 0; l < 8; l++) r.scale[l] = l < 4 ? s0 : s1;
+    return r;
+}
+
+ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
+                            int64_t ystride, const int f, const int mt) {
+    float acc[INT8_GROUP][2][8];
+    for (int i = 0; i < mt; i++)
+        for (int l = 0; l < 8; l++) acc[i][0][l] = acc[i][1][l] = 0.0f;
+    Header h;
+    int L = K / 4;
+    for (int u = 0; u < K / QK; u++) {
+        if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
+        Unit w = decode_unit(wrow, f, u, &h);
+        for (int i = 0; i < mt; i++) {
+            const uint8_t *r = acts + i * stride;
+            const int8_t *x = (const int8_t *)r + QK * u;
+            const float *dal = (const float *)(r + K) + L + 8 * u, *lsd = (const float *)(r + K) + 2 * L + 8 * u;
+            float *a = acc[i][u & 1];
+            for (int l = 0; l < 8; l++) {
+                int I = 0;
+                for (int e = 0; e < 4; e++) I += w.c[4 * l + e] * x[4 * l + e];
+                a[l] = FMA((float)I, w.scale[l] * dal[l], a[l]);
+                if (unit_has_min(f)) a[l] = FMA(lsd[l], w.m, a[l]);
+            }
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        v8 s;
+        for (int l = 0; l < 8; l++) s.f[l] = acc[i][0][l] + acc[i][1][l];
+        y[i * ystride] = v8_hsum(s);
+    }
+}
+#endif
+
+/* int_tile compiled for each quantized format (f a constant in each copy) */
+ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
+                                 int64_t ystride, const int f, int mt) {
+    switch (mt) {
+    case 1: int_tile(acts, stride, wrow, K, y, ystride, f, 1); break;
+    case 2: int_tile(acts, stride, wrow, K, y, ystride, f, 2); break;
+    case 3: int_tile(acts, stride, wrow, K, y, ystride, f, 3); break;
+    default: int_tile(acts, stride, wrow, K, y, ystride, f, 4); break;
+    }
+}
+
+/* outputs [n0, n1) of every row: y[m, n] for the M rows quantized at `acts` and weights `w`
+ * [N, K] of quantized format f. Weight row n is decoded once per group of up to INT8_GROUP
+ * rows (groups as even as can be). */
+static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1) {
+    int64_t stride = ACT_BYTES(K), rb = row_bytes(f, K);
+    int groups = (M + INT8_GROUP - 1) / INT8_GROUP;
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *wrow = w + (int64_t)n * rb;
+        for (int g = 0, m0 = 0; g < groups; g++) {
+            int mt = (M - m0) / (groups - g);
+            const uint8_t *a = acts + m0 * stride;
+            float *out = y + (int64_t)m0 * N + n;
+            switch (f) {
+            case W_Q4_0: int_tile_rows(a, stride, wrow, K, out, N, W_Q4_0, mt); break;
+            case W_Q4_1: int_tile_rows(a, stride, wrow, K, out, N, W_Q4_1, mt); break;
+            case W_Q5_0: int_tile_rows(a, stride, wrow, K, out, N, W_Q5_0, mt); break;
+            case W_Q5_1: int_tile_rows(a, stride, wrow, K, out, N, W_Q5_1, mt); break;
+            case W_Q8_0: int_tile_rows(a, stride, wrow, K, out, N, W_Q8_0, mt); break;
+            case W_Q4_K: int_tile_rows(a, stride, wrow, K, out, N, W_Q4_K, mt); break;
+            case W_Q5_K: int_tile_rows(a, stride, wrow, K, out, N, W_Q5_K, mt); break;
+            default: int_tile_rows(a, stride, wrow, K, out, N, W_Q6_K, mt); break;
+            }
+            m0 += mt;
+        }
+    }
+}
+
+#endif
