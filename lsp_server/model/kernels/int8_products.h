@@ -79,8 +79,9 @@ ALWAYS_INLINE int unit_offset_shift(const int f) { /* o = 1 << shift (0: none) *
 ALWAYS_INLINE int unit_has_min(const int f) { return f == W_Q4_1 || f == W_Q5_1 || f == W_Q4_K || f == W_Q5_K; }
 ALWAYS_INLINE int is_kquant(const int f) { return f == W_Q4_K || f == W_Q5_K || f == W_Q6_K; }
 
-/* a K-quant super-block's float scales (per 16 values) and minimums (per 32), decoded once
- * for its 8 units: d * sc exact, -(dmin * m) exact */
+/* a K-quant super-block's float scales and minimums, decoded once for its 8 units: Q4_K/Q5_K
+ * s[j] = d * sc_j and m[j] = -(dmin * m_j) per unit j of 32 values; Q6_K s[g] = d * sc_g per 16
+ * values (all exact) */
 typedef struct { float s[16], m[8]; } Header;
 
 ALWAYS_INLINE void kquant_header(const uint8_t *b, const int f, Header *h) {
@@ -90,12 +91,21 @@ ALWAYS_INLINE void kquant_header(const uint8_t *b, const int f, Header *h) {
         for (int g = 0; g < 16; g++) h->s[g] = d * (float)sc[g];
         return;
     }
+    /* the 12 bytes of 6-bit scales and mins as 8 bytes of each (llama.cpp's unpacking, the
+     * same values as kquant_scale_min) */
+    uint32_t t[4];
+    memcpy(t, b + 4, 12);
+    t[3] = ((t[2] >> 4) & 0x0f0f0f0fu) | (((t[1] >> 6) & 0x03030303u) << 4);
+    uint32_t mins_low = t[1] & 0x3f3f3f3fu;
+    t[1] = (t[2] & 0x0f0f0f0fu) | (((t[0] >> 6) & 0x03030303u) << 4);
+    t[2] = mins_low;
+    t[0] &= 0x3f3f3f3fu;
+    uint8_t sm[16];
+    memcpy(sm, t, 16);
     float d = half_at(b), dmin = half_at(b + 2);
     for (int j = 0; j < 8; j++) {
-        int sc, m;
-        kquant_scale_min(b + 4, j, &sc, &m);
-        h->s[2 * j] = h->s[2 * j + 1] = d * (float)sc;
-        h->m[j] = -(dmin * (float)m);
+        h->s[j] = d * (float)sm[j];
+        h->m[j] = -(dmin * (float)sm[8 + j]);
     }
 }
 
@@ -158,7 +168,7 @@ ALWAYS_INLINE Unit decode_unit(const uint8_t *row, const int f, int u, const Hea
                                           _mm256_set1_epi8(1));
             r.codes = _mm256_or_si256(r.codes, _mm256_slli_epi16(hb, 4));
         }
-        r.scale = _mm256_set1_ps(h->s[2 * j]);
+        r.scale = _mm256_set1_ps(h->s[j]);
         r.m = h->m[j];
     } else { /* W_Q6_K */
         int t = u % 8, hh = t / 4, s = t % 4;
@@ -194,27 +204,132 @@ ALWAYS_INLINE __m256 unit_into(__m256 acc, const Unit *w, const uint8_t *r, int 
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+/* Two units (u, u + 1; u even) of a weight row, decoded together into 512-bit registers: the
+ * low half of each the unit u, the high half unit u + 1. With VNNI, Q8_0's codes are the
+ * weights plus 128 (w ^ 0x80: vpdpbusd does not saturate) and its offset 128; without, the
+ * sign trick as in the AVX2 path (maddubs saturates past 128 * 127 * 2). The integers are the
+ * same either way. */
+typedef struct {
+    __m512i codes;
+    __mmask64 neg; /* Q8_0 without VNNI: the row's codes to negate */
+    __m512 S, M;
+} Pair;
+
+#ifdef __AVX512VNNI__
+#define Q8_0_PAIR_SHIFT 7
+#else
+#define Q8_0_PAIR_SHIFT 0
+#endif
+ALWAYS_INLINE int pair_offset_shift(const int f) { return f == W_Q8_0 ? Q8_0_PAIR_SHIFT : unit_offset_shift(f); }
+
+/* float lanes [v[a] x 8, v[b] x 8] of the 4 floats v */
+ALWAYS_INLINE __m512 halves_of(__m128 v, int a, int b) {
+    __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+/* [the 16 bytes at p0 | the 16 at p1] split in nibbles: [low p0, high p0, low p1, high p1] */
+ALWAYS_INLINE __m512i nibbles2(const uint8_t *p0, const uint8_t *p1) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
+                                        _mm_loadu_si128((const __m128i *)p1), 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+ALWAYS_INLINE Pair decode_pair(const uint8_t *row, const int f, int u, const Header *h) {
+    Pair r;
+    r.neg = 0;
+    r.M = _mm512_setzero_ps();
+    const uint8_t *b = unit_block(row, f, u);
+    if (f == W_Q8_0) {
+        const uint8_t *b1 = b + 34;
+        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 2))),
+                                       _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
+#ifdef __AVX512VNNI__
+        r.codes = _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
+#else
+        r.codes = _mm512_abs_epi8(w);
+        r.neg = _mm512_movepi8_mask(w);
+#endif
+        uint16_t d0, d1;
+        memcpy(&d0, b, 2);
+        memcpy(&d1, b1, 2);
+        r.S = halves_of(_mm_cvtph_ps(_mm_cvtsi32_si128((int)(d0 | (uint32_t)d1 << 16))), 0, 1);
+    } else if (f == W_Q4_0 || f == W_Q4_1 || f == W_Q5_0 || f == W_Q5_1) {
+        const int bytes = format_bytes(f), with_min = f == W_Q4_1 || f == W_Q5_1;
+        const int five = f == W_Q5_0 || f == W_Q5_1, at = (with_min ? 4 : 2) + (five ? 4 : 0);
+        const uint8_t *b1 = b + bytes;
+        r.codes = nibbles2(b + at, b1 + at);
+        if (five) {
+            uint32_t h0, h1;
+            memcpy(&h0, b + at - 4, 4);
+            memcpy(&h1, b1 + at - 4, 4);
+            __mmask64 high = (__mmask64)h0 | (__mmask64)h1 << 32;
+            r.codes = _mm512_or_si512(r.codes, _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
+        }
+        uint16_t v[4] = {0, 0, 0, 0};
+        memcpy(&v[0], b, 2);
+        memcpy(&v[1], b1, 2);
+        if (with_min) {
+            memcpy(&v[2], b + 2, 2);
+            memcpy(&v[3], b1 + 2, 2);
+        }
+        uint64_t packed;
+        memcpy(&packed, v, 8);
+        __m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
+        r.S = halves_of(dm, 0, 1);
+        if (with_min) r.M = halves_of(dm, 2, 3);
+    } else if (f == W_Q4_K || f == W_Q5_K) {
+        int c = (u % 8) / 2; /* the pair's 32 bytes: unit 2c the low nibbles, 2c + 1 the high ones */
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(b + (f == W_Q5_K ? 48 : 16) + 32 * c));
+        r.codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
+                                     _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
+        if (f == W_Q5_K) { /* bit 2c (low half) and 2c + 1 (high half) of the 32 high-bit bytes */
+            __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+            __m512i sel = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * c)))),
+                                             _mm256_set1_epi8((char)(2 << (2 * c))), 1);
+            r.codes = _mm512_or_si512(r.codes,
+                                      _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(hb, sel), _mm512_set1_epi8(0x10)));
+        }
+        __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * c)),
+                                         _mm256_set1_epi32(2 * c + 1), 1);
+        r.S = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(h->s)));
+        r.M = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(_mm256_loadu_ps(h->m)));
+    } else { /* W_Q6_K: pair p = units 2p, 2p + 1 = 4 hh + s, s + 1 (s = 2 (p % 2)) */
+        int p = (u % 8) / 2, hh = p / 2, nib = p % 2;
+        __m512i ql = _mm512_loadu_si512((const void *)(b + 64 * hh)); /* unit s: 32 bytes, unit s + 1: the next 32 */
+        __m512i lo = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * nib)), _mm512_set1_epi8(0x0F));
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * hh)));
+        __m512i shifts = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * nib))),
+                                            _mm256_set1_epi16((short)(4 * nib + 2)), 1);
+        __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shifts), _mm512_set1_epi8(3));
+        r.codes = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+        __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * p),
+                                       _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+        r.S = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(h->s));
+    }
+    return r;
+}
+
 /* two units (u, u + 1) of one row into acc: the low half acc[0] (u even), the high half acc[1] */
-ALWAYS_INLINE __m512 pair_into(__m512 acc, __m512i codes, __mmask64 neg, __m512 S, __m512 M, const uint8_t *r,
-                               int K, int u, const int f) {
+ALWAYS_INLINE __m512 pair_into(__m512 acc, const Pair *w, const uint8_t *r, int K, int u, const int f) {
     __m512i x = _mm512_loadu_si512((const void *)ROW_CODES(r, u));
-    if (f == W_Q8_0) x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-    const int shift = unit_offset_shift(f);
+    const int shift = pair_offset_shift(f);
     __m512i I = shift ? _mm512_sll_epi32(_mm512_loadu_si512((const void *)ROW_NLS(r, K, u)), _mm_cvtsi32_si128(shift))
                       : _mm512_setzero_si512();
 #ifdef __AVX512VNNI__
-    I = _mm512_dpbusd_epi32(I, codes, x);
+    I = _mm512_dpbusd_epi32(I, w->codes, x);
 #else
-    I = _mm512_add_epi32(I, _mm512_madd_epi16(_mm512_maddubs_epi16(codes, x), _mm512_set1_epi16(1)));
+    if (f == W_Q8_0) x = _mm512_mask_sub_epi8(x, w->neg, _mm512_setzero_si512(), x);
+    I = _mm512_add_epi32(I, _mm512_madd_epi16(_mm512_maddubs_epi16(w->codes, x), _mm512_set1_epi16(1)));
 #endif
-    __m512 P = _mm512_mul_ps(S, _mm512_loadu_ps(ROW_DAL(r, K, u)));
+    __m512 P = _mm512_mul_ps(w->S, _mm512_loadu_ps(ROW_DAL(r, K, u)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), P, acc);
-    if (unit_has_min(f)) acc = _mm512_fmadd_ps(_mm512_loadu_ps(ROW_LSD(r, K, u)), M, acc);
+    if (unit_has_min(f)) acc = _mm512_fmadd_ps(_mm512_loadu_ps(ROW_LSD(r, K, u)), w->M, acc);
     return acc;
-}
-
-ALWAYS_INLINE __m512 join_ps(__m256 lo, __m256 hi) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
 
 /* mt rows (at `acts`, `stride` bytes apart) times one weight row: y[i * ystride] */
@@ -226,13 +341,8 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
     Header h;
     for (; u + 2 <= U; u += 2) {
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
-        Unit a = decode_unit(wrow, f, u, &h), b = decode_unit(wrow, f, u + 1, &h);
-        __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(a.codes), b.codes, 1);
-        __mmask64 neg = 0;
-        if (f == W_Q8_0) neg = _mm512_movepi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(a.sign), b.sign, 1));
-        __m512 S = join_ps(a.scale, b.scale);
-        __m512 M = unit_has_min(f) ? join_ps(_mm256_set1_ps(a.m), _mm256_set1_ps(b.m)) : _mm512_setzero_ps();
-        for (int i = 0; i < mt; i++) acc[i] = pair_into(acc[i], codes, neg, S, M, acts + i * stride, K, u, f);
+        Pair w = decode_pair(wrow, f, u, &h);
+        for (int i = 0; i < mt; i++) acc[i] = pair_into(acc[i], &w, acts + i * stride, K, u, f);
     }
     if (u < U) { /* an odd last unit: into the low half (acc[0]) */
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
@@ -305,7 +415,7 @@ ALWAYS_INLINE Unit decode_unit(const uint8_t *row, const int f, int u, const Hea
             if (f == W_Q5_K) code |= ((b[16 + i] >> j) & 1) << 4;
             r.c[i] = (int8_t)code;
         }
-        s0 = h->s[2 * j];
+        s0 = h->s[j];
         r.m = h->m[j];
     } else { /* W_Q6_K */
         int t = u % 8, hh = t / 4, s = t % 4;
