@@ -1,8 +1,8 @@
 """A GGUF's Q4_1/Q8_0 matrices kept in their blocks (`lsp_server/model/gguf_blocks.py`): found
 by name, put in the converted model's row order and checked value for value, written beside the
 converted weights and read back as views of the mapped file; the CPU model computes with them
-what it computes with float16 weights of the same values; a truncated or corrupt file is a
-clear error."""
+what it computes with float16 weights of the same values (prompts bit for bit; steps within the
+int8 products' rounding); a truncated or corrupt file is a clear error."""
 
 from __future__ import annotations
 
@@ -108,6 +108,9 @@ def _with_blocks(tmp_path, tiny_model_dir):
 
 def test_the_cpu_model_computes_with_the_blocks_what_float16_weights_of_those_values_give(
         tmp_path, tiny_model_dir, model_kernels):
+    """A prompt (a long pass: the blocks de-quantized exactly) gives the float16 model's bits;
+    steps and a verification pass (short passes: the int8 products) stay within their rounding
+    of the float16 model's logits, and the verification gives each row the bits of single steps."""
     half, with_blocks, formats = _with_blocks(tmp_path, tiny_model_dir)
     a, b = load_cpu_llama(half, model_kernels), load_cpu_llama(with_blocks, model_kernels)
     assert isinstance(b.embed_table, BlockMatrix) and b.head_matrix is b.embed_table  # tied: one matrix
@@ -122,7 +125,14 @@ def test_the_cpu_model_computes_with_the_blocks_what_float16_weights_of_those_va
             out += [model(ids[:, j : j + 1], cache).logits for j in range(60, 62)]
             out.append(model(ids[:, 62:70], cache, logits_to_keep=8).logits)
             outputs.append(out)
-    assert len(outputs[0]) == 4 and all(torch.equal(x, y) for x, y in zip(*outputs))
+        cache = b.new_cache()  # the same positions, each new one a single step
+        b(ids[:, :60], cache, logits_to_keep=1)
+        steps = [b(ids[:, j : j + 1], cache).logits[0, -1] for j in range(60, 70)]
+    floats, blocks = outputs
+    assert len(blocks) == 4 and torch.equal(floats[0], blocks[0])
+    for x, y in zip(floats[1:], blocks[1:]):
+        assert float((x - y).norm() / x.norm()) < 0.05 and not torch.equal(x, y)
+    assert all(torch.equal(steps[2 + i], blocks[3][0, i]) for i in range(8))
 
 
 def test_a_corrupt_blocks_file_leaves_the_model_to_the_fallback_with_the_reason(tmp_path, tiny_model_dir,

@@ -508,8 +508,10 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
         assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :8], each.k[:, :, :8])
         out[name] = (h1, one.k[:, :, :8].clone(), one.v[:, :, :8].clone())
     assert not torch.equal(out["blocks"][0], out["half"][0])  # the int8 products: not the float16 bits
-    for a, b in zip(out["blocks"], out["half"]):
-        assert torch.allclose(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    added = (out["half"][0] - call["h"]).norm()  # what the two layers added to the rows
+    assert float((out["blocks"][0] - out["half"][0]).norm() / added) < 0.03
+    for a, b in zip(out["blocks"][1:], out["half"][1:]):  # the keys and values written
+        assert float((a.float() - b.float()).norm() / b.float().norm()) < 0.03
     rows = _filled_cache(2, 5, torch.float16, d=16)
     stack = kernels.layer_stack(stacks["blocks"])
     for i in range(3):
