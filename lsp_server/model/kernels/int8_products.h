@@ -36,10 +36,37 @@
 #include "block_formats.h"
 
 #define INT8_ROWS 32 /* products of at most this many rows take the int8 path */
-#define INT8_GROUP 4 /* rows that share one decoding of a weight row */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define INT8_GROUP 8 /* rows that share one decoding of a weight row (their accumulators in registers) */
+#else
+#define INT8_GROUP 4
+#endif
 #define ACT_BYTES(K) ((int64_t)4 * (K)) /* a quantized row's bytes */
 
-/* rows [0, M) of x [M, K] into `out` (ACT_BYTES(K) bytes a row) */
+/* unit u (32 values at v) of a row: its codes, lane sums, da (scalar C: every build) */
+static inline void quantize_unit(const float *v, int8_t *q, int32_t *nls, float *dal, float *lsd) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) {
+        float a = __builtin_fabsf(v[j]);
+        if (!(a <= amax)) amax = a; /* a NaN wins: the outputs become NaN, as a float product's */
+    }
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK; j++) {
+        float t = round_even(v[j] * id);
+        t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
+        q[j] = (int8_t)(t == t ? (int)t : 0);
+    }
+    for (int l = 0; l < 8; l++) {
+        int s = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
+        nls[l] = -s;
+        dal[l] = d;
+        lsd[l] = d * (float)s;
+    }
+}
+
+/* rows [0, M) of x [M, K] into `out` (ACT_BYTES(K) bytes a row). The x86 builds take 8 values
+ * at a time where a unit's values are finite (the same operations: |x| max exact, one division,
+ * one reciprocal, round-to-nearest-even conversions), the scalar code where not. */
 static void quantize_rows(const float *x, int M, int K, uint8_t *out) {
     int L = K / 4;
     for (int i = 0; i < M; i++) {
@@ -50,24 +77,36 @@ static void quantize_rows(const float *x, int M, int K, uint8_t *out) {
         float *dal = (float *)(o + K) + L, *lsd = (float *)(o + K) + 2 * L;
         for (int u = 0; u < K / QK; u++) {
             const float *v = r + QK * u;
-            float amax = 0.0f;
-            for (int j = 0; j < QK; j++) {
-                float a = __builtin_fabsf(v[j]);
-                if (!(a <= amax)) amax = a; /* a NaN wins: the outputs become NaN, as a float product's */
+#ifdef KERNEL_X86
+            const __m256 sign = _mm256_set1_ps(-0.0f);
+            __m256 a0 = _mm256_loadu_ps(v), a1 = _mm256_loadu_ps(v + 8), a2 = _mm256_loadu_ps(v + 16),
+                   a3 = _mm256_loadu_ps(v + 24);
+            __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, a0), _mm256_andnot_ps(sign, a1)),
+                                     _mm256_max_ps(_mm256_andnot_ps(sign, a2), _mm256_andnot_ps(sign, a3)));
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+            float amax = _mm_cvtss_f32(h);
+            __m256 finite = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(a0, a0, _CMP_ORD_Q), _mm256_cmp_ps(a1, a1, _CMP_ORD_Q)),
+                                          _mm256_and_ps(_mm256_cmp_ps(a2, a2, _CMP_ORD_Q), _mm256_cmp_ps(a3, a3, _CMP_ORD_Q)));
+            if (_mm256_movemask_ps(finite) == 0xFF && amax <= 3.4028234663852886e38f) {
+                float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                __m256 vid = _mm256_set1_ps(id);
+                __m256i c0 = _mm256_cvtps_epi32(_mm256_mul_ps(a0, vid)), c1 = _mm256_cvtps_epi32(_mm256_mul_ps(a1, vid)),
+                        c2 = _mm256_cvtps_epi32(_mm256_mul_ps(a2, vid)), c3 = _mm256_cvtps_epi32(_mm256_mul_ps(a3, vid));
+                __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+                p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* packs' lane order */
+                p = _mm256_max_epi8(p, _mm256_set1_epi8(-127)); /* [-127, 127], as the scalar code */
+                _mm256_storeu_si256((__m256i *)(q + QK * u), p);
+                __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), _mm256_set1_epi16(1));
+                _mm256_storeu_si256((__m256i *)(nls + 8 * u), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+                __m256 vd = _mm256_set1_ps(d);
+                _mm256_storeu_ps(dal + 8 * u, vd);
+                _mm256_storeu_ps(lsd + 8 * u, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(sums)));
+                continue;
             }
-            float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            for (int j = 0; j < QK; j++) {
-                float t = round_even(v[j] * id);
-                t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
-                q[QK * u + j] = (int8_t)(t == t ? (int)t : 0);
-            }
-            for (int l = 0; l < 8; l++) {
-                const int8_t *a = q + QK * u + 4 * l;
-                int s = a[0] + a[1] + a[2] + a[3];
-                nls[8 * u + l] = -s;
-                dal[8 * u + l] = d;
-                lsd[8 * u + l] = d * (float)s;
-            }
+#endif
+            quantize_unit(v, q + QK * u, nls + 8 * u, dal + 8 * u, lsd + 8 * u);
         }
     }
 }
@@ -87,8 +126,15 @@ typedef struct { float s[16], m[8]; } Header;
 ALWAYS_INLINE void kquant_header(const uint8_t *b, const int f, Header *h) {
     if (f == W_Q6_K) {
         float d = half_at(b + 208);
+#ifdef KERNEL_X86
+        __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+        _mm256_storeu_ps(h->s, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+        _mm256_storeu_ps(h->s + 8, _mm256_mul_ps(_mm256_set1_ps(d),
+                                                 _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+#else
         const int8_t *sc = (const int8_t *)(b + 192);
         for (int g = 0; g < 16; g++) h->s[g] = d * (float)sc[g];
+#endif
         return;
     }
     /* the 12 bytes of 6-bit scales and mins as 8 bytes of each (llama.cpp's unpacking, the
@@ -100,13 +146,20 @@ ALWAYS_INLINE void kquant_header(const uint8_t *b, const int f, Header *h) {
     t[1] = (t[2] & 0x0f0f0f0fu) | (((t[0] >> 6) & 0x03030303u) << 4);
     t[2] = mins_low;
     t[0] &= 0x3f3f3f3fu;
+    float d = half_at(b), dmin = half_at(b + 2);
+#ifdef KERNEL_X86
+    __m128i sm = _mm_loadu_si128((const __m128i *)t);
+    __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
+    _mm256_storeu_ps(h->s, _mm256_mul_ps(_mm256_set1_ps(d), sc));
+    _mm256_storeu_ps(h->m, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), mn), _mm256_set1_ps(-0.0f)));
+#else
     uint8_t sm[16];
     memcpy(sm, t, 16);
-    float d = half_at(b), dmin = half_at(b + 2);
     for (int j = 0; j < 8; j++) {
         h->s[j] = d * (float)sm[j];
         h->m[j] = -(dmin * (float)sm[8 + j]);
     }
+#endif
 }
 
 /* where unit u's bytes are: its block (legacy) or super-block (K-quant) */
@@ -269,18 +322,19 @@ ALWAYS_INLINE Pair decode_pair(const uint8_t *row, const int f, int u, const Hea
             __mmask64 high = (__mmask64)h0 | (__mmask64)h1 << 32;
             r.codes = _mm512_or_si512(r.codes, _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
         }
-        uint16_t v[4] = {0, 0, 0, 0};
-        memcpy(&v[0], b, 2);
-        memcpy(&v[1], b1, 2);
-        if (with_min) {
-            memcpy(&v[2], b + 2, 2);
-            memcpy(&v[3], b1 + 2, 2);
+        if (with_min) { /* d and m side by side: [d0, m0, d1, m1] */
+            uint32_t h0, h1;
+            memcpy(&h0, b, 4);
+            memcpy(&h1, b1, 4);
+            __m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)(h0 | (uint64_t)h1 << 32)));
+            r.S = halves_of(dm, 0, 2);
+            r.M = halves_of(dm, 1, 3);
+        } else {
+            uint16_t d0, d1;
+            memcpy(&d0, b, 2);
+            memcpy(&d1, b1, 2);
+            r.S = halves_of(_mm_cvtph_ps(_mm_cvtsi32_si128((int)(d0 | (uint32_t)d1 << 16))), 0, 1);
         }
-        uint64_t packed;
-        memcpy(&packed, v, 8);
-        __m128 dm = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
-        r.S = halves_of(dm, 0, 1);
-        if (with_min) r.M = halves_of(dm, 2, 3);
     } else if (f == W_Q4_K || f == W_Q5_K) {
         int c = (u % 8) / 2; /* the pair's 32 bytes: unit 2c the low nibbles, 2c + 1 the high ones */
         const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -468,7 +522,15 @@ ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint
     case 1: int_tile(acts, stride, wrow, K, y, ystride, f, 1); break;
     case 2: int_tile(acts, stride, wrow, K, y, ystride, f, 2); break;
     case 3: int_tile(acts, stride, wrow, K, y, ystride, f, 3); break;
+#if INT8_GROUP > 4
+    case 4: int_tile(acts, stride, wrow, K, y, ystride, f, 4); break;
+    case 5: int_tile(acts, stride, wrow, K, y, ystride, f, 5); break;
+    case 6: int_tile(acts, stride, wrow, K, y, ystride, f, 6); break;
+    case 7: int_tile(acts, stride, wrow, K, y, ystride, f, 7); break;
+    default: int_tile(acts, stride, wrow, K, y, ystride, f, 8); break;
+#else
     default: int_tile(acts, stride, wrow, K, y, ystride, f, 4); break;
+#endif
     }
 }
 
