@@ -110,10 +110,38 @@ def model_step(kernels, path: Path, reps: int) -> dict:
            "formats_skipped": sorted(skipped)}
     for m in (1, 8):
         xs = [torch.randn(m, w.shape[1]) for w in mats]
-        sec = p50(lambda: [kernels.matmul(x, w) for x, w in zip(xs, mats)], reps)
+        sec = p50(lambda xs=xs: [kernels.matmul(x, w) for x, w in zip(xs, mats)], reps)
         out[f"m{m}_ms_per_step"] = round(sec * 1000, 2)
         out[f"m{m}_gb_s"] = round(nbytes / sec / 1e9, 1)
     return out
+
+
+def format_figures(kernels, name: str, args, rng: np.random.Generator, int8: bool) -> dict:
+    """One format's figures (the module's doc)."""
+    import torch
+
+    from lsp_server.model.kernels.block_weights import BlockMatrix, WeightFormat
+
+    fmt = WeightFormat[name]
+    raw = random_matrix(name, args.rows, args.cols, rng)
+    w = raw if name == "F16" else BlockMatrix.of(raw, fmt, args.cols)
+    small = raw[:4096] if name == "F16" else BlockMatrix.of(raw[:4096].contiguous(), fmt, args.cols)
+    nbytes = raw.numel() * raw.element_size()
+    got = {"bytes_per_value": round(nbytes / (args.rows * args.cols), 4)}
+    for m in (1, 8):
+        x = torch.randn(m, args.cols)
+        got[f"m{m}_gb_s"] = round(nbytes / p50(lambda x=x: kernels.matmul(x, w), args.reps) / 1e9, 2)
+    x = torch.randn(256, args.cols)
+    sec = p50(lambda: kernels.matmul(x, small), max(2, args.reps // 2))
+    got["m256_ms_per_row"] = round(sec * 1000 / 256, 4)
+    got["m256_gflop_s"] = round(2 * 256 * 4096 * args.cols / sec / 1e9, 1)
+    if int8 and name not in ("F32", "BF16", "F16"):
+        x64 = torch.randn(64, args.cols)
+        two = p50(lambda: (kernels.matmul(x64[:32], small), kernels.matmul(x64[32:], small)), max(2, args.reps // 2))
+        one = p50(lambda: kernels.matmul(x64, small), max(2, args.reps // 2))
+        got["int8_m64_ms_per_row"] = round(two * 1000 / 64, 4)
+        got["float_m64_ms_per_row"] = round(one * 1000 / 64, 4)
+    return got
 
 
 def main(argv=None) -> int:
@@ -132,7 +160,7 @@ def main(argv=None) -> int:
     import torch
 
     from lsp_server.model.kernels import library
-    from lsp_server.model.kernels.block_weights import BlockMatrix, WeightFormat
+    from lsp_server.model.kernels.block_weights import WeightFormat
 
     kernels = library.load()
     if kernels is None:
@@ -146,28 +174,8 @@ def main(argv=None) -> int:
         if name not in WeightFormat.__members__:
             report["formats"][name] = "not a format of this version"
             continue
-        fmt = WeightFormat[name]
-        raw = random_matrix(name, args.rows, args.cols, rng)
-        w = raw if name == "F16" else BlockMatrix.of(raw, fmt, args.cols)
-        small = raw[:4096] if name == "F16" else BlockMatrix.of(raw[:4096].contiguous(), fmt, args.cols)
-        nbytes = raw.numel() * raw.element_size()
-        got = {"bytes_per_value": round(nbytes / (args.rows * args.cols), 4)}
-        for m in (1, 8):
-            x = torch.randn(m, args.cols)
-            got[f"m{m}_gb_s"] = round(nbytes / p50(lambda: kernels.matmul(x, w), args.reps) / 1e9, 2)
-        x = torch.randn(256, args.cols)
-        sec = p50(lambda: kernels.matmul(x, small), max(2, args.reps // 2))
-        got["m256_ms_per_row"] = round(sec * 1000 / 256, 4)
-        got["m256_gflop_s"] = round(2 * 256 * 4096 * args.cols / sec / 1e9, 1)
-        quantized = name not in ("F32", "BF16", "F16")
-        if quantized and report["int8_rows"]:
-            x = torch.randn(64, args.cols)
-            two = p50(lambda: (kernels.matmul(x[:32], small), kernels.matmul(x[32:], small)), max(2, args.reps // 2))
-            one = p50(lambda: kernels.matmul(x, small), max(2, args.reps // 2))
-            got["int8_m64_ms_per_row"] = round(two * 1000 / 64, 4)
-            got["float_m64_ms_per_row"] = round(one * 1000 / 64, 4)
-        report["formats"][name] = got
-        print(name, got, file=sys.stderr, flush=True)
+        report["formats"][name] = format_figures(kernels, name, args, rng, bool(report["int8_rows"]))
+        print(name, report["formats"][name], file=sys.stderr, flush=True)
     report["models"] = [model_step(kernels, Path(p), args.reps) for p in args.model]
     print(json.dumps(report, indent=2))
     return 0

@@ -34,12 +34,6 @@ def kernels_of(isa: str) -> library.DecodeKernels:
     return kernels
 
 
-@pytest.fixture(params=list(library.ISAS))
-def kernels(request) -> library.DecodeKernels:
-    """Each build of the kernels in turn."""
-    return kernels_of(request.param)
-
-
 def random_blocks(fmt, rows: int, cols: int, rng: np.random.Generator, sane: bool = True,
                   scales: tuple[float, float] = (1e-3, 1e-2)) -> np.ndarray:
     """uint8 [rows, bytes a row] of `fmt` (a quantized `WeightFormat`): random bytes, and where

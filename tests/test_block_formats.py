@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, quants
-from kernel_support import kernels, kernels_of, random_blocks  # noqa: F401 (kernels: a fixture)
+from kernel_support import kernels_of, random_blocks
 
 from lsp_server.model.kernels import boundary, library
 from lsp_server.model.kernels.block_weights import BlockFormatError, BlockMatrix, WeightFormat
@@ -36,6 +36,12 @@ from lsp_server.model.kernels.block_weights import BlockFormatError, BlockMatrix
 FORMATS = [f.name for f in WeightFormat if f is not WeightFormat.F16]
 QUANTIZED = [f.name for f in WeightFormat if f.quantized]
 KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
+
+
+@pytest.fixture(params=list(library.ISAS))
+def kernels(request) -> library.DecodeKernels:
+    """Each build of the kernels this machine runs, in turn."""
+    return kernels_of(request.param)
 
 
 def matrix(name: str, rows: int, cols: int, seed: int = 0, kquant_scales=(1e-3, 1e-2)) -> tuple[BlockMatrix,

@@ -24,7 +24,13 @@ from lsp_server.model.kernels import library
 from lsp_server.model.kernels.boundary import KernelArgumentError
 from lsp_server.model.kernels.half_weights import use_half_weights
 
-from kernel_support import SANITIZED, SANITIZED_ENV, kernels, kernels_of  # noqa: F401 (kernels: a fixture)
+from kernel_support import SANITIZED, SANITIZED_ENV, kernels_of
+
+
+@pytest.fixture(params=list(library.ISAS))
+def kernels(request) -> library.DecodeKernels:
+    """Each build of the kernels this machine runs, in turn."""
+    return kernels_of(request.param)
 
 
 def test_without_kernels_the_tests_that_need_them_skip(monkeypatch, tmp_path):

@@ -13,7 +13,8 @@ compares them with transformers' on the tiny model) and greedy answers identical
 GGUF's Q4_1/Q8_0 matrices are read in their blocks instead (`gguf_blocks.read_blocks`:
 `BlockMatrix`es, a third of the float16 copy's memory, the file's exact values; the embedding
 rows de-quantized when looked up); the kernels multiply them as float16 weights of the same
-values (tests/test_gguf_blocks.py):
+values in prompts, and through their int8 products in decoding steps and verification passes
+(`DecodeKernels.matmul`; tests/test_gguf_blocks.py):
 
 - passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache, in a model without biases:
   all the layers in one kernel call (`DecodeKernels.llama_layers`: the same bits as

@@ -82,7 +82,7 @@ def block_tensors(gguf_path: Path, params: dict[str, torch.Tensor]) -> tuple[dic
         name = hf_name(t.name)
         fmt = WeightFormat.__members__.get(t.tensor_type.name)
         param = params.get(name) if name else None
-        if fmt not in BLOCK_FORMATS or param is None or param.dim() != 2:
+        if fmt is None or not fmt.quantized or param is None or param.dim() != 2:  # F32/BF16 stay float16
             continue
         try:
             matrix = BlockMatrix.of(torch.from_numpy(np.array(t.data, dtype=np.uint8)), fmt, param.shape[1])
