@@ -142,11 +142,13 @@ static void dequantize_block(const uint8_t *b, int f, float *out) {
         for (int t = 0; t < 8; t++) { /* units of 32: t = 4 h + s */
             int h = t / 4, s = t % 4;
             const uint8_t *l = ql + 64 * h + 32 * (s & 1), *hb = qh + 32 * h;
-            int shift = 4 * (s >> 1);
-            for (int i = 0; i < 32; i++) {
-                int code = ((l[i] >> shift) & 0x0F) | (((hb[i] >> (2 * s)) & 3) << 4);
-                float dl = d * (float)sc[2 * t + i / 16];
-                out[32 * t + i] = dl * (float)(code - 32);
+            int shift = 4 * (s >> 1), hshift = 2 * s;
+            for (int half = 0; half < 2; half++) { /* a scale per 16 values */
+                float dl = d * (float)sc[2 * t + half];
+                for (int i = 16 * half; i < 16 * half + 16; i++) {
+                    int code = ((l[i] >> shift) & 0x0F) | (((hb[i] >> hshift) & 3) << 4);
+                    out[32 * t + i] = dl * (float)(code - 32);
+                }
             }
         }
         break;

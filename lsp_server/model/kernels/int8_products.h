@@ -386,19 +386,21 @@ ALWAYS_INLINE __m512 pair_into(__m512 acc, const Pair *w, const uint8_t *r, int 
     return acc;
 }
 
-/* mt rows (at `acts`, `stride` bytes apart) times one weight row: y[i * ystride] */
-ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
-                            int64_t ystride, const int f, const int mt) {
+/* mt rows (at `acts`, `stride` bytes apart) times units [u0, u1) of one weight row (u0 a multiple
+ * of 16), into the rows' accumulators at acc + 16 i (lanes 0-7: the even units', 8-15: the odd
+ * units'), loaded and stored back */
+ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
+                            float *accs, const int f, const int mt) {
     __m512 acc[INT8_GROUP];
-    for (int i = 0; i < mt; i++) acc[i] = _mm512_setzero_ps();
-    int U = K / QK, u = 0;
+    for (int i = 0; i < mt; i++) acc[i] = _mm512_loadu_ps(accs + 16 * i);
+    int u = u0;
     Header h;
-    for (; u + 2 <= U; u += 2) {
+    for (; u + 2 <= u1; u += 2) {
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
         Pair w = decode_pair(wrow, f, u, &h);
         for (int i = 0; i < mt; i++) acc[i] = pair_into(acc[i], &w, acts + i * stride, K, u, f);
     }
-    if (u < U) { /* an odd last unit: into the low half (acc[0]) */
+    if (u < u1) { /* an odd last unit: into the low half (acc[0]) */
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
         Unit a = decode_unit(wrow, f, u, &h);
         for (int i = 0; i < mt; i++) {
@@ -406,23 +408,26 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
             acc[i] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(acc[i]), _mm256_castps_pd(lo), 0));
         }
     }
-    for (int i = 0; i < mt; i++) {
-        __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
-        y[i * ystride] = v8_hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[i]), hi));
-    }
+    for (int i = 0; i < mt; i++) _mm512_storeu_ps(accs + 16 * i, acc[i]);
 }
 #else
-ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
-                            int64_t ystride, const int f, const int mt) {
+ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
+                            float *accs, const int f, const int mt) {
     __m256 acc[INT8_GROUP][2];
-    for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int i = 0; i < mt; i++) {
+        acc[i][0] = _mm256_loadu_ps(accs + 16 * i);
+        acc[i][1] = _mm256_loadu_ps(accs + 16 * i + 8);
+    }
     Header h;
-    for (int u = 0; u < K / QK; u++) {
+    for (int u = u0; u < u1; u++) {
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
         Unit a = decode_unit(wrow, f, u, &h);
         for (int i = 0; i < mt; i++) acc[i][u & 1] = unit_into(acc[i][u & 1], &a, acts + i * stride, K, u, f);
     }
-    for (int i = 0; i < mt; i++) y[i * ystride] = v8_hsum(_mm256_add_ps(acc[i][0], acc[i][1]));
+    for (int i = 0; i < mt; i++) {
+        _mm256_storeu_ps(accs + 16 * i, acc[i][0]);
+        _mm256_storeu_ps(accs + 16 * i + 8, acc[i][1]);
+    }
 }
 #endif
 
@@ -484,21 +489,18 @@ ALWAYS_INLINE Unit decode_unit(const uint8_t *row, const int f, int u, const Hea
     return r;
 }
 
-ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
-                            int64_t ystride, const int f, const int mt) {
-    float acc[INT8_GROUP][2][8];
-    for (int i = 0; i < mt; i++)
-        for (int l = 0; l < 8; l++) acc[i][0][l] = acc[i][1][l] = 0.0f;
+ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
+                            float *accs, const int f, const int mt) {
     Header h;
     int L = K / 4;
-    for (int u = 0; u < K / QK; u++) {
+    for (int u = u0; u < u1; u++) {
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
         Unit w = decode_unit(wrow, f, u, &h);
         for (int i = 0; i < mt; i++) {
             const uint8_t *r = acts + i * stride;
             const int8_t *x = (const int8_t *)r + QK * u;
             const float *dal = (const float *)(r + K) + L + 8 * u, *lsd = (const float *)(r + K) + 2 * L + 8 * u;
-            float *a = acc[i][u & 1];
+            float *a = accs + 16 * i + 8 * (u & 1);
             for (int l = 0; l < 8; l++) {
                 int I = 0;
                 for (int e = 0; e < 4; e++) I += w.c[4 * l + e] * x[4 * l + e];
@@ -507,58 +509,68 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
             }
         }
     }
-    for (int i = 0; i < mt; i++) {
-        v8 s;
-        for (int l = 0; l < 8; l++) s.f[l] = acc[i][0][l] + acc[i][1][l];
-        y[i * ystride] = v8_hsum(s);
-    }
 }
 #endif
 
 /* int_tile compiled for each quantized format (f a constant in each copy) */
-ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, float *y,
-                                 int64_t ystride, const int f, int mt) {
+ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
+                                 float *accs, const int f, int mt) {
     switch (mt) {
-    case 1: int_tile(acts, stride, wrow, K, y, ystride, f, 1); break;
-    case 2: int_tile(acts, stride, wrow, K, y, ystride, f, 2); break;
-    case 3: int_tile(acts, stride, wrow, K, y, ystride, f, 3); break;
+    case 1: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 1); break;
+    case 2: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 2); break;
+    case 3: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 3); break;
 #if INT8_GROUP > 4
-    case 4: int_tile(acts, stride, wrow, K, y, ystride, f, 4); break;
-    case 5: int_tile(acts, stride, wrow, K, y, ystride, f, 5); break;
-    case 6: int_tile(acts, stride, wrow, K, y, ystride, f, 6); break;
-    case 7: int_tile(acts, stride, wrow, K, y, ystride, f, 7); break;
-    default: int_tile(acts, stride, wrow, K, y, ystride, f, 8); break;
+    case 4: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 4); break;
+    case 5: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 5); break;
+    case 6: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 6); break;
+    case 7: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 7); break;
+    default: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 8); break;
 #else
-    default: int_tile(acts, stride, wrow, K, y, ystride, f, 4); break;
+    default: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 4); break;
 #endif
     }
 }
 
-/* outputs [n0, n1) of every row: y[m, n] for the M rows quantized at `acts` and weights `w`
- * [N, K] of quantized format f. Weight row n is decoded once per group of up to INT8_GROUP
- * rows (groups as even as can be). */
+#define INT8_CHUNK 16 /* units of a chunk: a group's rows' chunk (8 rows: 16 KiB) stays in L1 for all its outputs */
+#define INT8_OUTPUTS 16 /* outputs at most per int_block call (matmul_block's NB) */
+
+/* outputs [n0, n1) (at most INT8_OUTPUTS) of every row: y[m, n] for the M rows quantized at
+ * `acts` and weights `w` [N, K] of quantized format f. Per group of up to INT8_GROUP rows (as
+ * even as can be), K in chunks of INT8_CHUNK units, each chunk over every output: the rows'
+ * chunk is read from L1, each weight row decoded once per group. The accumulators wait in
+ * memory between chunks; an output's operations are those of one pass over its units. */
 static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1) {
     int64_t stride = ACT_BYTES(K), rb = row_bytes(f, K);
-    int groups = (M + INT8_GROUP - 1) / INT8_GROUP;
-    for (int n = n0; n < n1; n++) {
-        const uint8_t *wrow = w + (int64_t)n * rb;
-        for (int g = 0, m0 = 0; g < groups; g++) {
-            int mt = (M - m0) / (groups - g);
-            const uint8_t *a = acts + m0 * stride;
-            float *out = y + (int64_t)m0 * N + n;
-            switch (f) {
-            case W_Q4_0: int_tile_rows(a, stride, wrow, K, out, N, W_Q4_0, mt); break;
-            case W_Q4_1: int_tile_rows(a, stride, wrow, K, out, N, W_Q4_1, mt); break;
-            case W_Q5_0: int_tile_rows(a, stride, wrow, K, out, N, W_Q5_0, mt); break;
-            case W_Q5_1: int_tile_rows(a, stride, wrow, K, out, N, W_Q5_1, mt); break;
-            case W_Q8_0: int_tile_rows(a, stride, wrow, K, out, N, W_Q8_0, mt); break;
-            case W_Q4_K: int_tile_rows(a, stride, wrow, K, out, N, W_Q4_K, mt); break;
-            case W_Q5_K: int_tile_rows(a, stride, wrow, K, out, N, W_Q5_K, mt); break;
-            default: int_tile_rows(a, stride, wrow, K, out, N, W_Q6_K, mt); break;
+    int groups = (M + INT8_GROUP - 1) / INT8_GROUP, U = K / QK;
+    float accs[INT8_OUTPUTS][INT8_GROUP * 16];
+    for (int g = 0, m0 = 0; g < groups; g++) {
+        int mt = (M - m0) / (groups - g);
+        const uint8_t *a = acts + m0 * stride;
+        for (int n = n0; n < n1; n++) memset(accs[n - n0], 0, sizeof(float) * 16 * (size_t)mt);
+        for (int u0 = 0; u0 < U; u0 += INT8_CHUNK) {
+            int u1 = u0 + INT8_CHUNK < U ? u0 + INT8_CHUNK : U;
+            for (int n = n0; n < n1; n++) {
+                const uint8_t *wrow = w + (int64_t)n * rb;
+                float *acc = accs[n - n0];
+                switch (f) {
+                case W_Q4_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_0, mt); break;
+                case W_Q4_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_1, mt); break;
+                case W_Q5_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q5_0, mt); break;
+                case W_Q5_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q5_1, mt); break;
+                case W_Q8_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q8_0, mt); break;
+                case W_Q4_K: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_K, mt); break;
+                case W_Q5_K: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q5_K, mt); break;
+                default: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q6_K, mt); break;
+                }
             }
-            m0 += mt;
         }
+        for (int n = n0; n < n1; n++)
+            for (int i = 0; i < mt; i++) {
+                const float *r = accs[n - n0] + 16 * i;
+                v8 sum = v8_add(v8_load(r), v8_load(r + 8)); /* acc[0] + acc[1], then the 8 lanes */
+                y[(int64_t)(m0 + i) * N + n] = v8_hsum(sum);
+            }
+        m0 += mt;
     }
 }
-
 #endif
