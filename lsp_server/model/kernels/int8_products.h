@@ -387,7 +387,7 @@ ALWAYS_INLINE __m512 pair_into(__m512 acc, const Pair *w, const uint8_t *r, int 
 }
 
 /* mt rows (at `acts`, `stride` bytes apart) times units [u0, u1) of one weight row (u0 a multiple
- * of 16), into the rows' accumulators at acc + 16 i (lanes 0-7: the even units', 8-15: the odd
+ * of 8), into the rows' accumulators at acc + 16 i (lanes 0-7: the even units', 8-15: the odd
  * units'), loaded and stored back */
 ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
                             float *accs, const int f, const int mt) {
@@ -531,14 +531,16 @@ ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint
     }
 }
 
-#define INT8_CHUNK 16 /* units of a chunk: a group's rows' chunk (8 rows: 16 KiB) stays in L1 for all its outputs */
+#define INT8_CHUNK_BYTES 16384 /* a group's rows' chunk stays in L1 for all its outputs */
 #define INT8_OUTPUTS 16 /* outputs at most per int_block call (matmul_block's NB) */
 
 /* outputs [n0, n1) (at most INT8_OUTPUTS) of every row: y[m, n] for the M rows quantized at
  * `acts` and weights `w` [N, K] of quantized format f. Per group of up to INT8_GROUP rows (as
- * even as can be), K in chunks of INT8_CHUNK units, each chunk over every output: the rows'
- * chunk is read from L1, each weight row decoded once per group. The accumulators wait in
- * memory between chunks; an output's operations are those of one pass over its units. */
+ * even as can be), K in chunks of whole super-blocks whose rows' bytes fit INT8_CHUNK_BYTES
+ * (8 rows: 16 units; one row: 128), each chunk over every output: the rows' chunk is read from
+ * L1, each weight row decoded once per group, and a weight row read in few pieces (long
+ * sequential runs for the prefetcher). The accumulators wait in memory between chunks; an
+ * output's operations are those of one pass over its units. */
 static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1) {
     int64_t stride = ACT_BYTES(K), rb = row_bytes(f, K);
     int groups = (M + INT8_GROUP - 1) / INT8_GROUP, U = K / QK;
@@ -546,9 +548,10 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
     for (int g = 0, m0 = 0; g < groups; g++) {
         int mt = (M - m0) / (groups - g);
         const uint8_t *a = acts + m0 * stride;
+        int chunk = (int)(INT8_CHUNK_BYTES / (mt * ACT_BYTES(QK))) & ~7; /* whole super-blocks */
         for (int n = n0; n < n1; n++) memset(accs[n - n0], 0, sizeof(float) * 16 * (size_t)mt);
-        for (int u0 = 0; u0 < U; u0 += INT8_CHUNK) {
-            int u1 = u0 + INT8_CHUNK < U ? u0 + INT8_CHUNK : U;
+        for (int u0 = 0; u0 < U; u0 += chunk) {
+            int u1 = u0 + chunk < U ? u0 + chunk : U;
             for (int n = n0; n < n1; n++) {
                 const uint8_t *wrow = w + (int64_t)n * rb;
                 float *acc = accs[n - n0];
