@@ -552,9 +552,14 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
         for (int n = n0; n < n1; n++) memset(accs[n - n0], 0, sizeof(float) * 16 * (size_t)mt);
         for (int u0 = 0; u0 < U; u0 += chunk) {
             int u1 = u0 + chunk < U ? u0 + chunk : U;
+            int64_t at = unit_block(w, f, u0) - w, piece = unit_block(w, f, u1 - 1) - w + format_bytes(f) - at;
             for (int n = n0; n < n1; n++) {
                 const uint8_t *wrow = w + (int64_t)n * rb;
                 float *acc = accs[n - n0];
+                /* the next piece of weights this loop reads: the prefetcher loses track of pieces */
+                const uint8_t *next = n + 1 < n1 ? wrow + rb + at : u1 < U ? w + (int64_t)n0 * rb + (unit_block(w, f, u1) - w) : NULL;
+                if (next)
+                    for (int64_t off = 0; off < piece; off += 64) __builtin_prefetch(next + off);
                 switch (f) {
                 case W_Q4_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_0, mt); break;
                 case W_Q4_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_1, mt); break;
