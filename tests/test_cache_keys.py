@@ -170,14 +170,19 @@ def test_kernel_build_key(monkeypatch, tmp_path):
 
     if library._compiler() is None:
         pytest.skip("no C compiler (gcc or cc) on PATH")
-    before = library.build_target(tmp_path, wide=False)
-    assert library.build_target(tmp_path, wide=True) != before
-    assert library.build_target(tmp_path, wide=False, sanitize=True) != before
-    edited = tmp_path / "decode_kernels.c"
-    edited.write_bytes(library.SOURCE.read_bytes() + b"\n/* edited */\n")
-    with monkeypatch.context() as m:
-        m.setattr(library, "SOURCE", edited)
-        assert library.build_target(tmp_path, wide=False) != before
+    import re
+
+    included = {name for p in library.SOURCES for name in re.findall(r'#include "([^"]+)"', p.read_text())}
+    assert included <= {p.name for p in library.SOURCES}  # the key covers every file the build reads
+    before = library.build_target(tmp_path, isa="avx2")
+    assert len({library.build_target(tmp_path, isa=isa) for isa in library.ISAS}) == 3
+    assert library.build_target(tmp_path, isa="avx2", sanitize=True) != before
+    for i, source in enumerate(library.SOURCES):  # every file the build compiles: the .c and its headers
+        edited = tmp_path / source.name
+        edited.write_bytes(source.read_bytes() + b"\n/* edited */\n")
+        with monkeypatch.context() as m:
+            m.setattr(library, "SOURCES", library.SOURCES[:i] + (edited,) + library.SOURCES[i + 1:])
+            assert library.build_target(tmp_path, isa="avx2") != before, source.name
     # another compiler, or another version of this one
     monkeypatch.setattr(library, "compiler_identity", lambda cc: "gcc (Other) 99.1")
-    assert library.build_target(tmp_path, wide=False) != before
+    assert library.build_target(tmp_path, isa="avx2") != before

@@ -9,8 +9,10 @@ decoder layer's constant arguments (norms, projections, sizes) are checked once,
 `LayerWeights` are made, and each call checks that they are still those tensors.
 
 What the C code assumes (and so what is checked): float32 activations and float16 weights
-(or `BlockMatrix` blocks: uint8 rows of whole blocks) on the CPU, in C order where the code walks them as flat arrays; sizes that fit its `int`
-arguments; reduction dimensions a multiple of 8 (its 8-wide loads); key and value rows of
+(or `BlockMatrix` blocks: uint8 rows of whole blocks of a format it reads) on the CPU, in C
+order where the code walks them as flat arrays; sizes that fit its `int` arguments; reduction
+dimensions a multiple of 8 (its 8-wide loads; of the block's values for block formats); row
+ids of a de-quantization within the matrix; key and value rows of
 `head_dim` contiguous elements, float32 or float16 (`KV_DTYPES`; keys and values of one type,
 which the call passes as a flag), each head's rows at one stride; and room in the KV cache
 buffers for every position the layer writes.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .block_weights import BLOCK_FORMATS, BLOCK_VALUES, BlockMatrix
+from .block_weights import BLOCK_FORMATS, BlockMatrix
 
 INT_MAX = 2**31 - 1
 KV_DTYPES = (torch.float32, torch.float16)  # what a KV cache may hold (float16: converted when read)
@@ -126,16 +128,43 @@ def check_block_matmul(x: torch.Tensor, w, y: torch.Tensor) -> None:
     _tensor(k, "y", y, torch.float32, (m, w.rows))
     _size(k, "rows", m)
     _size(k, "outputs", w.rows)
-    _size(k, "the reduced dimension", kk, multiple=BLOCK_VALUES)
+    _size(k, "the reduced dimension", kk, multiple=max(8, w.format.block_values))
 
 
 def _block_matrix(kernel: str, name: str, w: BlockMatrix, shape: tuple | None = None) -> None:
-    """`w`'s blocks are a C-ordered uint8 tensor [rows, cols / 32 * block bytes] (and w has `shape`)."""
+    """`w`'s blocks are a C-ordered uint8 tensor [rows, cols / block values * block bytes] of a
+    format the kernels read (and w has `shape`)."""
     if shape is not None and w.shape != shape:
         raise KernelArgumentError(kernel, name, f"must have shape {list(shape)}, not {list(w.shape)}")
-    if w.format not in BLOCK_FORMATS or w.cols % BLOCK_VALUES:
+    if w.format not in BLOCK_FORMATS or w.cols <= 0 or w.cols % w.format.block_values:
         raise KernelArgumentError(kernel, name, f"must hold rows of whole blocks of a block format, not {w.format!r}")
-    _tensor(kernel, f"{name} blocks", w.blocks, torch.uint8, (w.rows, w.cols // BLOCK_VALUES * w.format.block_bytes))
+    _tensor(kernel, f"{name} blocks", w.blocks, torch.uint8,
+            (w.rows, w.cols // w.format.block_values * w.format.block_bytes))
+    _size(kernel, f"{name} rows", w.rows, minimum=0)
+    _size(kernel, f"{name} columns", w.cols)
+
+
+def check_dequantize(w, ids) -> None:
+    """`dequantize_matrix`: a `BlockMatrix` as `BlockMatrix.of` checks it, and row ids an int64
+    C-ordered [n] tensor of indices in [0, rows) (or None: every row)."""
+    k = "dequantize_matrix"
+    if not isinstance(w, BlockMatrix):
+        raise KernelArgumentError(k, "w", f"must be a BlockMatrix, not {type(w).__name__}")
+    _block_matrix(k, "w", w)
+    if ids is None:
+        return
+    _tensor(k, "ids", ids, torch.int64, (None,))
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= w.rows):
+        raise KernelArgumentError(k, "ids", f"must be in [0, {w.rows}), not {int(ids.min())}..{int(ids.max())}")
+
+
+def check_activations(x) -> None:
+    """`quantize_activations`: float32 x [M, K], K a multiple of 32."""
+    k = "quantize_activations"
+    _tensor(k, "x", x, torch.float32, (None, None))
+    _size(k, "rows", x.shape[0])
+    _size(k, "the row length", x.shape[1], multiple=32)
+    _size(k, "the quantized rows' bytes", 4 * x.shape[0] * x.shape[1])
 
 
 def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> None:

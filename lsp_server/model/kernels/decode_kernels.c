@@ -1,19 +1,26 @@
-/* The two products of a decoding step whose PyTorch versions depend on the number of rows:
- * `half_matmul` (rows times float16 weights) and `row_attention` (causal attention of a few
- * query rows over the KV cache).
+/* The products and the attention of a decoding step, and whole decoder layers, for the CPU.
  *
  * half_matmul: y[m, n] = sum_k x[m, k] * w[n, k], float32 rows times float16 weights;
- * weights_matmul: the same with the weights in float16 or in a GGUF block format (`W_Q4_1`,
- * `W_Q8_0`: blocks of 32 values along k, see `dequantize_rows`), de-quantized exactly to
- * float32 (d * q + m) into a per-thread panel of NB weight rows, then the same tiles.
+ * weights_matmul: the same with the weights in any storage format of block_formats.h (GGUF's
+ * blocks, F32, BF16, F16):
+ * - short products (at most INT8_ROWS rows: decoding steps, verification passes) of quantized
+ *   weights take the int8 path of int8_products.h: each row quantized once to int8, integer
+ *   dot products per weight unit, the scales applied in float (llama.cpp's way: the weights'
+ *   own codes, 64 multiply-adds per vpdpbusd; a decoding step reads Q8_0 weights at ~34 GB/s
+ *   here against ~10 through the float path, docs/latency.md);
+ * - the others (prompts; F32/BF16 weights) de-quantize the weights exactly to float32 into a
+ *   per-thread panel (PANEL_ROWS rows, or WIDE_BLOCKS blocks of NB outputs for a prompt) and
+ *   multiply it with the float tiles that float16 weights take.
+ * dequantize_matrix: rows of a matrix in any format as float32, exactly gguf's values.
  *
  * Why by hand: PyTorch's CPU product with float16 weights runs one row at a time (n rows cost
  * n single-row products, so a speculative verification of 8 positions costs 8 steps), MKL has
- * no float16 product on AVX2 machines, and no library promises a result that does not depend on
- * the number of rows. Here every output element is the same sequence of operations whatever
- * the number of rows or threads: 8-wide FMAs over k in order, then one fixed horizontal sum.
- * A verification pass of n rows therefore gives bit for bit the logits that n single steps
- * give, which keeps speculative decoding lossless, and reads the weights once for all rows.
+ * no float16 or block product, and no library promises a result that does not depend on the
+ * number of rows. Here every output element is the same sequence of operations whatever the
+ * number of rows or threads: float products 8-wide (16 with AVX-512) FMAs over k in order, then
+ * one fixed horizontal sum; int8 products the fixed order of int8_products.h. A verification
+ * pass of n rows therefore gives bit for bit the logits that n single steps give, which keeps
+ * speculative decoding lossless, and reads the weights once for all rows.
  *
  * row_attention: PyTorch's fused attention splits the keys into blocks whose size depends on the
  * number of query rows, so a row's softmax sums in another order in a verification pass than
@@ -25,92 +32,40 @@
  * llama_layer / llama_layers: a whole decoder layer, or all the layers of a short pass, in one
  * call and one OpenMP parallel region (below).
  *
- * Build: gcc -O3 -mavx2 -mfma -mf16c -fopenmp -shared -fPIC (lsp_server/model/kernels/library.py). The
- * OpenMP runtime is the one PyTorch already loaded (same soname, libgomp.so.1).
+ * Builds (lsp_server/model/kernels/library.py): "avx512" (-mavx2 -mfma -mf16c -mavx512f, with
+ * -mavx512bw -mavx512vnni where the CPU has them), "avx2" (-mavx2 -mfma -mf16c) and "portable"
+ * (no instruction-set flags, -ffp-contract=off: simd.h's plain C), each -O3 -fopenmp -shared
+ * -fPIC. The OpenMP runtime is the one PyTorch already loaded (same soname, libgomp.so.1).
  */
-#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd.h"
+#include "block_formats.h"
+#include "int8_products.h"
+
 #define NB 16 /* outputs per parallel block: 16 weight rows stay in L2 for every row group */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-/* How a weight matrix [N, K] is stored (lsp_server/model/kernels/block_weights.py's
- * `WeightFormat`): float16 rows, or rows of GGUF blocks of QK values along k. */
-enum { W_F16 = 0, W_Q4_1 = 1, W_Q8_0 = 2 };
-#define QK 32
 #define PANEL_ROWS 8 /* weight rows de-quantized at a time (a divisor of NB) */
-#define Q4_1_BYTES 20 /* float16 d, float16 m, 16 bytes of 4-bit codes: value j = d * q_j + m */
-#define Q8_0_BYTES 34 /* float16 d, 32 int8 codes: value j = d * q_j */
 
-/* Rows [n0, n1) of a block-format matrix with K values a row, as float32, into `panel` (row n
- * at panel + (n - n0) * K). Exact: d * q is exact in float32 (an 11-bit by a 4- or 8-bit
- * integer), so the FMA's single rounding of d * q + m is gguf's (d * q) + m. In Q4_1 value j of
- * a block (j < 16) is the low nibble of byte j, value j + 16 its high nibble (ggml's layout). */
-static void dequantize_rows(const uint8_t *w, int format, int K, int n0, int n1, float *panel) {
-    int blocks = K / QK;
-    const __m128i low = _mm_set1_epi8(0x0F);
-    for (int n = n0; n < n1; n++) {
-        float *out = panel + (int64_t)(n - n0) * K;
-        if (format == W_Q4_1) {
-            const uint8_t *row = w + (int64_t)n * blocks * Q4_1_BYTES;
-            for (int b = 0; b < blocks; b++, out += QK) {
-                const uint8_t *blk = row + (int64_t)b * Q4_1_BYTES;
-                uint16_t dh, mh;
-                memcpy(&dh, blk, 2);
-                memcpy(&mh, blk + 2, 2);
-                __m128i q = _mm_loadu_si128((const __m128i *)(blk + 4));
-                __m128i lo = _mm_and_si128(q, low), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
-#ifdef __AVX512F__
-                __m512 d = _mm512_set1_ps(_cvtsh_ss(dh)), m = _mm512_set1_ps(_cvtsh_ss(mh));
-                _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m));
-                _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m));
+/* Which build this is: 2 AVX-512, 1 AVX2, 0 portable (library.py checks it when loading). */
+int kernel_isa(void) {
+#if defined(__AVX512F__)
+    return 2;
+#elif defined(KERNEL_X86)
+    return 1;
 #else
-                __m256 d = _mm256_set1_ps(_cvtsh_ss(dh)), m = _mm256_set1_ps(_cvtsh_ss(mh));
-                __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-                for (int c = 0; c < 4; c++)
-                    _mm256_storeu_ps(out + 8 * c, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[c])), d, m));
+    return 0;
 #endif
-            }
-        } else {
-            const uint8_t *row = w + (int64_t)n * blocks * Q8_0_BYTES;
-            for (int b = 0; b < blocks; b++, out += QK) {
-                const uint8_t *blk = row + (int64_t)b * Q8_0_BYTES;
-                uint16_t dh;
-                memcpy(&dh, blk, 2);
-#ifdef __AVX512F__
-                __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
-                for (int c = 0; c < 2; c++) {
-                    __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2 + 16 * c));
-                    _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
-                }
-#else
-                __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
-                for (int c = 0; c < 4; c++) {
-                    __m128i q = _mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * c));
-                    _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-                }
-#endif
-            }
-        }
-    }
 }
 
 /* 8 weights of row `row` (relative to the weights' first row) from column k: float16 converted,
- * or float32 (a de-quantized panel) */
-ALWAYS_INLINE __m256 weights8(const void *w, int64_t row, int K, int k, const int f32) {
-    if (f32) return _mm256_loadu_ps((const float *)w + row * K + k);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + row * K + k)));
-}
-
-static inline float hsum(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
+ * or float32 (a de-quantized panel, or F32 weights) */
+ALWAYS_INLINE v8 weights8(const void *w, int64_t row, int K, int k, const int f32) {
+    if (f32) return v8_load((const float *)w + row * K + k);
+    return v8_load_half((const uint16_t *)w + row * K + k);
 }
 
 /* mt rows of x (from row m0) times nt weight rows (from n0; weight row n at row n - w0 of `w`,
@@ -120,30 +75,30 @@ static inline float hsum(__m256 v) {
  * the same FMAs. */
 ALWAYS_INLINE void tile(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int n0,
                         const int mt, const int nt, const int f32) {
-    __m256 acc[6][4];
+    v8 acc[6][4];
     for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
+        for (int j = 0; j < nt; j++) acc[i][j] = v8_zero();
     for (int k = 0; k < K; k += 8) {
-        __m256 wv[4];
+        v8 wv[4];
         for (int j = 0; j < nt; j++)
             wv[j] = weights8(w, (int64_t)(n0 + j - w0), K, k, f32);
         for (int i = 0; i < mt; i++) {
-            __m256 xv = _mm256_loadu_ps(x + (int64_t)(m0 + i) * K + k);
-            for (int j = 0; j < nt; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+            v8 xv = v8_load(x + (int64_t)(m0 + i) * K + k);
+            for (int j = 0; j < nt; j++) acc[i][j] = v8_fma(xv, wv[j], acc[i][j]);
         }
     }
     for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = hsum(acc[i][j]);
+        for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = v8_hsum(acc[i][j]);
 }
 
 #ifdef __AVX512F__
 /* With AVX-512 (a build for a CPU that has it): the same tile with 16-wide vectors, for K a
  * multiple of 16. Its 32 registers hold wider tiles, so fewer weight conversions per FMA. An
  * output element's operations still depend only on K: 16-wide FMAs over k in order, then the
- * two halves added and `hsum`. */
+ * two halves added and `v8_hsum`. */
 static inline float hsum16(__m512 v) {
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+    return v8_hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
 }
 
 ALWAYS_INLINE __m512 weights16(const void *w, int64_t row, int K, int k, const int f32) {
@@ -204,63 +159,85 @@ ALWAYS_INLINE void rows_block_of(const float *x, const void *w, int w0, float *y
     }
 }
 
-/* rows_block_of compiled for each weight storage: float16 rows (w0 = 0) or a float32 panel */
+/* rows_block_of compiled for each weight storage: float16 rows (w0 = 0) or float32 rows */
 static void rows_block(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int mt, int n0,
                        int n1, int f32) {
     if (f32) rows_block_of(x, w, w0, y, N, K, m0, mt, n0, n1, 1);
     else rows_block_of(x, w, w0, y, N, K, m0, mt, n0, n1, 0);
 }
 
+/* every row group (as even sizes as can be, at most 6 rows) over outputs [n0, n1) */
+static void row_groups(const float *x, const void *w, int w0, float *y, int M, int N, int K, int n0, int n1,
+                       int f32) {
+    int groups = (M + 5) / 6;
+    for (int g = 0, m0 = 0; g < groups; g++) {
+        int mt = (M - m0) / (groups - g);
+        rows_block(x, w, w0, y, N, K, m0, mt, n0, n1, f32);
+        m0 += mt;
+    }
+}
+
 static inline int blocks_of(int N) { return (N + NB - 1) / NB; }
 
+/* weight rows [n0, n1) of a matrix in format f as float32, row n at panel + (n - n0) * K */
+static void dequantize_rows(const uint8_t *w, int f, int K, int n0, int n1, float *panel) {
+    int64_t rb = row_bytes(f, K);
+    for (int n = n0; n < n1; n++) dequantize_row(w + (int64_t)n * rb, f, K, panel + (int64_t)(n - n0) * K);
+}
+
+/* The rows of a product: x [M, K] float32, and where the int8 path applies (`int8_path`), the
+ * rows quantized (`acts`, quantize_rows). */
+typedef struct {
+    const float *x;
+    const uint8_t *acts;
+    int M, K;
+} Rows;
+
+static inline int int8_path(int f, int M) { return format_quantized(f) && M <= INT8_ROWS; }
+
 /* block b of outputs (NB of them, fewer at the end) for every row: the parallel task of a product.
- * A block-format `w` is de-quantized into `panel` (the calling thread's, PANEL_ROWS * K floats
- * used) PANEL_ROWS weight rows at a time, once for all the rows of x. Which tiles compute an
- * output changes nothing in its arithmetic: 8- (16-) wide FMAs over k in order, one sum. */
-static void matmul_block(const float *x, const void *w, int format, float *y, int M, int N, int K, int b,
-                         float *panel) {
-    int n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
-    int groups = (M + 5) / 6; /* row groups of as even sizes as can be, at most 6 */
-    if (format == W_F16) {
-        for (int g = 0, m0 = 0; g < groups; g++) {
-            int mt = (M - m0) / (groups - g);
-            rows_block(x, w, 0, y, N, K, m0, mt, n0, n1, 0);
-            m0 += mt;
-        }
+ * Float16 and F32 weights are multiplied as they are; quantized ones by the int8 path for a
+ * short product, else (and BF16 ones) de-quantized into `panel` (the calling thread's,
+ * PANEL_ROWS * K floats used) PANEL_ROWS weight rows at a time, once for all the rows of x.
+ * Which tiles compute an output changes nothing in its arithmetic. */
+static void matmul_block(const Rows *r, const void *w, int f, float *y, int N, int b, float *panel) {
+    int M = r->M, K = r->K, n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
+    if (f == W_F16 || f == W_F32) {
+        row_groups(r->x, w, 0, y, M, N, K, n0, n1, f == W_F32);
+        return;
+    }
+    if (int8_path(f, M)) {
+        int_block(r->acts, w, f, y, M, N, K, n0, n1);
         return;
     }
     /* PANEL_ROWS weight rows at a time, de-quantized, then every row group over them: the
      * panel (PANEL_ROWS * K floats) stays in L1 for all the row groups */
     for (int s0 = n0; s0 < n1; s0 += PANEL_ROWS) {
         int s1 = s0 + PANEL_ROWS < n1 ? s0 + PANEL_ROWS : n1;
-        dequantize_rows(w, format, K, s0, s1, panel);
-        for (int g = 0, m0 = 0; g < groups; g++) {
-            int mt = (M - m0) / (groups - g);
-            rows_block(x, panel, s0, y, N, K, m0, mt, s0, s1, 1);
-            m0 += mt;
-        }
+        dequantize_rows(w, f, K, s0, s1, panel);
+        row_groups(r->x, panel, s0, y, M, N, K, s0, s1, 1);
     }
 }
 
 /* x: [M, K] float32, w: [N, K] float16 bits, y: [M, N] float32; K a multiple of 8. */
 void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int K, int threads) {
     int blocks = blocks_of(N);
+    Rows r = {x, NULL, M, K};
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int b = 0; b < blocks; b++) matmul_block(x, w, W_F16, y, M, N, K, b, NULL);
+    for (int b = 0; b < blocks; b++) matmul_block(&r, w, W_F16, y, N, b, NULL);
 }
 
-/* Long products (more than WIDE_ROWS rows: prompts) of block-format weights: a task takes up
+/* Long products (more than INT8_ROWS rows: prompts) of block-format weights: a task takes up
  * to WIDE_BLOCKS blocks of NB outputs, de-quantizes all their weight rows into one panel (in
  * L2) and runs every row group over them, so each row group of x is read once per panel
  * instead of once per PANEL_ROWS outputs (x itself no longer fits in L2 for a prompt). */
-#define WIDE_ROWS 32
 #define WIDE_BLOCKS 4
 
 /* task t of `weights_matmul`: outputs [t * per * NB, (t + 1) * per * NB) for every row */
-static void wide_task(const float *x, const void *w, int format, float *y, int M, int N, int K, int t, int per,
+static void wide_task(const float *x, const void *w, int f, float *y, int M, int N, int K, int t, int per,
                       float *panel) {
     int n0 = t * per * NB, n1 = n0 + per * NB < N ? n0 + per * NB : N;
-    dequantize_rows(w, format, K, n0, n1, panel);
+    dequantize_rows(w, f, K, n0, n1, panel);
     int groups = (M + 5) / 6;
     for (int g = 0, m0 = 0; g < groups; g++) {
         int mt = (M - m0) / (groups - g);
@@ -270,62 +247,70 @@ static void wide_task(const float *x, const void *w, int format, float *y, int M
     }
 }
 
-/* x: [M, K] float32, w: [N, K] in `format` (float16: K a multiple of 8; a block format: K a
- * multiple of QK, rows of K / QK blocks), y: [M, N] float32. 0 when the panels could not be
- * allocated (nothing computed), 1 otherwise. How the outputs are split into tasks changes no
- * output's arithmetic. */
-int weights_matmul(const float *x, const void *w, int format, float *y, int M, int N, int K, int threads) {
+/* x: [M, K] float32, w: [N, K] in format f (F16/F32/BF16: K a multiple of 8; a block format:
+ * rows of whole blocks), y: [M, N] float32. 0 when the scratch buffers could not be allocated
+ * (nothing computed), 1 otherwise. How the outputs are split into tasks changes no output's
+ * arithmetic. */
+int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N, int K, int threads) {
     int blocks = blocks_of(N);
-    if (format == W_F16) {
+    if (f == W_F16) {
         half_matmul(x, w, y, M, N, K, threads);
         return 1;
     }
-    int per = M > WIDE_ROWS ? WIDE_BLOCKS : 1; /* blocks of NB outputs per task */
+    if (int8_path(f, M)) {
+        uint8_t *acts = malloc((size_t)(M * ACT_BYTES(K)));
+        if (!acts) return 0;
+        quantize_rows(x, M, K, acts);
+        Rows r = {x, acts, M, K};
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
+        free(acts);
+        return 1;
+    }
+    if (f == W_F32) {
+        Rows r = {x, NULL, M, K};
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
+        return 1;
+    }
+    int per = M > INT8_ROWS ? WIDE_BLOCKS : 1; /* blocks of NB outputs per task */
     while (per > 1 && (blocks + per - 1) / per < 2 * threads) per /= 2; /* keep every thread busy */
     int tasks = (blocks + per - 1) / per;
     int64_t panel_floats = (int64_t)per * NB * K;
     float *panels = malloc(sizeof(float) * (size_t)threads * panel_floats);
     if (!panels) return 0;
+    Rows r = {x, NULL, M, K};
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < tasks; t++) {
         float *panel = panels + omp_get_thread_num() * panel_floats;
-        if (per == 1) matmul_block(x, w, format, y, M, N, K, t, panel);
-        else wide_task(x, w, format, y, M, N, K, t, per, panel);
+        if (per == 1) matmul_block(&r, w, f, y, N, t, panel);
+        else wide_task(x, w, f, y, M, N, K, t, per, panel);
     }
     free(panels);
     return 1;
 }
 
-/* e^x for x <= 0, 8 at a time: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial
- * (relative error ~2e-7), 2^n by the exponent bits; below -87 the result is 0. */
-static inline __m256 exp_neg(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    return _mm256_andnot_ps(under, out);
+/* Rows of w [N, K] in format f as float32 into out [n, K]: row ids[i] (ids NULL: rows 0 .. n-1),
+ * exactly gguf's values (block_formats.h). */
+void dequantize_matrix(const uint8_t *w, int f, int K, const int64_t *ids, int64_t n, float *out, int threads) {
+    int64_t rb = row_bytes(f, K);
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * K > 65536)
+    for (int64_t i = 0; i < n; i++)
+        dequantize_row(w + (ids ? ids[i] : i) * rb, f, K, out + i * K);
 }
+
+/* Rows of x [M, K] as the int8 path quantizes them (int8_products.h's layout, ACT_BYTES(K) bytes
+ * a row): for the tests. */
+void quantize_activations(const float *x, int M, int K, uint8_t *out) { quantize_rows(x, M, K, out); }
 
 /* The KV cache holds float32 or float16 rows (`half`: a constant at every call, so each
  * attention function below is compiled once per element type). A float16 element is converted
  * exactly to float32 when read, so the arithmetic after the load is the same for both; only
  * the values differ (rounded to float16 when written). */
 /* 8 elements of a key or value row from element `at` of `base`, as float32 */
-ALWAYS_INLINE __m256 load8(const void *base, int64_t at, const int half) {
-    if (half) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + at)));
-    return _mm256_loadu_ps((const float *)base + at);
+ALWAYS_INLINE v8 load8(const void *base, int64_t at, const int half) {
+    if (half) return v8_load_half((const uint16_t *)base + at);
+    return v8_load((const float *)base + at);
 }
 
 /* n (a multiple of 8) floats into a cache row: copied, or rounded to the nearest float16 */
@@ -335,16 +320,15 @@ static inline void store_row(void *base, int64_t at, const float *src, int n, in
         return;
     }
     uint16_t *dst = (uint16_t *)base + at;
-    for (int d = 0; d < n; d += 8)
-        _mm_storeu_si128((__m128i *)(dst + d), _mm256_cvtps_ph(_mm256_loadu_ps(src + d), _MM_FROUND_TO_NEAREST_INT));
+    for (int d = 0; d < n; d += 8) v8_store_half(dst + d, v8_load(src + d));
 }
 
 /* q . k * scale over D dims: 8-wide FMAs in dimension order, then one horizontal sum; every
  * path computes a score in this order */
 ALWAYS_INLINE float key_score(const float *q, const void *k, int64_t k0, int D, float scale, const int half) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k, k0 + d, half), acc);
-    return hsum(acc) * scale;
+    v8 acc = v8_zero();
+    for (int d = 0; d < D; d += 8) acc = v8_fma(v8_load(q + d), load8(k, k0 + d, half), acc);
+    return v8_hsum(acc) * scale;
 }
 
 /* The scores s[0 .. limit) become their exponentials minus the max (padded to a multiple of 8
@@ -355,13 +339,13 @@ static inline float softmax_row(float *s, int limit) {
         if (s[j] > m) m = s[j];
     int padded = (limit + 7) & ~7;
     for (int j = limit; j < padded; j++) s[j] = -INFINITY;
-    __m256 mv = _mm256_set1_ps(m), total = _mm256_setzero_ps();
+    v8 mv = v8_set1(m), total = v8_zero();
     for (int j = 0; j < padded; j += 8) {
-        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-        _mm256_storeu_ps(s + j, e);
-        total = _mm256_add_ps(total, e);
+        v8 e = v8_exp_neg(v8_sub(v8_load(s + j), mv));
+        v8_store(s + j, e);
+        total = v8_add(total, e);
     }
-    return 1.0f / hsum(total);
+    return 1.0f / v8_hsum(total);
 }
 
 /* One (head, query row) pair: softmax(q . k_j * scale) over keys j < limit, times the values;
@@ -370,32 +354,32 @@ ALWAYS_INLINE void attend_one(const float *qv, const void *kh, const void *vh, i
                               float scale, float *s, float *o, const int half) {
     int j = 0;
     for (; j + 4 <= limit; j += 4) { /* four keys at a time, each summed as alone */
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        v8 a0 = v8_zero(), a1 = a0, a2 = a0, a3 = a0;
         int64_t k0 = (int64_t)j * D;
         for (int d = 0; d < D; d += 8) {
-            __m256 x = _mm256_loadu_ps(qv + d);
-            a0 = _mm256_fmadd_ps(x, load8(kh, k0 + d, half), a0);
-            a1 = _mm256_fmadd_ps(x, load8(kh, k0 + D + d, half), a1);
-            a2 = _mm256_fmadd_ps(x, load8(kh, k0 + 2 * D + d, half), a2);
-            a3 = _mm256_fmadd_ps(x, load8(kh, k0 + 3 * D + d, half), a3);
+            v8 x = v8_load(qv + d);
+            a0 = v8_fma(x, load8(kh, k0 + d, half), a0);
+            a1 = v8_fma(x, load8(kh, k0 + D + d, half), a1);
+            a2 = v8_fma(x, load8(kh, k0 + 2 * D + d, half), a2);
+            a3 = v8_fma(x, load8(kh, k0 + 3 * D + d, half), a3);
         }
-        s[j] = hsum(a0) * scale;
-        s[j + 1] = hsum(a1) * scale;
-        s[j + 2] = hsum(a2) * scale;
-        s[j + 3] = hsum(a3) * scale;
+        s[j] = v8_hsum(a0) * scale;
+        s[j + 1] = v8_hsum(a1) * scale;
+        s[j + 2] = v8_hsum(a2) * scale;
+        s[j + 3] = v8_hsum(a3) * scale;
     }
     for (; j < limit; j++) s[j] = key_score(qv, kh, (int64_t)j * D, D, scale, half);
     float inv = softmax_row(s, limit);
     for (int d0 = 0; d0 < D; d0 += 32) { /* 4 accumulators of 8 dims at a time */
         int width = D - d0 < 32 ? D - d0 : 32;
-        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        v8 a[4] = {v8_zero(), v8_zero(), v8_zero(), v8_zero()};
         for (j = 0; j < limit; j++) {
-            __m256 p = _mm256_set1_ps(s[j]);
+            v8 p = v8_set1(s[j]);
             int64_t vr = (int64_t)j * D + d0;
-            for (int c = 0; c < width / 8; c++) a[c] = _mm256_fmadd_ps(p, load8(vh, vr + 8 * c, half), a[c]);
+            for (int c = 0; c < width / 8; c++) a[c] = v8_fma(p, load8(vh, vr + 8 * c, half), a[c]);
         }
         for (int c = 0; c < width / 8; c++)
-            _mm256_storeu_ps(o + d0 + 8 * c, _mm256_mul_ps(a[c], _mm256_set1_ps(inv)));
+            v8_store(o + d0 + 8 * c, v8_mul(a[c], v8_set1(inv)));
     }
 }
 
@@ -406,26 +390,26 @@ ALWAYS_INLINE void attend_one(const float *qv, const void *kh, const void *vh, i
  * unroll */
 ALWAYS_INLINE void weighted_values(const float *s, int64_t stride, const float *inv, const void *vh, int limit,
                                    int R, int D, int d0, float *o, int64_t o_row, const int vecs, const int half) {
-    __m256 a[ROWS][2];
+    v8 a[ROWS][2];
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < vecs; c++) a[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < vecs; c++) a[r][c] = v8_zero();
     for (int j = 0; j < limit; j++) { /* the keys all rows see: each value row read once */
         int64_t vr = (int64_t)j * D + d0;
-        __m256 v[2];
+        v8 v[2];
         for (int c = 0; c < vecs; c++) v[c] = load8(vh, vr + 8 * c, half);
         for (int r = 0; r < R; r++) {
-            __m256 p = _mm256_set1_ps(s[r * stride + j]);
-            for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, v[c], a[r][c]);
+            v8 p = v8_set1(s[r * stride + j]);
+            for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, v[c], a[r][c]);
         }
     }
     for (int r = 0; r < R; r++) {
         for (int j = limit; j < limit + r; j++) { /* the keys only this row sees */
             int64_t vr = (int64_t)j * D + d0;
-            __m256 p = _mm256_set1_ps(s[r * stride + j]);
-            for (int c = 0; c < vecs; c++) a[r][c] = _mm256_fmadd_ps(p, load8(vh, vr + 8 * c, half), a[r][c]);
+            v8 p = v8_set1(s[r * stride + j]);
+            for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, load8(vh, vr + 8 * c, half), a[r][c]);
         }
-        __m256 iv = _mm256_set1_ps(inv[r]);
-        for (int c = 0; c < vecs; c++) _mm256_storeu_ps(o + r * o_row + d0 + 8 * c, _mm256_mul_ps(a[r][c], iv));
+        v8 iv = v8_set1(inv[r]);
+        for (int c = 0; c < vecs; c++) v8_store(o + r * o_row + d0 + 8 * c, v8_mul(a[r][c], iv));
     }
 }
 
@@ -439,19 +423,19 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
     int j = 0;
     for (; j + 2 <= limit; j += 2) { /* the keys all R rows see: two keys at a time */
         int64_t k0 = (int64_t)j * D, k1 = k0 + D;
-        __m256 a[ROWS][2];
-        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+        v8 a[ROWS][2];
+        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = v8_zero();
         for (int d = 0; d < D; d += 8) {
-            __m256 x0 = load8(kh, k0 + d, half), x1 = load8(kh, k1 + d, half);
+            v8 x0 = load8(kh, k0 + d, half), x1 = load8(kh, k1 + d, half);
             for (int r = 0; r < R; r++) {
-                __m256 qv = _mm256_loadu_ps(q + r * q_row + d);
-                a[r][0] = _mm256_fmadd_ps(qv, x0, a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(qv, x1, a[r][1]);
+                v8 qv = v8_load(q + r * q_row + d);
+                a[r][0] = v8_fma(qv, x0, a[r][0]);
+                a[r][1] = v8_fma(qv, x1, a[r][1]);
             }
         }
         for (int r = 0; r < R; r++) {
-            s[r * stride + j] = hsum(a[r][0]) * scale;
-            s[r * stride + j + 1] = hsum(a[r][1]) * scale;
+            s[r * stride + j] = v8_hsum(a[r][0]) * scale;
+            s[r * stride + j + 1] = v8_hsum(a[r][1]) * scale;
         }
     }
     for (int r = 0; r < R; r++) /* the rest, row by row */
@@ -528,7 +512,10 @@ void row_attention(const float *q, const void *k, const void *v, float *out,
  * call instead of ~40 PyTorch operations: on this CPU the operations' own overhead was ~40% of
  * a step. Same arithmetic as transformers' LlamaDecoderLayer (RMSNorm, rotary embedding with
  * the given cos/sin, grouped-query attention over the cache, SiLU-gated MLP), float32 except
- * the weights' storage (float16 or GGUF blocks, de-quantized exactly); each row computed alone, so any number of rows gives the same bits. */
+ * the weights' storage (any format of block_formats.h, one per projection) and the products'
+ * (`matmul_block`'s: the int8 path for quantized weights, each thread quantizing the rows of a
+ * product's input itself); each row computed alone, so any number of rows gives the same bits,
+ * and each product the bits that `weights_matmul` gives for the same rows. */
 
 static void rms_norm(const float *x, const float *w, float eps, float *out, int Q, int E) {
     for (int i = 0; i < Q; i++) {
@@ -556,9 +543,9 @@ static void rope(float *x, int Q, int heads, int D, const float *cos, const floa
 }
 
 /* block b of a product that feeds the residual stream: o = x @ w.T there, then h += o there */
-static void residual_block(const float *x, const void *w, int format, float *o, float *h, int Q, int E, int K,
-                           int b, float *panel) {
-    matmul_block(x, w, format, o, Q, E, K, b, panel);
+static void residual_block(const Rows *x, const void *w, int format, float *o, float *h, int Q, int E, int b,
+                           float *panel) {
+    matmul_block(x, w, format, o, E, b, panel);
     int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
     for (int i = 0; i < Q; i++)
         for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
@@ -572,6 +559,7 @@ typedef struct {
     const float *cos, *sin;
     float *xn, *q, *k, *v, *att, *o, *g, *u, *scratch;
     float *panels; /* NB rows of the widest product's K per thread, for block-format weights */
+    uint8_t *acts; /* per thread: the rows of a product's input quantized for the int8 path */
     int panel_k;
 } Pass;
 
@@ -585,18 +573,33 @@ static int pass_buffers(Pass *p) {
     p->panel_k = p->E > QD ? p->E : QD;
     if (p->F > p->panel_k) p->panel_k = p->F;
     p->panels = malloc(sizeof(float) * (size_t)p->threads * NB * p->panel_k);
-    return p->xn && p->q && p->k && p->v && p->att && p->o && p->g && p->u && p->scratch && p->panels;
+    p->acts = malloc((size_t)p->threads * Q * ACT_BYTES(p->panel_k));
+    return p->xn && p->q && p->k && p->v && p->att && p->o && p->g && p->u && p->scratch && p->panels && p->acts;
 }
 
 static void free_pass(Pass *p) {
     free(p->xn); free(p->q); free(p->k); free(p->v); free(p->att); free(p->o); free(p->g); free(p->u);
-    free(p->scratch); free(p->panels);
+    free(p->scratch); free(p->panels); free(p->acts);
+}
+
+/* the rows of a product's input x [Q, K], quantized into this thread's buffer where one of the
+ * products (formats f1, f2, f3) takes the int8 path */
+static Rows product_rows(const Pass *p, const float *x, int K, int f1, int f2, int f3) {
+    uint8_t *acts = p->acts + (int64_t)omp_get_thread_num() * p->Q * ACT_BYTES(p->panel_k);
+    Rows r = {x, NULL, p->Q, K};
+    if (int8_path(f1, p->Q) || int8_path(f2, p->Q) || int8_path(f3, p->Q)) {
+        quantize_rows(x, p->Q, K, acts);
+        r.acts = acts;
+    }
+    return r;
 }
 
 /* One decoder layer, run by every thread of the enclosing parallel region (its `single` and
  * `for` constructs bind to it): `w` the layer's in_norm, post_norm (float32) and q, k, v, o,
- * gate, up, down projections (float16 or block formats: `formats`, one per projection); its keys and values at kbuf/vbuf, head g's row j at
- * g * head_stride + j * D elements (float16 where p->half). The q, k and v products share one
+ * gate, up, down projections (any format: `formats`, one per projection); its keys and values at kbuf/vbuf, head g's row j at
+ * g * head_stride + j * D elements (float16 where p->half). Before each product's loop every
+ * thread quantizes that product's input rows into its own buffer (where the int8 path applies:
+ * a few thousand operations, no barrier). The q, k and v products share one
  * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
  * per block of the product that feeds them. Every thread computes the two norms itself, into
  * its own buffer: a few thousand operations instead of a barrier where the others wait (each
@@ -615,6 +618,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     int heads_tasks = H * attention_chunks(Q);
     int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
     rms_norm(h, in_norm, p->eps, xn, Q, E); /* h is complete: the previous layer's last loop ended in a barrier */
+    Rows rx = product_rows(p, xn, E, fq, fk, fv);
     if (D % (2 * NB) == 0) {
         /* Tasks of 2 * NB outputs of one head, dims [NB j, NB j + NB) and the same plus D / 2:
          * each task also applies the rotary embedding to them (it pairs dim d with d + D / 2)
@@ -629,8 +633,8 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
             int fm = kind == 0 ? fq : kind == 1 ? fk : fv;
             float *out = kind == 0 ? q : kind == 1 ? k : v;
             int N = kind == 0 ? QD : KD, heads = kind == 0 ? H : Hkv, d0 = NB * j, half = D / 2;
-            matmul_block(xn, wm, fm, out, Q, N, E, (hh * D + d0) / NB, panel);
-            matmul_block(xn, wm, fm, out, Q, N, E, (hh * D + half + d0) / NB, panel);
+            matmul_block(&rx, wm, fm, out, N, (hh * D + d0) / NB, panel);
+            matmul_block(&rx, wm, fm, out, N, (hh * D + half + d0) / NB, panel);
             for (int i = 0; i < Q; i++) {
                 float *r = out + ((int64_t)i * heads + hh) * D;
                 if (kind < 2) { /* as `rope`, for these dims */
@@ -652,9 +656,9 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     } else {
 #pragma omp for schedule(static)
         for (int b = 0; b < bq + 2 * bk; b++) {
-            if (b < bq) matmul_block(xn, wq, fq, q, Q, QD, E, b, panel);
-            else if (b < bq + bk) matmul_block(xn, wk, fk, k, Q, KD, E, b - bq, panel);
-            else matmul_block(xn, wv, fv, v, Q, KD, E, b - bq - bk, panel);
+            if (b < bq) matmul_block(&rx, wq, fq, q, QD, b, panel);
+            else if (b < bq + bk) matmul_block(&rx, wk, fk, k, KD, b - bq, panel);
+            else matmul_block(&rx, wv, fv, v, KD, b - bq - bk, panel);
         }
 #pragma omp single
         {
@@ -672,13 +676,15 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     for (int t = 0; t < heads_tasks; t++)
         attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, p->scale,
                        p->scratch, p->half);
+    Rows ra = product_rows(p, att, QD, fo, fo, fo); /* att is complete: the attention's loop ended in a barrier */
 #pragma omp for schedule(static)
-    for (int b = 0; b < be; b++) residual_block(att, wo, fo, o, h, Q, E, QD, b, panel);
+    for (int b = 0; b < be; b++) residual_block(&ra, wo, fo, o, h, Q, E, b, panel);
     rms_norm(h, post_norm, p->eps, xn, Q, E); /* after the o product's loop and its barrier */
+    Rows rp = product_rows(p, xn, E, fg, fu, fu);
 #pragma omp for schedule(static)
     for (int b = 0; b < bf; b++) {
-        matmul_block(xn, wg, fg, g, Q, F, E, b, panel);
-        matmul_block(xn, wu, fu, u, Q, F, E, b, panel);
+        matmul_block(&rp, wg, fg, g, F, b, panel);
+        matmul_block(&rp, wu, fu, u, F, b, panel);
         int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
         for (int i = 0; i < Q; i++)
             for (int e = n0; e < n1; e++) {
@@ -686,8 +692,9 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
                 g[at] = g[at] / (1.0f + expf(-g[at])) * u[at];
             }
     }
+    Rows rg = product_rows(p, g, F, fd, fd, fd); /* after the gate and up loop and its barrier */
 #pragma omp for schedule(static)
-    for (int b = 0; b < be; b++) residual_block(g, wd, fd, o, h, Q, E, F, b, panel);
+    for (int b = 0; b < be; b++) residual_block(&rg, wd, fd, o, h, Q, E, b, panel);
 }
 
 /* One parallel region for the whole layer (`llama_layer`) or for all the layers of a pass

@@ -1,8 +1,9 @@
-"""`decode_kernels.c`, built once per machine with the system's C compiler and loaded with ctypes.
+"""`decode_kernels.c` (with its headers), built once per machine with the system's C compiler and
+loaded with ctypes.
 
-`load()` gives the `DecodeKernels` or None: the machine has no AVX2/FMA/F16C, no `gcc`/`cc`, or
-the build failed (logged once; `unavailable()` says why). Callers then keep PyTorch's own
-products. The shared library lives in the per-user cache, named by a hash of the source, the
+`load()` gives the `DecodeKernels` or None: no `gcc`/`cc`, or the build failed (logged once;
+`unavailable()` says why). Callers then keep PyTorch's own products. The shared library lives
+in the per-user cache, named by a hash of every source file it compiles (`SOURCES`), the
 compiler flags and the compiler's own version, so a changed source or compiler is rebuilt and
 concurrent builds never see a half-written file. Every call is checked first (`boundary`):
 dtype, shape, memory layout and sizes, or a `KernelArgumentError`. `build(sanitize=True)`
@@ -10,7 +11,11 @@ builds them with AddressSanitizer, for the tests.
 
 - `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`half_weights`);
   `DecodeKernels.matmul(x, w)`: the same for float16 weights or a `block_weights.BlockMatrix`
-  (GGUF's Q4_1/Q8_0 blocks, de-quantized exactly inside the kernel);
+  in any of its formats (GGUF's Q4_0 .. Q6_K blocks, F32, BF16): products of at most
+  `INT8_ROWS` rows of quantized weights (decoding steps, verification passes) quantize each row
+  to int8 and multiply in integers (llama.cpp's way), longer ones (prompts) de-quantize the
+  weights exactly to float32 inside the kernel;
+- `DecodeKernels.dequantize(w, ids)`: rows of a `BlockMatrix` as float32, gguf's exact values;
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
   over the KV cache; `use_row_attention(model)` routes a model's attention through it for
   passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts);
@@ -24,13 +29,17 @@ builds them with AddressSanitizer, for the tests.
 The attention reads a float32 or a float16 KV cache (`kv_cache.KV_DTYPE`), converting float16
 keys and values exactly when read.
 
-Both give a row the same bits whatever the number of rows in the pass, so a speculative
-verification pass reproduces exactly what single decoding steps would have computed.
+Every product and layer gives a row the same bits whatever the number of rows in the pass, so a
+speculative verification pass reproduces exactly what single decoding steps would have computed.
 
-Where the CPU has AVX-512F the build adds `-mavx512f` and the products take 16-wide vectors
-(`DecodeKernels.isa` says which: "avx512" or "avx2"); `SYNTAXLOCK_NO_AVX512=1` keeps the AVX2
-build. The two builds sum in different orders, so their bits differ from each other, never
-between the rows of one build.
+Three builds (`DecodeKernels.isa` says which): "avx512" where the CPU has AVX-512F (16-wide
+float products; -mavx512bw and -mavx512vnni added where it has them: `vpdpbusd` for the int8
+products), "avx2" where it has AVX2, FMA and F16C, and "portable" elsewhere (plain C, no
+intrinsics: ARM laptops, old x86). `load()` takes the widest the CPU runs;
+`SYNTAXLOCK_KERNELS=avx512|avx2|portable` forces one (`SYNTAXLOCK_NO_AVX512=1` means avx2).
+The float products sum in a different order in the avx512 build than in the other two, so
+their bits differ between builds, never between the rows of one build; the int8 products are
+the same operations in the avx2 and avx512 builds (the same bits).
 """
 
 from __future__ import annotations
@@ -54,11 +63,21 @@ from .block_weights import BlockMatrix, WeightFormat
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("decode_kernels.c")
+SOURCE = Path(__file__).with_name("decode_kernels.c")  # the file compiled; it includes the headers
+SOURCES = (SOURCE, *(SOURCE.with_name(h) for h in ("simd.h", "block_formats.h", "int8_products.h")))
 MAX_ATTENTION_ROWS = 32  # passes with more query rows (prompts) keep PyTorch's attention
+INT8_ROWS = 32  # products of at most this many rows of quantized weights take the int8 path (the C's INT8_ROWS)
 ATTENTION_NAME = "syntaxlock_rows"  # the attention implementation registered with transformers
-FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC"]
-WIDE_FLAGS = ["-mavx512f"]  # where the CPU has it: 16-wide products
+FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC"]
+ISAS = ("avx512", "avx2", "portable")  # widest first
+ISA_FLAGS = {
+    "avx2": ["-mavx2", "-mfma", "-mf16c"],
+    "avx512": ["-mavx2", "-mfma", "-mf16c", "-mavx512f"],
+    "portable": ["-ffp-contract=off"],  # simd.h's float16 conversions need each operation rounded
+}
+# added to the avx512 build where the CPU has them (the int8 products' byte instructions, vpdpbusd)
+WIDE_EXTRA_FLAGS = {"avx512bw": "-mavx512bw", "avx512_vnni": "-mavx512vnni"}
+ISA_NUMBERS = {"avx512": 2, "avx2": 1, "portable": 0}  # what the library's `kernel_isa()` says
 SANITIZE_FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]  # the tests' build
 NEEDED_CPU_FLAGS = {"avx2", "fma", "f16c"}
 
@@ -77,17 +96,42 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_supported() -> bool:
-    """The CPU has the instructions the kernel uses."""
+    """The CPU has the instructions of the avx2 build (else the portable build runs)."""
     return NEEDED_CPU_FLAGS <= cpu_flags()
 
 
+def runnable_isas() -> tuple[str, ...]:
+    """The builds this CPU can run, widest first (the portable build runs anywhere)."""
+    flags = cpu_flags()
+    x86 = NEEDED_CPU_FLAGS <= flags
+    return tuple(isa for isa in ISAS
+                 if isa == "portable" or (x86 and (isa == "avx2" or "avx512f" in flags)))
+
+
+def chosen_isa() -> str:
+    """The build `load()` takes: `SYNTAXLOCK_KERNELS` where set (avx512, avx2 or portable),
+    avx2 where `SYNTAXLOCK_NO_AVX512=1`, else the widest this CPU runs. A forced build the CPU
+    can't run is still named (`load` then says why not)."""
+    forced = os.environ.get("SYNTAXLOCK_KERNELS", "").strip().lower()
+    if forced:
+        return forced
+    runnable = runnable_isas()
+    if os.environ.get("SYNTAXLOCK_NO_AVX512", "") not in ("", "0") and "avx2" in runnable:
+        return "avx2"
+    return runnable[0]
+
+
 def wide_supported() -> bool:
-    """The AVX-512 build can run here (and isn't turned off by SYNTAXLOCK_NO_AVX512)."""
-    return "avx512f" in cpu_flags() and os.environ.get("SYNTAXLOCK_NO_AVX512", "") in ("", "0")
+    """The AVX-512 build is the one `load()` takes here."""
+    return chosen_isa() == "avx512"
 
 
-def build_flags(wide: bool, sanitize: bool = False) -> list[str]:
-    return FLAGS + (WIDE_FLAGS if wide else []) + (SANITIZE_FLAGS if sanitize else [])
+def build_flags(isa: str, sanitize: bool = False) -> list[str]:
+    """The compiler flags of a build (`ISAS`)."""
+    if isa not in ISA_FLAGS:
+        raise ValueError(f"no kernel build {isa!r} (one of {', '.join(ISAS)})")
+    extra = [flag for cpu, flag in WIDE_EXTRA_FLAGS.items() if cpu in cpu_flags()] if isa == "avx512" else []
+    return FLAGS + ISA_FLAGS[isa] + extra + (SANITIZE_FLAGS if sanitize else [])
 
 
 def _compiler() -> str | None:
@@ -116,6 +160,14 @@ def weight_storage(w) -> torch.Tensor:
 
 def weight_format(w) -> WeightFormat:
     return w.format if isinstance(w, BlockMatrix) else WeightFormat.F16
+
+
+def _isa_name(isa) -> str:
+    """A build's name from a name or, as the callers before the portable build said it, a
+    bool (True: avx512, False: avx2)."""
+    if isinstance(isa, bool):
+        return "avx512" if isa else "avx2"
+    return isa
 
 
 @dataclass(frozen=True)
@@ -161,7 +213,16 @@ class DecodeKernels:
     """The compiled kernels (see the module's doc)."""
 
     def __init__(self, lib: ctypes.CDLL, isa: str = "avx2") -> None:
-        self.isa = isa  # "avx512": built with 16-wide products
+        if lib.kernel_isa() != ISA_NUMBERS.get(isa):
+            raise OSError(f"{lib._name} is not the {isa} build of the kernels")
+        self.isa = isa  # "avx512", "avx2" or "portable"
+        self._dequantize = lib.dequantize_matrix
+        self._dequantize.restype = None
+        self._dequantize.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                                     ctypes.c_void_p, ctypes.c_int]
+        self._quantize = lib.quantize_activations
+        self._quantize.restype = None
+        self._quantize.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._matmul = lib.half_matmul
         self._matmul.restype = None
         self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
@@ -186,16 +247,20 @@ class DecodeKernels:
 
     @staticmethod
     def fits(weight) -> bool:
-        """`matmul` can multiply by this weight: a `BlockMatrix`, or a CPU 2-D tensor whose rows
-        are a multiple of 8 long (`half_matmul`'s)."""
+        """`matmul` can multiply by this weight: a `BlockMatrix` (rows of F32/BF16 values a
+        multiple of 8 long), or a CPU 2-D tensor whose rows are a multiple of 8 long
+        (`half_matmul`'s)."""
         if isinstance(weight, BlockMatrix):
-            return True
+            return weight.cols % 8 == 0
         return weight.device.type == "cpu" and weight.dim() == 2 and weight.shape[1] % 8 == 0
 
     def matmul(self, x: torch.Tensor, w) -> torch.Tensor:
         """x @ w.T for float32 `x` [..., K] and `w` [N, K]: a float16 tensor (`half_matmul`) or
-        a `BlockMatrix`, whose values (de-quantized exactly) are multiplied as float16 ones are:
-        each row's result is the same whatever the number of rows."""
+        a `BlockMatrix`. Quantized weights and at most `INT8_ROWS` rows: each row quantized to
+        int8 in units of 32 values, integer products, float scales (`int8_products.h`: within
+        max|x_unit| / 254 * sum|w_unit| per unit of the float64 product); else the weights'
+        exact values multiplied as float16 ones are. Each row's result is the same whatever the
+        number of rows, up to `INT8_ROWS`, and again above it."""
         if not isinstance(w, BlockMatrix):
             return self.half_matmul(x, w)
         lead = x.shape[:-1]
@@ -209,6 +274,28 @@ class DecodeKernels:
                                     threads):
             raise MemoryError("weights_matmul: no memory for its de-quantized panels")
         return y.reshape(*lead, w.rows)
+
+    def dequantize(self, w: BlockMatrix, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `ids` (int64 [n], each in [0, rows); all rows where None) of `w` as float32
+        [n, cols]: gguf's de-quantized values, bit for bit."""
+        boundary.check_dequantize(w, ids)
+        n = w.rows if ids is None else ids.shape[0]
+        out = torch.empty((n, w.cols), dtype=torch.float32)
+        threads = torch.get_num_threads()
+        boundary.check_threads("dequantize_matrix", threads)
+        if n:
+            self._dequantize(w.blocks.data_ptr(), int(w.format), w.cols, None if ids is None else ids.data_ptr(), n,
+                             out.data_ptr(), threads)
+        return out
+
+    def quantize_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """The rows of float32 `x` [M, K] (K a multiple of 32) as the int8 products quantize them:
+        uint8 [M, 4 K] in `int8_products.h`'s layout (for the tests)."""
+        boundary.check_activations(x)
+        m, k = x.shape
+        out = torch.empty((m, 4 * k), dtype=torch.uint8)
+        self._quantize(x.data_ptr(), m, k, out.data_ptr())
+        return out
 
     def half_matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x @ w.T for float32 `x` [..., K] and a contiguous float16 `w` [N, K] that `fits`."""
@@ -354,27 +441,30 @@ _loaded: dict[str, DecodeKernels | None] = {}
 _why_not: dict[str, str] = {}  # why a build couldn't be loaded
 
 
-def build_target(out_dir: Path | None = None, wide: bool = False, sanitize: bool = False) -> Path:
-    """The library's file: named by a hash of the source, the flags and the compiler (its
-    path and what it says its version is)."""
+def build_target(out_dir: Path | None = None, isa="avx2", sanitize: bool = False) -> Path:
+    """The library's file: named by a hash of every source file (`SOURCES`), the flags and the
+    compiler (its path and what it says its version is)."""
+    isa = _isa_name(isa)
     cc = _compiler() or ""
-    digest = cache.content_hash(SOURCE.read_bytes(), " ".join(build_flags(wide, sanitize)), compiler_identity(cc))
-    return (out_dir or cache.cache_dir() / "kernels") / f"decode_kernels-{digest}.so"
+    sources = b"".join(p.name.encode() + b"\0" + p.read_bytes() + b"\0" for p in SOURCES)
+    digest = cache.content_hash(sources, " ".join(build_flags(isa, sanitize)), compiler_identity(cc))
+    return (out_dir or cache.cache_dir() / "kernels") / f"decode_kernels-{isa}-{digest}.so"
 
 
-def build(out_dir: Path | None = None, wide: bool = False, sanitize: bool = False) -> Path:
-    """Compile the kernel (`wide`: the AVX-512 build; `sanitize`: with AddressSanitizer) into
+def build(out_dir: Path | None = None, isa="avx2", sanitize: bool = False) -> Path:
+    """Compile the kernels' build `isa` (one of `ISAS`; `sanitize`: with AddressSanitizer) into
     `out_dir` (the cache by default) unless it is there; its path. Raises RuntimeError with the
     compiler's message when it can't be built."""
+    isa = _isa_name(isa)
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (gcc or cc) on PATH")
-    target = build_target(out_dir, wide, sanitize)
+    target = build_target(out_dir, isa, sanitize)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    proc = subprocess.run([cc, *build_flags(wide, sanitize), str(SOURCE), "-o", str(tmp)],
+    proc = subprocess.run([cc, *build_flags(isa, sanitize), str(SOURCE), "-o", str(tmp)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -383,37 +473,44 @@ def build(out_dir: Path | None = None, wide: bool = False, sanitize: bool = Fals
     return target
 
 
-def _load_key(wide: bool | None) -> tuple[str, bool]:
-    wide = wide_supported() if wide is None else wide and "avx512f" in cpu_flags()
-    return f"{cache.cache_dir()}:{wide}", wide
+def _load_key(isa=None) -> tuple[str, str]:
+    isa = chosen_isa() if isa is None else _isa_name(isa)
+    return f"{cache.cache_dir()}:{isa}", isa
 
 
-def load(wide: bool | None = None) -> DecodeKernels | None:
-    """The kernels, built and loaded once per process; None where they can't run here. `wide`:
-    the AVX-512 build (default: where the CPU has it, which is what the models use)."""
-    key, wide = _load_key(wide)
+def load(isa=None) -> DecodeKernels | None:
+    """The kernels' build `isa` ("avx512", "avx2" or "portable"; default `chosen_isa()`, which
+    is what the models use), built and loaded once per process; None where it can't run here."""
+    key, isa = _load_key(isa)
     with _lock:
         if key in _loaded:
             return _loaded[key]
         kernel = None
-        if not cpu_supported():
-            _why_not[key] = "this CPU lacks AVX2/FMA/F16C"
-            log.info("decoding kernels: this CPU lacks AVX2/FMA/F16C; using PyTorch's products")
+        if isa not in ISAS:
+            _why_not[key] = f"SYNTAXLOCK_KERNELS={isa!r} is not a build ({', '.join(ISAS)})"
+        elif isa not in runnable_isas():
+            _why_not[key] = f"this CPU can't run the {isa} build (it lacks {_missing(isa)})"
         else:
             try:
-                kernel = DecodeKernels(ctypes.CDLL(str(build(wide=wide))), "avx512" if wide else "avx2")
+                kernel = DecodeKernels(ctypes.CDLL(str(build(isa=isa))), isa)
             except (OSError, RuntimeError) as e:
                 _why_not[key] = str(e)
-                log.warning("decoding kernels unavailable (%s); using PyTorch's products", e)
+        if kernel is None:
+            log.warning("decoding kernels unavailable (%s); using PyTorch's products", _why_not[key])
         _loaded[key] = kernel
         return kernel
 
 
-def unavailable(wide: bool | None = None) -> str | None:
-    """Why `load(wide)` gives None here (None when it gives the kernels)."""
-    if load(wide) is not None:
+def _missing(isa: str) -> str:
+    need = NEEDED_CPU_FLAGS | ({"avx512f"} if isa == "avx512" else set())
+    return "/".join(sorted(f.upper() for f in need - cpu_flags())) or "nothing"
+
+
+def unavailable(isa=None) -> str | None:
+    """Why `load(isa)` gives None here (None when it gives the kernels)."""
+    if load(isa) is not None:
         return None
-    return _why_not.get(_load_key(wide)[0], "not loaded")
+    return _why_not.get(_load_key(isa)[0], "not loaded")
 
 
 def _attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
