@@ -6,9 +6,9 @@ The default model after a prompt of `--context` tokens of typing.py; the millise
 `--reps`) of one forward pass over n = 1..9 new tokens, the cache cropped back after each, for:
 - `kernels`: the one copy of the weights (float16, or a GGUF's blocks: `weights_mib` says
   which) through `decode_kernels` (products and attention), transformers' layer code around them;
-- `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`, or `cpu_llama`,
+- `fused`: the runtime as `load_model` makes it (kernels + `fused_layers`, or `cpu_decoder`,
   whose layers call the same kernels: then `kernels` is not measured);
-- with `cpu_llama`, the same weights three more ways, each lever of its step alone:
+- with `cpu_decoder`, the same weights three more ways, each lever of its step alone:
   `f32_kv` (a float32 KV cache), `per_layer` (one kernel call per layer) and
   `per_layer_f32_kv` (both: the step as it was before the float16 cache and the one-call step).
 The configurations are measured in turn, `--rounds` times (interleaved: a change of load hits
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         use_fair_threads()  # before torch loads, as the CLI does
     import torch
 
-    from lsp_server.model.cpu_llama import CpuLlama, load_cpu_llama
+    from lsp_server.model.cpu_decoder import CpuDecoder, load_cpu_decoder
     from lsp_server.model.kv_cache import rewind
     from lsp_server.model.memory_parts import model_bytes
     from lsp_server.model.prompt_cache import PromptCache
@@ -86,17 +86,16 @@ def main(argv=None) -> int:
               "weights_mib": {k: round(v / 2**20, 1) for k, v in model_bytes(runtime.model).items()},
               "configurations": {}}
     runtimes = {}
-    if isinstance(runtime.model, CpuLlama):
-        from lsp_server.model.converted_weights import weights_dir
+    if isinstance(runtime.model, CpuDecoder):
         from mask_store.model_files import resolve_model
 
-        # `cpu_llama` (the CPU runtime without transformers' classes) has no `kernels` configuration:
+        # `cpu_decoder` (the CPU runtime without transformers' classes) has no `kernels` configuration:
         # its layers call the fused kernel themselves, as `fused` does
-        wdir = weights_dir(resolve_model(args.model))
+        wdir = resolve_model(args.model).path
         runtimes = {"fused": runtime}
         for name, kv, one_call in (("f32_kv", torch.float32, True), ("per_layer", torch.float16, False),
                                    ("per_layer_f32_kv", torch.float32, False)):
-            runtimes[name] = replace(runtime, model=load_cpu_llama(wdir, kernels, kv, one_call))
+            runtimes[name] = replace(runtime, model=load_cpu_decoder(wdir, kernels, kv, one_call))
         report["kv_dtype"] = str(runtime.model.kv_dtype)
     elif kernels is not None:  # the kernels could not be built here: the runtime is float32 PyTorch
         runtimes = {name: runtime for name in (("kernels", "fused") if fused else ("fused",))}

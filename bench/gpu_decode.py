@@ -20,7 +20,7 @@ the cut as the suffix). The mask store is built for the tokenizer on first use (
   own decode time over the tokens of `--requests` completions at cut points of stdlib files
   (about `--prompt` tokens of context each); and `plain_loop`: a plain greedy loop (the model's
   own forward and a fresh cache of its own: transformers' DynamicCache, or on the CPU
-  `cpu_llama`'s; one host read per token) after the same prompt;
+  `cpu_decoder`'s; one host read per token) after the same prompt;
 - `mask_overlap`: the share of the mask time computed while a forward pass ran (CUDA);
 - `requests`: p50/p99 wall time of the constrained completions, and the first one after load;
 - `memory`: GPU memory allocated (now and peak), the weights and KV caches, host RSS.
@@ -119,12 +119,12 @@ def prefill_ms(runtime, ids: list[int], reps: int = 5) -> float:
 def plain_loop(model, ids: list[int], steps: int, device) -> dict:
     """A plain greedy loop with the model's own forward and a fresh cache of its own (one host read
     per token): transformers' classes with DynamicCache, or the CPU model of
-    `lsp_server.model.cpu_llama` with its `new_cache()`."""
+    `lsp_server.model.cpu_decoder` with its `new_cache()`."""
     import torch
 
-    own = hasattr(model, "new_cache")  # cpu_llama: its own cache, passed as `cache`
+    own = hasattr(model, "new_cache")  # cpu_decoder: its own cache, passed as `cache`
     if own:
-        name, fresh = "cpu_llama", model.new_cache
+        name, fresh = "cpu_decoder", model.new_cache
     else:
         from transformers import DynamicCache
 
@@ -246,7 +246,7 @@ def main(argv=None) -> dict:
     result["mask_overlap"] = overlap
     from lsp_server.model.memory_parts import model_bytes
 
-    weights = sum(n for kind, n in model_bytes(rt.model).items() if kind != "mapped")  # cpu_llama's are buffers
+    weights = sum(n for kind, n in model_bytes(rt.model).items() if kind != "mapped")  # cpu_decoder's are buffers
     kv = (rt.static.workspace.keys.nbytes * 2 if rt.static is not None else 0) + engine.prompt_cache.memory_bytes()
     mem = {"weights_mb": round(weights / 2**20, 1), "kv_mb": round(kv / 2**20, 1)} | rss_mb()
     if dev.type == "cuda":

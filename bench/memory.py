@@ -55,7 +55,7 @@ IMPORT_STEPS = [
     ("pygls_lsprotocol", "import pygls.server, lsprotocol.types"),
     ("tokenizer", "from mask_store.vocabulary import load_tokenizer; load_tokenizer({model!r})"),
     ("server_modules", "import lsp_server.server.server, lsp_server.decoding.engine, lsp_server.model.runtime"),
-    # what the CPU server never imports (model/cpu_llama.py) and the GPU path and other
+    # what the CPU server never imports (model/cpu_decoder.py) and the GPU path and other
     # architectures do: transformers with its Llama model class
     ("transformers_llama", "import transformers; from transformers import LlamaForCausalLM"),
 ]

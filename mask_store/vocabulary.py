@@ -21,7 +21,10 @@ import numpy as np
 
 from grammar_tools.cache import content_hash
 
-from .model_files import EOS_NAMES, ModelSource, declared_eos, resolve_model, tokenizer_json
+from .model_files import (
+    EOS_NAMES, ModelNotFound, ModelSource, declared_eos, resolve_model, tokenizer_facts, tokenizer_json,
+)
+from .tokenizer_facts import TokenizerFacts
 
 
 @functools.lru_cache(maxsize=1)
@@ -99,8 +102,12 @@ class Vocabulary:
     # ------------------------------------------------------------------ constructors
 
     @classmethod
-    def from_tokenizer(cls, tok, eos_ids=(), name: str = "") -> Vocabulary:
-        """From a `tokenizers.Tokenizer`."""
+    def from_tokenizer(cls, tok, eos_ids=(), name: str = "", text_ids=()) -> Vocabulary:
+        """From a `tokenizers.Tokenizer`. `text_ids`: added tokens that are text (a GGUF
+        file's user-defined tokens: Gemma 3's runs of spaces and HTML tags, DeepSeek-Coder's
+        stray `õ`): their bytes are their spelling, as llama.cpp decodes them, and they are
+        never end tokens by name (Gemma 3's `</s>` is HTML)."""
+        text_ids = frozenset(text_ids)
         vocab = tok.get_vocab(with_added_tokens=True)
         size = max(vocab.values()) + 1
         added = tok.get_added_tokens_decoder()
@@ -112,7 +119,9 @@ class Vocabulary:
         dec = byte_level_decoder()
         out = []
         for i, s in enumerate(pieces):
-            if i in added and not byte_level:
+            if i in text_ids and not byte_level:  # a SentencePiece user-defined piece: `▁` is a space there too
+                out.append(s.replace("▁", " ").encode())
+            elif i in text_ids or (i in added and not byte_level):
                 out.append(s.encode())
             elif i in added:
                 out.append(s.encode() if i in special else _byte_level(s, dec))
@@ -122,7 +131,7 @@ class Vocabulary:
                 out.append(_sentencepiece(s))
         holes = {i for i, s in enumerate(pieces) if s == ""}
         # end tokens by name among the added tokens only: Qwen's BPE spells `</s>` as text (id 128247)
-        eos = set(eos_ids) | {i for i, t in added.items() if t.content in EOS_NAMES}
+        eos = set(eos_ids) | {i for i, t in added.items() if t.content in EOS_NAMES and i not in text_ids}
         return cls(tuple(out), frozenset(special | holes), frozenset(e for e in eos if e < size), name)
 
     @classmethod
@@ -140,9 +149,10 @@ def _byte_level(s: str, dec: dict[str, int]) -> bytes:
 
 
 def _sentencepiece(s: str) -> bytes:
-    m = _SP_BYTE.fullmatch(s)
-    if m:
-        return bytes([int(m.group(1), 16)])
+    if len(s) == 6 and s.startswith("<0x"):  # the one regex only where it can match (262k tokens)
+        m = _SP_BYTE.fullmatch(s)
+        if m:
+            return bytes([int(m.group(1), 16)])
     return s.replace("▁", " ").encode()
 
 
@@ -158,9 +168,19 @@ class LoadedTokenizer:
     source: ModelSource
     tokenizer: object  # tokenizers.Tokenizer, with encode_special_tokens set
     vocab: Vocabulary
+    facts: TokenizerFacts = TokenizerFacts(kind="hf")  # start, end and FIM ids (tokenizer_facts)
 
     def encode(self, text: str) -> list[int]:
+        """The ids of `text` as the model's tokenizer cuts it, spelling exactly its bytes (a
+        SentencePiece tokenizer's dummy prefix space is not put in: `encode_document_start`)."""
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_document_start(self, text: str) -> list[int]:
+        """The ids of `text` at the start of a document as the model's own tokenizer gives them:
+        where it puts a space first (SentencePiece's dummy prefix: `add_space_prefix`, Llama 2
+        and CodeLlama; not Gemma 3), that space is in the first token (`▁def`), so these ids
+        spell one more byte than the text. The start token is not put in (`facts.add_bos`)."""
+        return self.encode(" " + text if self.facts.add_space_prefix and text else text)
 
 
 # an added token spelled like a control marker: `<|fim_prefix|>`, `<tool_call>`, `</tool_call>`
@@ -185,18 +205,27 @@ def with_control_tokens_special(spec: dict) -> dict:
 
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(spec: str | None = None) -> LoadedTokenizer:
-    """The tokenizer of a model spec (`default`, a .gguf file or a HF directory); added tokens
-    spelled as control markers are special (`with_control_tokens_special`)."""
+    """The tokenizer of a model spec (`default`, a .gguf file or a HF directory). A HF
+    directory's added tokens spelled as control markers are special
+    (`with_control_tokens_special`); a GGUF file's token types say it (`gguf_tokenizer`)."""
     from tokenizers import Tokenizer
 
     src = resolve_model(spec)
     path = tokenizer_json(src)
-    raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    marked = with_control_tokens_special(raw)
-    tok = Tokenizer.from_file(str(path)) if marked is raw else Tokenizer.from_str(json.dumps(marked))
+    facts = tokenizer_facts(src)
+    if src.kind == "gguf":
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers refuses what was made of the file: say which file, drop it
+            path.unlink(missing_ok=True)
+            raise ModelNotFound(f"cannot read the tokenizer of {src.path}: {str(e).splitlines()[0]}") from e
+    else:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        marked = with_control_tokens_special(raw)
+        tok = Tokenizer.from_file(str(path)) if marked is raw else Tokenizer.from_str(json.dumps(marked))
     tok.encode_special_tokens = True  # special tokens' spellings in a document are its text
-    vocab = Vocabulary.from_tokenizer(tok, declared_eos(src), src.name)
-    return LoadedTokenizer(src, tok, vocab)
+    vocab = Vocabulary.from_tokenizer(tok, declared_eos(src), src.name, facts.text_ids)
+    return LoadedTokenizer(src, tok, vocab, facts)
 
 
 def vocabulary_key(vocab: Vocabulary) -> str:

@@ -153,7 +153,14 @@ def test_converted_weights_and_tokenizer_keys(monkeypatch):
         with monkeypatch.context() as m:
             _bump(m, library)
             assert converted_weights.converted_dir(src) != weights
-            assert converted_tokenizer(src) != tokenizer
+            # a GGUF file's tokenizer is read from its metadata by our own code: neither library
+            assert converted_tokenizer(src) == tokenizer
+    with monkeypatch.context() as m:
+        _bump(m, "tokenizers")
+        assert converted_tokenizer(src) != tokenizer
+    with monkeypatch.context() as m:
+        _edit(m, "mask_store/gguf_header.py")
+        assert converted_tokenizer(src) != tokenizer
     _bump(monkeypatch, "torch")
     assert converted_weights.converted_dir(src) != weights
 

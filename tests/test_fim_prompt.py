@@ -123,3 +123,17 @@ def test_the_suffix_window_keeps_whole_lines_from_the_start(tok):
 def test_untitled_documents_are_named_without_paths():
     ws = workspace_context("untitled:Untitled-1", [("untitled:Untitled-1", "x"), ("file:///a/b.py", "y = 1\n")])
     assert [f.name for f in ws.others] == ["b.py"] and ws.path == "untitled:Untitled-1"
+
+
+def test_a_model_whose_tokenizer_starts_texts_with_a_start_token_gets_it_first(tok, fim):
+    """Gemma, Llama 3, CodeLlama, DeepSeek-Coder (`add_bos`): the start token, then the prompt
+    as it would be without it, its prefix where it was."""
+    from dataclasses import replace
+
+    plain, plain_fim = build_prompt(tok, DOC[:CUT], "", 64, None), build_prompt(tok, DOC[:CUT], DOC[CUT:], 64, fim)
+    assert not tok.facts.add_bos and plain.ids[0] != 151643  # Qwen: no start token
+    starts = replace(tok, facts=replace(tok.facts, add_bos=True, bos_id=151643))
+    for before, fim_tokens in ((plain, None), (plain_fim, fim)):
+        p = build_prompt(starts, DOC[:CUT], DOC[CUT:] if fim_tokens else "", 64, fim_tokens)
+        assert p.ids == [151643] + before.ids
+        assert p.prefix == before.prefix and p.prefix_start == before.prefix_start + 1

@@ -29,7 +29,7 @@ def test_quick_run_on_the_cpu():
     d = out["decode_ms_per_token"]
     assert d["tokens"]["on"] > 0 and d["tokens"]["unconstrained"] > 0
     assert d["constrained_speculation_on"] > 0 and d["unconstrained"] > 0 and d["plain_loop"]["tokens"] == 8
-    assert d["plain_loop"]["forward"] == "cpu_llama"  # the CPU runs its own forward pass (docs/memory.md)
+    assert d["plain_loop"]["forward"] == "cpu_decoder"  # the CPU runs its own forward pass (docs/memory.md)
     assert out["prefill_ms"]["tokens"] == 200 and out["prefill_ms"]["ms"] > 0
     assert out["requests"]["requests"] == 2 and out["requests"]["p99_ms"] >= out["requests"]["p50_ms"] > 0
     assert out["mask_overlap"]["masks"] > 0 and out["mask_overlap"]["overlapped_ms"] == 0  # the CPU never launches early

@@ -55,6 +55,7 @@ class CountingTokenizer:
     def __init__(self, tok):
         self.counter = {"chars": 0}
         self.vocab = tok.vocab
+        self.facts = tok.facts
         self.tokenizer = _CountingEncoder(tok.tokenizer, self.counter)
 
     def encode(self, text: str) -> list[int]:

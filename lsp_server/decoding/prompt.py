@@ -26,6 +26,9 @@ given the other open documents, whole, in front, as many as fit CONTEXT_SHARE of
     <|repo_name|>REPO\n<|file_sep|>a.py\nTEXT\n<|file_sep|>b.py\n<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>
 
 (without other documents: `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>`).
+
+A model whose tokenizer starts every text with a start token (`TokenizerFacts.add_bos`) gets
+it first (`with_start_token`).
 """
 
 from __future__ import annotations
@@ -217,9 +220,19 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
     prompt = Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
-    if fim is None:
+    if fim is not None:
+        prompt = _fill_in_the_middle(tok, prompt, after, budget, fim, workspace)
+    return with_start_token(tok, prompt)
+
+
+def with_start_token(tok: LoadedTokenizer, prompt: Prompt) -> Prompt:
+    """The prompt after the model's start token where its tokenizer puts one in front of every
+    text (`facts.add_bos`: Gemma, Llama 3, CodeLlama, DeepSeek-Coder; not SmolLM2, Qwen or
+    StarCoder2), as llama.cpp does: such models were trained on sequences that begin with it."""
+    bos = tok.facts.bos_id
+    if not tok.facts.add_bos or bos is None:
         return prompt
-    return _fill_in_the_middle(tok, prompt, after, budget, fim, workspace)
+    return replace(prompt, ids=[bos] + prompt.ids, prefix_start=prompt.prefix_start + 1)
 
 
 def _fill_in_the_middle(tok: LoadedTokenizer, prompt: Prompt, after: str, budget: int, fim: FimTokens,

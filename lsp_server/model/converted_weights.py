@@ -1,18 +1,19 @@
-"""A GGUF model's weights as a Hugging Face directory of safetensors, converted once and cached.
+"""A GGUF model's weights as a Hugging Face directory of safetensors, for transformers' model
+classes: converted once and cached.
+
+Only where our own forward pass can't run: on CUDA (transformers' classes, bfloat16: the CUDA
+path casts the file at load) and on a CPU without our kernels (no C compiler). The CPU path
+reads a GGUF file in place (`model_weights`) and never converts it.
 
 transformers de-quantizes a GGUF file into float32 tensors (about 20 s for SmolLM2-135M); the
 result is saved with its config so that the next start loads it in well under 5 s. The
-matrices are saved as float16 (`HALF_DTYPE`), the dtype the CPU runtime multiplies by
-(`kernels.half_weights`), so that it can use the file's pages as they are (memory-mapped: a
-second server shares them through the page cache); vectors (norms, biases) stay float32. The
-GGUF's 4- and 8-bit blocks de-quantize to values that float16 holds to within 2^-11 relative
-(bfloat16 would keep 2^-8); the CUDA path casts the file to bfloat16 at load. The cached
-directory is keyed by the GGUF file (path, size, mtime), this code and the versions of the
-libraries that read and write the tensors (transformers, gguf, torch, safetensors), so that an
-upgrade converts anew instead of loading weights that another version produced. Beside it the
-GGUF's Q4_1/Q8_0 matrices are kept in their blocks (`gguf_blocks`): what the CPU runtime
-multiplies by (a third of the float16 copy's memory, the file's exact values). The conversion
-runs in a child process (`weights_dir`), so its ~1 GB peak never stays with the server.
+matrices are saved as float16 (`HALF_DTYPE`), vectors (norms, biases) float32. The GGUF's 4- and
+8-bit blocks de-quantize to values that float16 holds to within 2^-11 relative (bfloat16 would
+keep 2^-8). The cached directory is keyed by the GGUF file (path, size, mtime), this code and the
+versions of the libraries that read and write the tensors (transformers, gguf, torch,
+safetensors), so that an upgrade converts anew instead of loading weights that another version
+produced. The conversion runs in a child process (`weights_dir`), so its ~1 GB peak never
+stays with the server.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import torch
 
 from grammar_tools import cache
 from mask_store.model_files import ModelSource
-
-from . import gguf_blocks
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +74,8 @@ def weights_dir(src: ModelSource) -> Path:
 
 def convert(gguf: Path, out: Path) -> None:
     """De-quantize the GGUF file `gguf` and write it to `out` as a Hugging Face directory
-    (matrices float16, vectors float32; the matrices the GGUF holds in Q4_1/Q8_0 blocks also as
-    those blocks, `gguf_blocks.BLOCKS_FILE`; written aside and renamed, so a reader never sees
-    half a directory, and two processes converting at once don't write into each other's)."""
+    (matrices float16, vectors float32; written aside and renamed, so a reader never sees half a
+    directory, and two processes converting at once don't write into each other's)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
@@ -85,7 +83,6 @@ def convert(gguf: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
         )
-        blocks, formats = gguf_blocks.block_tensors(gguf, dict(model.named_parameters()))
     except Exception as e:
         raise ConversionError(f"{type(e).__name__}: {e}") from e
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +93,6 @@ def convert(gguf: Path, out: Path) -> None:
                 if p.dim() >= 2:
                     p.data = p.data.to(HALF_DTYPE)
         save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        gguf_blocks.write_blocks(tmp, blocks, formats)
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(cfg))

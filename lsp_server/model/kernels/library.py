@@ -23,7 +23,7 @@ builds them with AddressSanitizer, for the tests.
   `use_fused_layers(model)` makes each decoder layer use it for such passes over a
   `GrowingCache` (`fused_layers`);
 - `llama_layers`: all the decoder layers of a short pass in one call and one parallel region
-  (`cpu_llama`'s decoding steps and verification passes over a `CpuCache`): ~40 µs of Python,
+  (`cpu_decoder`'s decoding steps and verification passes over a `CpuCache`): ~40 µs of Python,
   checks and ctypes per layer were ~1.2 ms of a step.
 
 The attention reads a float32 or a float16 KV cache (`kv_cache.KV_DTYPE`), converting float16

@@ -1,5 +1,5 @@
-"""The hand-written CPU forward pass (`cpu_llama`): the same logits, bit for bit, as transformers'
-model classes with our float16 weights and kernels (the path it replaces) for every kind of pass
+"""The hand-written CPU forward pass (`cpu_decoder`) on Hugging Face directories: the same
+logits, bit for bit, as transformers' model classes with our float16 weights and kernels for every kind of pass
 (a long prompt on an empty cache, a long chunk after a past, short passes on an empty cache and
 after a past, the few rows of a verification), for a tiny Llama and a tiny Qwen2 (q/k/v
 biases); close to transformers' float32 model; a pass continued from the cache equals the whole
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lsp_server.model.cpu_llama import CpuLlama, Unsupported, load_cpu_llama, read_shape
+from lsp_server.model.architectures import spec_from_config
+from lsp_server.model.cpu_decoder import CpuDecoder, Unsupported, load_cpu_decoder
 from lsp_server.model.kv_cache import ForwardCancelled, StopBetweenLayers, rewind
 from lsp_server.model.memory_parts import _is_mapped
 
@@ -54,7 +55,7 @@ def _run(model, ids: torch.Tensor, chunks, past) -> list[torch.Tensor]:
 def _compare_with_transformers(wdir: Path, kernels, vocab: int) -> None:
     from lsp_server.model.hf_cache import GrowingCache
 
-    ours = load_cpu_llama(wdir, kernels, torch.float32)
+    ours = load_cpu_decoder(wdir, kernels, torch.float32)
     ref = _reference(wdir, kernels)
     ids = torch.randint(0, vocab, (1, 130), generator=torch.Generator().manual_seed(3))
     for chunks in (CHUNKS, SHORT_FIRST):
@@ -89,7 +90,7 @@ def _tiny_qwen2(path: Path) -> Path:
 
 def test_a_tiny_qwen2_with_biases_gives_transformers_bits(tmp_path, model_kernels):
     wdir = _tiny_qwen2(tmp_path / "qwen2")
-    model = load_cpu_llama(wdir, model_kernels)
+    model = load_cpu_decoder(wdir, model_kernels)
     assert all(layer.fused is None and layer.b0 is not None for layer in model.layers)  # biases: no fused kernel
     _compare_with_transformers(wdir, model_kernels, 512)
 
@@ -98,7 +99,7 @@ def test_close_to_transformers_float32_model(tiny_model_dir, model_kernels):
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
-    ours = load_cpu_llama(tiny_model_dir, model_kernels)
+    ours = load_cpu_decoder(tiny_model_dir, model_kernels)
     ids = torch.randint(0, 49152, (1, 60), generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         a = ref(ids).logits[0]
@@ -108,7 +109,7 @@ def test_close_to_transformers_float32_model(tiny_model_dir, model_kernels):
 
 
 def test_continuing_from_the_cache_equals_recomputing(tiny_model_dir, model_kernels):
-    model = load_cpu_llama(tiny_model_dir, model_kernels)
+    model = load_cpu_decoder(tiny_model_dir, model_kernels)
     ids = torch.randint(0, 49152, (1, 90), generator=torch.Generator().manual_seed(6))
     with torch.inference_mode():
         whole = model(ids, logits_to_keep=0).logits[0]
@@ -130,8 +131,8 @@ def test_a_float16_cache_stays_within_its_rounding_of_a_float32_one(tiny_model_d
     model (2e-2 in `test_close_to_transformers_float32_model`), and the greedy tokens agree."""
     from lsp_server.model.kv_cache import cache_bytes
 
-    half = load_cpu_llama(tiny_model_dir, model_kernels)
-    wide = load_cpu_llama(tiny_model_dir, model_kernels, torch.float32)
+    half = load_cpu_decoder(tiny_model_dir, model_kernels)
+    wide = load_cpu_decoder(tiny_model_dir, model_kernels, torch.float32)
     ids = torch.randint(0, 49152, (1, 130), generator=torch.Generator().manual_seed(3))
     for chunks in (CHUNKS, SHORT_FIRST):
         cache = half.new_cache()
@@ -151,7 +152,7 @@ def test_a_short_pass_runs_every_layer_in_one_call_with_the_bits_of_single_steps
                                                                                   monkeypatch, kv_dtype):
     """After a past, a pass of a few rows is one `llama_layers` call (no call per layer), and a
     verification pass of 8 rows gives the bits of 8 single steps over either cache."""
-    model = load_cpu_llama(tiny_model_dir, model_kernels, kv_dtype)
+    model = load_cpu_decoder(tiny_model_dir, model_kernels, kv_dtype)
     calls = []
     for name in ("llama_layers", "llama_layer"):
         real = getattr(model_kernels, name)
@@ -170,7 +171,7 @@ def test_a_short_pass_runs_every_layer_in_one_call_with_the_bits_of_single_steps
 
 
 def test_a_cancelled_pass_leaves_the_cache_as_it_was(tiny_model_dir, model_kernels):
-    model = load_cpu_llama(tiny_model_dir, model_kernels)
+    model = load_cpu_decoder(tiny_model_dir, model_kernels)
     stopper = StopBetweenLayers(model)
     assert stopper.layers == len(model.layers) == 2
     ids = torch.randint(0, 49152, (1, 100), generator=torch.Generator().manual_seed(7))
@@ -198,11 +199,11 @@ def test_the_weights_are_views_of_the_float16_file(tmp_path, tiny_model_dir, mod
     save_file({k: v.to(torch.float16) if v.dim() == 2 else v for k, v in tensors.items()},
               str(wdir / "model.safetensors"))
     shutil.copy(tiny_model_dir / "config.json", wdir / "config.json")
-    model = load_cpu_llama(wdir, model_kernels)
+    model = load_cpu_decoder(wdir, model_kernels)
     matrices = [model.embed] + [getattr(layer, f"w{i}") for layer in model.layers for i in range(7)]
     assert all(t.dtype == torch.float16 and _is_mapped(t) for t in matrices)
     assert model.lm_head is model.embed  # tied: one tensor
-    assert all(layer.in_norm.dtype == torch.float32 for layer in model.layers)
+    assert all(layer.attn_norm.dtype == torch.float32 for layer in model.layers)
 
 
 @pytest.mark.parametrize("change, why", [
@@ -215,7 +216,7 @@ def test_models_it_does_not_compute_are_refused_with_a_reason(tmp_path, tiny_mod
     cfg = json.loads((tiny_model_dir / "config.json").read_text()) | change
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(Unsupported, match=why):
-        read_shape(tmp_path)
+        spec_from_config(tmp_path)
 
 
 def test_the_cpu_runtime_never_imports_transformers_model_classes(tiny_model_dir, model_kernels):
@@ -230,4 +231,4 @@ def test_the_cpu_runtime_never_imports_transformers_model_classes(tiny_model_dir
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [CpuLlama.__name__, "1", "51", "[]"], out.stdout
+    assert out.stdout.split() == [CpuDecoder.__name__, "1", "51", "[]"], out.stdout

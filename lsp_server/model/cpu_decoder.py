@@ -1,0 +1,315 @@
+"""The CPU forward pass of decoder-only models (llama, qwen2, gemma3, starcoder2) in plain torch
+operations and our kernels, over weights read in place (`model_weights`), without transformers.
+
+Why hand-written: memory and speed. transformers' model classes import their modeling code and
+what it drags in (~100 MiB resident the server never uses after the load), take weights as
+float tensors (a GGUF file's blocks de-quantized: twice the file's memory or more) and compute
+with PyTorch's products (one row at a time for float16 weights). Here the weights stay the
+file's own bytes (`BlockMatrix`: every block type the kernels multiply; float16 matrices), the
+products are our kernels' (`kernels.library`: the same bits for a row whatever the rows of the
+pass, which keeps speculative decoding's output identical), and what differs between families is
+data (`architectures.DecoderSpec`), not code paths per model.
+
+A layer, for every family (`DecoderSpec` says which parts it has):
+
+    x = norm(h)                          RMS, or LayerNorm with bias (starcoder2)
+    q, k, v = x Wq (+bq), x Wk (+bk), x Wv (+bv)
+    q, k = rms(q), rms(k) per head       gemma3
+    q, k = rotary(q), rotary(k)          pairs (2i, 2i+1) for llama GGUF files, halves else;
+                                         the layer's base (gemma3's windowed layers: 10,000)
+    a = softmax(scale q.k over the layer's window) v, o = a Wo (+bo)
+    h = h + (rms(o) for gemma3, else o)
+    x = norm(h); f = down(act(gate x) * up x) or down(gelu(up x + bu)) + bd
+    h = h + (rms(f) for gemma3, else f)
+
+then the output norm, the head (the embedding table where tied) and gemma's soft-cap if any.
+
+- passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache, in a layer the fused
+  kernel computes (RMS, SiLU, no biases, rotation by halves, no window, no extra norms): all the
+  layers in one kernel call (`DecodeKernels.llama_layers`); llama GGUF files' q/k rows are put in
+  the halves layout for it when loaded (`halves_rows`: a copy of those two matrices' blocks);
+- other passes of at most `MAX_ATTENTION_ROWS` rows: the layer as torch operations with our
+  products and `row_attention` (windowed layers with PyTorch's attention and a mask);
+- longer passes (prompts): the same with PyTorch's SDPA (no mask and `is_causal` on an empty
+  cache where the layer has no window, else a boolean mask).
+
+For Hugging Face directories of Llama and Qwen2 (`safetensors_weights`) the arithmetic is
+transformers' `LlamaForCausalLM`/`Qwen2ForCausalLM`'s, operation for operation, so with our
+float16 weights and a float32 cache the logits are its bits exactly (tests/test_cpu_decoder.py).
+The KV cache (`CpuCache`) holds float16 keys and values by default (`kv_cache.KV_DTYPE`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .architectures import DecoderSpec, FeedForward, Norm, Rotary, Unsupported
+from .kernels.block_weights import BlockMatrix
+from .kernels.half_weights import HALF
+from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, LayerWeights, weight_storage
+from .kv_cache import KV_DTYPE, CpuCache, GrowingBuffers
+from .model_weights import MATRIX_ROLES, Weight, gguf_weights, safetensors_weights
+
+__all__ = ["CpuDecoder", "Unsupported", "load_cpu_decoder"]
+
+
+def _matrix(t: Weight) -> Weight:
+    """A matrix as the kernels multiply by it: a `BlockMatrix` as it is, a float16 tensor the
+    file's own where it is float16 (mapped, not copied)."""
+    return t if isinstance(t, BlockMatrix) or t.dtype == HALF else t.to(HALF)
+
+
+def halves_rows(m: Weight, heads: int) -> Weight:
+    """A q or k matrix whose rows are laid out for rotation of adjacent pairs (llama's GGUF
+    files: row 2i + j of a head is transformers' row j * D/2 + i) with its rows reordered for
+    rotation by halves (a copy)."""
+    rows = m.shape[0]
+    d = rows // heads
+    order = torch.arange(rows).view(heads, d // 2, 2).transpose(1, 2).reshape(-1)
+    if isinstance(m, BlockMatrix):
+        return BlockMatrix.of(m.blocks[order].contiguous(), m.format, m.cols)
+    return m[order].contiguous()
+
+
+def embed_rows(table: Weight, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of an embedding table (float16 or blocks) as float32."""
+    if isinstance(table, BlockMatrix):
+        return table.embedding(ids)
+    return F.embedding(ids, table).to(torch.float32)
+
+
+def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm, operation for operation (float32)."""
+    variance = h.pow(2).mean(-1, keepdim=True)
+    return weight * (h * torch.rsqrt(variance + eps))
+
+
+def norm(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float, kind: Norm) -> torch.Tensor:
+    if kind is Norm.RMS:
+        return rms_norm(h, weight, eps)
+    return F.layer_norm(h, (h.shape[-1],), weight, bias, eps)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """[1, Hkv, L, D] → [1, Hkv * groups, L, D], each key/value head repeated for its group."""
+    if groups == 1:
+        return x
+    b, h_kv, length, d = x.shape
+    return x[:, :, None, :, :].expand(b, h_kv, groups, length, d).reshape(b, h_kv * groups, length, d)
+
+
+def _gelu(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What every layer of one forward pass shares: its rows, the cache's length before it,
+    the rotary tables by base and the attention masks by window (None: causal without a mask,
+    on an empty cache)."""
+
+    rows: int
+    past: int
+    rotary: dict[float, tuple[torch.Tensor, torch.Tensor]]  # base: cos, sin [1, rows, head_dim]
+    masks: dict[int, torch.Tensor | None]  # window (0: none): [1, 1, rows, past + rows] boolean
+
+
+class CpuDecoderLayer(torch.nn.Module):
+    """One decoder layer: its matrices (float16, or `BlockMatrix`es: `matrices`, their tensors
+    the buffers `w0`..`w6`), biases and norms (float32 buffers). A module so that
+    `kv_cache.StopBetweenLayers` can stop a pass before it."""
+
+    def __init__(self, spec: DecoderSpec, kernels: DecodeKernels, tensors: dict[str, Weight], index: int) -> None:
+        super().__init__()
+        self.spec = spec
+        self.kernels = kernels
+        self.window = spec.windows[index]
+        self.theta = spec.layer_theta(index)
+        self.groups = spec.num_attention_heads // spec.num_key_value_heads
+        p = f"blk.{index}."
+        weights = {role: tensors.get(p + role) for role in MATRIX_ROLES}
+        if spec.rotary is Rotary.PAIRS:  # the fused kernel rotates halves
+            weights["attn_q"] = halves_rows(weights["attn_q"], spec.num_attention_heads)
+            weights["attn_k"] = halves_rows(weights["attn_k"], spec.num_key_value_heads)
+        self.matrices = tuple(None if w is None else _matrix(w) for w in weights.values())
+        for i, role in enumerate(MATRIX_ROLES):
+            m = self.matrices[i]
+            self.register_buffer(f"w{i}", None if m is None else weight_storage(m), persistent=False)
+            self.register_buffer(f"b{i}", tensors.get(p + role + ".bias"), persistent=False)
+        for name in ("attn_norm", "attn_norm.bias", "ffn_norm", "ffn_norm.bias", "attn_q_norm", "attn_k_norm",
+                     "attn_post_norm", "ffn_post_norm"):
+            self.register_buffer(name.replace(".", "_"), tensors.get(p + name), persistent=False)
+        self.fused: LayerWeights | None = None
+        if self.fused_kernel_computes():
+            self.fused = kernels.layer_weights(
+                self.attn_norm, self.ffn_norm, spec.norm_eps, self.matrices, spec.num_attention_heads,
+                spec.num_key_value_heads, spec.head_dim, spec.intermediate_size, spec.attention_scale,
+            )
+
+    def fused_kernel_computes(self) -> bool:
+        """`DecodeKernels.llama_layer` computes this layer: a Llama layer (RMS norms, SiLU-gated
+        MLP, no biases, rotation by halves, every earlier position, no extra norms)."""
+        s = self.spec
+        return (s.norm is Norm.RMS and s.feed_forward is FeedForward.SILU_GATED and not s.qk_norm
+                and not s.sandwich_norms and self.window == 0
+                and all(getattr(self, f"b{i}") is None for i in range(len(MATRIX_ROLES))))
+
+    def _linear(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        out = self.kernels.matmul(x, self.matrices[i])
+        bias = getattr(self, f"b{i}")
+        return out if bias is None else out + bias
+
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, p: Pass) -> torch.Tensor:
+        """softmax(scale q.k) v over the layer's window: [1, rows, heads * D]."""
+        scale = self.spec.attention_scale
+        if p.rows <= MAX_ATTENTION_ROWS and (self.window == 0 or p.past + p.rows <= self.window):
+            return self.kernels.row_attention(q, keys, values, scale).reshape(1, p.rows, -1)
+        keys, values = keys.float(), values.float()  # as the cache holds them (rounded if float16)
+        mask = p.masks[self.window]
+        if mask is None:  # an empty cache, no window: causal, no mask
+            extra = {"enable_gqa": True} if self.groups > 1 else {}
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=None, dropout_p=0.0, scale=scale,
+                                                 is_causal=True, **extra)
+        else:
+            out = F.scaled_dot_product_attention(q, repeat_kv(keys, self.groups), repeat_kv(values, self.groups),
+                                                 attn_mask=mask, dropout_p=0.0, scale=scale, is_causal=False)
+        return out.transpose(1, 2).reshape(1, p.rows, -1)
+
+    def forward(self, h: torch.Tensor, p: Pass, kv: GrowingBuffers) -> torch.Tensor:
+        if p.rows <= MAX_ATTENTION_ROWS and p.past > 0 and self.fused is not None:
+            self.kernels.append_layer(h, self.fused, *p.rotary[self.theta], kv)  # h updated in place
+            return h
+        s = self.spec
+        d, eps = s.head_dim, s.norm_eps
+        x = norm(h, self.attn_norm, self.attn_norm_bias, eps, s.norm)
+        q = self._linear(x, 0).view(1, p.rows, -1, d).transpose(1, 2)
+        k = self._linear(x, 1).view(1, p.rows, -1, d).transpose(1, 2)
+        v = self._linear(x, 2).view(1, p.rows, -1, d).transpose(1, 2)
+        if s.qk_norm:
+            q, k = rms_norm(q, self.attn_q_norm, eps), rms_norm(k, self.attn_k_norm, eps)
+        cos, sin = (t.unsqueeze(1) for t in p.rotary[self.theta])
+        q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+        keys, values = kv.write(k, v)
+        o = self._linear(self._attention(q, keys, values, p), 3)
+        h = h + (rms_norm(o, self.attn_post_norm, eps) if s.sandwich_norms else o)
+        x = norm(h, self.ffn_norm, self.ffn_norm_bias, eps, s.norm)
+        if s.feed_forward is FeedForward.GELU:
+            f = self._linear(_gelu(self._linear(x, 5)), 6)
+        else:
+            act = F.silu if s.feed_forward is FeedForward.SILU_GATED else _gelu
+            f = self._linear(act(self._linear(x, 4)) * self._linear(x, 5), 6)
+        return h + (rms_norm(f, self.ffn_post_norm, eps) if s.sandwich_norms else f)
+
+
+@dataclass(frozen=True)
+class CpuOutput:
+    """A forward pass's result, as transformers' output names it (`logits`, `cache`)."""
+
+    logits: torch.Tensor  # [1, keep, vocab] float32
+    cache: CpuCache
+
+
+class CpuDecoder(torch.nn.Module):
+    """A decoder-only causal LM on the CPU (see the module doc): `forward(input_ids, cache,
+    logits_to_keep=k)` as transformers' model is called by the runtime; `config` its spec."""
+
+    def __init__(self, spec: DecoderSpec, kernels: DecodeKernels, tensors: dict[str, Weight],
+                 kv_dtype: torch.dtype = KV_DTYPE, one_call: bool = True) -> None:
+        super().__init__()
+        self.config = spec
+        self.kernels = kernels
+        self.kv_dtype = kv_dtype
+        head, embed = tensors.get("output"), tensors.get("token_embd")
+        if embed is None and spec.tie_word_embeddings:  # tied weights saved once, as the head
+            embed = head
+        tied = spec.tie_word_embeddings or head is None
+        self.embed_table = _matrix(embed)  # float16 or a BlockMatrix; its tensor the buffer `embed`
+        self.head_matrix = self.embed_table if tied else _matrix(head)  # the buffer `lm_head`
+        self.register_buffer("embed", weight_storage(self.embed_table), persistent=False)
+        self.register_buffer("lm_head", self.embed if tied else weight_storage(self.head_matrix), persistent=False)
+        self.register_buffer("norm", tensors["output_norm"], persistent=False)
+        self.register_buffer("norm_bias", tensors.get("output_norm.bias"), persistent=False)
+        d = spec.head_dim
+        exponents = torch.arange(0, d, 2, dtype=torch.float) / d
+        factors = tensors.get("rope_freqs")  # Llama 3's per-dimension divisors
+        self.inv_freq = {theta: 1.0 / (theta ** exponents) / (1.0 if factors is None else factors)
+                         for theta in {spec.layer_theta(i) for i in range(spec.num_hidden_layers)}}
+        self.layers = torch.nn.ModuleList(
+            CpuDecoderLayer(spec, kernels, tensors, i) for i in range(spec.num_hidden_layers)
+        )
+        fused = [layer.fused for layer in self.layers]
+        # every layer fused: short passes run all of them in one kernel call (`one_call=False`:
+        # one call per layer; bench/decode_step.py compares them)
+        self.stack: LayerStack | None = kernels.layer_stack(fused) if one_call and all(fused) else None
+
+    def new_cache(self) -> CpuCache:
+        return CpuCache(len(self.layers), self.kv_dtype, self.config.num_key_value_heads, self.config.head_dim)
+
+    def _pass(self, rows: int, past: int) -> Pass:
+        positions = (torch.arange(rows) + past).unsqueeze(0).float() * self.config.rope_scale
+        rotary = {}
+        for theta, inv_freq in self.inv_freq.items():
+            freqs = positions[..., None] * inv_freq
+            emb = torch.cat((freqs, freqs), dim=-1)  # every layer rotates halves (`halves_rows`)
+            rotary[theta] = (emb.cos(), emb.sin())
+        masks: dict[int, torch.Tensor | None] = {}
+        query = (torch.arange(rows) + past)[:, None]
+        key = torch.arange(past + rows)[None, :]
+        for window in set(self.config.windows):
+            if rows <= MAX_ATTENTION_ROWS and (window == 0 or past + rows <= window):
+                continue  # row attention: no mask
+            if window == 0 and past == 0:
+                masks[window] = None
+                continue
+            allowed = key <= query
+            if window:
+                allowed &= query - key < window
+            masks[window] = allowed.view(1, 1, rows, -1)
+        return Pass(rows, past, rotary, masks)
+
+    def forward(self, input_ids: torch.Tensor, cache: CpuCache | None = None, use_cache: bool = True,
+                logits_to_keep: int = 1) -> CpuOutput:
+        """Logits of the last `logits_to_keep` positions (all with 0) of `input_ids` [1, n], fed
+        after `cache` (a new one when None), which the pass extends."""
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise ValueError(f"input_ids must have shape [1, n], not {list(input_ids.shape)}")
+        if cache is None:
+            cache = self.new_cache()
+        p = self._pass(input_ids.shape[1], cache.get_seq_length())
+        h = embed_rows(self.embed_table, input_ids)
+        if self.config.embedding_scale != 1.0:
+            h = h * self.config.embedding_scale
+        if (self.stack is not None and p.rows <= MAX_ATTENTION_ROWS and p.past > 0
+                and cache.lengths_agree(p.past)):
+            self.kernels.llama_layers(h, self.stack, *p.rotary[self.config.rope_theta], cache)  # h in place
+        else:
+            for layer, kv in zip(self.layers, cache.layers):
+                h = layer(h, p, kv)
+        h = norm(h, self.norm, self.norm_bias, self.config.norm_eps, self.config.norm)
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:, :]
+        logits = self.kernels.matmul(h, self.head_matrix)
+        cap = self.config.final_logit_softcap
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return CpuOutput(logits, cache)
+
+
+def load_cpu_decoder(source: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = KV_DTYPE,
+                     one_call: bool = True) -> CpuDecoder:
+    """The model in `source` (a GGUF file, or a Hugging Face directory of a Llama or Qwen2
+    model) computed here (`Unsupported` where it can't be, naming the file and why), its KV
+    cache of `kv_dtype` (float16 or float32), its short passes in one kernel call unless
+    `one_call` is False."""
+    source = Path(source)
+    spec, tensors = gguf_weights(source) if source.is_file() else safetensors_weights(source)
+    return CpuDecoder(spec, kernels, tensors, kv_dtype, one_call)
