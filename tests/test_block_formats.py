@@ -195,7 +195,7 @@ def _layer_weights(kernels, formats, seed):
 
 
 def test_a_layer_mixing_formats_as_a_q4_k_m_file_does(kernels):
-    """`llama_layers` over layers whose projections mix every format: the bits of
+    """`decoder_layers` over layers whose projections mix every format: the bits of
     `append_layer` layer by layer, a row alone the bits it gets among others, and close to the
     same layers with float16 copies of the values (the int8 products' rounding, float16's)."""
     from lsp_server.model.kv_cache import CpuCache
@@ -217,7 +217,7 @@ def test_a_layer_mixing_formats_as_a_q4_k_m_file_does(kernels):
         layers = [p[which] for p in pairs]
         one, each = cache(), cache()
         h1, h2 = h0.clone(), h0.clone()
-        kernels.llama_layers(h1, kernels.layer_stack(layers), cos, sin, one)
+        kernels.decoder_layers(h1, kernels.layer_stack(layers), cos, sin, one)
         for layer, kv in zip(layers, each.layers):
             kernels.append_layer(h2, layer, cos, sin, kv)
         assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :9], each.k[:, :, :9])
@@ -228,7 +228,7 @@ def test_a_layer_mixing_formats_as_a_q4_k_m_file_does(kernels):
     stack, rows = kernels.layer_stack([p[0] for p in pairs]), cache()
     for i in range(3):
         h = h0[:, i : i + 1].clone()
-        kernels.llama_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], out[0][0, i]), i
 
 

@@ -11,7 +11,6 @@ import torch
 from gguf import GGUFReader, dequantize
 
 from lsp_server.model.converted_weights import ConversionError, converted_dir, weights_dir
-from lsp_server.model.cpu_decoder import halves_rows
 from lsp_server.model.memory_parts import process_memory
 from mask_store.model_files import ModelSource, resolve_model
 
@@ -45,4 +44,7 @@ def test_the_default_gguf_converts_in_a_child_process(tmp_path, monkeypatch):
     assert dtypes == {"F16", "F32"}
     tensors = {t.name: t for t in GGUFReader(str(src.path)).tensors}
     gguf_q = torch.from_numpy(dequantize(tensors["blk.0.attn_q.weight"].data, tensors["blk.0.attn_q.weight"].tensor_type))
-    assert torch.equal(halves_rows(gguf_q, 9).half(), q_half)  # SmolLM2: 9 heads, rows in transformers' order
+    # llama's GGUF rows are stored for rotation of adjacent pairs: row 2i + j of a head is
+    # transformers' row j * D/2 + i (SmolLM2: 9 heads of 64)
+    order = torch.arange(576).view(9, 32, 2).transpose(1, 2).reshape(-1)
+    assert torch.equal(gguf_q[order].half(), q_half)

@@ -52,7 +52,11 @@ def _run(model, ids: torch.Tensor, chunks, past) -> list[torch.Tensor]:
     return out
 
 
-def _compare_with_transformers(wdir: Path, kernels, vocab: int) -> None:
+def _compare_with_transformers(wdir: Path, kernels, vocab: int, fused_reference: bool = True) -> None:
+    """Every pass's logits are transformers' bits; where the reference's layers are not our
+    fused kernel (`fused_reference` False: transformers' classes fuse only plain Llama layers),
+    the short passes after a past, which ours computes in C, are within float32 rounding of
+    its PyTorch operations (C's expf against PyTorch's SiLU: a few ulps)."""
     from lsp_server.model.hf_cache import GrowingCache
 
     ours = load_cpu_decoder(wdir, kernels, torch.float32)
@@ -61,9 +65,14 @@ def _compare_with_transformers(wdir: Path, kernels, vocab: int) -> None:
     for chunks in (CHUNKS, SHORT_FIRST):
         a = _run(ours, ids, chunks, ours.new_cache())
         b = _run(ref, ids, chunks, GrowingCache())
+        past = 0
         for n, x, y in zip(chunks, a, b):
             assert x.shape == y.shape, n
-            assert torch.equal(x, y), (n, (x - y).abs().max())
+            if fused_reference or n[0] > 32 or past == 0:
+                assert torch.equal(x, y), (n, (x - y).abs().max())
+            else:
+                assert torch.allclose(x, y, rtol=1e-5, atol=1e-6) and not torch.equal(x, y), (n, (x - y).abs().max())
+            past += n[0]
 
 
 def test_the_tiny_llama_gives_transformers_bits(tiny_model_dir, model_kernels):
@@ -91,8 +100,8 @@ def _tiny_qwen2(path: Path) -> Path:
 def test_a_tiny_qwen2_with_biases_gives_transformers_bits(tmp_path, model_kernels):
     wdir = _tiny_qwen2(tmp_path / "qwen2")
     model = load_cpu_decoder(wdir, model_kernels)
-    assert all(layer.fused is None and layer.b0 is not None for layer in model.layers)  # biases: no fused kernel
-    _compare_with_transformers(wdir, model_kernels, 512)
+    assert all(layer.b0 is not None for layer in model.layers) and model.stack is not None  # biases in the fused kernel
+    _compare_with_transformers(wdir, model_kernels, 512, fused_reference=False)
 
 
 def test_close_to_transformers_float32_model(tiny_model_dir, model_kernels):
@@ -150,11 +159,11 @@ def test_a_float16_cache_stays_within_its_rounding_of_a_float32_one(tiny_model_d
 @pytest.mark.parametrize("kv_dtype", [torch.float16, torch.float32], ids=["f16", "f32"])
 def test_a_short_pass_runs_every_layer_in_one_call_with_the_bits_of_single_steps(tiny_model_dir, model_kernels,
                                                                                   monkeypatch, kv_dtype):
-    """After a past, a pass of a few rows is one `llama_layers` call (no call per layer), and a
+    """After a past, a pass of a few rows is one `decoder_layers` call (no call per layer), and a
     verification pass of 8 rows gives the bits of 8 single steps over either cache."""
     model = load_cpu_decoder(tiny_model_dir, model_kernels, kv_dtype)
     calls = []
-    for name in ("llama_layers", "llama_layer"):
+    for name in ("decoder_layers", "decoder_layer"):
         real = getattr(model_kernels, name)
         monkeypatch.setattr(model_kernels, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     ids = torch.randint(0, 49152, (1, 60), generator=torch.Generator().manual_seed(8))
@@ -162,12 +171,12 @@ def test_a_short_pass_runs_every_layer_in_one_call_with_the_bits_of_single_steps
         past = model(ids[:, :50]).cache
         calls.clear()
         together = model(ids[:, 50:58], cache=past, logits_to_keep=0).logits[0]
-        assert calls == ["llama_layers"]
+        assert calls == ["decoder_layers"]
         rewind(past, 50)
         for j in range(50, 58):
             step = model(ids[:, j : j + 1], cache=past).logits[0, -1]
             assert torch.equal(step, together[j - 50]), j
-    assert calls == ["llama_layers"] * 9
+    assert calls == ["decoder_layers"] * 9
 
 
 def test_a_cancelled_pass_leaves_the_cache_as_it_was(tiny_model_dir, model_kernels):

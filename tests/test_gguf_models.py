@@ -63,10 +63,15 @@ def test_every_architecture_gives_the_reference_logits(files, arch, model_kernel
         prompt = model(torch.tensor([ids]), logits_to_keep=0).logits[0].double().numpy()
         cache = model(torch.tensor([ids[:40]]), logits_to_keep=0).cache
         steps = np.stack([model(torch.tensor([[t]]), cache=cache).logits[0, -1].double().numpy() for t in ids[40:]])
-    spread = want.std()
-    assert np.abs(prompt - want).max() < 0.02 * spread, np.abs(prompt - want).max() / spread
-    assert np.abs(steps - want[40:]).max() < 0.05 * spread, np.abs(steps - want[40:]).max() / spread
-    assert (prompt.argmax(-1) == want.argmax(-1)).mean() > 0.9
+    def error(got, ref):  # relative to the logits' spread around each row's mean
+        return np.linalg.norm(got - ref) / np.linalg.norm(ref - ref.mean(-1, keepdims=True))
+
+    # a prompt de-quantizes the blocks exactly and computes in float32: ~1e-6 here
+    assert error(prompt, want) < 1e-4, error(prompt, want)
+    # steps quantize each product's input rows to 8 bits (llama.cpp's way): 0.7-6% here over 2-6
+    # layers of random weights; a wrong rotation, norm or window gives the size of the logits
+    assert error(steps, want[40:]) < 0.1, error(steps, want[40:])
+    assert (prompt.argmax(-1) == want.argmax(-1)).all() and (steps.argmax(-1) == want[40:].argmax(-1)).mean() >= 0.75
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -86,9 +91,8 @@ def test_a_verification_pass_gives_single_steps_bits(files, arch, model_kernels)
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_the_matrices_are_the_files_own_blocks(files, arch, model_kernels):
-    """No converted copy: every matrix's bytes lie in this process's mapping of the file
-    (llama's q and k rows reordered for the fused kernel's rotation are copies: two matrices
-    a layer), the norms and biases small float32 copies."""
+    """No converted copy: every matrix's bytes lie in this process's mapping of the file (the
+    norms and biases are small float32 copies)."""
     model = load_cpu_decoder(files[arch], model_kernels)
     ranges = _file_mappings(files[arch])
     assert ranges
@@ -96,13 +100,11 @@ def test_the_matrices_are_the_files_own_blocks(files, arch, model_kernels):
     def mapped(t: torch.Tensor) -> bool:
         return any(lo <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= hi for lo, hi in ranges)
 
-    copied = {0, 1} if arch == "llama" else set()
     assert mapped(model.embed)
     for layer in model.layers:
         for i, m in enumerate(layer.matrices):
             if m is not None:
-                storage = m.blocks if isinstance(m, BlockMatrix) else m
-                assert mapped(storage) != (i in copied), (arch, i)
+                assert mapped(m.blocks if isinstance(m, BlockMatrix) else m), (arch, i)
 
 
 def _write_variant(path: Path, tmp: Path, *, arch: str | None = None, kind: str | None = None,

@@ -210,8 +210,8 @@ def _filled_cache(n_layers: int, past: int, dtype, kv_heads=2, d=8):
 
 @pytest.mark.parametrize("d", [8, 32])  # 32: the products rope the heads themselves
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
-def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, dtype, d):
-    """`llama_layers` (every layer of a pass in one call and one parallel region) computes what
+def test_decoder_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, dtype, d):
+    """`decoder_layers` (every layer of a pass in one call and one parallel region) computes what
     `append_layer` computes layer by layer: the same rows, the same cache, for both element
     types of the cache; and a row alone gets the bits it gets among others."""
     layers, stack = _stack_of(kernels, 3, d=d)
@@ -220,7 +220,7 @@ def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, d
     one = _filled_cache(3, 5, dtype, d=d)
     each = _filled_cache(3, 5, dtype, d=d)
     h1, h2 = call["h"].clone(), call["h"].clone()
-    kernels.llama_layers(h1, stack, cos, sin, one)
+    kernels.decoder_layers(h1, stack, cos, sin, one)
     for layer, kv in zip(layers, each.layers):
         kernels.append_layer(h2, layer, cos, sin, kv)
     assert torch.equal(h1, h2) and not torch.equal(h1, call["h"])
@@ -229,7 +229,7 @@ def test_llama_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, d
     rows = _filled_cache(3, 5, dtype, d=d)
     for i in range(3):  # the same rows one at a time
         h = call["h"][:, i : i + 1].clone()
-        kernels.llama_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], h1[0, i]), i
 
 
@@ -244,8 +244,8 @@ def test_a_layer_rounds_the_positions_it_writes_as_pytorch_does(kernels):
     wide._k[:, :, :5], wide._v[:, :, :5] = wide._k[:, :, :5].half().float(), wide._v[:, :, :5].half().float()
     half = SimpleNamespace(_k=wide._k.half(), _v=wide._v.half())
     h_wide, h_half = call["h"].clone(), call["h"].clone()
-    kernels.llama_layer(h_wide, layer, call["cos"], call["sin"], wide, 5)
-    kernels.llama_layer(h_half, layer, call["cos"], call["sin"], half, 5)
+    kernels.decoder_layer(h_wide, layer, call["cos"], call["sin"], wide, 5)
+    kernels.decoder_layer(h_half, layer, call["cos"], call["sin"], half, 5)
     assert torch.equal(half._k[:, :, 5:7], wide._k[:, :, 5:7].half())
     assert torch.equal(half._v[:, :, 5:7], wide._v[:, :, 5:7].half())
     assert torch.allclose(h_half, h_wide, rtol=2e-3, atol=2e-3) and not torch.equal(half._k[:, :, 5:7].float(),
@@ -291,7 +291,7 @@ def test_row_attention_refuses_what_it_cannot_read(kernels):
 
 
 def _layer(q_len=2, past=5, cap=8, e=32, heads=4, kv_heads=2, d=8, ffn=40, **change):
-    """The arguments of a small layer: (the `layer_weights` arguments, the `llama_layer` ones
+    """The arguments of a small layer: (the `layer_weights` arguments, the `decoder_layer` ones
     after the layer's), with `change` applied to either."""
     torch.manual_seed(6)
     half = lambda *shape: (torch.randn(*shape) * 0.1).half()  # noqa: E731
@@ -305,11 +305,11 @@ def _layer(q_len=2, past=5, cap=8, e=32, heads=4, kv_heads=2, d=8, ffn=40, **cha
             {**call, **{k: v for k, v in change.items() if k in call}})
 
 
-def test_llama_layer_refuses_what_it_cannot_read_or_write(kernels):
+def test_decoder_layer_refuses_what_it_cannot_read_or_write(kernels):
     constant, call = _layer()
     layer = kernels.layer_weights(**constant)
     before = call["h"].clone()
-    kernels.llama_layer(layer=layer, **call)  # the layer runs: rows updated, the two new positions written
+    kernels.decoder_layer(layer=layer, **call)  # the layer runs: rows updated, the two new positions written
     assert not torch.equal(call["h"], before)
     assert call["kv"]._k[0, :, 5:7].abs().sum() > 0 and call["kv"]._k[0, :, 7:].abs().sum() == 0
     weights = constant["weights"]
@@ -334,35 +334,36 @@ def test_llama_layer_refuses_what_it_cannot_read_or_write(kernels):
         "past": dict(past=-1),
     }
     for argument, change in checked_each_call.items():
-        _refused(lambda change=change: kernels.llama_layer(layer=layer, **_layer(**change)[1]), argument)
-    _refused(lambda: kernels.llama_layer(layer=layer, **{**_layer()[1], "kv": strided}), "key buffer")
-    _refused(lambda: kernels.llama_layer(layer=constant, **_layer()[1]), "layer")  # not checked weights
+        _refused(lambda change=change: kernels.decoder_layer(layer=layer, **_layer(**change)[1]), argument)
+    _refused(lambda: kernels.decoder_layer(layer=layer, **{**_layer()[1], "kv": strided}), "key buffer")
+    _refused(lambda: kernels.decoder_layer(layer=constant, **_layer()[1]), "layer")  # not checked weights
     layer.weights[3].set_(torch.zeros(32, 16).half())  # a projection replaced after the check
-    _refused(lambda: kernels.llama_layer(layer=layer, **_layer()[1]), "layer")
+    _refused(lambda: kernels.decoder_layer(layer=layer, **_layer()[1]), "layer")
 
 
-def test_llama_layers_refuses_what_it_cannot_read_or_write(kernels):
+def test_decoder_layers_refuses_what_it_cannot_read_or_write(kernels):
     from lsp_server.model.kernels import boundary
 
     layers, stack = _stack_of(kernels, 2)
     _, call = _layer(q_len=2, past=5)
     args = dict(h=call["h"].clone(), cos=call["cos"], sin=call["sin"])
-    kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args)  # it runs
+    kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args)  # it runs
     _refused(lambda: kernels.layer_stack([]), "layers")
     _refused(lambda: kernels.layer_stack([layers[0], _stack_of(kernels, 1, ffn=48)[0][0]]), "layers")  # sizes differ
-    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(3, 5, torch.float16), **args), "cache")
+    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(3, 5, torch.float16), **args), "cache")
     uneven = _filled_cache(2, 5, torch.float16)
     uneven.layers[1].crop(-1)  # a layer holding fewer positions
-    _refused(lambda: kernels.llama_layers(stack=stack, cache=uneven, **args), "cache")
-    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
+    _refused(lambda: kernels.decoder_layers(stack=stack, cache=uneven, **args), "cache")
+    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
                                           **{**args, "cos": torch.ones(1, 3, 8)}), "cos")
-    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
+    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
                                           **{**args, "h": torch.randn(1, 2, 16)}), "hidden states")
     keys, values = torch.zeros(2, 2, 8, 8).half(), torch.zeros(2, 2, 8, 8).half()
-    check = dict(h=args["h"], hidden=32, layers=2, kv_heads=2, head_dim=8, cos=args["cos"], sin=args["sin"],
+    check = dict(h=args["h"], hidden=32, layers=2, kv_heads=2, head_dim=8, table=0, cos=args["cos"], sin=args["sin"],
                  keys=keys, values=values, past=5)
     boundary.check_layers_call(**check)  # what the call above passed
     for argument, change in {
+        "cos": dict(table=1),  # a layer reading a second table that the pass does not give
         "values": dict(values=values.float()),  # another element type than the keys
         "keys": dict(keys=keys.double(), values=values.double()),
         "past": dict(past=-1),
@@ -373,7 +374,7 @@ def test_llama_layers_refuses_what_it_cannot_read_or_write(kernels):
              "keys")  # not C-ordered
     _refused(lambda: boundary.check_layers_call(**{**check, "values": torch.zeros(2, 2, 9, 8).half()}), "values")
     layers[1].weights[6].set_(torch.zeros(32, 40).half())  # a projection replaced after the check
-    _refused(lambda: kernels.llama_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args), "stack")
+    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args), "stack")
 
 
 # ---------------------------------------------------------------- AddressSanitizer
@@ -480,7 +481,7 @@ def test_long_products_of_block_weights_give_the_bits_of_float16_weights_of_the_
 
 
 def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_layer(kernels):
-    """`llama_layer` and `llama_layers` with projections of several formats (float16, Q4_1,
+    """`decoder_layer` and `decoder_layers` with projections of several formats (float16, Q4_1,
     Q8_0): the same bits in one call as layer by layer, a row alone the bits it gets among
     others, and within the int8 products' rounding of the layer with float16 weights of the same
     values. (Every format, mixed as a Q4_K_M file mixes them: test_block_formats.py.)"""
@@ -508,7 +509,7 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
     for name, layers in stacks.items():
         one, each = _filled_cache(2, 5, torch.float16, d=16), _filled_cache(2, 5, torch.float16, d=16)
         h1, h2 = call["h"].clone(), call["h"].clone()
-        kernels.llama_layers(h1, kernels.layer_stack(layers), cos, sin, one)
+        kernels.decoder_layers(h1, kernels.layer_stack(layers), cos, sin, one)
         for layer, kv in zip(layers, each.layers):
             kernels.append_layer(h2, layer, cos, sin, kv)
         assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :8], each.k[:, :, :8])
@@ -522,7 +523,7 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
     stack = kernels.layer_stack(stacks["blocks"])
     for i in range(3):
         h = call["h"][:, i : i + 1].clone()
-        kernels.llama_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], out["blocks"][0][0, i]), i
 
 

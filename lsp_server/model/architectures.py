@@ -88,6 +88,15 @@ class DecoderSpec:
     def layer_theta(self, layer: int) -> float:
         return self.window_rope_theta if self.windows[layer] else self.rope_theta
 
+    @property
+    def rotary_bases(self) -> tuple[float, ...]:
+        """The rotary bases the layers use, each once (a pass's rotary tables, in this order)."""
+        return tuple(sorted({self.layer_theta(i) for i in range(self.num_hidden_layers)}))
+
+    def rotary_table(self, layer: int) -> int:
+        """Which of the pass's rotary tables a layer reads."""
+        return self.rotary_bases.index(self.layer_theta(layer))
+
     def check(self, where: str) -> DecoderSpec:
         """Itself, or `Unsupported` naming `where` when its sizes can't be computed here (the
         kernels take multiples of 8 and whole groups of query heads per key head)."""

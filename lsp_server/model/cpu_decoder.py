@@ -24,12 +24,13 @@ A layer, for every family (`DecoderSpec` says which parts it has):
 
 then the output norm, the head (the embedding table where tied) and gemma's soft-cap if any.
 
-- passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache, in a layer the fused
-  kernel computes (RMS, SiLU, no biases, rotation by halves, no window, no extra norms): all the
-  layers in one kernel call (`DecodeKernels.llama_layers`); llama GGUF files' q/k rows are put in
-  the halves layout for it when loaded (`halves_rows`: a copy of those two matrices' blocks);
-- other passes of at most `MAX_ATTENTION_ROWS` rows: the layer as torch operations with our
-  products and `row_attention` (windowed layers with PyTorch's attention and a mask);
+- passes of at most `MAX_ATTENTION_ROWS` rows over a non-empty cache (decoding steps,
+  verification passes): all the layers in one kernel call (`DecodeKernels.decoder_layers`: the
+  same layer written in C for every family, each row computed alone, so a verification pass
+  gives single steps' bits; a llama GGUF file's q/k rows rotated in pairs as stored);
+- other passes of at most `MAX_ATTENTION_ROWS` rows (a short first chunk): the layer as torch
+  operations with our products and `row_attention` (a windowed layer past its window:
+  PyTorch's attention with a mask);
 - longer passes (prompts): the same with PyTorch's SDPA (no mask and `is_causal` on an empty
   cache where the layer has no window, else a boolean mask).
 
@@ -50,7 +51,7 @@ import torch.nn.functional as F
 from .architectures import DecoderSpec, FeedForward, Norm, Rotary, Unsupported
 from .kernels.block_weights import BlockMatrix
 from .kernels.half_weights import HALF
-from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, LayerWeights, weight_storage
+from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, weight_storage
 from .kv_cache import KV_DTYPE, CpuCache, GrowingBuffers
 from .model_weights import MATRIX_ROLES, Weight, gguf_weights, safetensors_weights
 
@@ -61,18 +62,6 @@ def _matrix(t: Weight) -> Weight:
     """A matrix as the kernels multiply by it: a `BlockMatrix` as it is, a float16 tensor the
     file's own where it is float16 (mapped, not copied)."""
     return t if isinstance(t, BlockMatrix) or t.dtype == HALF else t.to(HALF)
-
-
-def halves_rows(m: Weight, heads: int) -> Weight:
-    """A q or k matrix whose rows are laid out for rotation of adjacent pairs (llama's GGUF
-    files: row 2i + j of a head is transformers' row j * D/2 + i) with its rows reordered for
-    rotation by halves (a copy)."""
-    rows = m.shape[0]
-    d = rows // heads
-    order = torch.arange(rows).view(heads, d // 2, 2).transpose(1, 2).reshape(-1)
-    if isinstance(m, BlockMatrix):
-        return BlockMatrix.of(m.blocks[order].contiguous(), m.format, m.cols)
-    return m[order].contiguous()
 
 
 def embed_rows(table: Weight, ids: torch.Tensor) -> torch.Tensor:
@@ -99,6 +88,16 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kind: Rotary) -> torch.Tensor:
+    """The rotary embedding of x [1, heads, rows, D] with cos/sin [1, 1, rows, D] (each angle
+    given for both dims it rotates: halves (i, i + D/2), or adjacent pairs (2i, 2i + 1))."""
+    if kind is Rotary.HALVES:
+        return (x * cos) + (rotate_half(x) * sin)
+    pairs = x.unflatten(-1, (-1, 2))
+    swapped = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+    return (x * cos) + (swapped * sin)
+
+
 def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     """[1, Hkv, L, D] → [1, Hkv * groups, L, D], each key/value head repeated for its group."""
     if groups == 1:
@@ -114,33 +113,32 @@ def _gelu(x: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class Pass:
     """What every layer of one forward pass shares: its rows, the cache's length before it,
-    the rotary tables by base and the attention masks by window (None: causal without a mask,
-    on an empty cache)."""
+    the rotary tables (one per base: `DecoderSpec.rotary_table`) and the attention masks by
+    window (None: causal without a mask, on an empty cache)."""
 
     rows: int
     past: int
-    rotary: dict[float, tuple[torch.Tensor, torch.Tensor]]  # base: cos, sin [1, rows, head_dim]
+    cos: torch.Tensor  # [tables, rows, head_dim]: each angle for both dims it rotates
+    sin: torch.Tensor
     masks: dict[int, torch.Tensor | None]  # window (0: none): [1, 1, rows, past + rows] boolean
 
 
 class CpuDecoderLayer(torch.nn.Module):
     """One decoder layer: its matrices (float16, or `BlockMatrix`es: `matrices`, their tensors
-    the buffers `w0`..`w6`), biases and norms (float32 buffers). A module so that
-    `kv_cache.StopBetweenLayers` can stop a pass before it."""
+    the buffers `w0`..`w6`), biases and norms (float32 buffers), and `fused`, the same as the
+    kernels' `LayerWeights`. A module so that `kv_cache.StopBetweenLayers` can stop a pass
+    before it."""
 
     def __init__(self, spec: DecoderSpec, kernels: DecodeKernels, tensors: dict[str, Weight], index: int) -> None:
         super().__init__()
         self.spec = spec
         self.kernels = kernels
+        self.index = index
         self.window = spec.windows[index]
-        self.theta = spec.layer_theta(index)
         self.groups = spec.num_attention_heads // spec.num_key_value_heads
         p = f"blk.{index}."
-        weights = {role: tensors.get(p + role) for role in MATRIX_ROLES}
-        if spec.rotary is Rotary.PAIRS:  # the fused kernel rotates halves
-            weights["attn_q"] = halves_rows(weights["attn_q"], spec.num_attention_heads)
-            weights["attn_k"] = halves_rows(weights["attn_k"], spec.num_key_value_heads)
-        self.matrices = tuple(None if w is None else _matrix(w) for w in weights.values())
+        self.matrices = tuple(None if tensors.get(p + role) is None else _matrix(tensors[p + role])
+                              for role in MATRIX_ROLES)
         for i, role in enumerate(MATRIX_ROLES):
             m = self.matrices[i]
             self.register_buffer(f"w{i}", None if m is None else weight_storage(m), persistent=False)
@@ -148,20 +146,15 @@ class CpuDecoderLayer(torch.nn.Module):
         for name in ("attn_norm", "attn_norm.bias", "ffn_norm", "ffn_norm.bias", "attn_q_norm", "attn_k_norm",
                      "attn_post_norm", "ffn_post_norm"):
             self.register_buffer(name.replace(".", "_"), tensors.get(p + name), persistent=False)
-        self.fused: LayerWeights | None = None
-        if self.fused_kernel_computes():
-            self.fused = kernels.layer_weights(
-                self.attn_norm, self.ffn_norm, spec.norm_eps, self.matrices, spec.num_attention_heads,
-                spec.num_key_value_heads, spec.head_dim, spec.intermediate_size, spec.attention_scale,
-            )
-
-    def fused_kernel_computes(self) -> bool:
-        """`DecodeKernels.llama_layer` computes this layer: a Llama layer (RMS norms, SiLU-gated
-        MLP, no biases, rotation by halves, every earlier position, no extra norms)."""
-        s = self.spec
-        return (s.norm is Norm.RMS and s.feed_forward is FeedForward.SILU_GATED and not s.qk_norm
-                and not s.sandwich_norms and self.window == 0
-                and all(getattr(self, f"b{i}") is None for i in range(len(MATRIX_ROLES))))
+        self.fused = kernels.layer_weights(
+            self.attn_norm, self.ffn_norm, spec.norm_eps, self.matrices, spec.num_attention_heads,
+            spec.num_key_value_heads, spec.head_dim, spec.intermediate_size, spec.attention_scale,
+            norm_biases=(self.attn_norm_bias, self.ffn_norm_bias),
+            biases=tuple(getattr(self, f"b{i}") for i in (0, 1, 2, 3, 5, 6)),  # q, k, v, o, up, down
+            qk_norms=(self.attn_q_norm, self.attn_k_norm), output_norms=(self.attn_post_norm, self.ffn_post_norm),
+            kinds=(int(spec.norm), int(spec.feed_forward), int(spec.rotary)), window=self.window,
+            table=spec.rotary_table(index),
+        )
 
     def _linear(self, x: torch.Tensor, i: int) -> torch.Tensor:
         out = self.kernels.matmul(x, self.matrices[i])
@@ -185,8 +178,8 @@ class CpuDecoderLayer(torch.nn.Module):
         return out.transpose(1, 2).reshape(1, p.rows, -1)
 
     def forward(self, h: torch.Tensor, p: Pass, kv: GrowingBuffers) -> torch.Tensor:
-        if p.rows <= MAX_ATTENTION_ROWS and p.past > 0 and self.fused is not None:
-            self.kernels.append_layer(h, self.fused, *p.rotary[self.theta], kv)  # h updated in place
+        if p.rows <= MAX_ATTENTION_ROWS and p.past > 0:
+            self.kernels.append_layer(h, self.fused, p.cos, p.sin, kv)  # h updated in place
             return h
         s = self.spec
         d, eps = s.head_dim, s.norm_eps
@@ -196,8 +189,9 @@ class CpuDecoderLayer(torch.nn.Module):
         v = self._linear(x, 2).view(1, p.rows, -1, d).transpose(1, 2)
         if s.qk_norm:
             q, k = rms_norm(q, self.attn_q_norm, eps), rms_norm(k, self.attn_k_norm, eps)
-        cos, sin = (t.unsqueeze(1) for t in p.rotary[self.theta])
-        q, k = (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+        table = s.rotary_table(self.index)
+        cos, sin = p.cos[table][None, None], p.sin[table][None, None]
+        q, k = rotate(q, cos, sin, s.rotary), rotate(k, cos, sin, s.rotary)
         keys, values = kv.write(k, v)
         o = self._linear(self._attention(q, keys, values, p), 3)
         h = h + (rms_norm(o, self.attn_post_norm, eps) if s.sandwich_norms else o)
@@ -241,26 +235,26 @@ class CpuDecoder(torch.nn.Module):
         d = spec.head_dim
         exponents = torch.arange(0, d, 2, dtype=torch.float) / d
         factors = tensors.get("rope_freqs")  # Llama 3's per-dimension divisors
-        self.inv_freq = {theta: 1.0 / (theta ** exponents) / (1.0 if factors is None else factors)
-                         for theta in {spec.layer_theta(i) for i in range(spec.num_hidden_layers)}}
+        self.inv_freq = torch.stack([1.0 / (theta ** exponents) / (1.0 if factors is None else factors)
+                                     for theta in spec.rotary_bases])  # [tables, D/2]
         self.layers = torch.nn.ModuleList(
             CpuDecoderLayer(spec, kernels, tensors, i) for i in range(spec.num_hidden_layers)
         )
-        fused = [layer.fused for layer in self.layers]
-        # every layer fused: short passes run all of them in one kernel call (`one_call=False`:
-        # one call per layer; bench/decode_step.py compares them)
-        self.stack: LayerStack | None = kernels.layer_stack(fused) if one_call and all(fused) else None
+        # short passes run all the layers in one kernel call (`one_call=False`: one call per
+        # layer; bench/decode_step.py compares them)
+        self.stack: LayerStack | None = kernels.layer_stack([layer.fused for layer in self.layers]) if one_call else None
 
     def new_cache(self) -> CpuCache:
         return CpuCache(len(self.layers), self.kv_dtype, self.config.num_key_value_heads, self.config.head_dim)
 
     def _pass(self, rows: int, past: int) -> Pass:
-        positions = (torch.arange(rows) + past).unsqueeze(0).float() * self.config.rope_scale
-        rotary = {}
-        for theta, inv_freq in self.inv_freq.items():
-            freqs = positions[..., None] * inv_freq
-            emb = torch.cat((freqs, freqs), dim=-1)  # every layer rotates halves (`halves_rows`)
-            rotary[theta] = (emb.cos(), emb.sin())
+        positions = (torch.arange(rows) + past).float() * self.config.rope_scale
+        freqs = positions[None, :, None] * self.inv_freq[:, None, :]  # [tables, rows, D/2]
+        if self.config.rotary is Rotary.HALVES:
+            emb = torch.cat((freqs, freqs), dim=-1)
+        else:
+            emb = freqs.repeat_interleave(2, dim=-1)
+        cos, sin = emb.cos(), emb.sin()
         masks: dict[int, torch.Tensor | None] = {}
         query = (torch.arange(rows) + past)[:, None]
         key = torch.arange(past + rows)[None, :]
@@ -274,7 +268,7 @@ class CpuDecoder(torch.nn.Module):
             if window:
                 allowed &= query - key < window
             masks[window] = allowed.view(1, 1, rows, -1)
-        return Pass(rows, past, rotary, masks)
+        return Pass(rows, past, cos, sin, masks)
 
     def forward(self, input_ids: torch.Tensor, cache: CpuCache | None = None, use_cache: bool = True,
                 logits_to_keep: int = 1) -> CpuOutput:
@@ -290,7 +284,7 @@ class CpuDecoder(torch.nn.Module):
             h = h * self.config.embedding_scale
         if (self.stack is not None and p.rows <= MAX_ATTENTION_ROWS and p.past > 0
                 and cache.lengths_agree(p.past)):
-            self.kernels.llama_layers(h, self.stack, *p.rotary[self.config.rope_theta], cache)  # h in place
+            self.kernels.decoder_layers(h, self.stack, p.cos, p.sin, cache)  # h in place
         else:
             for layer, kv in zip(self.layers, cache.layers):
                 h = layer(h, p, kv)

@@ -20,7 +20,7 @@ architectures `cpu_decoder` does not compute).
 
 `CpuCache` keeps every layer's keys in one tensor [layers, kv_heads, capacity, head_dim] (and the
 values in another), each layer's `CacheLayer` a view of its slice: the decode kernels run all the
-layers of a short pass in one call (`DecodeKernels.llama_layers`) over those two tensors. Its
+layers of a short pass in one call (`DecodeKernels.decoder_layers`) over those two tensors. Its
 element type is float16 by default (`KV_DTYPE`): a decoding step at 1,000 positions reads the
 whole cache (46 MB for SmolLM2-135M in float32, 23 MB in float16) and the server keeps a prompt's
 cache per document, so half the bytes is half the attention's memory traffic and the KV memory.

@@ -193,44 +193,68 @@ def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     _size(k, "positions", length)
 
 
-def check_layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, weights, heads: int, kv_heads: int,
-                        head_dim: int, ffn: int) -> None:
-    """A decoder layer's constant arguments: the norms [E]; the float16 projections q [H*D, E],
-    k and v [Hkv*D, E], o [E, H*D], gate and up [F, E], down [E, F]. E, D and F multiples of 8,
-    H of Hkv. (Checked once, when the layer's `LayerWeights` are made.)"""
-    k = "llama_layer"
+def check_layer_weights(tensors: dict, heads: int, kv_heads: int, head_dim: int, ffn: int, kinds, window: int,
+                        table: int) -> None:
+    """A decoder layer's constant arguments (`library.LAYER_TENSORS` by name, None where the
+    layer has none): the norms [E] float32 (their biases [E] where the norm is LayerNorm,
+    kinds[0] = 1); the projections q [H*D, E], k and v [Hkv*D, E], o [E, H*D], gate and up
+    [F, E], down [E, F], float16 or `BlockMatrix`es (gate None only in a plain MLP, kinds[1] =
+    2); biases float32 of their projection's rows; q/k norms [D]; output norms [E]. E, D and F
+    multiples of 8, H of Hkv; kinds known; window and table at least 0. (Checked once, when the
+    layer's `LayerWeights` are made.)"""
+    k = "decoder_layer"
     _size(k, "head_dim", head_dim, multiple=8)
     _size(k, "heads", heads)
     _size(k, "kv_heads", kv_heads)
     _size(k, "intermediate size", ffn, multiple=8)
     if heads % kv_heads:
         raise KernelArgumentError(k, "heads", f"({heads}) must be a multiple of the key heads ({kv_heads})")
-    _tensor(k, "input norm", in_norm, torch.float32, (None,))
-    e = in_norm.shape[0]
+    norm, mlp, rotary = (int(x) for x in kinds)
+    if norm not in (0, 1) or mlp not in (0, 1, 2) or rotary not in (0, 1):
+        raise KernelArgumentError(k, "kinds", f"(norm, MLP, rotary) {tuple(kinds)} are not kinds the kernel knows")
+    if window < 0 or table < 0:
+        raise KernelArgumentError(k, "window", f"and table must be at least 0, not {window} and {table}")
+    _tensor(k, "input norm", tensors["attn_norm"], torch.float32, (None,))
+    e = tensors["attn_norm"].shape[0]
     _size(k, "hidden size", e, multiple=8)
-    _tensor(k, "post-attention norm", post_norm, torch.float32, (e,))
     qd, kd = heads * head_dim, kv_heads * head_dim
     shapes = {
         "q": (qd, e), "k": (kd, e), "v": (kd, e), "o": (e, qd), "gate": (ffn, e), "up": (ffn, e), "down": (e, ffn),
     }
-    if len(weights) != len(shapes):
-        raise KernelArgumentError(
-            k, "weights", f"must be the {len(shapes)} projections {list(shapes)}, not {len(weights)}"
-        )
-    for (name, shape), w in zip(shapes.items(), weights):
+    for name, shape in shapes.items():
+        w = tensors[name]
+        if w is None and name == "gate" and mlp == 2:
+            continue
         if isinstance(w, BlockMatrix):
             _block_matrix(k, f"{name} projection", w, shape)
         else:
             _tensor(k, f"{name} projection", w, torch.float16, shape)
+    if tensors["gate"] is not None and mlp == 2:
+        raise KernelArgumentError(k, "gate projection", "must be None in a plain (ungated) MLP")
+    vectors = {"ffn_norm": e, "attn_norm_bias": e, "ffn_norm_bias": e, "q_bias": qd, "k_bias": kd, "v_bias": kd,
+               "o_bias": e, "up_bias": ffn, "down_bias": e, "q_norm": head_dim, "k_norm": head_dim,
+               "attn_post_norm": e, "ffn_post_norm": e}
+    required = {"ffn_norm"} | ({"attn_norm_bias", "ffn_norm_bias"} if norm == 1 else set())
+    for name, n in vectors.items():
+        t = tensors[name]
+        if t is None and name in required:
+            raise KernelArgumentError(k, name, "is required here")
+        if t is not None:
+            _tensor(k, "post-attention norm" if name == "ffn_norm" else name.replace("_", " "), t, torch.float32, (n,))
+    if (tensors["q_norm"] is None) != (tensors["k_norm"] is None):
+        raise KernelArgumentError(k, "q/k norms", "must be both given or neither")
 
 
-def _rows_call(k: str, h: torch.Tensor, hidden: int, head_dim: int, cos: torch.Tensor, sin: torch.Tensor) -> int:
-    """h [1, Q, E]; cos and sin [1, Q, D]; Q."""
+def _rows_call(k: str, h: torch.Tensor, hidden: int, head_dim: int, table: int, cos: torch.Tensor,
+               sin: torch.Tensor) -> int:
+    """h [1, Q, E]; cos and sin [T, Q, D], T above the highest `table` a layer reads; Q."""
     _tensor(k, "hidden states", h, torch.float32, (1, None, hidden))
     q_len = h.shape[1]
     _size(k, "rows", q_len)
-    _tensor(k, "cos", cos, torch.float32, (1, q_len, head_dim))
-    _tensor(k, "sin", sin, torch.float32, (1, q_len, head_dim))
+    _tensor(k, "cos", cos, torch.float32, (None, q_len, head_dim))
+    _tensor(k, "sin", sin, torch.float32, tuple(cos.shape))
+    if cos.shape[0] <= table:
+        raise KernelArgumentError(k, "cos", f"holds {cos.shape[0]} rotary tables, and a layer reads table {table}")
     return q_len
 
 
@@ -246,13 +270,13 @@ def _room(k: str, past: int, q_len: int, buffers) -> None:
     _size(k, "positions", past + q_len)
 
 
-def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int, cos: torch.Tensor,
+def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int, table: int, cos: torch.Tensor,
                      sin: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, past: int) -> None:
-    """What changes from call to call: h [1, Q, E]; cos and sin [1, Q, D]; key and value
+    """What changes from call to call: h [1, Q, E]; cos and sin [T, Q, D]; key and value
     buffers [1, Hkv, capacity, D] (`_rows_of_cache`, one element type and one head stride for
     both) with room for positions past .. past+Q-1."""
-    k = "llama_layer"
-    q_len = _rows_call(k, h, hidden, head_dim, cos, sin)
+    k = "decoder_layer"
+    q_len = _rows_call(k, h, hidden, head_dim, table, cos, sin)
     dtype = _rows_of_cache(k, "key buffer", k_buf, kv_heads, head_dim)
     _rows_of_cache(k, "value buffer", v_buf, kv_heads, head_dim, dtype)
     k_stride, v_stride = k_buf.stride()[1], v_buf.stride()[1]
@@ -263,13 +287,13 @@ def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int,
     _room(k, past, q_len, (("key buffer", k_buf.shape[2]), ("value buffer", v_buf.shape[2])))
 
 
-def check_layers_call(h: torch.Tensor, hidden: int, layers: int, kv_heads: int, head_dim: int, cos: torch.Tensor,
-                      sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int) -> None:
-    """`llama_layers`: h [1, Q, E]; cos and sin [1, Q, D]; every layer's keys and values in two
-    C-ordered tensors [layers, Hkv, capacity, D] of one element type (`KV_DTYPES`) and one
+def check_layers_call(h: torch.Tensor, hidden: int, layers: int, kv_heads: int, head_dim: int, table: int,
+                      cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int) -> None:
+    """`decoder_layers`: h [1, Q, E]; cos and sin [T, Q, D]; every layer's keys and values in
+    two C-ordered tensors [layers, Hkv, capacity, D] of one element type (`KV_DTYPES`) and one
     shape, with room for positions past .. past+Q-1."""
-    k = "llama_layers"
-    q_len = _rows_call(k, h, hidden, head_dim, cos, sin)
+    k = "decoder_layers"
+    q_len = _rows_call(k, h, hidden, head_dim, table, cos, sin)
     dtype = _kv_dtype(k, "keys", keys, None)
     _tensor(k, "keys", keys, dtype, (layers, kv_heads, None, head_dim))
     _kv_dtype(k, "values", values, dtype)

@@ -29,7 +29,7 @@
  * PyTorch's for one row (reading the cache once per head). The cache holds float32 or float16
  * keys and values (`half`), converted exactly to float32 when read.
  *
- * llama_layer / llama_layers: a whole decoder layer, or all the layers of a short pass, in one
+ * decoder_layers: a whole decoder layer, or all the layers of a short pass, in one
  * call and one OpenMP parallel region (below).
  *
  * Builds (lsp_server/model/kernels/library.py): "avx512" (-mavx2 -mfma -mf16c -mavx512f, with
@@ -457,11 +457,14 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
 static inline int attention_chunks(int Q) { return (Q + ROWS - 1) / ROWS; }
 static inline int64_t attention_stride(int L) { return (int64_t)ROWS * (L + ROWS + 8); }
 
-/* task t of `attention` (head t / chunks, its chunk t % chunks of rows); `scratch` holds every task's */
+/* task t of `attention` (head t / chunks, its chunk t % chunks of rows); `scratch` holds every task's.
+ * `window` (0: none): a row at position p attends to the keys at positions p - window + 1 .. p
+ * only (Gemma 3's sliding-window layers); where it cuts keys off, each row of the chunk is
+ * computed alone by `attend_one` over its own keys: the arithmetic a single step gives it. */
 ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int64_t q_row, const void *k,
                                      const void *v, float *out, int H, int Hkv, int Q, int L, int D,
                                      int64_t k_head_stride, int64_t v_head_stride, float scale, float *scratch,
-                                     const int half) {
+                                     int window, const int half) {
     int group = H / Hkv;
     int chunks = attention_chunks(Q);
     int64_t stride = attention_stride(L);
@@ -473,7 +476,16 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
     const void *vh = half ? (const void *)((const uint16_t *)v + kv_at * v_head_stride)
                           : (const void *)((const float *)v + kv_at * v_head_stride);
     float *o = out + ((int64_t)r0 * H + h) * D;
-    if (r1 - r0 == 1)
+    if (window > 0 && L > window) {
+        for (int r = r0; r < r1; r++) {
+            int limit = L - Q + r + 1, start = limit > window ? limit - window : 0;
+            int64_t at = (int64_t)start * D;
+            const void *ks = half ? (const void *)((const uint16_t *)kh + at) : (const void *)((const float *)kh + at);
+            const void *vs = half ? (const void *)((const uint16_t *)vh + at) : (const void *)((const float *)vh + at);
+            attend_one(q + h * q_head + r * q_row, ks, vs, limit - start, D, scale, scratch + (int64_t)t * stride,
+                       out + ((int64_t)r * H + h) * D, half);
+        }
+    } else if (r1 - r0 == 1)
         attend_one(q + h * q_head + r0 * q_row, kh, vh, L - Q + r0 + 1, D, scale,
                    scratch + (int64_t)t * stride, o, half);
     else
@@ -484,13 +496,13 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
 /* the task compiled for each element type of the cache */
 static void attention_task(int t, const float *q, int64_t q_head, int64_t q_row, const void *k, const void *v,
                            float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
-                           int64_t v_head_stride, float scale, float *scratch, int half) {
+                           int64_t v_head_stride, float scale, float *scratch, int window, int half) {
     if (half)
         attention_task_of(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                          scratch, 1);
+                          scratch, window, 1);
     else
         attention_task_of(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                          scratch, 0);
+                          scratch, window, 0);
 }
 
 /* q: [H, Q, D] contiguous; k, v: key/value rows of D elements (float32, or float16 where `half`),
@@ -503,19 +515,36 @@ void row_attention(const float *q, const void *k, const void *v, float *out,
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < tasks; t++)
         attention_task(t, q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                       scratch, half);
+                       scratch, 0, half);
     free(scratch);
 }
 
 /* ---------------------------------------------------------------- a whole decoder layer
- * A Llama-family decoder layer for a few rows (decoding steps, verification passes), in one
- * call instead of ~40 PyTorch operations: on this CPU the operations' own overhead was ~40% of
- * a step. Same arithmetic as transformers' LlamaDecoderLayer (RMSNorm, rotary embedding with
- * the given cos/sin, grouped-query attention over the cache, SiLU-gated MLP), float32 except
- * the weights' storage (any format of block_formats.h, one per projection) and the products'
- * (`matmul_block`'s: the int8 path for quantized weights, each thread quantizing the rows of a
- * product's input itself); each row computed alone, so any number of rows gives the same bits,
- * and each product the bits that `weights_matmul` gives for the same rows. */
+ * A decoder layer of any of the families `lsp_server/model/architectures.py` describes, for a
+ * few rows (decoding steps, verification passes), in one call instead of ~40 PyTorch
+ * operations: on this CPU the operations' own overhead was ~40% of a step. The arithmetic of
+ * `cpu_decoder.CpuDecoderLayer` (its module doc): the input norm (RMS, or LayerNorm with a
+ * bias), the q/k/v products (+ biases), per-head RMS norms of q and k (Gemma 3), the rotary
+ * embedding (rotating halves, or adjacent pairs) from the layer's table of cos/sin, grouped-
+ * query attention over the cache within the layer's window, the o product (+ bias, and an RMS
+ * norm before the residual add: Gemma 3), the MLP (SiLU- or GELU-gated, or GELU of up + bias:
+ * StarCoder2) with its own norms; float32 except the weights' storage (any format of
+ * block_formats.h, one per projection) and the products' (`matmul_block`'s: the int8 path for
+ * quantized weights, each thread quantizing the rows of a product's input itself); each row
+ * computed alone, so any number of rows gives the same bits, and each product the bits that
+ * `weights_matmul` gives for the same rows. */
+
+/* A layer's tensors, LAYER_TENSORS pointers in this order (NULL where the layer has none: the
+ * norms' biases but for LayerNorm, the projections' biases, q/k norms, the norms after the
+ * attention and the MLP, the gate for a plain MLP), and its LAYER_INTS integers. */
+enum { T_ATTN_NORM, T_ATTN_NORM_B, T_FFN_NORM, T_FFN_NORM_B, T_WQ, T_WK, T_WV, T_WO, T_WG, T_WU, T_WD,
+       T_BQ, T_BK, T_BV, T_BO, T_BU, T_BD, T_Q_NORM, T_K_NORM, T_ATTN_POST, T_FFN_POST, LAYER_TENSORS };
+enum { I_FQ, I_FK, I_FV, I_FO, I_FG, I_FU, I_FD, I_WINDOW, I_TABLE, LAYER_INTS };
+/* what the model's layers share: the norm's kind, the MLP's, the rotary's (architectures.py's
+ * `Norm`, `FeedForward`, `Rotary`) */
+enum { NORM_RMS = 0, NORM_LAYER = 1 };
+enum { FFN_SILU_GATED = 0, FFN_GELU_GATED = 1, FFN_GELU = 2 };
+enum { ROTARY_HALVES = 0, ROTARY_PAIRS = 1 };
 
 static void rms_norm(const float *x, const float *w, float eps, float *out, int Q, int E) {
     for (int i = 0; i < Q; i++) {
@@ -527,35 +556,54 @@ static void rms_norm(const float *x, const float *w, float eps, float *out, int 
     }
 }
 
-/* rotate_half rotary embedding of `heads` heads of D dims in place; row i uses cos/sin row i */
-static void rope(float *x, int Q, int heads, int D, const float *cos, const float *sin) {
-    int half = D / 2;
-    for (int i = 0; i < Q; i++)
-        for (int h = 0; h < heads; h++) {
-            float *r = x + ((int64_t)i * heads + h) * D;
-            const float *c = cos + (int64_t)i * D, *s = sin + (int64_t)i * D;
-            for (int d = 0; d < half; d++) {
-                float a = r[d], b = r[d + half];
-                r[d] = a * c[d] - b * s[d];
-                r[d + half] = b * c[d + half] + a * s[d + half];
-            }
+/* (x - mean) / sqrt(var + eps) * w + b per row, mean and variance in float32 in order */
+static void layer_norm(const float *x, const float *w, const float *b, float eps, float *out, int Q, int E) {
+    for (int i = 0; i < Q; i++) {
+        const float *r = x + (int64_t)i * E;
+        float mean = 0.0f, var = 0.0f;
+        for (int e = 0; e < E; e++) mean += r[e];
+        mean /= E;
+        for (int e = 0; e < E; e++) var += (r[e] - mean) * (r[e] - mean);
+        float inv = 1.0f / sqrtf(var / E + eps);
+        for (int e = 0; e < E; e++) out[(int64_t)i * E + e] = (r[e] - mean) * inv * w[e] + b[e];
+    }
+}
+
+static void norm_rows(int kind, const float *x, const float *w, const float *b, float eps, float *out, int Q, int E) {
+    if (kind == NORM_LAYER) layer_norm(x, w, b, eps, out, Q, E);
+    else rms_norm(x, w, eps, out, Q, E);
+}
+
+/* the rotary embedding of one head's D dims `r` in place, with this row's cos/sin (each angle
+ * given for both dims it rotates): dims (d, d + D/2), or (2i, 2i + 1); each product rounded
+ * before the sum, as PyTorch's `x * cos + rotate_half(x) * sin` rounds (no fused multiply-add) */
+__attribute__((optimize("fp-contract=off"))) static void rotate_head(float *r, int D, const float *c, const float *sn, int style) {
+    if (style == ROTARY_PAIRS) {
+        for (int d = 0; d < D; d += 2) {
+            float a = r[d], b = r[d + 1];
+            r[d] = a * c[d] - b * sn[d];
+            r[d + 1] = b * c[d + 1] + a * sn[d + 1];
         }
+        return;
+    }
+    int half = D / 2;
+    for (int d = 0; d < half; d++) {
+        float a = r[d], b = r[d + half];
+        r[d] = a * c[d] - b * sn[d];
+        r[d + half] = b * c[d + half] + a * sn[d + half];
+    }
 }
 
-/* block b of a product that feeds the residual stream: o = x @ w.T there, then h += o there */
-static void residual_block(const Rows *x, const void *w, int format, float *o, float *h, int Q, int E, int b,
-                           float *panel) {
-    matmul_block(x, w, format, o, E, b, panel);
-    int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
-    for (int i = 0; i < Q; i++)
-        for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
+static inline float gelu_tanh(float x) { /* GELU, tanh approximation (PyTorch's, llama.cpp's) */
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-/* What the layers of one pass share: sizes, the rows' rotary tables, the positions, and the
- * scratch buffers every layer reuses (`pass_buffers`). */
+/* What the layers of one pass share: sizes, kinds, the rows' rotary tables (`tables` of them,
+ * [table][Q][D]), the positions, and the scratch buffers every layer reuses (`pass_buffers`). */
 typedef struct {
     int Q, E, H, Hkv, D, F, past, half, threads;
     float eps, scale;
+    int norm, ffn, rotary;
     const float *cos, *sin;
     float *xn, *q, *k, *v, *att, *o, *g, *u, *scratch;
     float *panels; /* NB rows of the widest product's K per thread, for block-format weights */
@@ -594,32 +642,91 @@ static Rows product_rows(const Pass *p, const float *x, int K, int f1, int f2, i
     return r;
 }
 
+/* outputs [n0, n1) of rows 0..Q-1 of y [Q, N] plus the bias b (none: NULL) */
+static inline void add_bias(float *y, const float *b, int Q, int N, int n0, int n1) {
+    if (!b) return;
+    for (int i = 0; i < Q; i++)
+        for (int e = n0; e < n1; e++) y[(int64_t)i * N + e] += b[e];
+}
+
+/* block b of a product that feeds the residual stream: o = x @ w.T (+ bias) there, then h += o there */
+static void residual_block(const Rows *x, const void *w, int format, const float *bias, float *o, float *h, int Q,
+                           int E, int b, float *panel) {
+    matmul_block(x, w, format, o, E, b, panel);
+    int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
+    add_bias(o, bias, Q, E, n0, n1);
+    for (int i = 0; i < Q; i++)
+        for (int e = n0; e < n1; e++) h[(int64_t)i * E + e] += o[(int64_t)i * E + e];
+}
+
+/* A product whose output is normed before it joins the residual stream (Gemma 3's norms after
+ * the attention and after the MLP): o = x @ w.T (+ bias) in the loop, then, after its barrier,
+ * h += rms(o) row by row (a row's norm needs its whole row) */
+static void normed_residual(const Rows *x, const void *w, int format, const float *bias, const float *norm_w,
+                            float eps, float *o, float *h, int Q, int E, float *panel) {
+    int be = blocks_of(E);
+#pragma omp for schedule(static)
+    for (int b = 0; b < be; b++) {
+        matmul_block(x, w, format, o, E, b, panel);
+        int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
+        add_bias(o, bias, Q, E, n0, n1);
+    }
+#pragma omp for schedule(static)
+    for (int i = 0; i < Q; i++) {
+        float *r = o + (int64_t)i * E;
+        rms_norm(r, norm_w, eps, r, 1, E);
+        for (int e = 0; e < E; e++) h[(int64_t)i * E + e] += r[e];
+    }
+}
+
+/* Head `hh` of q (kind 0), k (1) or v (2), its products done, in `out` [Q, heads, D]: q and k
+ * normed (where the layer has q/k norms) and rotated; k and v written into the cache at the
+ * pass's positions. */
+static void finish_head(const Pass *p, int kind, int hh, float *out, const float *q_norm, const float *k_norm,
+                        const float *cos, const float *sin, void *kbuf, void *vbuf, int64_t head_stride) {
+    int D = p->D, heads = kind == 0 ? p->H : p->Hkv;
+    const float *nm = kind == 0 ? q_norm : k_norm;
+    for (int i = 0; i < p->Q; i++) {
+        float *r = out + ((int64_t)i * heads + hh) * D;
+        if (kind < 2) {
+            if (nm) rms_norm(r, nm, p->eps, r, 1, D);
+            rotate_head(r, D, cos + (int64_t)i * D, sin + (int64_t)i * D, p->rotary);
+        }
+        if (kind > 0) store_row(kind == 1 ? kbuf : vbuf, hh * head_stride + (int64_t)(p->past + i) * D, r, D, p->half);
+    }
+}
+
 /* One decoder layer, run by every thread of the enclosing parallel region (its `single` and
- * `for` constructs bind to it): `w` the layer's in_norm, post_norm (float32) and q, k, v, o,
- * gate, up, down projections (any format: `formats`, one per projection); its keys and values at kbuf/vbuf, head g's row j at
- * g * head_stride + j * D elements (float16 where p->half). Before each product's loop every
- * thread quantizes that product's input rows into its own buffer (where the int8 path applies:
- * a few thousand operations, no barrier). The q, k and v products share one
- * loop, as do gate and up (with the SiLU of each block), and the residual additions are done
- * per block of the product that feeds them. Every thread computes the two norms itself, into
- * its own buffer: a few thousand operations instead of a barrier where the others wait (each
- * wait is a futex sleep and wake-up under OMP_WAIT_POLICY=PASSIVE). Every element's arithmetic
- * is the one of the separate products, so the bits are the same. */
-static void layer_in_region(float *h, const Pass *p, const void *const *w, const int *formats, void *kbuf,
+ * `for` constructs bind to it): `w` the layer's LAYER_TENSORS tensors, `ints` its LAYER_INTS
+ * (the projections' formats, its window, its rotary table); its keys and values at kbuf/vbuf,
+ * head g's row j at g * head_stride + j * D elements (float16 where p->half). Before each
+ * product's loop every thread quantizes that product's input rows into its own buffer (where
+ * the int8 path applies: a few thousand operations, no barrier), and every thread computes the
+ * norms itself into its own buffer: a few thousand operations instead of a barrier where the
+ * others wait (each wait is a futex sleep and wake-up under OMP_WAIT_POLICY=PASSIVE). The q, k
+ * and v products share one loop, as do gate and up (with the activation of each block), and the
+ * residual additions are done per block of the product that feeds them where no norm comes
+ * between. Every element's arithmetic is the one of the separate operations, so the bits are
+ * the same whatever the rows and threads. */
+static void layer_in_region(float *h, const Pass *p, const void *const *w, const int *ints, void *kbuf,
                             void *vbuf, int64_t head_stride) {
     int Q = p->Q, E = p->E, H = p->H, Hkv = p->Hkv, D = p->D, F = p->F, QD = H * D, KD = Hkv * D;
     int L = p->past + Q;
-    const float *in_norm = w[0], *post_norm = w[1];
-    const void *wq = w[2], *wk = w[3], *wv = w[4], *wo = w[5], *wg = w[6], *wu = w[7], *wd = w[8];
-    int fq = formats[0], fk = formats[1], fv = formats[2], fo = formats[3], fg = formats[4], fu = formats[5],
-        fd = formats[6];
+    const void *wq = w[T_WQ], *wk = w[T_WK], *wv = w[T_WV], *wo = w[T_WO], *wg = w[T_WG], *wu = w[T_WU],
+               *wd = w[T_WD];
+    const float *bq = w[T_BQ], *bk = w[T_BK], *bv = w[T_BV], *bo = w[T_BO], *bu = w[T_BU], *bd = w[T_BD];
+    const float *q_norm = w[T_Q_NORM], *k_norm = w[T_K_NORM];
+    int fq = ints[I_FQ], fk = ints[I_FK], fv = ints[I_FV], fo = ints[I_FO], fg = ints[I_FG], fu = ints[I_FU],
+        fd = ints[I_FD], window = ints[I_WINDOW];
+    const float *cos = p->cos + (int64_t)ints[I_TABLE] * Q * D, *sin = p->sin + (int64_t)ints[I_TABLE] * Q * D;
     float *panel = p->panels + (int64_t)omp_get_thread_num() * NB * p->panel_k;
     float *xn = p->xn + (int64_t)omp_get_thread_num() * Q * E, *q = p->q, *k = p->k, *v = p->v, *att = p->att, *o = p->o, *g = p->g, *u = p->u;
     int heads_tasks = H * attention_chunks(Q);
-    int bq = blocks_of(QD), bk = blocks_of(KD), be = blocks_of(E), bf = blocks_of(F);
-    rms_norm(h, in_norm, p->eps, xn, Q, E); /* h is complete: the previous layer's last loop ended in a barrier */
+    int be = blocks_of(E), bf = blocks_of(F);
+    /* h is complete: the previous layer's last loop ended in a barrier */
+    norm_rows(p->norm, h, w[T_ATTN_NORM], w[T_ATTN_NORM_B], p->eps, xn, Q, E);
     Rows rx = product_rows(p, xn, E, fq, fk, fv);
-    if (D % (2 * NB) == 0) {
+    if (D % (2 * NB) == 0 && p->rotary == ROTARY_HALVES && !q_norm) {
         /* Tasks of 2 * NB outputs of one head, dims [NB j, NB j + NB) and the same plus D / 2:
          * each task also applies the rotary embedding to them (it pairs dim d with d + D / 2)
          * and writes its keys and values into the cache, so no `single` step (and no barrier)
@@ -630,15 +737,18 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
             int head = t / per_head, j = t % per_head, kind = head < H ? 0 : head < H + Hkv ? 1 : 2;
             int hh = kind == 0 ? head : kind == 1 ? head - H : head - H - Hkv;
             const void *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
+            const float *bm = kind == 0 ? bq : kind == 1 ? bk : bv;
             int fm = kind == 0 ? fq : kind == 1 ? fk : fv;
             float *out = kind == 0 ? q : kind == 1 ? k : v;
             int N = kind == 0 ? QD : KD, heads = kind == 0 ? H : Hkv, d0 = NB * j, half = D / 2;
             matmul_block(&rx, wm, fm, out, N, (hh * D + d0) / NB, panel);
             matmul_block(&rx, wm, fm, out, N, (hh * D + half + d0) / NB, panel);
+            add_bias(out, bm, Q, N, hh * D + d0, hh * D + d0 + NB);
+            add_bias(out, bm, Q, N, hh * D + half + d0, hh * D + half + d0 + NB);
             for (int i = 0; i < Q; i++) {
                 float *r = out + ((int64_t)i * heads + hh) * D;
-                if (kind < 2) { /* as `rope`, for these dims */
-                    const float *c = p->cos + (int64_t)i * D, *sn = p->sin + (int64_t)i * D;
+                if (kind < 2) { /* as `rotate_head`, for these dims */
+                    const float *c = cos + (int64_t)i * D, *sn = sin + (int64_t)i * D;
                     for (int d = d0; d < d0 + NB; d++) {
                         float a = r[d], b = r[d + half];
                         r[d] = a * c[d] - b * sn[d];
@@ -653,90 +763,107 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
                 }
             }
         }
-    } else {
+    } else if (D % NB == 0) {
+        /* A task per head (all its D dims): its products (+ biases), its q/k norm, rotary and,
+         * for keys and values, the new positions into the cache. */
+        int tasks = H + 2 * Hkv, per = D / NB;
 #pragma omp for schedule(static)
-        for (int b = 0; b < bq + 2 * bk; b++) {
-            if (b < bq) matmul_block(&rx, wq, fq, q, QD, b, panel);
-            else if (b < bq + bk) matmul_block(&rx, wk, fk, k, KD, b - bq, panel);
-            else matmul_block(&rx, wv, fv, v, KD, b - bq - bk, panel);
+        for (int t = 0; t < tasks; t++) {
+            int kind = t < H ? 0 : t < H + Hkv ? 1 : 2, hh = kind == 0 ? t : kind == 1 ? t - H : t - H - Hkv;
+            const void *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
+            const float *bm = kind == 0 ? bq : kind == 1 ? bk : bv;
+            int fm = kind == 0 ? fq : kind == 1 ? fk : fv;
+            float *out = kind == 0 ? q : kind == 1 ? k : v;
+            int N = kind == 0 ? QD : KD;
+            for (int j = 0; j < per; j++) matmul_block(&rx, wm, fm, out, N, (hh * D) / NB + j, panel);
+            add_bias(out, bm, Q, N, hh * D, hh * D + D);
+            finish_head(p, kind, hh, out, q_norm, k_norm, cos, sin, kbuf, vbuf, head_stride);
         }
-#pragma omp single
-        {
-            rope(q, Q, H, D, p->cos, p->sin);
-            rope(k, Q, Hkv, D, p->cos, p->sin);
-            for (int i = 0; i < Q; i++) /* the new positions into the cache */
-                for (int g0 = 0; g0 < Hkv; g0++) {
-                    int64_t at = g0 * head_stride + (int64_t)(p->past + i) * D;
-                    store_row(kbuf, at, k + ((int64_t)i * Hkv + g0) * D, D, p->half);
-                    store_row(vbuf, at, v + ((int64_t)i * Hkv + g0) * D, D, p->half);
-                }
+    } else {
+        /* heads smaller than a block of outputs: the products by blocks, then the heads */
+        int nq = blocks_of(QD), nk = blocks_of(KD);
+#pragma omp for schedule(static)
+        for (int b = 0; b < nq + 2 * nk; b++) {
+            int kind = b < nq ? 0 : b < nq + nk ? 1 : 2, bb = kind == 0 ? b : kind == 1 ? b - nq : b - nq - nk;
+            int N = kind == 0 ? QD : KD, n0 = bb * NB, n1 = n0 + NB < N ? n0 + NB : N;
+            float *out = kind == 0 ? q : kind == 1 ? k : v;
+            matmul_block(&rx, kind == 0 ? wq : kind == 1 ? wk : wv, kind == 0 ? fq : kind == 1 ? fk : fv, out, N, bb,
+                         panel);
+            add_bias(out, kind == 0 ? bq : kind == 1 ? bk : bv, Q, N, n0, n1);
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < H + 2 * Hkv; t++) {
+            int kind = t < H ? 0 : t < H + Hkv ? 1 : 2, hh = kind == 0 ? t : kind == 1 ? t - H : t - H - Hkv;
+            finish_head(p, kind, hh, kind == 0 ? q : kind == 1 ? k : v, q_norm, k_norm, cos, sin, kbuf, vbuf,
+                        head_stride);
         }
     }
 #pragma omp for schedule(static)
     for (int t = 0; t < heads_tasks; t++)
         attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, p->scale,
-                       p->scratch, p->half);
+                       p->scratch, window, p->half);
     Rows ra = product_rows(p, att, QD, fo, fo, fo); /* att is complete: the attention's loop ended in a barrier */
+    if (w[T_ATTN_POST]) {
+        normed_residual(&ra, wo, fo, bo, w[T_ATTN_POST], p->eps, o, h, Q, E, panel);
+    } else {
 #pragma omp for schedule(static)
-    for (int b = 0; b < be; b++) residual_block(&ra, wo, fo, o, h, Q, E, b, panel);
-    rms_norm(h, post_norm, p->eps, xn, Q, E); /* after the o product's loop and its barrier */
-    Rows rp = product_rows(p, xn, E, fg, fu, fu);
+        for (int b = 0; b < be; b++) residual_block(&ra, wo, fo, bo, o, h, Q, E, b, panel);
+    }
+    norm_rows(p->norm, h, w[T_FFN_NORM], w[T_FFN_NORM_B], p->eps, xn, Q, E); /* after the o loop's barrier */
+    Rows rp = product_rows(p, xn, E, wg ? fg : fu, fu, fu);
 #pragma omp for schedule(static)
     for (int b = 0; b < bf; b++) {
-        matmul_block(&rp, wg, fg, g, F, b, panel);
-        matmul_block(&rp, wu, fu, u, F, b, panel);
         int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
+        matmul_block(&rp, wu, fu, u, F, b, panel);
+        add_bias(u, bu, Q, F, n0, n1);
+        if (p->ffn == FFN_GELU) { /* no gate: gelu(up x + b), into g for the down product */
+            for (int i = 0; i < Q; i++)
+                for (int e = n0; e < n1; e++) g[(int64_t)i * F + e] = gelu_tanh(u[(int64_t)i * F + e]);
+            continue;
+        }
+        matmul_block(&rp, wg, fg, g, F, b, panel);
         for (int i = 0; i < Q; i++)
             for (int e = n0; e < n1; e++) {
                 int64_t at = (int64_t)i * F + e;
-                g[at] = g[at] / (1.0f + expf(-g[at])) * u[at];
+                float a = p->ffn == FFN_GELU_GATED ? gelu_tanh(g[at]) : g[at] / (1.0f + expf(-g[at]));
+                g[at] = a * u[at];
             }
     }
     Rows rg = product_rows(p, g, F, fd, fd, fd); /* after the gate and up loop and its barrier */
+    if (w[T_FFN_POST]) {
+        normed_residual(&rg, wd, fd, bd, w[T_FFN_POST], p->eps, o, h, Q, E, panel);
+    } else {
 #pragma omp for schedule(static)
-    for (int b = 0; b < be; b++) residual_block(&rg, wd, fd, o, h, Q, E, b, panel);
-}
-
-/* One parallel region for the whole layer (`llama_layer`) or for all the layers of a pass
- * (`llama_layers`): the threads wake once instead of once per product and the attention (with
- * OMP_WAIT_POLICY=PASSIVE, lsp_server/threads.py, a waiting thread sleeps and each region wakes
- * it with a futex). Both return 0 when the scratch buffers could not be allocated (nothing
- * computed), 1 otherwise. */
-int llama_layer(float *h, int Q, int E, const float *in_norm, const float *post_norm, float eps,
-                 const void *wq, const void *wk, const void *wv, const void *wo,
-                 const void *wg, const void *wu, const void *wd, const int *formats, int H, int Hkv, int D,
-                 int F, const float *cos, const float *sin, void *kbuf, void *vbuf,
-                 int64_t head_stride, int past, float scale, int half, int threads) {
-    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
-    const void *w[9] = {in_norm, post_norm, wq, wk, wv, wo, wg, wu, wd};
-    int ok = pass_buffers(&p);
-    if (ok) {
-#pragma omp parallel num_threads(threads)
-        layer_in_region(h, &p, w, formats, kbuf, vbuf, head_stride);
+        for (int b = 0; b < be; b++) residual_block(&rg, wd, fd, bd, o, h, Q, E, b, panel);
     }
-    free_pass(&p);
-    return ok;
 }
 
-/* `layers` decoder layers in turn over the rows of h [Q, E], in one parallel region: layer l's
- * norms and projections at weights[9 l .. 9 l + 8] (as `llama_layer` takes them), the
- * projections' formats at formats[7 l .. 7 l + 6], its keys at
- * kbase + l * layer_stride and values at vbase + l * layer_stride (elements), head g's row j
- * at g * head_stride + j * D; every layer holds `past` positions and gets the Q new ones. The
- * same arithmetic, so the same bits, as `llama_layer` called once per layer. */
-int llama_layers(float *h, int Q, int E, int layers, const void *const *weights, const int *formats, float eps,
-                 int H, int Hkv,
-                 int D, int F, const float *cos, const float *sin, void *kbase, void *vbase,
-                 int64_t layer_stride, int64_t head_stride, int past, float scale, int half, int threads) {
-    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, cos, sin, 0};
+/* `layers` decoder layers in turn over the rows of h [Q, E], in one parallel region (the
+ * threads wake once instead of once per product and attention: with OMP_WAIT_POLICY=PASSIVE,
+ * lsp_server/threads.py, a waiting thread sleeps and each region wakes it with a futex): layer
+ * l's tensors at tensors[LAYER_TENSORS l ...], its integers at ints[LAYER_INTS l ...], its keys
+ * at kbase + l * layer_stride and values at vbase + l * layer_stride (elements), head g's row j
+ * at g * head_stride + j * D; every layer holds `past` positions and gets the Q new ones.
+ * `kinds`: the norm's, the MLP's and the rotary's (the enums above); cos/sin: `tables` tables
+ * [Q][D]. One layer (layers 1) is the same arithmetic, so a model run layer by layer gets the
+ * same bits. 0 when the scratch buffers could not be allocated (nothing computed), 1 otherwise. */
+int decoder_layers(float *h, int Q, int E, int layers, const void *const *tensors, const int *ints,
+                   const int *kinds, float eps, int H, int Hkv, int D, int F, const float *cos, const float *sin,
+                   void *kbase, void *vbase, int64_t layer_stride, int64_t head_stride, int past, float scale,
+                   int half, int threads) {
+    Pass p = {Q, E, H, Hkv, D, F, past, half, threads, eps, scale, kinds[0], kinds[1], kinds[2], cos, sin, 0};
     int ok = pass_buffers(&p);
     if (ok) {
         int64_t bytes = half ? 2 : 4;
 #pragma omp parallel num_threads(threads)
         for (int l = 0; l < layers; l++)
-            layer_in_region(h, &p, weights + 9 * l, formats + 7 * l, (char *)kbase + l * layer_stride * bytes,
-                            (char *)vbase + l * layer_stride * bytes, head_stride);
+            layer_in_region(h, &p, tensors + LAYER_TENSORS * l, ints + LAYER_INTS * l,
+                            (char *)kbase + l * layer_stride * bytes, (char *)vbase + l * layer_stride * bytes,
+                            head_stride);
     }
     free_pass(&p);
     return ok;
 }
+
+int layer_tensors(void) { return LAYER_TENSORS; }
+int layer_ints(void) { return LAYER_INTS; }

@@ -4,7 +4,7 @@ A decoding step of SmolLM2-135M runs ~40 PyTorch operations per layer (norms, th
 projections, rotary embedding, cache update, attention, MLP, residuals): on this 2-core CPU their
 dispatch cost as much as the weights' reading. `use_fused_layers(model)` gives each decoder layer
 of a Llama model with `half_weights`' float16 weights (and a `GrowingCache`) a forward that
-hands passes of at most `MAX_ATTENTION_ROWS` rows to `library`' `llama_layer`; prompts,
+hands passes of at most `MAX_ATTENTION_ROWS` rows to `library`' `decoder_layer`; prompts,
 other caches and models that aren't plain Llama keep transformers' own code. Cancellation hooks
 (`kv_cache.StopBetweenLayers`) still run before every layer.
 """

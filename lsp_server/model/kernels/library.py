@@ -19,10 +19,10 @@ builds them with AddressSanitizer, for the tests.
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
   over the KV cache; `use_row_attention(model)` routes a model's attention through it for
   passes of at most `MAX_ATTENTION_ROWS` rows (PyTorch's SDPA for longer ones, the prompts);
-- `llama_layer`: a whole Llama-family decoder layer for a few rows in one call;
+- `decoder_layer`: a whole decoder layer (any family `architectures` describes) for a few rows in one call;
   `use_fused_layers(model)` makes each decoder layer use it for such passes over a
   `GrowingCache` (`fused_layers`);
-- `llama_layers`: all the decoder layers of a short pass in one call and one parallel region
+- `decoder_layers`: all the decoder layers of a short pass in one call and one parallel region
   (`cpu_decoder`'s decoding steps and verification passes over a `CpuCache`): ~40 µs of Python,
   checks and ctypes per layer were ~1.2 ms of a step.
 
@@ -51,7 +51,7 @@ import os
 import shutil
 import subprocess
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -170,43 +170,62 @@ def _isa_name(isa) -> str:
     return isa
 
 
+# The C order of a layer's tensors (decode_kernels.c's T_* constants) and integers (I_*)
+LAYER_TENSORS = ("attn_norm", "attn_norm_bias", "ffn_norm", "ffn_norm_bias", "q", "k", "v", "o", "gate", "up",
+                 "down", "q_bias", "k_bias", "v_bias", "o_bias", "up_bias", "down_bias", "q_norm", "k_norm",
+                 "attn_post_norm", "ffn_post_norm")
+PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
+LAYER_INTS = 9  # the 7 projections' formats, the window, the rotary table
+
+
 @dataclass(frozen=True)
 class LayerWeights:
-    """A decoder layer's constant arguments to `llama_layer` (see `DecodeKernels.layer_weights`):
-    checked when made; `pointers` are the addresses checked (norms, then projections)."""
+    """A decoder layer's constant arguments to `decoder_layers` (see `DecodeKernels.layer_weights`):
+    checked when made; `tensors` in the C order (`LAYER_TENSORS`, None where the layer has
+    none), `pointers` their addresses as checked (0 for None), `ints` the C integers."""
 
-    in_norm: torch.Tensor
-    post_norm: torch.Tensor
+    tensors: tuple
     eps: float
-    weights: tuple  # q, k, v, o, gate, up, down projections: float16 tensors or `BlockMatrix`
     heads: int
     kv_heads: int
     head_dim: int
     ffn: int
     scale: float
+    kinds: tuple[int, int, int]  # the norm's, the MLP's, the rotary's (architectures.Norm, FeedForward, Rotary)
+    window: int
+    table: int
     pointers: tuple[int, ...]
-    formats: ctypes.Array  # the projections' `WeightFormat`s, as the C int array the kernels take
+    ints: tuple[int, ...]
+
+    @property
+    def hidden(self) -> int:
+        return self.tensors[0].shape[0]
+
+    @property
+    def weights(self) -> tuple:
+        """The projections q, k, v, o, gate, up, down (gate None in a plain MLP)."""
+        return self.tensors[4:11]
 
     def current_pointers(self) -> tuple[int, ...]:
-        return (self.in_norm.data_ptr(), self.post_norm.data_ptr()) + tuple(
-            weight_storage(w).data_ptr() for w in self.weights)
+        return tuple(0 if t is None else weight_storage(t).data_ptr() for t in self.tensors)
 
 
 @dataclass(frozen=True)
 class LayerStack:
-    """The constant arguments of `llama_layers` (see `DecodeKernels.layer_stack`): the layers'
-    checked `LayerWeights`, their 9 tensors each (flat) and those tensors' addresses, also in
-    one C array."""
+    """The constant arguments of `decoder_layers` for several layers (see
+    `DecodeKernels.layer_stack`): the layers' checked `LayerWeights`, their tensors (flat, None
+    kept) and those tensors' addresses, also in one C array, and their integers in another."""
 
     layers: tuple[LayerWeights, ...]
-    tensors: tuple[torch.Tensor, ...]
+    tensors: tuple
     array: ctypes.Array
     pointers: tuple[int, ...]
-    formats: ctypes.Array  # 7 `WeightFormat`s per layer
+    ints: ctypes.Array
+    kinds: ctypes.Array
 
     def current_pointers(self) -> tuple[int, ...]:
-        """The tensors' addresses now (a step checks all 270 of SmolLM2's in ~20 µs)."""
-        return tuple(map(torch.Tensor.data_ptr, self.tensors))
+        """The tensors' addresses now (a step checks all 630 of SmolLM2's in ~40 µs)."""
+        return tuple(0 if t is None else weight_storage(t).data_ptr() for t in self.tensors)
 
 
 class DecodeKernels:
@@ -233,15 +252,11 @@ class DecodeKernels:
         self._attention.restype = None
         self._attention.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int] * 5
                                     + [ctypes.c_int64] * 2 + [ctypes.c_float, ctypes.c_int, ctypes.c_int])
-        self._layer = lib.llama_layer
-        self._layer.restype = ctypes.c_int
-        self._layer.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_float] + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 4
-                                + [ctypes.c_void_p] * 4 + [ctypes.c_int64, ctypes.c_int, ctypes.c_float]
-                                + [ctypes.c_int] * 2)
-        self._layers = lib.llama_layers
+        if (lib.layer_tensors(), lib.layer_ints()) != (len(LAYER_TENSORS), LAYER_INTS):
+            raise OSError(f"{lib._name} lays a layer's arguments out otherwise than library.py")
+        self._layers = lib.decoder_layers
         self._layers.restype = ctypes.c_int
-        self._layers.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 2 + [ctypes.c_float]
+        self._layers.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_float]
                                  + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2
                                  + [ctypes.c_int, ctypes.c_float] + [ctypes.c_int] * 2)
 
@@ -312,94 +327,108 @@ class DecodeKernels:
 
     @staticmethod
     def layer_weights(in_norm: torch.Tensor, post_norm: torch.Tensor, eps: float, weights, heads: int,
-                      kv_heads: int, head_dim: int, ffn: int, scale: float) -> LayerWeights:
-        """A decoder layer's constant arguments for `llama_layer`, checked (`boundary`); each
-        projection a float16 tensor or a `BlockMatrix`."""
+                      kv_heads: int, head_dim: int, ffn: int, scale: float, *, norm_biases=(None, None),
+                      biases=(None,) * 6, qk_norms=(None, None), output_norms=(None, None),
+                      kinds: tuple[int, int, int] = (0, 0, 0), window: int = 0, table: int = 0) -> LayerWeights:
+        """A decoder layer's constant arguments, checked (`boundary`): its input norm and the
+        MLP's (`in_norm`, `post_norm`, float32 [E]), the projections q, k, v, o, gate, up, down
+        (float16 tensors or `BlockMatrix`es; gate None for a plain MLP); optionally the norms'
+        biases (LayerNorm), the biases of q, k, v, o, up and down, the per-head norms of q and
+        k [D], the norms of the attention's and the MLP's outputs [E]; the kinds of norm, MLP
+        and rotary (`architectures.Norm`, `FeedForward`, `Rotary`), the attention window (0:
+        every position), and which of the pass's rotary tables the layer uses."""
         weights = tuple(weights)
-        boundary.check_layer_weights(in_norm, post_norm, weights, heads, kv_heads, head_dim, ffn)
-        tensors = (in_norm, post_norm) + tuple(map(weight_storage, weights))
-        formats = (ctypes.c_int * len(weights))(*(int(weight_format(w)) for w in weights))
-        return LayerWeights(in_norm, post_norm, float(eps), weights, heads, kv_heads, head_dim, ffn, float(scale),
-                            tuple(t.data_ptr() for t in tensors), formats)
+        if len(weights) != len(PROJECTIONS) or len(biases) != 6:
+            raise boundary.KernelArgumentError(
+                "decoder_layer", "weights", f"must be the {len(PROJECTIONS)} projections {list(PROJECTIONS)} "
+                f"(and 6 biases), not {len(weights)} (and {len(biases)})")
+        tensors = (in_norm, norm_biases[0], post_norm, norm_biases[1], *weights, *biases, *qk_norms, *output_norms)
+        boundary.check_layer_weights(dict(zip(LAYER_TENSORS, tensors)), heads, kv_heads, head_dim, ffn, kinds,
+                                     window, table)
+        ints = tuple(int(weight_format(w)) if w is not None else 0 for w in weights) + (window, table)
+        layer = LayerWeights(tensors, float(eps), heads, kv_heads, head_dim, ffn, float(scale), tuple(kinds), window,
+                             table, (), ints)
+        return replace(layer, pointers=layer.current_pointers())
 
-    def llama_layer(self, h: torch.Tensor, layer: LayerWeights, cos: torch.Tensor, sin: torch.Tensor,
-                    kv, past: int) -> None:
-        """One Llama decoder layer for the rows of `h` [1, Q, E] (updated in place: the
-        residual stream); cos/sin [1, Q, head_dim]; the new keys and values go to positions
-        past .. past+Q-1 of the `kv_cache.GrowingBuffers` `kv` (room made by the caller:
-        `append_layer` does both)."""
+    def decoder_layer(self, h: torch.Tensor, layer: LayerWeights, cos: torch.Tensor, sin: torch.Tensor,
+                      kv, past: int) -> None:
+        """One decoder layer for the rows of `h` [1, Q, E] (updated in place: the residual
+        stream); cos/sin [T, Q, head_dim], the pass's rotary tables; the new keys and values go
+        to positions past .. past+Q-1 of the `kv_cache.GrowingBuffers` `kv` (room made by the
+        caller: `append_layer` does both)."""
         if not isinstance(layer, LayerWeights) or layer.pointers != layer.current_pointers():
             raise boundary.KernelArgumentError(
-                "llama_layer", "layer", "must be LayerWeights whose tensors are as checked"
+                "decoder_layer", "layer", "must be LayerWeights whose tensors are as checked"
             )
         k_buf, v_buf = kv._k, kv._v
         threads = torch.get_num_threads()
-        boundary.check_layer_call(
-            h, layer.in_norm.shape[0], layer.kv_heads, layer.head_dim, cos, sin, k_buf, v_buf, past
-        )
-        boundary.check_threads("llama_layer", threads)
-        q_len, e = h.shape[1], h.shape[2]
-        if not self._layer(h.data_ptr(), q_len, e, *layer.pointers[:2], layer.eps, *layer.pointers[2:],
-                           layer.formats, layer.heads, layer.kv_heads, layer.head_dim, layer.ffn,
-                           cos.data_ptr(), sin.data_ptr(), k_buf.data_ptr(), v_buf.data_ptr(), k_buf.stride()[1],
-                           past, layer.scale, int(k_buf.dtype is torch.float16), threads):
-            raise MemoryError("llama_layer: no memory for its scratch buffers")
+        boundary.check_layer_call(h, layer.hidden, layer.kv_heads, layer.head_dim, layer.table, cos, sin, k_buf,
+                                  v_buf, past)
+        boundary.check_threads("decoder_layer", threads)
+        array = (ctypes.c_void_p * len(layer.pointers))(*layer.pointers)
+        ints = (ctypes.c_int * len(layer.ints))(*layer.ints)
+        kinds = (ctypes.c_int * 3)(*layer.kinds)
+        if not self._layers(h.data_ptr(), h.shape[1], h.shape[2], 1, array, ints, kinds, layer.eps, layer.heads,
+                            layer.kv_heads, layer.head_dim, layer.ffn, cos.data_ptr(), sin.data_ptr(),
+                            k_buf.data_ptr(), v_buf.data_ptr(), 0, k_buf.stride()[1], past, layer.scale,
+                            int(k_buf.dtype is torch.float16), threads):
+            raise MemoryError("decoder_layer: no memory for its scratch buffers")
 
     @staticmethod
     def layer_stack(layers) -> LayerStack:
-        """The constant arguments of `llama_layers` for these `LayerWeights` (in order), which
-        must share their sizes."""
+        """The constant arguments of `decoder_layers` for these `LayerWeights` (in order), which
+        must share their sizes, kinds, norms' epsilon and scale."""
         layers = tuple(layers)
         if not layers or not all(isinstance(w, LayerWeights) for w in layers):
-            raise boundary.KernelArgumentError("llama_layers", "layers", "must be one or more LayerWeights")
+            raise boundary.KernelArgumentError("decoder_layers", "layers", "must be one or more LayerWeights")
         first = layers[0]
-        shared = lambda w: (w.in_norm.shape, w.eps, w.heads, w.kv_heads, w.head_dim, w.ffn, w.scale)  # noqa: E731
+        shared = lambda w: (w.hidden, w.eps, w.heads, w.kv_heads, w.head_dim, w.ffn, w.scale, w.kinds)  # noqa: E731
         if any(shared(w) != shared(first) for w in layers):
-            raise boundary.KernelArgumentError("llama_layers", "layers", "must share their sizes, norms' epsilon and scale")
-        tensors = tuple(t for w in layers for t in (w.in_norm, w.post_norm, *map(weight_storage, w.weights)))
-        pointers = tuple(map(torch.Tensor.data_ptr, tensors))
+            raise boundary.KernelArgumentError("decoder_layers", "layers",
+                                               "must share their sizes, kinds, norms' epsilon and scale")
+        tensors = tuple(t for w in layers for t in w.tensors)
+        pointers = tuple(0 if t is None else weight_storage(t).data_ptr() for t in tensors)
         if pointers != tuple(p for w in layers for p in w.pointers):
-            raise boundary.KernelArgumentError("llama_layers", "layers", "must be LayerWeights whose tensors are as checked")
-        formats = [f for w in layers for f in w.formats]
+            raise boundary.KernelArgumentError("decoder_layers", "layers", "must be LayerWeights whose tensors are as checked")
+        ints = [i for w in layers for i in w.ints]
         return LayerStack(layers, tensors, (ctypes.c_void_p * len(pointers))(*pointers), pointers,
-                          (ctypes.c_int * len(formats))(*formats))
+                          (ctypes.c_int * len(ints))(*ints), (ctypes.c_int * 3)(*first.kinds))
 
-    def llama_layers(self, h: torch.Tensor, stack: LayerStack, cos: torch.Tensor, sin: torch.Tensor, cache) -> None:
+    def decoder_layers(self, h: torch.Tensor, stack: LayerStack, cos: torch.Tensor, sin: torch.Tensor, cache) -> None:
         """Every layer of `stack` in turn for the rows of `h` [1, Q, E] (updated in place), in
-        one call: the same bits as `append_layer` layer by layer. `cache` is a `kv_cache.CpuCache`
-        whose layers all hold the same number of positions; room is made for the new ones and
-        they are counted as held after."""
+        one call: the same bits as `append_layer` layer by layer; cos/sin [T, Q, head_dim], the
+        pass's rotary tables. `cache` is a `kv_cache.CpuCache` whose layers all hold the same
+        number of positions; room is made for the new ones and they are counted as held after."""
         if not isinstance(stack, LayerStack) or stack.current_pointers() != stack.pointers:
             raise boundary.KernelArgumentError(
-                "llama_layers", "stack", "must be a LayerStack whose tensors are as checked"
+                "decoder_layers", "stack", "must be a LayerStack whose tensors are as checked"
             )
         past, rows = cache.get_seq_length(), h.shape[1] if h.dim() == 3 else 0
         if len(cache.layers) != len(stack.layers) or not cache.lengths_agree(past):
             raise boundary.KernelArgumentError(
-                "llama_layers", "cache", f"must have {len(stack.layers)} layers holding the same positions"
+                "decoder_layers", "cache", f"must have {len(stack.layers)} layers holding the same positions"
             )
         w = stack.layers[0]
         cache.reserve(past + rows, w.kv_heads, w.head_dim)
         keys, values = cache.k, cache.v
         threads = torch.get_num_threads()
-        boundary.check_layers_call(h, w.in_norm.shape[0], len(stack.layers), w.kv_heads, w.head_dim, cos, sin,
-                                   keys, values, past)
-        boundary.check_threads("llama_layers", threads)
-        if not self._layers(h.data_ptr(), rows, h.shape[2], len(stack.layers), stack.array, stack.formats, w.eps,
-                            w.heads,
-                            w.kv_heads, w.head_dim, w.ffn, cos.data_ptr(), sin.data_ptr(), keys.data_ptr(),
-                            values.data_ptr(), keys.stride(0), keys.stride(1), past, w.scale,
+        boundary.check_layers_call(h, w.hidden, len(stack.layers), w.kv_heads, w.head_dim,
+                                   max(layer.table for layer in stack.layers), cos, sin, keys, values, past)
+        boundary.check_threads("decoder_layers", threads)
+        if not self._layers(h.data_ptr(), rows, h.shape[2], len(stack.layers), stack.array, stack.ints, stack.kinds,
+                            w.eps, w.heads, w.kv_heads, w.head_dim, w.ffn, cos.data_ptr(), sin.data_ptr(),
+                            keys.data_ptr(), values.data_ptr(), keys.stride(0), keys.stride(1), past, w.scale,
                             int(keys.dtype is torch.float16), threads):
-            raise MemoryError("llama_layers: no memory for its scratch buffers")
+            raise MemoryError("decoder_layers: no memory for its scratch buffers")
         cache.extend(rows)
 
     def append_layer(self, h: torch.Tensor, layer: LayerWeights, cos: torch.Tensor, sin: torch.Tensor,
                      kv) -> None:
-        """`llama_layer` for the rows of `h` after the positions `kv` (a `GrowingBuffers`) holds:
-        room made for them first, counted as held after."""
+        """`decoder_layer` for the rows of `h` after the positions `kv` (a `GrowingBuffers`)
+        holds: room made for them first, counted as held after."""
         past, rows = kv.get_seq_length(), h.shape[1]
         kv.grow_to(past + rows)
-        self.llama_layer(h, layer, cos, sin, kv, past)
+        self.decoder_layer(h, layer, cos, sin, kv, past)
         kv.extend(rows)
 
     @staticmethod
