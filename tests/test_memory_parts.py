@@ -9,7 +9,7 @@ import torch
 
 from lsp_server.model.memory_parts import array_bytes, mapped_parts, process_memory, tensor_bytes
 
-WEIGHTS = "mapped safetensors (weights)"
+WEIGHTS = "mapped weights (GGUF, safetensors)"
 
 
 def test_the_parts_add_up_to_the_resident_total():

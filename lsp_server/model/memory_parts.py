@@ -3,7 +3,7 @@
 - `process_memory(pid)`: the kernel's totals (/proc/PID/status): resident now and at its peak,
   anonymous and file-backed;
 - `mapped_parts(pid)`: resident memory by mapping (/proc/PID/smaps): the weights files
-  (memory-mapped safetensors: page cache, shared by every process that maps them), PyTorch's
+  (a memory-mapped GGUF or safetensors file: page cache, shared by every process that maps them), PyTorch's
   libraries, other libraries and files, and anonymous memory (the Python heap, tensors, the
   mask store's arrays, the KV caches);
 - `tensor_bytes(tensors)`, `model_bytes(model)`: what a model holds, by dtype (matrices kept in
@@ -41,8 +41,8 @@ def process_memory(pid: int | str = "self") -> dict[str, int]:
 def _part_of(path: str) -> str:
     if not path or path.startswith("[anon") or path in ("[heap]", "[stack]"):
         return "anonymous"
-    if path.endswith(".safetensors"):
-        return "mapped safetensors (weights)"
+    if path.endswith((".gguf", ".safetensors")):
+        return "mapped weights (GGUF, safetensors)"
     if "/torch/" in path or "/torch.libs/" in path:
         return "torch libraries"
     if path.startswith("["):
