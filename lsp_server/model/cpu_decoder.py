@@ -64,10 +64,10 @@ def _matrix(t: Weight) -> Weight:
     return t if isinstance(t, BlockMatrix) or t.dtype == HALF else t.to(HALF)
 
 
-def embed_rows(table: Weight, ids: torch.Tensor) -> torch.Tensor:
-    """Rows `ids` of an embedding table (float16 or blocks) as float32."""
+def embed_rows(table: Weight, ids: torch.Tensor, kernels: DecodeKernels) -> torch.Tensor:
+    """Rows `ids` of an embedding table (float16 or blocks, de-quantized by the kernels) as float32."""
     if isinstance(table, BlockMatrix):
-        return table.embedding(ids)
+        return table.embedding(ids, kernels)
     return F.embedding(ids, table).to(torch.float32)
 
 
@@ -279,7 +279,7 @@ class CpuDecoder(torch.nn.Module):
         if cache is None:
             cache = self.new_cache()
         p = self._pass(input_ids.shape[1], cache.get_seq_length())
-        h = embed_rows(self.embed_table, input_ids)
+        h = embed_rows(self.embed_table, input_ids, self.kernels)
         if self.config.embedding_scale != 1.0:
             h = h * self.config.embedding_scale
         if (self.stack is not None and p.rows <= MAX_ATTENTION_ROWS and p.past > 0

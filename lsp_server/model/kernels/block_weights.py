@@ -130,11 +130,11 @@ class BlockMatrix:
     def shape(self) -> tuple[int, int]:
         return (self.rows, self.cols)
 
-    def dequantize(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+    def dequantize(self, ids: torch.Tensor | None = None, kernels=None) -> torch.Tensor:
         """The values of rows `ids` (any shape of int64 indices; all rows where None) as float32
-        [..., cols]: exactly gguf's `dequantize` of those rows, what the kernels compute with."""
-        from . import library
-
+        [..., cols]: exactly gguf's `dequantize` of those rows, what the kernels compute with;
+        by `kernels` (a `library.DecodeKernels`: C, fast enough for embedding lookups) where
+        given, else by gguf's numpy code."""
         if ids is not None:
             ids = torch.as_tensor(ids)
             if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8) or ids.is_floating_point():
@@ -143,7 +143,6 @@ class BlockMatrix:
             if flat.numel() and (int(flat.min()) < -self.rows or int(flat.max()) >= self.rows):
                 raise IndexError(f"row ids must be in [-{self.rows}, {self.rows}), not {int(flat.min())}..{int(flat.max())}")
             flat = torch.where(flat < 0, flat + self.rows, flat).contiguous()
-        kernels = library.load()
         if kernels is not None:
             out = kernels.dequantize(self, None if ids is None else flat)
         else:
@@ -162,6 +161,6 @@ class BlockMatrix:
             values = quants.dequantize(raw, kind)
         return torch.from_numpy(values.reshape(rows.shape[0], self.cols))
 
-    def embedding(self, ids: torch.Tensor) -> torch.Tensor:
-        """The rows `ids` as float32 (an embedding lookup)."""
-        return self.dequantize(ids)
+    def embedding(self, ids: torch.Tensor, kernels=None) -> torch.Tensor:
+        """The rows `ids` as float32 (an embedding lookup; `kernels` as for `dequantize`)."""
+        return self.dequantize(ids, kernels)
