@@ -124,6 +124,7 @@ class CompiledGrammar:
         g = self.recognizer.grammar
         self.T = g.n_terminals
         self.NL = g.term_id["_NEWLINE"]
+        self.CONT = g.term_id["LINE_CONT"]
         self.ignored = g.ignored
         self.V = store.vocab_size
         self.q_index = store.nfa().index()  # (X, d) -> q: many to one (`nfa_states`)
@@ -461,9 +462,10 @@ class CompiledGrammar:
 
     def can_end(self, c: Config) -> bool:
         """Whether the text may end in configuration `c` (the open lexeme closed, then CPython's
-        implicit NEWLINE and DEDENTs, then the end)."""
+        implicit NEWLINE and DEDENTs, then the end; never right after a line continuation, where
+        CPython finds an unexpected end of file)."""
         x, d = self.q_term[c.q], self.q_state[c.q]
-        if not self.lexer.accepting[d] >> x & 1:
+        if x == self.CONT or not self.lexer.accepting[d] >> x & 1:
             return False
         return self.recognizer.can_end(c.node, after_newline=x == self.NL)  # a newline was fed when announced
 

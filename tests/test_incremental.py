@@ -114,8 +114,13 @@ def test_can_end(recognizer, lexer):
         (b"def f():\n    return 1  # done", True),
         (b"", True),
         (b"x = 'abc", False),
+        (b"x = 1, \\\n", False),  # CPython: unexpected EOF right after a line continuation
+        (b"x = 1, \\\n   ", True),
+        (b"x = 1, \\\n\n", True),
+        (b"x = 1  # c \\\n", True),  # a comment's backslash continues nothing
     ]:
         assert parser.can_end(parser.parse(text), text) == ok, text
+        assert compiles(text) == ok, text
 
 
 def test_indent_width_follows_cpythons_tokenizer():

@@ -79,3 +79,12 @@ def test_healing_allows_only_tokens_that_spell_the_backed_off_text(compiled_full
     allowed = [tok.vocab.token_bytes[i] for i in m.next_token_mask().nonzero()[0]]
     assert allowed and all(b.startswith(b"pa") or b"pa".startswith(b) for b in allowed)
     assert not m.is_complete()  # the healed text must come back before the end
+
+
+@pytest.mark.parametrize("text", [b"x = 1, \\\n", b"x = 1, \\\n   ", b"x = 1, \\\n\n", b"x = 1  # c \\\n", b"x = (1, \\\n"])
+def test_the_text_may_end_where_cpython_compiles_it_after_a_line_continuation(compiled_full, text):
+    """The end (an end token, a stop) is allowed after a backslash-newline exactly where CPython
+    compiles the file: not right after it ("unexpected EOF"), but after blanks or a blank line."""
+    compiled, _ = compiled_full
+    m = GrammarMatcher.from_prefix(compiled, text)
+    assert m.is_complete() == compiles(text), text

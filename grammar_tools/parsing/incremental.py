@@ -119,6 +119,7 @@ class PrefixParser:
         self._checkpoints: list[_Checkpoint] = []
         g = self.recognizer.grammar
         self._nl = g.term_id["_NEWLINE"]
+        self._cont = g.term_id["LINE_CONT"]
         self._ignored = g.ignored
         self.fields = FieldChecker(self.recognizer, self.lexer)
 
@@ -183,10 +184,12 @@ class PrefixParser:
 
     def can_end_with(self, configs, held: bytes, lexer_state: int) -> bool:
         """Whether the text can end after `configs` and the open lexeme `held` (in
-        `lexer_state`): the lexeme closed, then `Recognizer.can_end`."""
+        `lexer_state`): the lexeme closed, then `Recognizer.can_end`. A line continuation is
+        no end (CPython: "unexpected EOF" for a file that ends right after a backslash-newline;
+        `x = 1 \\` then a line of blanks ends well)."""
         if held:
             terms = self.lexer.accepting_ids[lexer_state]
-            if not terms:
+            if not terms or self._cont in terms:
                 return False
             if self._nl not in terms:  # a held newline is the implicit one (its indentation doesn't count)
                 configs = self.feed_lexeme(configs, held, 0, len(held), lexer_state)
