@@ -135,3 +135,31 @@ def relative_name(path: Path) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+def process_tree(pid: int) -> list[int]:
+    """The process and its descendants, the children of every thread included: a
+    `multiprocessing` pool forks its replacement workers (`maxtasksperchild`) from its handler
+    thread, and `/proc/PID/task/PID/children` lists only the main thread's children."""
+    out = [pid]
+    kids: list[str] = []
+    for f in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            kids += f.read_text().split()
+        except OSError:
+            continue
+    for k in kids:
+        out += process_tree(int(k))
+    return out
+
+
+def pss_kib(pid: int) -> int:
+    """A process's proportional set size (shared pages divided among their processes), KiB."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

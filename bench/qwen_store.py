@@ -82,30 +82,6 @@ def _child_build(model: str, out: str, streamline: bool) -> None:
     }))
 
 
-def _tree(pid: int) -> list[int]:
-    """The process and its descendants (the build's forked workers)."""
-    out = [pid]
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            kids = f.read().split()
-    except OSError:
-        return out
-    for k in kids:
-        out += _tree(int(k))
-    return out
-
-
-def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def _run_json(cmd: list[str], tree_pss: bool = False) -> dict:
     """Runs `cmd` and reads its JSON report; `tree_pss`: with the peak of the PSS of the whole
     process tree (the build and its forked workers; shared pages counted once), sampled every
@@ -115,7 +91,7 @@ def _run_json(cmd: list[str], tree_pss: bool = False) -> dict:
         peak = 0
         while proc.poll() is None:
             if tree_pss and Path("/proc/self/smaps_rollup").exists():
-                peak = max(peak, sum(_pss_kib(p) for p in _tree(proc.pid)))
+                peak = max(peak, sum(_util.pss_kib(p) for p in _util.process_tree(proc.pid)))
             time.sleep(0.1)
         out.seek(0)
         err.seek(0)

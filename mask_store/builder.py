@@ -51,28 +51,50 @@ class _Interner:
         return i
 
 
-class _TokenSets:
-    """Identical token sets kept once, as int32 (a row of a state inside an identifier holds
-    most of the vocabulary, and thousands of states hold the same one: at 151k tokens, one
-    int64 copy each took gigabytes)."""
+class TokenSets:
+    """Identical token sets kept once, each in its compact form (`compact`: the ids, or a bitset
+    where that is smaller). A row of a state inside an identifier holds most of the vocabulary,
+    and thousands of states hold the same one: at 151k tokens one int64 copy each took
+    gigabytes; at 262k the distinct sets were 240 MB as int32 ids and 8 MB compact, and the walk
+    workers sent the parent 1.06 GB of ids (pickled, through pipes) against 14 MB compact."""
 
-    def __init__(self):
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
         self.index: dict[bytes, np.ndarray] = {}
 
     def __call__(self, toks: np.ndarray) -> np.ndarray:
         return self.keyed(toks)[1]
 
     def keyed(self, toks: np.ndarray) -> tuple[bytes, np.ndarray]:
-        """(the set's digest, its kept copy)."""
-        toks = np.ascontiguousarray(toks, dtype=np.int32)
-        key = _digest(toks)
-        return key, self.index.setdefault(key, toks)
+        """(the set's digest, its kept compact copy), from its sorted ids."""
+        c = compact(toks, self.vocab_size)
+        key = _digest(c)
+        return key, self.index.setdefault(key, c)
 
     def intern(self, key: bytes, toks: np.ndarray) -> np.ndarray:
-        """The kept copy of a set whose digest is known (`keyed` in a walk worker: the
+        """The kept copy of a compact set whose digest is known (`keyed` in a walk worker: the
         parent, which merges the workers' rows, hashed every set again, 1.4 s of its CPU at
         151k tokens while both workers ran)."""
         return self.index.setdefault(key, toks)
+
+
+def compact(toks: np.ndarray, vocab_size: int) -> np.ndarray:
+    """A set of token ids (sorted, distinct) in its smaller form: the ids as int32, or a bitset
+    over the vocabulary (uint8, little-endian bit order) where it has more than one id per 32
+    tokens. The form depends only on the set, so equal sets have equal compact forms (and
+    digests)."""
+    if toks.size * 4 <= (vocab_size + 7) // 8:
+        return np.ascontiguousarray(toks, dtype=np.int32)
+    marked = np.zeros(vocab_size, dtype=bool)
+    marked[toks] = True
+    return np.packbits(marked, bitorder="little")
+
+
+def token_ids(c: np.ndarray, vocab_size: int) -> np.ndarray:
+    """The sorted ids (int32) of a set in either form (`compact`)."""
+    if c.dtype != np.uint8:
+        return c
+    return np.flatnonzero(np.unpackbits(c, count=vocab_size, bitorder="little")).astype(np.int32)
 
 
 def _digest(toks: np.ndarray) -> bytes:
@@ -100,7 +122,7 @@ class StoreBuilder:
         self.indents = _Interner()
         self.sigs = _Interner()
         self._expansions: dict[int, list[tuple[int, ...]]] = {}
-        self.token_sets = _TokenSets()
+        self.token_sets = TokenSets(vocab.size)
 
     # ------------------------------------------------------------------ signatures
 
@@ -330,14 +352,17 @@ def _group(keys: np.ndarray, values: np.ndarray):
 
 
 def _union(parts: list[np.ndarray], vocab_size: int) -> np.ndarray:
-    """The sorted distinct ids of token sets: by a sort where they are few, else by marking a
-    vector of the vocabulary (sets of 100k ids are common at 151k tokens; sorting them cost the
-    full build a fifth of its time)."""
-    if sum(p.size for p in parts) * 16 < vocab_size:
-        return np.unique(np.concatenate(parts))
+    """The sorted distinct ids (int32) of token sets, each its ids or a bitset (`compact`): by a
+    sort where they are few ids, else by marking a vector of the vocabulary (sets of 100k ids
+    are common at 151k tokens; sorting them cost the full build a fifth of its time)."""
+    if all(p.dtype != np.uint8 for p in parts) and sum(p.size for p in parts) * 16 < vocab_size:
+        return np.unique(np.concatenate(parts)).astype(np.int32)
     marked = np.zeros(vocab_size, dtype=bool)
     for p in parts:
-        marked[p] = True
+        if p.dtype == np.uint8:
+            marked |= np.unpackbits(p, count=vocab_size, bitorder="little").view(bool)
+        else:
+            marked[p] = True
     return np.flatnonzero(marked).astype(np.int32)
 
 
@@ -357,8 +382,8 @@ def assemble(
 ) -> MaskStore:
     """Pack grouped rows into the store's arrays, storing each distinct token set once: as a
     bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest.
-    `digests`: id(array) -> its digest where known (the full store's interned sets: a row of
-    one set is not hashed again)."""
+    A row's token sets are sorted ids or bitsets (`compact`); `digests`: id(set) -> the digest
+    of its compact form where known (`TokenSets`: a row of one set is not hashed again)."""
     W = (vocab_size + 63) // 64
     use16 = vocab_size <= 1 << 16
     dense_rows: list[np.ndarray] = []
@@ -373,12 +398,14 @@ def assemble(
     for grp in groups:
         for s in sorted(grp):
             parts = grp[s]
-            toks = _union(parts, vocab_size) if len(parts) > 1 else np.asarray(parts[0])
-            key = digests.get(id(toks)) if digests is not None and len(parts) == 1 else None
-            if key is None:
-                key = _digest(toks.astype(np.int32))  # a digest, not the ids: 100k-token sets are common
+            c = _union(parts, vocab_size) if len(parts) > 1 else parts[0]
+            key = digests.get(id(c)) if digests is not None and len(parts) == 1 else None
+            if key is None:  # a digest of the compact form, not of the ids: 100k-token sets are common
+                c = c if c.dtype == np.uint8 else compact(c, vocab_size)
+                key = _digest(c)
             m = mask_index.get(key)
             if m is None:
+                toks = token_ids(c, vocab_size)
                 per_id = 2 if use16 else 4
                 negated = (vocab_size - toks.size) < toks.size
                 if min(toks.size, vocab_size - toks.size) * per_id < W * 8:

@@ -40,7 +40,7 @@ from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_auto
 from grammar_tools.parsing.recognizer import Node, Recognizer
 from grammar_tools.parsing.recovery import parse_prefix
 
-from .canonical import OFF, CanonicalPairs, CanonicalState, unpack_row
+from .canonical import OFF, CanonicalPairs, CanonicalState
 from .operator_runs import cycles, in_cycle
 from .store import MaskStore
 from .token_lexing import extend_width, walk
@@ -85,6 +85,36 @@ class Config:
     node: Node
     width: tuple[int, int] | None  # the open newline's indentation so far
     held: bytes = b""  # the open lexeme so far when it is an f-/t-string (its fields are checked)
+
+
+def pack_words(rows: np.ndarray, words: int) -> np.ndarray:
+    """(n, V) booleans as (n, words) uint64, bit t at word t // 64, bit t % 64 (the store's
+    dense masks' layout)."""
+    padded = np.zeros((rows.shape[0], words * 64), dtype=bool)
+    padded[:, : rows.shape[1]] = rows
+    return np.packbits(padded, axis=1, bitorder="little").view(np.uint64)
+
+
+def words_to_bool(words: np.ndarray, count: int) -> np.ndarray:
+    """(count,) booleans (a new, writable array) from uint64 words (`pack_words`). Unpacking
+    all the words and slicing is twice as fast as `np.unpackbits(..., count=count)`."""
+    return np.unpackbits(words.view(np.uint8), bitorder="little")[:count].view(bool)
+
+
+# below this many ids, bits are set one by one in the words (`np.bitwise_or.at`: 4 us for 20 ids,
+# 20 us for 2,000, 180 us for 20,000); above, through booleans packed (17 us, 20 us, 86 us)
+_SET_BITS_AT_MOST = 2048
+
+
+def _set_bits(words: np.ndarray, ids: np.ndarray, count: int) -> None:
+    """Set the bits of token ids `ids` in `words` (`pack_words`' layout)."""
+    if ids.size <= _SET_BITS_AT_MOST:
+        i = ids.astype(np.int64)
+        np.bitwise_or.at(words, i >> 6, np.left_shift(np.uint64(1), (i & 63).astype(np.uint64)))
+        return
+    b = np.zeros(words.shape[0] * 64, dtype=bool)
+    b[ids] = True
+    words |= np.packbits(b, bitorder="little").view(np.uint64)
 
 
 def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
@@ -140,13 +170,14 @@ class CompiledGrammar:
             for k in range(store.sparse_start.shape[0] - 1)
         ]
         self._negated = store.sparse_negated.astype(bool).tolist()  # ids left out, not allowed
-        # (S, V) bits: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
+        # (S, W) words: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
         # the version (in bits: 2.9 MB, where booleans took 23 MB)
-        self._dead_masks = _dead_masks if _dead_masks is not None else np.packbits(
-            dead_token_masks(store, vocab), axis=1, bitorder="little")
+        self.W = store.dense.shape[1]
+        self._dead_masks = _dead_masks if _dead_masks is not None else pack_words(dead_token_masks(store, vocab),
+                                                                                  self.W)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
-        # the configurations' masks in bits (`canonical.unpack_row`): 6 KB each, where booleans took 48 KB
+        # the configurations' masks in bits (`config_bits`): 6 KB each, where booleans took 48 KB
         # (4,096 of them 192 MB; docs/memory.md)
         self._mask_cache = _Lru(cache_size)
         # `Recognizer.top_accepted`'s memo, kept across requests (bounded: emptied when full)
@@ -297,34 +328,58 @@ class CompiledGrammar:
         return p
 
     def masks_to_bool(self, ids: list[int]) -> np.ndarray:
-        out = np.zeros(self.V, dtype=bool)
+        """The tokens of the union of masks `ids` (`masks_to_bits`), as booleans."""
+        return words_to_bool(self.masks_to_bits(ids), self.V)
+
+    def masks_to_bits(self, ids: list[int]) -> np.ndarray:
+        """The union of masks `ids` as (W,) uint64 words, bit t of the vocabulary at word t // 64,
+        bit t % 64, as the store's dense masks (a mask computed, ORed and memoized in bits: at
+        262k tokens every pass over booleans costs 5-10 us, unpacking them ~20 us).
+
+        The masks stored as the ids they leave out (`sparse_negated`, most of the vocabulary:
+        rows inside identifiers) are ORed as one: their union leaves out only the ids that all
+        of them leave out."""
+        self.stats["rows"] += len(ids)
         dense = [m for m in ids if m >= 0]
+        if not dense:
+            out = np.zeros(self.W, dtype=np.uint64)
+        elif len(dense) == 1:
+            out = self.store.dense[dense[0]].copy()
+        else:
+            out = np.bitwise_or.reduce(self.store.dense[dense], axis=0)
         sparse = [~m for m in ids if m < 0]
-        if dense:
-            d = self.store.dense[dense[0]] if len(dense) == 1 else np.bitwise_or.reduce(self.store.dense[dense], axis=0)
-            out |= np.unpackbits(d.view(np.uint8), bitorder="little")[: self.V].astype(bool)
+        if not sparse:
+            return out
         parts = [self._sparse[k] for k in sparse if not self._negated[k]]
         if parts:
-            out[np.concatenate(parts) if len(parts) > 1 else parts[0]] = True
+            _set_bits(out, np.concatenate(parts) if len(parts) > 1 else parts[0], self.V)
+        left_out = None
         for k in sparse:
-            if self._negated[k]:  # every token but these
-                rest = np.ones(self.V, dtype=bool)
-                rest[self._sparse[k]] = False
-                out |= rest
-        self.stats["rows"] += len(ids)
+            if self._negated[k]:
+                ids_k = self._sparse[k]
+                left_out = ids_k if left_out is None else np.intersect1d(left_out, ids_k, assume_unique=True)
+        if left_out is not None:
+            rest = np.zeros(self.W, dtype=np.uint64)
+            _set_bits(rest, left_out, self.V)
+            out |= ~rest
         return out
 
     def config_mask(self, c: Config) -> np.ndarray:
-        """The tokens allowed from one configuration (memoized by parser context)."""
+        """The tokens allowed from one configuration, as booleans (`config_bits`)."""
+        return words_to_bool(self.config_bits(c), self.V)
+
+    def config_bits(self, c: Config) -> np.ndarray:
+        """The tokens allowed from one configuration as (W,) uint64 words (`masks_to_bits`;
+        read-only, memoized by parser context)."""
         node_key = c.node.key()
         key = (c.q, node_key, c.width)
         cached = self._mask_cache.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
-            return unpack_row(cached, self.V)
+            return cached
         ids: list[int] = []
         self.collect(self.q_group[c.q], c.node, c.width, ids)
-        mask = self.masks_to_bool(ids)
+        mask = self.masks_to_bits(ids)
         b = self.q_boundary[c.q]
         if b >= 0:
             node = c.node
@@ -336,9 +391,9 @@ class CompiledGrammar:
             if node is not None:
                 bids = self._boundary_rows(b, node, node_key)
                 if bids:
-                    mask |= self.masks_to_bool(bids) & unpack_row(self._dead_masks[self.d_dead[self.q_state[c.q]]], self.V)
+                    mask |= self.masks_to_bits(bids) & self._dead_masks[self.d_dead[self.q_state[c.q]]]
         mask.setflags(write=False)
-        self._mask_cache.put(key, np.packbits(mask, bitorder="little"))
+        self._mask_cache.put(key, mask)
         self.stats["masks"] += 1
         return mask
 
@@ -528,10 +583,8 @@ class GrammarMatcher:
         comp = self.compiled
         if not self.configs:
             return np.zeros(comp.V, dtype=bool)
-        masks = [comp.config_mask(c) for c in self.configs]
-        mask = masks[0].copy()
-        for m in masks[1:]:
-            mask |= m
+        bits = [comp.config_bits(c) for c in self.configs]
+        mask = words_to_bool(bits[0] if len(bits) == 1 else np.bitwise_or.reduce(bits, axis=0), comp.V)
         if self.heal:
             allowed = np.zeros(comp.V, dtype=bool)
             allowed[comp.vocab.tokens_compatible_with(self.heal)] = True

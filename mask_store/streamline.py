@@ -63,7 +63,7 @@ from grammar_tools.analyses.never_legal import is_never_legal_shown, may_be_neve
 from grammar_tools.parsing.recognizer import Recognizer
 
 from .build_timeline import Timeline
-from .builder import assemble
+from .builder import TokenSets, assemble
 from .store import MaskStore
 
 log = logging.getLogger(__name__)
@@ -526,7 +526,14 @@ class _Streamliner:
 
     def result(self) -> MaskStore:
         s = self.store
-        mask_tokens = self._mask_tokens
+        sets = TokenSets(s.vocab_size)  # each mask key's tokens in compact form, equal sets once
+        compact_of: dict = {}
+
+        def token_set(m) -> np.ndarray:
+            c = compact_of.get(m)
+            if c is None:
+                c = compact_of[m] = sets(self._mask_tokens(m))
+            return c
 
         index: dict[frozenset, int] = {}
         groups: list[dict] = []
@@ -536,7 +543,7 @@ class _Streamliner:
             i = index.get(k)
             if i is None:
                 i = index[k] = len(groups)
-                groups.append({seq: [mask_tokens(m) for m in sorted(ms, key=repr)] for seq, ms in grp.rows.items()})
+                groups.append({seq: [token_set(m) for m in sorted(ms, key=repr)] for seq, ms in grp.rows.items()})
             return i
 
         q_group = np.array([place(o) for o in self.own], dtype=np.int32)
@@ -554,6 +561,7 @@ class _Streamliner:
             d_dead=s.d_dead.copy(),
             dead_sets=s.dead_sets.copy(),
             groups=groups,
+            digests={id(c): key for key, c in sets.index.items()},
         )
 
 

@@ -104,6 +104,7 @@ class TokenMatrix:
     lengths: np.ndarray  # (n,) int32, in the columns' order
     first_start: np.ndarray  # (257,) int64: columns first_start[b]:first_start[b + 1] start with byte b
     tail_sets: np.ndarray  # (n, 4) uint64, in the columns' order: the bytes after each token's first, as bits
+    first_bytes: np.ndarray  # (n,) int64, in the ids' order: each token's first byte
 
     @property
     def max_length(self) -> int:
@@ -126,7 +127,7 @@ class TokenMatrix:
         k, at = np.nonzero((np.arange(L)[None, :] < lengths[:, None]) & (np.arange(L)[None, :] > 0))
         held[k, data[k, at]] = True  # the real bytes after the first, not the padding
         tail_sets = np.packbits(held, axis=1, bitorder="little").view(np.uint64)
-        return cls(ids, order, np.ascontiguousarray(data.T), lengths, first_start, tail_sets)
+        return cls(ids, order, np.ascontiguousarray(data.T), lengths, first_start, tail_sets, first)
 
 
 _MANY_TOKENS = 20_000  # below it, the test of `staying` costs more than the walk it saves
@@ -182,39 +183,41 @@ def first_lexeme(table: np.ndarray, tokens: TokenMatrix, d: int, staying: Stayin
     row = table[d]
     starts = tokens.first_start
     taken = np.flatnonzero(row >= 0).tolist()
-    keep = np.concatenate([np.arange(starts[b], starts[b + 1]) for b in taken] or [np.zeros(0, np.int64)])
-    n = keep.size
-    end = np.full(n, -1, dtype=np.int32)
-    cur = row[tokens.columns[0, keep]].astype(np.int32)
-    lengths = tokens.lengths[keep]
-    active = np.arange(n)
+    # in the ids' order: the state after each token's first byte (-1: d can't take it); a token
+    # that is not walked further takes the whole token in that state (its bytes stay there)
+    after_first = row[tokens.first_bytes]
+    end = np.where(after_first >= 0, -1, 0).astype(np.int32)
+    n = sum(int(starts[b + 1] - starts[b]) for b in taken)
     if staying is not None and n >= _MANY_TOKENS:
         # a token whose bytes after the first all keep the lexer in the state the first led to
         # (inside a string or a comment: most tokens) ends there, its lexeme going on: no walk.
         # The tokens of one first byte b all go to row[b] first: `staying` knows which leave it.
-        parts, at = [], 0
-        for b in taken:
-            parts.append(staying.walked(b, int(row[b])) + at)
-            at += int(starts[b + 1] - starts[b])
-        active = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        parts = [staying.walked(b, int(row[b])) + starts[b] for b in taken]
+    else:
+        parts = [np.arange(starts[b], starts[b + 1]) for b in taken]
+    walked = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)  # columns
+    # the walked tokens only, in the columns' order
+    cur = row[tokens.columns[0, walked]].astype(np.int32)
+    lengths = tokens.lengths[walked]
+    stop_at = np.full(walked.size, -1, dtype=np.int32)
+    active = np.arange(walked.size)
     pos = 1
     while active.size and pos < tokens.max_length:
         active = active[lengths[active] > pos]
         if not active.size:
             break
-        nxt = table[cur[active], tokens.columns[pos, keep[active]]]
+        nxt = table[cur[active], tokens.columns[pos, walked[active]]]
         stop = nxt < 0
         if stop.any():
-            end[active[stop]] = pos
+            stop_at[active[stop]] = pos
             active = active[~stop]
             nxt = nxt[~stop]
         cur[active] = nxt
         pos += 1
-    # back to the order of the ids (0 in `end` marks the tokens left out)
-    full_end = np.zeros(tokens.ids.size, dtype=np.int32)
-    full_state = np.zeros(tokens.ids.size, dtype=np.int32)
-    at = tokens.order[keep]
-    full_end[at] = end
-    full_state[at] = cur
-    sel = np.flatnonzero(full_end)
-    return tokens.ids[sel], full_end[sel], full_state[sel]
+    # back to the ids' order (0 in `end` marks the tokens left out)
+    state = after_first.astype(np.int32)
+    at = tokens.order[walked]
+    end[at] = stop_at
+    state[at] = cur
+    sel = np.flatnonzero(end)
+    return tokens.ids[sel], end[sel], state[sel]
