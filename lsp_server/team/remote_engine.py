@@ -1,0 +1,222 @@
+"""`TeamEngine`: the completion engine of a local server whose model runs on a team server.
+
+Everything but the model stays here, as in the local engine (it *is* the local engine,
+`CompletionEngine`, with one step replaced): the documents' prompts (same window, same token
+healing), the parse of the text before the cursor, the rest of the file with its whole-file
+checks, the offer search, the compiler gate, typing through a shown suggestion, the work ahead
+(its prefill here is the parse only: the team server's prefix cache keeps the prompts). The
+one step replaced is the decoding pass (`_decode_pass`): instead of the local model, one call
+to the team server with the prompt's ids and the grammar's starting point (`wire.TeamArgs`);
+its tokens are then replayed here through the matcher and the stop policy *with* the
+whole-file checks, so the stop, the offer and the result are made exactly as a local pass
+makes them from the same tokens. A re-decoding pass of the offer search (`redecode.py`) is one
+more call, with the earlier pass's tokens to replay and its choice to avoid.
+
+No model, no KV cache, no names analysis and no speculation run here (docs/team.md says what
+the team server does instead). When the team server is slow or down, a pass gives an empty
+answer within the request's latency budget (`client.TeamClient`: timeouts, back-off) and the
+editor's status says why; it clears with the first answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from ..decoding.budget import NO_BUDGET, Budget
+from ..decoding.engine import CompletionEngine
+from ..decoding.loop import DecodeOutcome
+from ..decoding.offer import EMPTY, choose_offer
+from ..decoding.redecode import Pass
+from ..decoding.stopping.context import Start
+from ..decoding.stopping.decision import Stop, StopReason, Verdict
+from ..decoding.stopping.policy import StopPolicy
+from ..options import EngineOptions
+from .client import TeamClient, TeamUnavailable
+from .wire import TeamArgs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Runtime:
+    """What the engine reads of a model runtime when no model is loaded here."""
+
+    tokenizer: object
+    fim: object
+    name: str
+    device: str
+    load_seconds: float = 0.0
+
+
+class _NoPromptCache:
+    """The prompt cache of an engine without a model: the team server's prefix cache keeps the
+    prompts (its automatic prefix caching; the router keeps each document on one replica)."""
+
+    stats = {"reused_tokens": 0, "computed_tokens": 0, "evicted": 0}
+
+    def prefill(self, key, ids, cancel=None, memory_mb=None, between_layers=True):
+        return None, None, 0
+
+    def release(self, key, past, n) -> None:
+        pass
+
+    def forget(self, key) -> None:
+        pass
+
+    def documents(self) -> list:
+        return []
+
+    def memory_bytes(self) -> int:
+        return 0
+
+
+def replay_tokens(setup, matcher, tokens: list[int], limit: int, finish_reason: str, stop_tokens) -> DecodeOutcome:
+    """The decoding outcome of `tokens` (the team server's, after the replayed ones) as the local
+    loop makes it: each token accepted by the matcher and shown to the stop policy, which here
+    has the whole-file checks. Where the local loop would have tried another token (the policy
+    or the matcher rejects this one), the pass ends at the longest valid stop so far: the offer
+    search asks the team server again with that token avoided."""
+    policy = StopPolicy(setup.rest, _scanner(setup), setup.held, setup.heal, setup.depth, _start(setup))
+    out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
+    generated = bytearray()
+    token_bytes = setup.compiled.tokens
+    stop = None
+    for token in tokens:
+        if token in stop_tokens:
+            stop = policy.fallback(bytes(generated), StopReason.EOS, at_end=True)
+            break
+        if matcher is not None and not matcher.accept_token(token):
+            out.rejected += 1
+            stop = policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
+            break
+        generated.extend(token_bytes[token])
+        decision = policy.after_token(bytes(generated))
+        if decision is Verdict.REJECT:
+            del generated[len(generated) - len(token_bytes[token]) :]
+            out.rejected += 1
+            stop = policy.fallback(bytes(generated), StopReason.LINE_END, at_end=False)
+            break
+        out.tokens.append(token)
+        out.sampled += 1
+        if isinstance(decision, Stop):
+            stop = decision
+            break
+    if stop is None:
+        reason = StopReason.MAX_TOKENS if finish_reason == "length" or len(out.tokens) >= limit else StopReason.EOS
+        stop = policy.fallback(bytes(generated), reason, at_end=reason is StopReason.EOS)
+    out.stop = stop
+    out.generated = bytes(generated)
+    return out
+
+
+def _scanner(setup):
+    return setup.scanner
+
+
+def _start(setup) -> Start:
+    return setup.start
+
+
+class TeamEngine(CompletionEngine):
+    """A `CompletionEngine` whose decoding passes run on a team server (module docstring)."""
+
+    def __init__(self, options: EngineOptions, compiled, tokenizer, client: TeamClient) -> None:
+        from ..model.runtime import find_fim
+
+        runtime = _Runtime(tokenizer, find_fim(tokenizer), f"{options.model} on {client.url}", f"team {client.url}")
+        super().__init__(options, runtime, compiled)
+        self.prompt_cache = _NoPromptCache()
+        self.client = client
+        self._status_lock = threading.Lock()
+        self._reported = ""  # the team server's last error reported to the editor ("": none, ready)
+        self.calls = {"answered": 0, "failed": 0, "ms": 0.0}
+
+    @classmethod
+    def load(cls, options: EngineOptions | None = None, progress=None) -> TeamEngine:
+        """The mask store and tokenizer of `options.model` (the team server's model: the same
+        tokenizer), no model. The team server is not called here: a server that is down now
+        only makes the first answers empty."""
+        from mask_store.loading import load_compiled
+
+        options = (options or EngineOptions()).validated()
+        if not options.team_server:
+            raise ValueError("a team engine needs options.team_server (the team server's URL)")
+        report = progress or (lambda message, fraction: None)
+        report(f"loading the mask store for the team server {options.team_server}", 0.3)
+        compiled, tok = load_compiled(options.model, options.store, progress=False)
+        report("ready", 1.0)
+        return cls(options, compiled, tok, TeamClient(options.team_server))
+
+    def describe(self) -> dict:
+        return super().describe() | {"team_server": self.client.url, "team_calls": dict(self.calls)}
+
+    # ------------------------------------------------------------------ hooks
+
+    def _identifier_guide(self, req, opts, compiled, before):
+        return None  # the names guide shapes each step's logits: the team server's steps are not here
+
+    def status_change(self) -> tuple[str, str] | None:
+        """The team server's health when it changed since last asked: ("error", why) once it
+        stops answering, ("ready", ...) once it answers again; None: no change
+        (`EngineHost` reports it to the editor after each completion)."""
+        error = self.client.last_error or ""
+        with self._status_lock:
+            if error == self._reported:
+                return None
+            self._reported = error
+        if error:
+            return "error", (f"the team server {self.client.url} does not answer ({error}): suggestions are empty "
+                             "until it does; trying again on its own")
+        return "ready", f"model {self.options.model} on the team server {self.client.url}"
+
+    def _decode_pass(self, setup, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
+                     budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
+        """One decoding pass on the team server (module docstring): the prompt (and the tokens to
+        replay) sent with the grammar's starting point; the tokens it returns replayed here
+        through the stop policy with the whole-file checks, then the offer search."""
+        limit = limit or setup.max_tokens
+        replay_ids = list(replay)
+        end_token = min(int(i) for i in setup.compiled.vocab.eos)
+        xargs = None  # unconstrained (the `constrained: false` comparison): the model alone
+        if matcher is not None:
+            xargs = TeamArgs.build(matcher.prefix_state, setup.held, setup.heal, matcher.canonical,
+                                   setup.compiled.recognizer.python_version, setup.rest, setup.depth, start,
+                                   replay_ids, avoid, setup.compiled.lexer.hash, setup.compiled.vocab.hash,
+                                   end_token).to_json()
+        deadline = setup.req.budget.deadline
+        timeout = None if deadline is None else deadline - setup.req.budget.clock()
+        opts = setup.opts
+        t0 = time.perf_counter()
+        try:
+            answer = self.client.complete(list(setup.prompt.ids) + replay_ids, xargs,
+                                          max(limit - len(replay_ids), 1), end_token, setup.req.document,
+                                          timeout, opts.temperature, opts.top_p, opts.seed)
+        except TeamUnavailable as e:
+            self.calls["failed"] += 1
+            log.warning("team server %s: %s", self.client.url, e)
+            return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
+        self.calls["answered"] += 1
+        self.calls["ms"] += (time.perf_counter() - t0) * 1000
+        local = _LocalSetup(setup, self.scanner, start)
+        outcome = replay_tokens(local, matcher, replay_ids + answer.tokens, limit, answer.finish_reason, self._stop_tokens)
+        completion = outcome.generated[len(setup.heal) :]
+        offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal, completion, setup.depth,
+                             outcome.stop.cut, later=outcome.stop.reason != StopReason.ECHO)
+        return Pass(outcome, offer)
+
+
+@dataclass(frozen=True)
+class _LocalSetup:
+    """What `replay` reads of a request's set-up, with the engine's line scanner and the pass's start."""
+
+    setup: object
+    scanner: object
+    start: Start
+
+    def __getattr__(self, name):
+        return getattr(self.setup, name)
+
+
