@@ -1,0 +1,214 @@
+"""A local server on a team server (lsp_server/team/remote_engine.py, client.py), against a
+stand-in for vLLM's completions API: a scripted model whose logits go through the team
+processor's `GrammarBatch`, one greedy step at a time, as vLLM runs it. The team engine
+answers as the local engine does with the same model; a team server that is down or slow
+gives an empty answer and an error status, and the next answer once it is back clears it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+from scripted_model import ScriptedRuntime
+
+from lsp_server.decoding.budget import Budget
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+from lsp_server.options import EngineOptions, OptionError
+from lsp_server.server.engine_host import EngineHost
+from lsp_server.team.batch import GrammarBatch
+from lsp_server.team.client import BACKOFF_S, DOCUMENT_HEADER, TeamClient
+from lsp_server.team.remote_engine import TeamEngine
+from lsp_server.team.rows import TeamGrammar
+
+
+class StandIn:
+    """vLLM's `/v1/models` and `/v1/completions` (token ids in, `token_ids` out, `vllm_xargs`
+    to the logits processor) over a scripted model, greedy; `delay`: seconds before answering."""
+
+    def __init__(self, grammar: TeamGrammar, port: int = 0) -> None:
+        self.grammar = grammar
+        self.runtime: ScriptedRuntime | None = None
+        self.delay = 0.0
+        self.release = threading.Event()
+        self.seen: list[dict] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send({"data": [{"id": "stand-in"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand_in.seen.append({"body": body, "document": self.headers.get(DOCUMENT_HEADER)})
+                if stand_in.delay:
+                    stand_in.release.wait(stand_in.delay)
+                self._send(stand_in.decode(body))
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def decode(self, body: dict) -> dict:
+        """What vLLM does with the request: a step, the processor's `apply`, the argmax."""
+        V = self.grammar.V
+        batch = GrammarBatch(self.grammar, V, max_rows=1)
+        outputs: list[int] = []
+        batch.add(0, body.get("vllm_xargs"), outputs)
+        ids = list(body["prompt"])
+        stops = set(body["stop_token_ids"])
+        reason = "length"
+        for _ in range(body["max_tokens"]):
+            logits, _ = self.runtime.forward(ids + outputs, None)
+            row = logits[-1:].clone()
+            batch.apply(row)
+            token = int(torch.argmax(row[0]))
+            outputs.append(token)
+            if token in stops:
+                reason = "stop"
+                break
+        batch.remove(0)
+        return {"choices": [{"token_ids": outputs, "finish_reason": reason}]}
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def grammar(compiled):
+    return TeamGrammar(compiled[0])
+
+
+@pytest.fixture
+def stand_in(grammar):
+    s = StandIn(grammar)
+    yield s
+    s.close()
+
+
+OPTS = dict(speculative=False, canonical=True, identifiers="off")
+
+# (document with the cursor at "|", what the scripted model wants to write there)
+CASES = [
+    ("import os\n\ndef join(a):\n    return os.pa|\n", "th.join(a, 'x')\n"),
+    ("def area(w, h):\n    |\n", "return w * h\n"),
+    ("class Box:\n    def __init__(self, w):\n|\n", "        self.w = w\n        self.h = 2 * w\n\n"),
+    ("total = sum(x for x in range(10) if |)\n", "x % 2)\n"),
+    ("name = 'a'\nprint(f'hi {na|')\n", "me}')\n"),
+]
+
+
+def _request(doc: str, **fields) -> CompletionRequest:
+    off = doc.index("|")
+    return CompletionRequest(doc[:off] + doc[off + 1 :], cursor=off, document="file:///w.py", **fields)
+
+
+def _local(compiled, doc: str, intended: str):
+    comp, tok = compiled
+    req = _request(doc)
+    runtime = ScriptedRuntime(tok, (req.text[: req.cursor] + intended).encode())
+    return CompletionEngine(EngineOptions(**OPTS), runtime, comp).complete(req)
+
+
+def _team(compiled, url: str, clock=None) -> TeamEngine:
+    comp, tok = compiled
+    client = TeamClient(url) if clock is None else TeamClient(url, clock=clock)
+    return TeamEngine(EngineOptions(team_server=url, **OPTS), comp, tok, client)
+
+
+@pytest.mark.parametrize("doc,intended", CASES)
+def test_the_team_engine_answers_as_the_local_engine(compiled, stand_in, doc, intended):
+    comp, tok = compiled
+    req = _request(doc)
+    stand_in.runtime = ScriptedRuntime(tok, (req.text[: req.cursor] + intended).encode())
+    team = _team(compiled, stand_in.url).complete(req)
+    local = _local(compiled, doc, intended)
+    assert (team.text, team.stop_reason, team.end) == (local.text, local.stop_reason, local.end)
+    assert team.token_ids == local.token_ids
+    assert team.text, "each case has an answer"
+    sent = stand_in.seen[0]
+    assert sent["document"] == "file:///w.py"  # the router's affinity key
+    assert "syntaxlock" in sent["body"]["vllm_xargs"]
+
+
+def test_a_team_server_that_is_down_gives_an_empty_answer_then_recovers(compiled, grammar):
+    comp, tok = compiled
+    probe = StandIn(grammar)
+    port = probe.port
+    probe.close()  # nothing listens there now
+    now = [0.0]
+    engine = _team(compiled, f"http://127.0.0.1:{port}", clock=lambda: now[0])
+    doc, intended = CASES[1]
+    req = _request(doc)
+    down = engine.complete(req)
+    assert down.text == ""
+    state, message = engine.status_change()
+    assert state == "error" and "does not answer" in message
+    assert engine.status_change() is None  # said once
+    # while backing off, no network: refused at once, still empty
+    assert engine.complete(req).text == ""
+    back = StandIn(grammar, port)
+    try:
+        back.runtime = ScriptedRuntime(tok, (req.text[: req.cursor] + intended).encode())
+        now[0] += BACKOFF_S[1] + 1
+        answer = engine.complete(req)
+        assert answer.text.startswith("return w * h")
+        state, _ = engine.status_change()
+        assert state == "ready"
+    finally:
+        back.close()
+
+
+def test_a_slow_team_server_is_not_waited_for_past_the_budget(compiled, stand_in):
+    comp, tok = compiled
+    doc, intended = CASES[1]
+    req = _request(doc, budget=Budget.of(150))
+    stand_in.runtime = ScriptedRuntime(tok, (req.text[: req.cursor] + intended).encode())
+    stand_in.delay = 30.0
+    engine = _team(compiled, stand_in.url)
+    result = engine.complete(req)
+    stand_in.release.set()
+    assert result.text == ""
+    assert "no answer within" in engine.client.last_error
+
+
+def test_the_host_reports_the_team_servers_health():
+    seen = []
+    host = EngineHost(seen.append, loader=lambda options, progress: None)
+
+    class Engine:
+        changes = [("error", "the team server does not answer"), None]
+
+        def status_change(self):
+            return self.changes.pop(0)
+
+    engine = Engine()
+    host._engine = engine
+    host._engine_health(engine)
+    host._engine_health(engine)
+    assert [(s.state, s.message) for s in seen] == [("error", "the team server does not answer")]
+
+
+def test_the_team_server_setting_is_an_http_url():
+    assert EngineOptions(team_server="http://gpu-box:8000").validated().team_server == "http://gpu-box:8000"
+    for bad in ("gpu-box:8000", "ftp://x", "http://", 8000, "http://h:99999"):
+        with pytest.raises(OptionError, match="team_server"):
+            EngineOptions(team_server=bad).validated()
+    assert EngineOptions().needs_reload(EngineOptions(team_server="http://h:1"))
