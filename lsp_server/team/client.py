@@ -4,7 +4,7 @@ down so that an editor never waits on a dead host.
 
 Standard library only (`http.client`, one kept-alive connection, used by the engine's one
 worker thread): the local product gains no dependency. Each call carries the document's URI in
-`DOCUMENT_HEADER` so that a router in front of several replicas (docs/team.md) sends all of a
+`AFFINITY_HEADER` (and `DOCUMENT_HEADER`) so that a router in front of several replicas (docs/team.md) sends all of a
 document's requests to the replica that holds its prefix in its KV cache.
 
 Failures (refused, reset, timed out, HTTP errors, answers that are not vLLM's) raise
@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-DOCUMENT_HEADER = "X-Syntaxlock-Document"  # the router's consistent-hash key
+DOCUMENT_HEADER = "X-Syntaxlock-Document"  # the document's URI, for the team server's logs
+AFFINITY_HEADER = "X-Session-ID"  # the same URI as the session key vllm-router's consistent_hash policy reads
 BACKOFF_S = (0.5, 8.0)  # first and longest wait after a failure before the server is tried again
 DEFAULT_TIMEOUT_S = 10.0  # a call without a latency budget (the CLI, tools)
 MIN_TIMEOUT_S = 0.05  # a budget nearly spent still gets a short try
@@ -151,7 +152,7 @@ class TeamClient:
                     body["vllm_xargs"] = {"syntaxlock": xargs}
                 if seed is not None:
                     body["seed"] = int(seed)
-                out = self._call("POST", self.path, body, t, {DOCUMENT_HEADER: document})
+                out = self._call("POST", self.path, body, t, {DOCUMENT_HEADER: document, AFFINITY_HEADER: document})
                 try:
                     choice = out["choices"][0]
                     tokens = [int(x) for x in choice["token_ids"]]

