@@ -31,12 +31,15 @@ class StandIn:
     def __init__(self, grammar: TeamGrammar, port: int = 0) -> None:
         self.grammar = grammar
         self.runtime: ScriptedRuntime | None = None
-        self.delay = 0.0
+        self.delay = 0.0  # before the first token
+        self.stall_after = -1  # tokens sent before the stream stalls (-1: never)
         self.release = threading.Event()
         self.seen: list[dict] = []
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args):
                 pass
 
@@ -56,7 +59,32 @@ class StandIn:
                 stand_in.seen.append({"body": body, "document": self.headers.get(DOCUMENT_HEADER)})
                 if stand_in.delay:
                     stand_in.release.wait(stand_in.delay)
-                self._send(stand_in.decode(body))
+                answer = stand_in.decode(body)
+                if not body.get("stream"):
+                    self._send(answer)
+                    return
+                # server-sent events, one token a chunk (`token_ids`: the delta), as vLLM streams
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                choice = answer["choices"][0]
+                tokens = choice["token_ids"]
+                for i, t in enumerate(tokens):
+                    last = i == len(tokens) - 1
+                    if i == stand_in.stall_after:
+                        stand_in.release.wait(30)
+                    event = {"choices": [{"token_ids": [t], "finish_reason": choice["finish_reason"] if last else None}]}
+                    self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+
+            def _chunk(self, data: bytes) -> None:
+                try:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading (its budget ran out)
 
         ThreadingHTTPServer.allow_reuse_address = True
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -187,6 +215,21 @@ def test_a_slow_team_server_is_not_waited_for_past_the_budget(compiled, stand_in
     stand_in.release.set()
     assert result.text == ""
     assert "no answer within" in engine.client.last_error
+
+
+def test_the_budget_ends_the_stream_at_the_longest_valid_stop(compiled, stand_in):
+    """A team server that stalls after the answer's first line: at the end of the budget the call
+    keeps what came, offers its longest valid stop (the complete line) and says the budget cut
+    it (the rest is then decoded in the background, as for a local answer the budget cut)."""
+    comp, tok = compiled
+    doc, intended = CASES[2]
+    req = _request(doc, budget=Budget.of(2000))
+    stand_in.runtime = ScriptedRuntime(tok, (req.text[: req.cursor] + intended).encode())
+    stand_in.stall_after = len(tok.encode("        self.w = w\n"))
+    result = _team(compiled, stand_in.url).complete(req)
+    stand_in.release.set()
+    assert result.budget_cut and result.stop_reason == "budget"
+    assert result.text == "        self.w = w"
 
 
 def test_the_host_reports_the_team_servers_health():

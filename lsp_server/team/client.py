@@ -28,6 +28,7 @@ AFFINITY_HEADER = "X-Session-ID"  # the same URI as the session key vllm-router'
 BACKOFF_S = (0.5, 8.0)  # first and longest wait after a failure before the server is tried again
 DEFAULT_TIMEOUT_S = 10.0  # a call without a latency budget (the CLI, tools)
 MIN_TIMEOUT_S = 0.05  # a budget nearly spent still gets a short try
+RETRIED = (502, 503, 504)  # a router's "the replica failed": the request is asked again once (it is idempotent)
 
 
 class TeamUnavailable(RuntimeError):
@@ -37,7 +38,7 @@ class TeamUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class TeamAnswer:
     tokens: list[int]  # the generated token ids (the forced end token included when the grammar ended it)
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "budget" (the deadline came first: the tokens so far)
     ms: float  # the call's wall time
 
 
@@ -61,6 +62,7 @@ class TeamClient:
         self._down_until = 0.0
         self._backoff = 0.0
         self.last_error: str | None = None  # None: the last call was answered
+        self._started = 0.0
 
     # ------------------------------------------------------------------ connection
 
@@ -81,7 +83,9 @@ class TeamClient:
     def _call(self, method: str, path: str, body: dict | None, timeout: float, headers: dict) -> dict:
         data = None if body is None else json.dumps(body).encode()
         hdrs = {"Content-Type": "application/json", **headers} if data else dict(headers)
+        deadline = time.monotonic() + timeout
         for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile: once more, fresh
+            timeout = max(deadline - time.monotonic(), MIN_TIMEOUT_S) if attempt else timeout
             conn = self._connection(timeout)
             try:
                 conn.request(method, path, body=data, headers=hdrs)
@@ -101,6 +105,8 @@ class TeamClient:
             except http.client.HTTPException as e:
                 self._close()
                 raise TeamUnavailable(f"a broken HTTP answer ({type(e).__name__})") from None
+            if resp.status in RETRIED and attempt == 0:
+                continue  # a router whose replica died under this request: once more (another replica)
             if resp.status != 200:
                 detail = raw[:300].decode("utf-8", errors="replace")
                 raise TeamUnavailable(f"HTTP {resp.status}: {detail}")
@@ -125,18 +131,83 @@ class TeamClient:
                 raise TeamUnavailable("its /v1/models lists no model") from None
         return self.model
 
+    def _stream(self, body: dict, headers: dict, deadline: float) -> tuple[list[int], str]:
+        """POST a streaming completion; its tokens and finish reason ("budget": the deadline came
+        first, the tokens so far; the connection is closed, which makes vLLM abort the request)."""
+        data = json.dumps(body).encode()
+        hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream", **headers}
+        for attempt in (0, 1):
+            conn = self._connection(max(deadline - time.monotonic(), MIN_TIMEOUT_S))
+            tokens: list[int] = []
+            try:
+                conn.request("POST", self.path, body=data, headers=hdrs)
+                resp = conn.getresponse()
+                if resp.status in RETRIED and attempt == 0:
+                    resp.read()
+                    continue  # a router whose replica died under this request: once more (another replica)
+                if resp.status != 200:
+                    detail = resp.read()[:300].decode("utf-8", errors="replace")
+                    raise TeamUnavailable(f"HTTP {resp.status}: {detail}")
+                reason = None
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    conn.sock.settimeout(left)
+                    line = resp.readline()
+                    if not line:
+                        break
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        resp.read()  # the end of the chunked body: the connection stays usable
+                        break
+                    chunk = json.loads(payload)
+                    if "error" in chunk:
+                        raise TeamUnavailable(f"error: {str(chunk['error'])[:300]}")
+                    choice = chunk["choices"][0]
+                    tokens.extend(int(t) for t in choice.get("token_ids") or ())
+                    reason = choice.get("finish_reason") or reason
+                if reason is None and not tokens:
+                    raise TeamUnavailable("the stream ended without an answer")
+                return tokens, str(reason or "stop")
+            except TimeoutError:
+                self._close()
+                if tokens:
+                    return tokens, "budget"
+                raise TeamUnavailable(f"no answer within the budget ({(deadline - self._started) * 1000:.0f} ms)") from None
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                self._close()  # a kept-alive connection the server closed, or a replica that died: once more
+                if attempt == 0:
+                    continue
+                raise TeamUnavailable(f"the connection was closed ({type(e).__name__})") from None
+            except OSError as e:
+                self._close()
+                raise TeamUnavailable(f"cannot reach it ({e.strerror or e})") from None
+            except http.client.HTTPException as e:
+                self._close()
+                raise TeamUnavailable(f"a broken HTTP answer ({type(e).__name__})") from None
+            except (ValueError, KeyError, IndexError, TypeError):
+                self._close()
+                raise TeamUnavailable("an answer that is not vLLM's (no token ids: is it vLLM >= 0.10?)") from None
+        raise AssertionError("unreachable")
+
     def complete(self, prompt: list[int], xargs: str | None, max_tokens: int, end_token: int, document: str,
                  timeout: float | None, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int | None = None) -> TeamAnswer:
         """The model's tokens after `prompt` under the grammar (`xargs`: `TeamArgs.to_json()`;
-        None: unconstrained).
-        Raises TeamUnavailable (at once while backing off)."""
+        None: unconstrained), streamed; at the end of `timeout` the tokens so far (finish reason
+        "budget"), or TeamUnavailable when none came (at once while backing off)."""
         with self._lock:
             now = self.clock()
             if now < self._down_until:
                 raise TeamUnavailable(f"{self.last_error or 'down'}; trying again in {self._down_until - now:.1f} s")
             t = DEFAULT_TIMEOUT_S if timeout is None else max(timeout, MIN_TIMEOUT_S)
             t0 = time.perf_counter()
+            self._started = time.monotonic()
+            deadline = self._started + t
             try:
                 body = {
                     "model": self.served_model(t),
@@ -147,18 +218,13 @@ class TeamClient:
                     "stop_token_ids": [int(end_token)] if end_token >= 0 else [],
                     "skip_special_tokens": False,
                     "return_token_ids": True,
+                    "stream": True,
                 }
                 if xargs is not None:
                     body["vllm_xargs"] = {"syntaxlock": xargs}
                 if seed is not None:
                     body["seed"] = int(seed)
-                out = self._call("POST", self.path, body, t, {DOCUMENT_HEADER: document, AFFINITY_HEADER: document})
-                try:
-                    choice = out["choices"][0]
-                    tokens = [int(x) for x in choice["token_ids"]]
-                    reason = str(choice.get("finish_reason") or "stop")
-                except (KeyError, IndexError, TypeError, ValueError):
-                    raise TeamUnavailable("an answer without token ids (is it vLLM >= 0.10?)") from None
+                tokens, reason = self._stream(body, {DOCUMENT_HEADER: document, AFFINITY_HEADER: document}, deadline)
             except TeamUnavailable as e:
                 self.last_error = str(e)
                 self._backoff = BACKOFF_S[0] if not self._backoff else min(self._backoff * 2, BACKOFF_S[1])

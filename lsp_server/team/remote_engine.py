@@ -105,7 +105,12 @@ def replay_tokens(setup, matcher, tokens: list[int], limit: int, finish_reason: 
             stop = decision
             break
     if stop is None:
-        reason = StopReason.MAX_TOKENS if finish_reason == "length" or len(out.tokens) >= limit else StopReason.EOS
+        if finish_reason == "budget":  # the latency budget ended the call: the longest valid stop so far
+            reason = StopReason.BUDGET
+        elif finish_reason == "length" or len(out.tokens) >= limit:
+            reason = StopReason.MAX_TOKENS
+        else:
+            reason = StopReason.EOS
         stop = policy.fallback(bytes(generated), reason, at_end=reason is StopReason.EOS)
     out.stop = stop
     out.generated = bytes(generated)
@@ -186,8 +191,11 @@ class TeamEngine(CompletionEngine):
                                    setup.compiled.recognizer.python_version, setup.rest, setup.depth, start,
                                    replay_ids, avoid, setup.compiled.lexer.hash, setup.compiled.vocab.hash,
                                    end_token).to_json()
-        deadline = setup.req.budget.deadline
-        timeout = None if deadline is None else deadline - setup.req.budget.clock()
+        # the budget of the line being written (`Budget.for_line`: at least the budget's span from
+        # now); the tokens that came by then are replayed, and the rest is decoded in the
+        # background as for a local answer the budget cut (`CompletionRequest.resume`)
+        line_budget = (budget if budget.deadline is not None else setup.req.budget).for_line()
+        timeout = None if line_budget.deadline is None else line_budget.deadline - line_budget.clock()
         opts = setup.opts
         t0 = time.perf_counter()
         try:
