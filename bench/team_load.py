@@ -150,6 +150,8 @@ def run_editor(engine, cuts: list[Cut], keys: int, tag: str, out: dict) -> None:
             dt, r = _ask(engine, text, line, col, uri)
             out["warm"].append(dt)
             out["typed_through"] += r.typed_through > 0
+            if not r.typed_through and str(r.stop_reason) != "cancelled":
+                out["warm_model"].append(dt)  # asked of the team server (not typed through the last suggestion)
             out["results"].append({"cut": cut.name, "phase": "warm", "text": r.text,
                                    "valid": _valid(text, line, col, r), "stop": str(r.stop_reason)})
 
@@ -158,7 +160,7 @@ def editors_run(loaded: Loaded, url: str, cuts: list[Cut], n: int, docs: int, ke
                 tag: str, during=None) -> dict:
     """n editors at once, each on its own `docs` cut points."""
     engines = [loaded.engine(url) for _ in range(n)]
-    outs = [{"first": [], "warm": [], "results": [], "typed_through": 0} for _ in range(n)]
+    outs = [{"first": [], "warm": [], "warm_model": [], "results": [], "typed_through": 0} for _ in range(n)]
     seen = _stats_lines(stats)
     threads = [threading.Thread(target=run_editor, args=(engines[i], cuts[i * docs : (i + 1) * docs], keys,
                                                          f"{tag}-{i}", outs[i])) for i in range(n)]
@@ -172,6 +174,7 @@ def editors_run(loaded: Loaded, url: str, cuts: list[Cut], n: int, docs: int, ke
     wall = time.perf_counter() - t0
     first = [x for o in outs for x in o["first"]]
     warm = [x for o in outs for x in o["warm"]]
+    warm_model = [x for o in outs for x in o["warm_model"]]
     results = [x for o in outs for x in o["results"]]
     answered = sum(e.calls["answered"] for e in engines)
     failed = sum(e.calls["failed"] for e in engines)
@@ -182,6 +185,7 @@ def editors_run(loaded: Loaded, url: str, cuts: list[Cut], n: int, docs: int, ke
     return {
         "editors": n, "requests": len(results), "wall_s": round(wall, 2),
         "first": stats_ms(first) if first else None, "warm": stats_ms(warm) if warm else None,
+        "warm_model": stats_ms(warm_model) if warm_model else None,
         "model_answers": answered, "model_answers_per_s": round(answered / wall, 3),
         "requests_per_s": round(len(results) / wall, 3), "team_calls_failed": failed,
         "typed_through": sum(o["typed_through"] for o in outs),
@@ -268,11 +272,14 @@ def main() -> None:
                 r["answers_per_s_vs_one"] = round(r["model_answers_per_s"] / one["model_answers_per_s"], 2)
                 if r["warm"] and one["warm"]:
                     r["warm_p90_vs_one"] = round(r["warm"]["p90_ms"] / one["warm"]["p90_ms"], 2)
+                if r["warm_model"] and one["warm_model"]:
+                    r["warm_model_p90_vs_one"] = round(r["warm_model"]["p90_ms"] / one["warm_model"]["p90_ms"], 2)
             out["load"] = [{k: v for k, v in r.items() if k != "_results"} for r in runs]
             offered = [x for r in runs for x in r["_results"] if x["valid"] is not None]
             out["invalid_offers"] = [x for x in offered if not x["valid"]][:10]
             if args.compare:
-                first = {x["cut"]: x["text"] for x in runs[0]["_results"] if x["phase"] == "first"}
+                # the largest run's first answers (every editor's cut points; batched with the others)
+                first = {x["cut"]: x["text"] for x in runs[-1]["_results"] if x["phase"] == "first"}
                 for p in procs:
                     stop(p)
                 procs.clear()
