@@ -5,6 +5,7 @@ one greedy step at a time, as vLLM runs it; streamed as vLLM streams."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -27,10 +28,19 @@ class StandIn:
         self.stall_after = -1  # tokens sent before the stream stalls (-1: never)
         self.release = threading.Event()
         self.seen: list[dict] = []
+        self.connections: set = set()  # open (kept-alive) connections: closed with the server
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                stand_in.connections.add(self.connection)
+
+            def finish(self):
+                stand_in.connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, *args):
                 pass
@@ -106,6 +116,12 @@ class StandIn:
         return {"choices": [{"token_ids": outputs, "finish_reason": reason}]}
 
     def close(self) -> None:
+        """Stop as a crashed server stops: no new connections, the open ones cut."""
         self.release.set()
         self.server.shutdown()
         self.server.server_close()
+        for conn in list(self.connections):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -170,17 +170,20 @@ class TeamClient:
                     choice = chunk["choices"][0]
                     tokens.extend(int(t) for t in choice.get("token_ids") or ())
                     reason = choice.get("finish_reason") or reason
-                if reason is None and not tokens:
-                    raise TeamUnavailable("the stream ended without an answer")
-                return tokens, str(reason or "stop")
+                if reason is None:  # cut off before its end: the replica died under it (a router keeps the socket)
+                    raise ConnectionResetError("the answer's stream was cut off")
+                return tokens, str(reason)
             except TimeoutError:
                 self._close()
                 if tokens:
                     return tokens, "budget"
                 raise TeamUnavailable(f"no answer within the budget ({(deadline - self._started) * 1000:.0f} ms)") from None
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                self._close()  # a kept-alive connection the server closed, or a replica that died: once more
-                if attempt == 0:
+            except (http.client.RemoteDisconnected, http.client.IncompleteRead, BrokenPipeError,
+                    ConnectionResetError) as e:
+                # a kept-alive connection the server closed, or a replica that died while it answered
+                # (the router has taken it out by now): the whole request once more, if time is left
+                self._close()
+                if attempt == 0 and deadline - time.monotonic() > MIN_TIMEOUT_S:
                     continue
                 raise TeamUnavailable(f"the connection was closed ({type(e).__name__})") from None
             except OSError as e:

@@ -107,6 +107,7 @@ def vllm_command(python: str, model_dir: Path, args) -> list[str]:
            "--dtype", args.dtype,
            "--max-model-len", str(args.max_model_len),
            "--max-num-seqs", str(args.max_num_seqs),
+           "--max-num-batched-tokens", str(args.max_num_batched_tokens),
            "--disable-log-stats"]
     return cmd + list(args.vllm_args)
 
@@ -154,6 +155,11 @@ def add_team_serve_parser(sub) -> None:
     p.add_argument("--dtype", default="float32", help="vLLM's dtype (default float32: the de-quantized GGUF exactly)")
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=256,
+                   help="tokens one engine step computes (default 256): a long prompt is prefilled in chunks "
+                        "this size, so the other editors' answers go on between them (vLLM decodes first, "
+                        "then fills the step with prefill); on a CPU a 2,048-token step holds every answer "
+                        "in the batch for seconds")
     p.add_argument("--kv-cache-gb", type=int, default=2, help="GiB of KV cache on vLLM's CPU build (default 2)")
     p.add_argument("vllm_args", nargs="*", help="more `vllm serve` arguments, after --")
     p.set_defaults(func=cmd_team_serve)
