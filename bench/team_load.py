@@ -214,7 +214,7 @@ def _stats_lines(path: Path | None) -> list[dict]:
 
 # ---------------------------------------------------------------------- comparison
 
-def compare_local(cuts: list[Cut], team_first: dict[str, str]) -> dict:
+def compare_local(cuts: list[Cut], team_first: dict[str, tuple[str, str]]) -> dict:
     """The local engine's greedy answers at the same first cut points against the team's."""
     from lsp_server.decoding.engine import CompletionEngine
 
@@ -224,11 +224,12 @@ def compare_local(cuts: list[Cut], team_first: dict[str, str]) -> dict:
         if cut.name not in team_first:
             continue
         _, r = _ask(engine, cut.doc, cut.line, cut.col, f"file:///local/{k}/{cut.name}")
-        if r.text == team_first[cut.name]:
+        team_text, team_stop = team_first[cut.name]
+        if r.text == team_text:
             same += 1
         else:
-            diffs.append({"cut": cut.name, "local": r.text, "team": team_first[cut.name],
-                          "local_stop": str(r.stop_reason)})
+            diffs.append({"cut": cut.name, "local": r.text, "team": team_text, "local_stop": str(r.stop_reason),
+                          "team_stop": team_stop})
     n = same + len(diffs)
     return {"cut_points": n, "identical": same, "identical_share": round(same / n, 3) if n else None,
             "differences": diffs}
@@ -279,7 +280,7 @@ def main() -> None:
             out["invalid_offers"] = [x for x in offered if not x["valid"]][:10]
             if args.compare:
                 # the largest run's first answers (every editor's cut points; batched with the others)
-                first = {x["cut"]: x["text"] for x in runs[-1]["_results"] if x["phase"] == "first"}
+                first = {x["cut"]: (x["text"], x["stop"]) for x in runs[-1]["_results"] if x["phase"] == "first"}
                 for p in procs:
                     stop(p)
                 procs.clear()
