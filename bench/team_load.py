@@ -8,7 +8,9 @@ names a running one, and waits until it answers. Each simulated editor is a `Tea
 local server's engine in team mode: prompt, parse, whole-file checks and the compiler gate
 here, the model's part on the team server) on a thread of its own, working through its own
 cut points (a line inside a function cut at a random column, from the stdlib, as
-`bench/lsp_latency.py` makes them): the first request at the cut, then `--keys` keystrokes of
+`bench/lsp_latency.py` makes them): the document opened and its cursor reported (the work
+ahead: the team server computes the prompt's KV cache), `--idle` seconds of looking, the first
+request at the cut, then `--keys` keystrokes of
 the real line, a request after each (warm: the same document, its prompt in the server's
 prefix cache, or served by typing through the last suggestion without the model). For N
 editors at once: p50/p90 of first and warm latency (ms, from the request to its answer), the
@@ -135,10 +137,13 @@ def _valid(text: str, line: int, col: int, result) -> bool | None:
     return compiles(text[: result.start] + result.text + text[result.end :]) if result.start == off else False
 
 
-def run_editor(engine, cuts: list[Cut], keys: int, tag: str, out: dict) -> None:
+def run_editor(engine, cuts: list[Cut], keys: int, tag: str, out: dict, idle: float = 0.0) -> None:
     for k, cut in enumerate(cuts):
         uri = f"file:///team/{tag}/{k}/{cut.name}"
         text, line, col = cut.doc, cut.line, cut.col
+        if idle > 0:  # the document opened, the cursor reported: the work ahead, then the user looks
+            engine.prefill(CompletionRequest(text, cursor=offset_at(text, line, col), document=uri))
+            time.sleep(idle)
         dt, r = _ask(engine, text, line, col, uri)
         out["first"].append(dt)
         out["results"].append({"cut": cut.name, "phase": "first", "text": r.text, "valid": _valid(text, line, col, r),
@@ -157,13 +162,13 @@ def run_editor(engine, cuts: list[Cut], keys: int, tag: str, out: dict) -> None:
 
 
 def editors_run(loaded: Loaded, url: str, cuts: list[Cut], n: int, docs: int, keys: int, stats: Path | None,
-                tag: str, during=None) -> dict:
+                tag: str, during=None, idle: float = 0.0) -> dict:
     """n editors at once, each on its own `docs` cut points."""
     engines = [loaded.engine(url) for _ in range(n)]
     outs = [{"first": [], "warm": [], "warm_model": [], "results": [], "typed_through": 0} for _ in range(n)]
     seen = _stats_lines(stats)
     threads = [threading.Thread(target=run_editor, args=(engines[i], cuts[i * docs : (i + 1) * docs], keys,
-                                                         f"{tag}-{i}", outs[i])) for i in range(n)]
+                                                         f"{tag}-{i}", outs[i], idle)) for i in range(n)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -178,6 +183,10 @@ def editors_run(loaded: Loaded, url: str, cuts: list[Cut], n: int, docs: int, ke
     results = [x for o in outs for x in o["results"]]
     answered = sum(e.calls["answered"] for e in engines)
     failed = sum(e.calls["failed"] for e in engines)
+    reasons: dict[str, int] = {}
+    for e in engines:
+        for k, v in e.failures.items():
+            reasons[k] = reasons.get(k, 0) + v
     offered = [r for r in results if r["valid"] is not None]
     steps = _stats_lines(stats)[len(seen):] if stats is not None else []
     step_ms = [m for s in steps for m in s["ms"]]
@@ -187,7 +196,8 @@ def editors_run(loaded: Loaded, url: str, cuts: list[Cut], n: int, docs: int, ke
         "first": stats_ms(first) if first else None, "warm": stats_ms(warm) if warm else None,
         "warm_model": stats_ms(warm_model) if warm_model else None,
         "model_answers": answered, "model_answers_per_s": round(answered / wall, 3),
-        "requests_per_s": round(len(results) / wall, 3), "team_calls_failed": failed,
+        "requests_per_s": round(len(results) / wall, 3), "team_calls_failed": failed, "failures": reasons,
+        "idle_s_before_first": idle, "warmed": sum(e.calls["warmed"] for e in engines),
         "typed_through": sum(o["typed_through"] for o in outs),
         "offered": len(offered), "offered_compile": sum(bool(r["valid"]) for r in offered),
         "processor_ms_per_step": _pcts(step_ms), "processor_ms_per_request": _pcts(req_ms),
@@ -243,6 +253,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=3, help="cut points per editor (default 3)")
     ap.add_argument("--keys", type=int, default=3, help="keystrokes after each first request (default 3)")
     ap.add_argument("--seed", type=int, default=45)
+    ap.add_argument("--idle", type=float, default=2.0,
+                    help="seconds each editor looks at a document before its first request, while the work "
+                         "ahead has the team server prefill its prompt (default 2; 0: ask at once)")
     ap.add_argument("--url", help="a running team server (default: start one)")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--compare", action="store_true", help="greedy answers against the local engine")
@@ -267,7 +280,7 @@ def main() -> None:
             editors_run(loaded, url, cuts, 1, 1, 0, stats, "warmup")  # compiles, caches: once
             runs = []
             for n in counts if not args.skip_load else [1]:
-                runs.append(editors_run(loaded, url, cuts, n, args.docs, args.keys, stats, f"n{n}"))
+                runs.append(editors_run(loaded, url, cuts, n, args.docs, args.keys, stats, f"n{n}", idle=args.idle))
             one = runs[0]
             for r in runs:
                 r["answers_per_s_vs_one"] = round(r["model_answers_per_s"] / one["model_answers_per_s"], 2)
@@ -320,11 +333,13 @@ def failover(loaded: Loaded, args, tmp: Path) -> dict:
             killed["at_s"] = args.kill_after
             stop(replicas[0], signal.SIGKILL)
 
-        run = editors_run(loaded, url, cuts, 8, args.docs, args.keys, None, "failover", during=kill_one)
+        run = editors_run(loaded, url, cuts, 8, args.docs, args.keys, None, "failover", during=kill_one,
+                          idle=args.idle)
         lost = [x for x in run["_results"] if x["stop"] == "cancelled"]
         return {"replicas": ports, "killed": ports[0], **killed,
                 "requests": run["requests"], "answered": run["requests"] - len(lost), "lost_or_errored": len(lost),
-                "team_calls_failed": run["team_calls_failed"], "first": run["first"], "warm": run["warm"],
+                "team_calls_failed": run["team_calls_failed"], "failures": run["failures"],
+                "first": run["first"], "warm": run["warm"],
                 "offered": run["offered"], "offered_compile": run["offered_compile"],
                 "router_log_tail": (tmp / "router.log").read_text(errors="replace")[-1500:]}
     finally:

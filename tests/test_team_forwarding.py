@@ -6,6 +6,8 @@ gives an empty answer and an error status, and the next answer once it is back c
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from scripted_model import ScriptedRuntime
 from team_support import StandIn
@@ -115,6 +117,24 @@ def test_a_slow_team_server_is_not_waited_for_past_the_budget(compiled, stand_in
     stand_in.release.set()
     assert result.text == ""
     assert "no answer within" in engine.client.last_error
+    assert engine.client.available()  # reached but busy: no back-off, the next request goes out
+
+
+def test_the_work_ahead_has_the_team_server_prefill_the_prompt(compiled, stand_in):
+    comp, tok = compiled
+    doc, intended = CASES[0]
+    req = _request(doc)
+    stand_in.runtime = ScriptedRuntime(tok, (req.text[: req.cursor] + intended).encode())
+    engine = _team(compiled, stand_in.url)
+    assert engine.prefill(req).complete
+    for _ in range(600):  # the warming call runs on a thread of its own
+        if engine.calls["warmed"]:
+            break
+        threading.Event().wait(0.05)
+    warm = stand_in.seen[-1]["body"]
+    assert warm["max_tokens"] == 1 and "vllm_xargs" not in warm
+    assert engine.complete(req).text  # the request itself as usual
+    assert stand_in.seen[-1]["body"]["prompt"] == warm["prompt"]  # the same prompt: in vLLM's prefix cache
 
 
 def test_the_budget_ends_the_stream_at_the_longest_valid_stop(compiled, stand_in):

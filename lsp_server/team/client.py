@@ -8,10 +8,12 @@ worker thread): the local product gains no dependency. Each call carries the doc
 document's requests to the replica that holds its prefix in its KV cache.
 
 Failures (refused, reset, timed out, HTTP errors, answers that are not vLLM's) raise
-`TeamUnavailable` with the reason; after one, calls are refused at once (no network) for a
-back-off that starts at `BACKOFF_S[0]` and doubles up to `BACKOFF_S[1]`, then one call tries
-again: the editor gets empty answers while the server is down and real ones as soon as it
-answers again, without a restart.
+`TeamUnavailable` with the reason; after one that says the server is down (refused, reset,
+HTTP errors), calls are refused at once (no network) for a back-off that starts at
+`BACKOFF_S[0]` and doubles up to `BACKOFF_S[1]`, then one call tries again: the editor gets
+empty answers while the server is down and real ones as soon as it answers again, without a
+restart. A server that is reached but busy (nothing within the request's time) gets no
+back-off: the next request may find its prompt cached.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ RETRIED = (502, 503, 504)  # a router's "the replica failed": the request is ask
 
 
 class TeamUnavailable(RuntimeError):
-    """The team server did not answer; the message says why (for the editor's status line)."""
+    """The team server did not answer; the message says why (for the editor's status line).
+    `busy`: it was reached but gave nothing within the time (no back-off: the next request,
+    whose prompt may be cached already, is asked as usual)."""
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,8 @@ class TeamClient:
                 self._close()
                 if tokens:
                     return tokens, "budget"
-                raise TeamUnavailable(f"no answer within the budget ({(deadline - self._started) * 1000:.0f} ms)") from None
+                raise TeamUnavailable(f"no answer within the budget ({(deadline - self._started) * 1000:.0f} ms)",
+                                      busy=True) from None
             except (http.client.RemoteDisconnected, http.client.IncompleteRead, BrokenPipeError,
                     ConnectionResetError) as e:
                 # a kept-alive connection the server closed, or a replica that died while it answered
@@ -196,6 +205,17 @@ class TeamClient:
                 self._close()
                 raise TeamUnavailable("an answer that is not vLLM's (no token ids: is it vLLM >= 0.10?)") from None
         raise AssertionError("unreachable")
+
+    def warm(self, prompt: list[int], document: str, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
+        """Have the team server compute `prompt`'s KV cache now (one token, no grammar), so that
+        the request that follows finds it in vLLM's prefix cache (the work ahead: the user looks
+        at the code before asking). False where it did not answer (nothing else happens: the
+        request will say so)."""
+        try:
+            self.complete(prompt, None, 1, -1, document, timeout)
+            return True
+        except TeamUnavailable:
+            return False
 
     def complete(self, prompt: list[int], xargs: str | None, max_tokens: int, end_token: int, document: str,
                  timeout: float | None, temperature: float = 0.0, top_p: float = 1.0,
@@ -230,8 +250,9 @@ class TeamClient:
                 tokens, reason = self._stream(body, {DOCUMENT_HEADER: document, AFFINITY_HEADER: document}, deadline)
             except TeamUnavailable as e:
                 self.last_error = str(e)
-                self._backoff = BACKOFF_S[0] if not self._backoff else min(self._backoff * 2, BACKOFF_S[1])
-                self._down_until = self.clock() + self._backoff
+                if not e.busy:  # down (refused, reset, HTTP errors): no network for a while
+                    self._backoff = BACKOFF_S[0] if not self._backoff else min(self._backoff * 2, BACKOFF_S[1])
+                    self._down_until = self.clock() + self._backoff
                 raise
             self.last_error = None
             self._backoff = 0.0

@@ -4,7 +4,8 @@ Everything but the model stays here, as in the local engine (it *is* the local e
 `CompletionEngine`, with one step replaced): the documents' prompts (same window, same token
 healing), the parse of the text before the cursor, the rest of the file with its whole-file
 checks, the offer search, the compiler gate, typing through a shown suggestion, the work ahead
-(its prefill here is the parse only: the team server's prefix cache keeps the prompts). The
+(its prefill parses here and has the team server compute the prompt's KV cache, which vLLM's
+prefix cache keeps for the request). The
 one step replaced is the decoding pass (`_decode_pass`): instead of the local model, one call
 to the team server with the prompt's ids and the grammar's starting point (`wire.TeamArgs`);
 its tokens are then replayed here through the matcher and the stop policy *with* the
@@ -137,7 +138,11 @@ class TeamEngine(CompletionEngine):
         self.client = client
         self._status_lock = threading.Lock()
         self._reported = ""  # the team server's last error reported to the editor ("": none, ready)
-        self.calls = {"answered": 0, "failed": 0, "ms": 0.0}
+        self.calls = {"answered": 0, "failed": 0, "ms": 0.0, "warmed": 0}
+        self.failures: dict[str, int] = {}  # why calls failed (the first words of the reason), counted
+        # the work ahead's calls: their own connection and thread, never in a request's way
+        self._warm_client = TeamClient(client.url, client.model)
+        self._warming = threading.Lock()
 
     @classmethod
     def load(cls, options: EngineOptions | None = None, progress=None) -> TeamEngine:
@@ -162,6 +167,28 @@ class TeamEngine(CompletionEngine):
 
     def _identifier_guide(self, req, opts, compiled, before):
         return None  # the names guide shapes each step's logits: the team server's steps are not here
+
+    def prefill(self, request, cancel=None, options=None):
+        """The work ahead (`CompletionEngine.prefill`: the prompt and the parse here), and the
+        team server asked to compute the prompt's KV cache meanwhile (one token, on a thread and
+        a connection of its own, one at a time), so that the request finds it in vLLM's prefix
+        cache."""
+        done = super().prefill(request, cancel, options)
+        if done.complete and not (cancel and cancel()) and self._warming.acquire(blocking=False):
+            opts = options or self.options
+            before, after = request.text[: request.cursor], request.text[request.cursor :]
+            with self._lock:
+                prompt = self._prompt(request, before, after, opts)
+            threading.Thread(target=self._warm, args=(list(prompt.ids), request.document), daemon=True,
+                             name="syntaxlock-team-warm").start()
+        return done
+
+    def _warm(self, ids: list[int], document: str) -> None:
+        try:
+            if self._warm_client.warm(ids, document):
+                self.calls["warmed"] += 1
+        finally:
+            self._warming.release()
 
     def status_change(self) -> tuple[str, str] | None:
         """The team server's health when it changed since last asked: ("error", why) once it
@@ -204,6 +231,8 @@ class TeamEngine(CompletionEngine):
                                           timeout, opts.temperature, opts.top_p, opts.seed)
         except TeamUnavailable as e:
             self.calls["failed"] += 1
+            kind = str(e).split("(")[0].split(";")[0].strip()
+            self.failures[kind] = self.failures.get(kind, 0) + 1
             log.warning("team server %s: %s", self.client.url, e)
             return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
         self.calls["answered"] += 1
