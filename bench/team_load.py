@@ -58,10 +58,13 @@ ROUTER = ROOT / ".venv-team" / "bin" / "vllm-router"
 
 # ---------------------------------------------------------------------- servers
 
+SERVE_ARGS: list[str] = []  # more team-serve arguments (--serve-args)
+
+
 def start_team_server(port: int, stats: Path, log: Path, kv_gb: int = 2) -> subprocess.Popen:
     env = dict(os.environ, SYNTAXLOCK_TEAM_STATS=str(stats), PYTHONPATH=str(ROOT))
     return subprocess.Popen([str(TEAM_PY), "-m", "lsp_server.cli", "team-serve", "--model", "default",
-                             "--port", str(port), "--kv-cache-gb", str(kv_gb)],
+                             "--port", str(port), "--kv-cache-gb", str(kv_gb), *SERVE_ARGS],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
@@ -262,11 +265,14 @@ def main() -> None:
     ap.add_argument("--failover", action="store_true", help="two replicas behind vllm-router, one killed")
     ap.add_argument("--kill-after", type=float, default=8.0, help="seconds into the failover run (default 8)")
     ap.add_argument("--skip-load", action="store_true", help="only --compare / --failover")
+    ap.add_argument("--serve-args", default="", help="more team-serve arguments, e.g. \"--threads 2\"")
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
+    SERVE_ARGS[:] = args.serve_args.split()
+    out_args = {"serve_args": args.serve_args, "idle": args.idle, "docs": args.docs, "keys": args.keys}
     counts = [int(x) for x in args.editors.split(",") if x]
     tmp = Path(tempfile.mkdtemp(prefix="team-load-"))
-    out: dict = {"machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}}
+    out: dict = {"machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}, "args": out_args}
     loaded = Loaded()
     procs: list[subprocess.Popen] = []
     try:

@@ -112,7 +112,7 @@ def vllm_command(python: str, model_dir: Path, args) -> list[str]:
     return cmd + list(args.vllm_args)
 
 
-def vllm_env(spec: str, store: str | None, hashes: tuple[str, str], kv_cache_gb: int) -> dict:
+def vllm_env(spec: str, store: str | None, hashes: tuple[str, str], kv_cache_gb: int, threads: int = 0) -> dict:
     from .vllm_processor import GRAMMAR_ENV, MODEL_ENV, STORE_ENV, TOKENIZER_ENV
 
     env = dict(os.environ, PYTHONPATH=_pythonpath())
@@ -123,6 +123,8 @@ def vllm_env(spec: str, store: str | None, hashes: tuple[str, str], kv_cache_gb:
     env["VLLM_USE_V2_MODEL_RUNNER"] = "0"  # the V1 logits-processor interface (vllm_processor.py)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))  # GiB of KV cache on the CPU build
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    if threads:  # vLLM's CPU build keeps one core for its front end by default (on 2 cores: 1 thread)
+        env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
@@ -136,7 +138,7 @@ def cmd_team_serve(args) -> int:
         print(f"syntaxlock team-serve: {e}", file=sys.stderr)
         return 2
     cmd = vllm_command(python, model_dir, args)
-    env = vllm_env(args.model, args.store, hashes, args.kv_cache_gb)
+    env = vllm_env(args.model, args.store, hashes, args.kv_cache_gb, args.threads)
     log.info("starting vLLM: %s", " ".join(cmd))
     sys.stdout.flush()
     sys.stderr.flush()
@@ -160,6 +162,9 @@ def add_team_serve_parser(sub) -> None:
                         "this size, so the other editors' answers go on between them (vLLM decodes first, "
                         "then fills the step with prefill); on a CPU a 2,048-token step holds every answer "
                         "in the batch for seconds")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads of the forward pass (OMP_NUM_THREADS; default: vLLM's choice, which keeps a core "
+                        "for its front end)")
     p.add_argument("--kv-cache-gb", type=int, default=2, help="GiB of KV cache on vLLM's CPU build (default 2)")
     p.add_argument("vllm_args", nargs="*", help="more `vllm serve` arguments, after --")
     p.set_defaults(func=cmd_team_serve)
