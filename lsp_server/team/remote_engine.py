@@ -74,16 +74,15 @@ class _NoPromptCache:
         return 0
 
 
-def replay_tokens(setup, matcher, tokens: list[int], limit: int, finish_reason: str, stop_tokens) -> DecodeOutcome:
+def replay_tokens(policy: StopPolicy, matcher, token_bytes, tokens: list[int], limit: int, finish_reason: str,
+                  stop_tokens) -> DecodeOutcome:
     """The decoding outcome of `tokens` (the team server's, after the replayed ones) as the local
     loop makes it: each token accepted by the matcher and shown to the stop policy, which here
     has the whole-file checks. Where the local loop would have tried another token (the policy
     or the matcher rejects this one), the pass ends at the longest valid stop so far: the offer
     search asks the team server again with that token avoided."""
-    policy = StopPolicy(setup.rest, _scanner(setup), setup.held, setup.heal, setup.depth, _start(setup))
     out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
     generated = bytearray()
-    token_bytes = setup.compiled.tokens
     stop = None
     for token in tokens:
         if token in stop_tokens:
@@ -116,14 +115,6 @@ def replay_tokens(setup, matcher, tokens: list[int], limit: int, finish_reason: 
     out.stop = stop
     out.generated = bytes(generated)
     return out
-
-
-def _scanner(setup):
-    return setup.scanner
-
-
-def _start(setup) -> Start:
-    return setup.start
 
 
 class TeamEngine(CompletionEngine):
@@ -237,23 +228,10 @@ class TeamEngine(CompletionEngine):
             return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
         self.calls["answered"] += 1
         self.calls["ms"] += (time.perf_counter() - t0) * 1000
-        local = _LocalSetup(setup, self.scanner, start)
-        outcome = replay_tokens(local, matcher, replay_ids + answer.tokens, limit, answer.finish_reason, self._stop_tokens)
+        policy = StopPolicy(setup.rest, self.scanner, setup.held, setup.heal, setup.depth, start)
+        outcome = replay_tokens(policy, matcher, setup.compiled.tokens, replay_ids + answer.tokens, limit,
+                                answer.finish_reason, self._stop_tokens)
         completion = outcome.generated[len(setup.heal) :]
         offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal, completion, setup.depth,
                              outcome.stop.cut, later=outcome.stop.reason != StopReason.ECHO)
         return Pass(outcome, offer)
-
-
-@dataclass(frozen=True)
-class _LocalSetup:
-    """What `replay` reads of a request's set-up, with the engine's line scanner and the pass's start."""
-
-    setup: object
-    scanner: object
-    start: Start
-
-    def __getattr__(self, name):
-        return getattr(self.setup, name)
-
-
