@@ -24,7 +24,11 @@ def test_team_serve_runs_vllm_with_the_processor(tmp_path):
     assert cmd[cmd.index("--logits-processors") + 1] == serve_cli.PROCESSOR
     assert cmd[cmd.index("--port") + 1] == "8123" and "--enable-prefix-caching" in cmd
     assert cmd[-2:] == ["--seed", "3"]
-    env = serve_cli.vllm_env("default", None, ("g" * 16, "t" * 16), 2)
+    assert "--max-num-batched-tokens" not in cmd  # left to vLLM unless set (tuned_for sets it on the CPU build)
+    args.max_num_batched_tokens = 64
+    assert serve_cli.vllm_command("/x/python", tmp_path, args)[-4:-2] == ["--max-num-batched-tokens", "64"]
+    env = serve_cli.vllm_env("default", None, ("g" * 16, "t" * 16), 2, threads=2)
+    assert env["OMP_NUM_THREADS"] == "2"
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the V1 logits-processor interface
     assert env["SYNTAXLOCK_TEAM_GRAMMAR"] == "g" * 16 and env["SYNTAXLOCK_TEAM_MODEL"] == "default"
     module, _, cls = serve_cli.PROCESSOR.partition(":")

