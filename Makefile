@@ -6,7 +6,7 @@ DEMO_FILE ?= examples/hottest_day.py
 DEMO_LINE ?= 21
 DEMO_CHAR ?= 38
 
-.PHONY: setup setup-demo demo test check lint
+.PHONY: setup setup-demo demo test check lint team
 setup:
 	bash scripts/setup.sh test
 
@@ -31,3 +31,8 @@ check: setup
 
 lint: setup
 	$(PY) -m ruff check .
+
+# the team server's environment (.venv-team/: vLLM's CPU build, docs/team.md); then
+# `.venv-team/bin/syntaxlock team-serve --model default --port 8000`
+team:
+	bash scripts/setup.sh team

@@ -53,6 +53,8 @@ def cmd_serve(args) -> int:
     from lsp_server.server.server import create_server
 
     server = create_server()
+    if args.team:  # the default of the `teamServer` setting (an editor's own setting overrides it)
+        server.options = server.options.merged({"teamServer": args.team})[0]
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         return server.start_tcp(host or "127.0.0.1", int(port))
@@ -81,6 +83,15 @@ def _host_port(value: str) -> str:
     return value
 
 
+def _team_url(value: str) -> str:
+    from .options import team_url_problem
+
+    problem = team_url_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"--team {problem}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli_complete import add_complete_parser
 
@@ -97,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="write the log here instead of stderr")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
+    p.add_argument("--team", metavar="URL", type=_team_url,
+                   help="ask this team server (syntaxlock team-serve) for the model's part; the teamServer setting")
     p.set_defaults(func=cmd_serve)
+    from .team.serve_cli import add_team_serve_parser
+
+    add_team_serve_parser(sub)
     p = sub.add_parser("stats", help="print the local acceptance counts of all server sessions")
     p.set_defaults(func=cmd_stats)
     return ap

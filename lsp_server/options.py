@@ -56,6 +56,9 @@ class EngineOptions:
     python_version: str | None = None
     # names that exist (decoding/identifiers, docs/identifiers.md): off | bias | constrain
     identifiers: str = "constrain"
+    # a team completion server (vLLM with the grammar inside, `syntaxlock team-serve`; docs/team.md):
+    # its URL ("http://host:8000"); None: the model runs in this process
+    team_server: str | None = None
 
     def validated(self) -> EngineOptions:
         """Self, or OptionError naming the first bad value."""
@@ -87,6 +90,10 @@ class EngineOptions:
             raise OptionError(f"draft_model must be a model directory or null, not {self.draft_model!r}")
         if self.store is not None and not isinstance(self.store, str):
             raise OptionError(f"store must be a path or null, not {self.store!r}")
+        if self.team_server is not None:
+            problem = team_url_problem(self.team_server)
+            if problem:
+                raise OptionError(f"team_server {problem}")
         if self.python_version is not None:
             if not isinstance(self.python_version, str):
                 raise OptionError(f"python_version must be a string such as \"3.12\" or null, not {_shown(self.python_version)}")
@@ -106,8 +113,24 @@ class EngineOptions:
 
     def needs_reload(self, other: EngineOptions) -> bool:
         """Whether switching to `other` needs the model or the store loaded again."""
-        return (self.model, self.device, self.store, self.draft_model) != (
-            other.model, other.device, other.store, other.draft_model)
+        return (self.model, self.device, self.store, self.draft_model, self.team_server) != (
+            other.model, other.device, other.store, other.draft_model, other.team_server)
+
+
+def team_url_problem(url) -> str | None:
+    """What is wrong with a team server's URL (None: an http(s) URL with a host, no query)."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(url, str) or not url:
+        return f"must be an http(s) URL such as \"http://gpu-box:8000\" or null, not {_shown(url)}"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as e:
+        return f"must be an http(s) URL: {e}"
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        return f"must be an http(s) URL such as \"http://gpu-box:8000\" (no query), not {_shown(url)}"
+    return None
 
 
 def _is_number(v) -> bool:

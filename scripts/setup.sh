@@ -6,6 +6,9 @@
 #                           what `make test` (CI) and `make check` need
 # The demo's path leaves out the test tools (code-server compiles native modules: minutes), so a
 # fresh `make demo` takes about two minutes; `make test` adds them later, on the same .venv/.
+#   scripts/setup.sh team   the team server's own environment, .venv-team/ (`make team`,
+#                           docs/team.md): vLLM's CPU build, which pins transformers < 5.20, so
+#                           it can't share .venv/; the local product's set-up gains nothing
 # Idempotent: on a ready machine it only checks what is there (a few seconds).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,7 +16,8 @@ cd "$root"
 use="${1:-test}"
 case "$use" in
     demo | test) ;;
-    *) echo "usage: scripts/setup.sh [demo|test]" >&2; exit 2 ;;
+    team) exec bash "$root/scripts/setup_team.sh" ;;
+    *) echo "usage: scripts/setup.sh [demo|test|team]" >&2; exit 2 ;;
 esac
 PY="${PYTHON:-python3}"
 VENV="$root/.venv"

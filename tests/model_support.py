@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def make_tiny_model_dir(path: Path, seed: int = 0) -> Path:
+def make_tiny_model_dir(path: Path, seed: int = 0, hidden_size: int = 64, heads: int = 4) -> Path:
     """A tiny random-weight Llama with the real SmolLM2 tokenizer, as a Hugging Face model
-    directory (config.json, model.safetensors, tokenizer.json): fast stand-in for a real model."""
+    directory (config.json, model.safetensors, tokenizer.json): fast stand-in for a real model.
+    (vLLM's CPU attention takes heads of 32 dimensions or more: hidden_size=128, heads=2.)"""
     import shutil
 
     import torch
@@ -21,8 +22,8 @@ def make_tiny_model_dir(path: Path, seed: int = 0) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=8192,
+        vocab_size=49152, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=8192,
         bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
     )
     LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)

@@ -76,6 +76,10 @@ Loader = Callable[[EngineOptions, Callable[[str, float | None], None]], object]
 
 
 def load_engine(options: EngineOptions, progress: Callable[[str, float | None], None]):
+    if options.team_server:  # the model runs on a team server (lsp_server/team, docs/team.md)
+        from ..team.remote_engine import TeamEngine
+
+        return TeamEngine.load(options, progress=progress)
     from ..decoding.engine import CompletionEngine
 
     return CompletionEngine.load(options, progress=progress)
@@ -289,7 +293,9 @@ class EngineHost:
         def work() -> CompletionResult | None:
             if ticket.stopped():
                 return None
-            return engine.complete(request, cancel=ticket.stopped, options=options)
+            result = engine.complete(request, cancel=ticket.stopped, options=options)
+            self._engine_health(engine)
+            return result
 
         self._foreground += 1
         if self._background is not None:
@@ -306,6 +312,17 @@ class EngineHost:
             if self._foreground == 0:
                 for listener in list(self._idle_listeners):
                     listener()
+
+    def _engine_health(self, engine) -> None:
+        """Report a change of the engine's own health (a team engine's server stopped or started
+        answering: `TeamEngine.status_change`) as the status."""
+        change = getattr(engine, "status_change", None)
+        if change is None or engine is not self._engine:
+            return
+        changed = change()
+        if changed is not None:
+            state, message = changed
+            self._set_status(Status(state, message, 100 if state == "ready" else None))
 
     @property
     def busy(self) -> bool:

@@ -37,6 +37,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "cacheMemoryMB": "cache_memory_mb",
     "pythonVersion": "python_version",
     "identifiers": "identifiers",
+    "teamServer": "team_server",
 }
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
 SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> field (its range: SERVER_INT_RANGES)

@@ -31,6 +31,7 @@ export const SERVER_OPTION_KEYS = [
   "cacheMemoryMB",
   "pythonVersion",
   "identifiers",
+  "teamServer",
 ] as const;
 
 export type ServerOptionKey = (typeof SERVER_OPTION_KEYS)[number];
@@ -56,6 +57,7 @@ export interface ServerOptions {
   cacheMemoryMB: number;
   pythonVersion: string | null;
   identifiers: "off" | "bias" | "constrain";
+  teamServer: string | null;
 }
 
 /** The server's own defaults (the same values as package.json's `contributes.configuration`). */
@@ -80,6 +82,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   cacheMemoryMB: 96,
   pythonVersion: null,
   identifiers: "constrain",
+  teamServer: null,
 });
 
 /**
@@ -87,7 +90,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
  * workspace/didChangeConfiguration). Values are passed through as the user wrote them: the
  * server validates them and says what is wrong with window/showMessage. Settings left unset
  * (undefined) take the server's defaults; an empty string for `store` means null (VS Code's
- * settings editor can't clear a string back to null); so does an empty `draftModel` or `pythonVersion`.
+ * settings editor can't clear a string back to null); so does an empty `draftModel`, `pythonVersion` or `teamServer`.
  */
 export function serverOptions(read: SettingsReader): ServerOptions {
   const out: Record<string, unknown> = {};
@@ -96,7 +99,7 @@ export function serverOptions(read: SettingsReader): ServerOptions {
     if (value === undefined) {
       value = SERVER_DEFAULTS[key];
     }
-    if ((key === "store" || key === "seed" || key === "draftModel" || key === "pythonVersion") && value === "") {
+    if ((key === "store" || key === "seed" || key === "draftModel" || key === "pythonVersion" || key === "teamServer") && value === "") {
       value = null;
     }
     if (key === "model" && value === "") {

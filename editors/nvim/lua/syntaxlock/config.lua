@@ -24,6 +24,7 @@ M.SETTING_NAMES = {
   cache_memory_mb = "cacheMemoryMB",
   python_version = "pythonVersion",
   identifiers = "identifiers",
+  team_server = "teamServer",
 }
 
 ---@class syntaxlock.Config
@@ -64,6 +65,8 @@ M.defaults = {
     python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
     -- requires-python lower bound or .python-version, else 3.14
     identifiers = nil, -- "constrain": names that exist (off | bias | constrain)
+    team_server = nil, -- "http://gpu-box:8000": ask a team server (syntaxlock team-serve) for the
+    -- model's part; nil: the model runs in the local server
   },
   keys = {
     --- Accepts the ghost text; without one, the key does what it did before (its previous
