@@ -390,7 +390,10 @@ def _asan_runtime() -> str:
     return path
 
 
-def _sanitized_builds(out_dir: Path) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def sanitized_builds(tmp_path_factory) -> dict[str, str]:
+    """Every build this machine runs, compiled once with AddressSanitizer (a minute each)."""
+    out_dir = tmp_path_factory.mktemp("asan")
     try:
         return {isa: str(library.build(out_dir, isa=isa, sanitize=True)) for isa in library.runnable_isas()}
     except RuntimeError as e:
@@ -405,10 +408,10 @@ def _run_sanitized(args: list[str], env: dict, timeout: int) -> subprocess.Compl
 
 
 @pytest.mark.slow
-def test_the_sanitizer_catches_a_write_out_of_bounds(tmp_path):
+def test_the_sanitizer_catches_a_write_out_of_bounds(sanitized_builds):
     """The harness is live: the sanitized half_matmul called directly (past the boundary's
     checks) with an output one row short is stopped as a heap buffer overflow."""
-    path = _sanitized_builds(tmp_path)["portable"]
+    path = sanitized_builds["portable"]
     script = (
         "import ctypes, torch\n"
         f"f = ctypes.CDLL({path!r}).half_matmul\n"
@@ -424,11 +427,11 @@ def test_the_sanitizer_catches_a_write_out_of_bounds(tmp_path):
 
 
 @pytest.mark.slow
-def test_kernel_tests_pass_under_address_sanitizer(tmp_path):
+def test_kernel_tests_pass_under_address_sanitizer(sanitized_builds):
     """Every other test of this file and of test_block_formats.py, with every build this machine
     runs built with AddressSanitizer and its runtime preloaded: no read or write out of bounds,
     and only the builds this CPU can't run skipped."""
-    builds = _sanitized_builds(tmp_path)
+    builds = sanitized_builds
     r = _run_sanitized(
         ["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-k", "not sanitizer", __file__,
          str(Path(__file__).with_name("test_block_formats.py"))],
