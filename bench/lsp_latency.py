@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/lsp_latency.py [--cuts 40] [--scenarios cuts,typing,two,busy,leads]
                                           [--code both|stdlib|thirdparty] [--idle 3] [--no-work-ahead]
-                                          [--client cursor|plain] [--lead 2] [--pause 0.5]
+                                          [--client cursor|plain] [--lead 2] [--pause 0.5] [--no-anchor]
 
 Each scenario starts its own `syntaxlock serve` (the CLI's fair thread settings included) and
 waits for it to be ready. Latency is measured in the client, from sending a request to its
@@ -38,6 +38,12 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
   server's log (decode time, checks and searches included, over sampled + forced tokens).
 - `busy`: cold first requests without working ahead (`workAhead: false`, a whole prompt each),
   on a quiet machine and while two CPU-bound processes run (load 2-4 on 2 cores).
+
+Units of the machine: before the scenarios, alone, llama.cpp decodes on the same GGUF file in a
+child process (`llama_cpp_anchor.py`: 64 tokens after 512 of stdlib code, 2 threads, greedy, p50
+of 3); its ms per token is L (`anchor`, with the load average then), and every figure in ms is
+also given in units of L (`p50_ms` -> `p50_L`): machines of one kind differ up to 2x, so the
+targets are set in L (docs/latency.md). `--no-anchor` skips it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
 
 from completion_quality import edit_similarity  # noqa: E402
+from llama_cpp_anchor import anchor_in_child, in_units  # noqa: E402
 
 from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
@@ -692,13 +699,29 @@ async def scenario_busy(args, cuts: list[Cut]) -> dict:
     return out
 
 
+def anchor(args) -> dict | None:
+    """llama.cpp's decode on the model's GGUF file, measured alone before the scenarios (None:
+    `--no-anchor`; {"skipped": why} for a model that is not one GGUF file)."""
+    from mask_store.model_files import resolve_model
+
+    if not args.anchor:
+        return None
+    src = resolve_model(args.model)
+    if src.kind != "gguf":
+        return {"skipped": f"llama.cpp reads GGUF files; the model is a {src.kind}"}
+    return anchor_in_child(src.path)
+
+
 async def run(args) -> dict:
     cuts = cut_points(args.cuts, args.seed, args.code)
     out = {
         "model": args.model, "max_tokens": args.max_tokens, "mode": args.mode, "work_ahead": args.work_ahead,
         "latency_budget_ms": args.latency_budget_ms, "context_tokens": args.context_tokens,
         "code": args.code, "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "anchor": anchor(args),
     }
+    L = (out["anchor"] or {}).get("decode_ms_per_token")
+    out["L_ms"] = L  # the unit of the `*_L` figures: llama.cpp's decode ms per token, this run
     scenarios = args.scenarios.split(",")
     if "cuts" in scenarios:
         out["cuts"] = await scenario_cuts(args, cuts)
@@ -713,6 +736,9 @@ async def run(args) -> dict:
         # prompts of ~1,000 tokens: at least 6,000 characters before the cursor
         out["busy_machine"] = await scenario_busy(args, cut_points(args.busy_cuts, args.seed + 11, args.code, 6000))
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    if L:
+        out |= {name: in_units(out[name], L) for name in ("cuts", "leads", "typing", "two_servers", "busy_machine")
+                if name in out}
     return out
 
 
@@ -737,6 +763,8 @@ def main() -> None:
                     help="leads: list the requests slower than this, with the server's log lines about them")
     ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")
     ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
+    ap.add_argument("--no-anchor", dest="anchor", action="store_false",
+                    help="do not measure llama.cpp's decode (L): figures in ms only")
     ap.add_argument("--typing-docs", type=int, default=10)
     ap.add_argument("--cps", type=float, default=8.0, help="typing speed, characters per second")
     ap.add_argument("--typing-idle", type=float, default=1.0, help="seconds between opening a document and typing")
