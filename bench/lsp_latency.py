@@ -16,7 +16,9 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
   - after_accept: accept that suggestion (the edit and `syntaxlock.accepted`) and ask at the end
     of it (editors ask again after an accept); after_enter: `--enter-after` seconds after the
     accept, press Enter (the new line indented as editors do by default) and ask.
-  The very first request of the process (one-time costs) is reported apart.
+  The very first request of the process (one-time costs) is reported apart. `warm_time_went`
+  (here and in `leads`): where the warm requests' time went, part by part, from the server's
+  log (`where_the_time_went`, docs/latency.md).
 - `typing`: a typing session of `--typing-docs` documents: each opened, its cursor reported,
   `--typing-idle` seconds of looking, then the rest of a real line typed at `--cps` characters
   per second, one didChange + request per key without waiting for answers. Reports the share of
@@ -73,6 +75,7 @@ from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
+from lsp_server.decoding.request_times import parts_in  # noqa: E402
 from lsp_server.positions import offset_at  # noqa: E402
 from lsp_server.server.work_ahead import after_enter  # noqa: E402
 
@@ -293,22 +296,56 @@ def engine_figures(log: str, prefix: str) -> dict:
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ (.*)$", re.M)
 
 
-def slow_requests(log: str, asked: list[dict], slow_ms: float) -> list[dict]:
-    """The requests that took more than `slow_ms`, each with the server's log lines about its
-    document written while it waited (what the engine did for it: its prompt, decode and checks,
-    the work ahead it waited for); `--slow-ms`."""
+def log_lines(log: str) -> list[tuple[float, str]]:
+    """The server's log lines, each with when it was written (wall clock, ms resolution)."""
     lines = []
     for m in LOG_LINE.finditer(log):
         at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
         lines.append((at, m.group(3)))
-    out = []
+    return lines
+
+
+def said_while_waiting(lines: list[tuple[float, str]], a: dict) -> list[str]:
+    """The log lines about request `a`'s document written while it waited for its answer."""
+    end = a["sent"] + a["ms"] / 1000 + 0.002
+    return [text for at, text in lines if a["sent"] - 0.002 <= at <= end and a["uri"] in text]
+
+
+def slow_requests(log: str, asked: list[dict], slow_ms: float) -> list[dict]:
+    """The requests that took more than `slow_ms`, each with the server's log lines about its
+    document written while it waited (what the engine did for it: its prompt, decode and checks,
+    the work ahead it waited for); `--slow-ms`."""
+    lines = log_lines(log)
+    return [{k: a[k] for k in ("phase", "cut", "ms")} | {"log": [text[:300] for text in said_while_waiting(lines, a)]}
+            for a in asked if a["ms"] > slow_ms]
+
+
+def where_the_time_went(log: str, asked: list[dict], phase: str = "warm") -> dict | None:
+    """Where the `phase` requests' time went, from the server's account of each one's run (its
+    `completed` line, written while the request waited): per part, its p50/p90/mean over the
+    requests, and its mean over the slowest tenth (the client's time at or above its p90:
+    `slowest_tenth_mean_ms`, where the p90 goes). Parts: `client`
+    (the request's time in the client), `outside_the_engine` (client less the parts below: the
+    pipe, the event loop, the answer written), `join` (a prefetch it joined), `queue` (the
+    engine's worker thread busy), then the engine's parts (decoding/request_times.py: they add up
+    to its wall time, `unaccounted` the rest)."""
+    lines, rows = log_lines(log), []
     for a in asked:
-        if a["ms"] <= slow_ms:
+        if a["phase"] != phase:
             continue
-        end = a["sent"] + a["ms"] / 1000 + 0.002
-        said = [text[:300] for at, text in lines if a["sent"] - 0.002 <= at <= end and a["uri"] in text]
-        out.append({k: a[k] for k in ("phase", "cut", "ms")} | {"log": said})
-    return out
+        found = [parts_in(text) for text in said_while_waiting(lines, a) if COMPLETED.search(text)]
+        if not found:  # another request's run served it (the same text and cursor)
+            continue
+        rows.append({"client": a["ms"], "outside_the_engine": round(a["ms"] - sum(found[-1].values()), 2)} | found[-1])
+    if not rows:
+        return None
+    slowest = [r for r in rows if r["client"] >= stats_ms([r["client"] / 1000 for r in rows])["p90_ms"]]
+    parts = {}
+    for part in rows[0]:
+        figures = stats_ms([r[part] / 1000 for r in rows])
+        parts[part] = {k: figures[k] for k in ("p50_ms", "p90_ms", "mean_ms")} | {
+            "slowest_tenth_mean_ms": round(sum(r[part] for r in slowest) / len(slowest), 2)}
+    return {"requests": len(rows), "asked": sum(a["phase"] == phase for a in asked), "parts": parts}
 
 
 def items_of(r) -> list:
@@ -402,7 +439,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
         s.open(uri, c.doc)
         s.cursor(uri, c.line, c.col)
         await asyncio.sleep(args.idle)
-        r, dt = await s.timed(uri, c.line, c.col)
+        r, dt = await s.timed(uri, c.line, c.col, "first", uri)
         first.setdefault(kind, []).append(dt)
         items = items_of(r)
         counts["first_items"] += bool(items)
@@ -413,7 +450,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
             s.edit(uri, (c.line, col), (c.line, col), typed)
             doc = doc[: offset_at(doc, c.line, col)] + typed + doc[offset_at(doc, c.line, col):]
             col += utf16(typed)
-            r, dt = await s.timed(uri, c.line, col)
+            r, dt = await s.timed(uri, c.line, col, "warm", uri)
             warm.append(dt)
             items = items_of(r)
             counts["warm_items"] += bool(items)
@@ -444,6 +481,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
         "after_accept_and_enter": stats_ms(enter) if enter else None,
         "counts": counts,
         "engine": engine_figures(log, "file:///bench/"),
+        "warm_time_went": where_the_time_went(log, s.asked),
         "work_ahead": status.get("workAhead"),
         "kv_cache": status.get("kvCache"),
         "server_log": str(s.log_file),
@@ -558,6 +596,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         "ms_per_generated_token": {"requests": len(steps), "tokens": tokens,
                                    "ms": round(decode_ms / tokens, 2) if tokens else None},
         "engine": engine_figures(log, "file:///bench/"),
+        "warm_time_went": where_the_time_went(log, s.asked),
         "work_ahead": status.get("workAhead"),
         "slow_requests": slow_requests(log, s.asked, args.slow_ms),
         "server_log": str(s.log_file),

@@ -4,15 +4,23 @@ wall time with a remainder that is never negative; the wait for the engine is it
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 import pytest
+from lsprotocol import types
 
 from lsp_server.decoding.engine import CompletionRequest
-from lsp_server.decoding.request_times import PARTS
+from lsp_server.decoding.request_times import PARTS, parts_in
+from lsp_server.options import EngineOptions
+from lsp_server.server.documents import DocumentStore
+from lsp_server.server.engine_host import EngineHost
+from lsp_server.server.suggester import Suggester
+from lsp_server.server.telemetry import Telemetry
 
 from completion_support import scripted_engine
+from wait_support import until
 
 DOC = "def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return |\n\n\nprint(total([1, 2]))\n"
 ROUNDING = 0.01 * (len(PARTS) + 1)  # each part is rounded to 0.01 ms
@@ -84,3 +92,28 @@ def test_the_wait_for_the_engine_is_the_lock_part(compiled):
     parts = assert_adds_up(results[0])
     assert parts["lock"] >= (released - seen[0]) * 1000 - 0.01
     assert results[0].text == "s"
+
+
+async def test_the_servers_log_gives_the_parts_as_the_latency_benchmark_reads_them(compiled, caplog):
+    """The server logs each run's parts (and its waits before the engine) on its `completed`
+    line; bench/lsp_latency.py's `where_the_time_went` reads them from there (`parts_in`)."""
+    engine, req = request_and_engine(compiled)
+    host = EngineHost(lambda status: None, loader=lambda options, progress: engine)
+    host.configure(EngineOptions(model="scripted"))
+    await until(lambda: host.ready)
+    docs = DocumentStore()
+    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
+    docs.open("file:///t.py", "python", 1, req.text)
+    before = req.text[: req.cursor]
+    with caplog.at_level(logging.INFO, logger="lsp_server.server.suggester"):
+        got = await suggester.suggest("file:///t.py", types.Position(before.count("\n"), len(before.split("\n")[-1])),
+                                      None, None)
+    host.shutdown()
+    assert got.text == "s"
+    found = [parts for r in caplog.records if r.getMessage().startswith("completed ")
+             and (parts := parts_in(r.getMessage())) is not None]
+    assert len(found) == 1
+    logged = found[0]
+    assert list(logged) == ["join", "queue", *PARTS, "unaccounted"]  # the waits before the engine, then its parts
+    assert logged["join"] >= 0 and logged["queue"] >= 0
+    assert all(logged[part] == pytest.approx(ms, abs=0.01) for part, ms in got.result.times_ms.items())

@@ -29,7 +29,10 @@ be split before it can be cut; `bench/lsp_latency.py` reads the parts off the se
 
 from __future__ import annotations
 
+import re
+
 PARTS = ("lock", "setup", "prefill", "model", "mask", "checks", "names", "gate")
+LOGGED = re.compile(r"parts \(ms\): ((?:\w+=-?[\d.]+ ?)+)")
 
 
 class RequestTimes:
@@ -46,3 +49,14 @@ class RequestTimes:
         wait for the lock included) less their sum."""
         return {part: round(ms, 2) for part, ms in self.ms.items()} | {
             "unaccounted": round(total_ms - sum(self.ms.values()), 2)}
+
+
+def log_text(parts: dict[str, float]) -> str:
+    """`parts` as the server's log gives them (`parts_in` reads them back)."""
+    return "parts (ms): " + " ".join(f"{part}={ms:.2f}" for part, ms in parts.items())
+
+
+def parts_in(line: str) -> dict[str, float] | None:
+    """The parts a log line gives (`log_text`), None where it gives none."""
+    m = LOGGED.search(line)
+    return None if m is None else {part: float(ms) for part, ms in (kv.split("=") for kv in m.group(1).split())}
