@@ -10,10 +10,11 @@
 llama.cpp (the `xllamacpp` wheel, 2 threads, the same file as ours) computes a prompt of
 `--prompt-tokens` tokens of a stdlib file (`typing.py`) and decodes `--decode-tokens` tokens
 after it, greedy and unconstrained, three times; its prompt and decode ms per token are the p50
-of the three. Machines of the same kind differ up to 2x per token (issue 44: a 2-core AVX-512
-machine decoded SmolLM2-135M's file at 14.0 ms per token where ours decodes it at ~7): a
-latency given as a multiple of L = llama.cpp's decode ms per token, measured in the same run,
-compares across machines where milliseconds do not. `bench/model_file.py` sets our own decode
+of the three. Machines of the same kind differ up to 2x per token (issue 44: two 2-core AVX-512
+machines computed prompts at 1.07 and 2.4 ms per token): a latency given as a multiple of L =
+llama.cpp's decode ms per token, measured in the same run, compares across machines where
+milliseconds do not. Measure it alone: its two threads wait for each other, and beside a test
+run (load 1.5-3.4) it took 252 ms per token instead of 16-26. `bench/model_file.py` sets our own decode
 against the same figure; `bench/lsp_latency.py` gives every latency in units of L (`in_units`).
 """
 
