@@ -7,6 +7,7 @@ committed. `code_files("stdlib" | "thirdparty")`."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -45,6 +46,16 @@ def stats_ms(samples_s) -> dict:
         "p95_ms": round(float(np.percentile(a, 95)), 3),
         "p99_ms": round(float(np.percentile(a, 99)), 3),
     }
+
+
+def child_json(cmd: list[str]) -> dict:
+    """The JSON a benchmark's child process prints last (run from the repository's root, which
+    it imports), or {"error": the last line of its stderr} when it failed."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=os.environ | {"PYTHONPATH": str(root)})
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1][-500:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def timed(fn, *args):

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/lsp_latency.py [--cuts 40] [--scenarios cuts,typing,two,busy,leads]
                                           [--code both|stdlib|thirdparty] [--idle 3] [--no-work-ahead]
-                                          [--client cursor|plain] [--lead 2] [--pause 0.5]
+                                          [--client cursor|plain] [--lead 2] [--pause 0.5] [--no-anchor]
 
 Each scenario starts its own `syntaxlock serve` (the CLI's fair thread settings included) and
 waits for it to be ready. Latency is measured in the client, from sending a request to its
@@ -16,7 +16,9 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
   - after_accept: accept that suggestion (the edit and `syntaxlock.accepted`) and ask at the end
     of it (editors ask again after an accept); after_enter: `--enter-after` seconds after the
     accept, press Enter (the new line indented as editors do by default) and ask.
-  The very first request of the process (one-time costs) is reported apart.
+  The very first request of the process (one-time costs) is reported apart. `warm_time_went`
+  (here and in `leads`): where the warm requests' time went, part by part, from the server's
+  log (`where_the_time_went`, docs/latency.md).
 - `typing`: a typing session of `--typing-docs` documents: each opened, its cursor reported,
   `--typing-idle` seconds of looking, then the rest of a real line typed at `--cps` characters
   per second, one didChange + request per key without waiting for answers. Reports the share of
@@ -38,6 +40,12 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
   server's log (decode time, checks and searches included, over sampled + forced tokens).
 - `busy`: cold first requests without working ahead (`workAhead: false`, a whole prompt each),
   on a quiet machine and while two CPU-bound processes run (load 2-4 on 2 cores).
+
+Units of the machine: before the scenarios, alone, llama.cpp decodes on the same GGUF file in a
+child process (`llama_cpp_anchor.py`: 64 tokens after 512 of stdlib code, 2 threads, greedy, p50
+of 3); its ms per token is L (`anchor`, with the load average then), and every figure in ms is
+also given in units of L (`p50_ms` -> `p50_L`): machines of one kind differ up to 2x, so the
+targets are set in L (docs/latency.md). `--no-anchor` skips it.
 """
 
 from __future__ import annotations
@@ -60,12 +68,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import CODE_SETS, code_files, read_source, relative_name, stats_ms  # noqa: E402
 
 from completion_quality import edit_similarity  # noqa: E402
+from llama_cpp_anchor import anchor_in_child, in_units  # noqa: E402
 
 from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
+from lsp_server.decoding.request_times import parts_in  # noqa: E402
 from lsp_server.positions import offset_at  # noqa: E402
 from lsp_server.server.work_ahead import after_enter  # noqa: E402
 
@@ -286,22 +296,56 @@ def engine_figures(log: str, prefix: str) -> dict:
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ (.*)$", re.M)
 
 
-def slow_requests(log: str, asked: list[dict], slow_ms: float) -> list[dict]:
-    """The requests that took more than `slow_ms`, each with the server's log lines about its
-    document written while it waited (what the engine did for it: its prompt, decode and checks,
-    the work ahead it waited for); `--slow-ms`."""
+def log_lines(log: str) -> list[tuple[float, str]]:
+    """The server's log lines, each with when it was written (wall clock, ms resolution)."""
     lines = []
     for m in LOG_LINE.finditer(log):
         at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
         lines.append((at, m.group(3)))
-    out = []
+    return lines
+
+
+def said_while_waiting(lines: list[tuple[float, str]], a: dict) -> list[str]:
+    """The log lines about request `a`'s document written while it waited for its answer."""
+    end = a["sent"] + a["ms"] / 1000 + 0.002
+    return [text for at, text in lines if a["sent"] - 0.002 <= at <= end and a["uri"] in text]
+
+
+def slow_requests(log: str, asked: list[dict], slow_ms: float) -> list[dict]:
+    """The requests that took more than `slow_ms`, each with the server's log lines about its
+    document written while it waited (what the engine did for it: its prompt, decode and checks,
+    the work ahead it waited for); `--slow-ms`."""
+    lines = log_lines(log)
+    return [{k: a[k] for k in ("phase", "cut", "ms")} | {"log": [text[:300] for text in said_while_waiting(lines, a)]}
+            for a in asked if a["ms"] > slow_ms]
+
+
+def where_the_time_went(log: str, asked: list[dict], phase: str = "warm") -> dict | None:
+    """Where the `phase` requests' time went, from the server's account of each one's run (its
+    `completed` line, written while the request waited): per part, its p50/p90/mean over the
+    requests, and its mean over the slowest tenth (the client's time at or above its p90:
+    `slowest_tenth_mean_ms`, where the p90 goes). Parts: `client`
+    (the request's time in the client), `outside_the_engine` (client less the parts below: the
+    pipe, the event loop, the answer written), `join` (a prefetch it joined), `queue` (the
+    engine's worker thread busy), then the engine's parts (decoding/request_times.py: they add up
+    to its wall time, `unaccounted` the rest)."""
+    lines, rows = log_lines(log), []
     for a in asked:
-        if a["ms"] <= slow_ms:
+        if a["phase"] != phase:
             continue
-        end = a["sent"] + a["ms"] / 1000 + 0.002
-        said = [text[:300] for at, text in lines if a["sent"] - 0.002 <= at <= end and a["uri"] in text]
-        out.append({k: a[k] for k in ("phase", "cut", "ms")} | {"log": said})
-    return out
+        found = [parts_in(text) for text in said_while_waiting(lines, a) if COMPLETED.search(text)]
+        if not found:  # another request's run served it (the same text and cursor)
+            continue
+        rows.append({"client": a["ms"], "outside_the_engine": round(a["ms"] - sum(found[-1].values()), 2)} | found[-1])
+    if not rows:
+        return None
+    slowest = [r for r in rows if r["client"] >= stats_ms([r["client"] / 1000 for r in rows])["p90_ms"]]
+    parts = {}
+    for part in rows[0]:
+        figures = stats_ms([r[part] / 1000 for r in rows])
+        parts[part] = {k: figures[k] for k in ("p50_ms", "p90_ms", "mean_ms")} | {
+            "slowest_tenth_mean_ms": round(sum(r[part] for r in slowest) / len(slowest), 2)}
+    return {"requests": len(rows), "asked": sum(a["phase"] == phase for a in asked), "parts": parts}
 
 
 def items_of(r) -> list:
@@ -395,7 +439,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
         s.open(uri, c.doc)
         s.cursor(uri, c.line, c.col)
         await asyncio.sleep(args.idle)
-        r, dt = await s.timed(uri, c.line, c.col)
+        r, dt = await s.timed(uri, c.line, c.col, "first", uri)
         first.setdefault(kind, []).append(dt)
         items = items_of(r)
         counts["first_items"] += bool(items)
@@ -406,7 +450,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
             s.edit(uri, (c.line, col), (c.line, col), typed)
             doc = doc[: offset_at(doc, c.line, col)] + typed + doc[offset_at(doc, c.line, col):]
             col += utf16(typed)
-            r, dt = await s.timed(uri, c.line, col)
+            r, dt = await s.timed(uri, c.line, col, "warm", uri)
             warm.append(dt)
             items = items_of(r)
             counts["warm_items"] += bool(items)
@@ -437,6 +481,7 @@ async def scenario_cuts(args, cuts: list[Cut]) -> dict:
         "after_accept_and_enter": stats_ms(enter) if enter else None,
         "counts": counts,
         "engine": engine_figures(log, "file:///bench/"),
+        "warm_time_went": where_the_time_went(log, s.asked),
         "work_ahead": status.get("workAhead"),
         "kv_cache": status.get("kvCache"),
         "server_log": str(s.log_file),
@@ -551,6 +596,7 @@ async def scenario_leads(args, cuts: list[Cut]) -> dict:
         "ms_per_generated_token": {"requests": len(steps), "tokens": tokens,
                                    "ms": round(decode_ms / tokens, 2) if tokens else None},
         "engine": engine_figures(log, "file:///bench/"),
+        "warm_time_went": where_the_time_went(log, s.asked),
         "work_ahead": status.get("workAhead"),
         "slow_requests": slow_requests(log, s.asked, args.slow_ms),
         "server_log": str(s.log_file),
@@ -692,13 +738,29 @@ async def scenario_busy(args, cuts: list[Cut]) -> dict:
     return out
 
 
+def anchor(args) -> dict | None:
+    """llama.cpp's decode on the model's GGUF file, measured alone before the scenarios (None:
+    `--no-anchor`; {"skipped": why} for a model that is not one GGUF file)."""
+    from mask_store.model_files import resolve_model
+
+    if not args.anchor:
+        return None
+    src = resolve_model(args.model)
+    if src.kind != "gguf":
+        return {"skipped": f"llama.cpp reads GGUF files; the model is a {src.kind}"}
+    return anchor_in_child(src.path)
+
+
 async def run(args) -> dict:
     cuts = cut_points(args.cuts, args.seed, args.code)
     out = {
         "model": args.model, "max_tokens": args.max_tokens, "mode": args.mode, "work_ahead": args.work_ahead,
         "latency_budget_ms": args.latency_budget_ms, "context_tokens": args.context_tokens,
         "code": args.code, "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "anchor": anchor(args),
     }
+    L = (out["anchor"] or {}).get("decode_ms_per_token")
+    out["L_ms"] = L  # the unit of the `*_L` figures: llama.cpp's decode ms per token, this run
     scenarios = args.scenarios.split(",")
     if "cuts" in scenarios:
         out["cuts"] = await scenario_cuts(args, cuts)
@@ -713,6 +775,9 @@ async def run(args) -> dict:
         # prompts of ~1,000 tokens: at least 6,000 characters before the cursor
         out["busy_machine"] = await scenario_busy(args, cut_points(args.busy_cuts, args.seed + 11, args.code, 6000))
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    if L:
+        out |= {name: in_units(out[name], L) for name in ("cuts", "leads", "typing", "two_servers", "busy_machine")
+                if name in out}
     return out
 
 
@@ -737,6 +802,8 @@ def main() -> None:
                     help="leads: list the requests slower than this, with the server's log lines about them")
     ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")
     ap.add_argument("--no-work-ahead", dest="work_ahead", action="store_false", help="the server does not work ahead")
+    ap.add_argument("--no-anchor", dest="anchor", action="store_false",
+                    help="do not measure llama.cpp's decode (L): figures in ms only")
     ap.add_argument("--typing-docs", type=int, default=10)
     ap.add_argument("--cps", type=float, default=8.0, help="typing speed, characters per second")
     ap.add_argument("--typing-idle", type=float, default=1.0, help="seconds between opening a document and typing")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -37,23 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import STDLIB, cache_root  # noqa: E402
+from _util import cache_root, child_json  # noqa: E402
+from llama_cpp_anchor import PROMPT_FILE, THREADS, measure as child_llama, p50, prompt_of, rss_mib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROMPT_FILE = STDLIB / "typing.py"
-THREADS = 2
-
-
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
-def p50(values) -> float:
-    values = sorted(values)
-    return values[len(values) // 2]
 
 
 # ------------------------------------------------------------------ model files
@@ -139,40 +125,6 @@ def child_ours(path: str, cuts: int, code: str, prompt_tokens: int, max_tokens: 
     }
 
 
-def child_llama(path: str, prompt_text_ids: list[int] | None, text: str, decode_tokens: int) -> dict:
-    import xllamacpp as xlc
-
-    p = xlc.CommonParams()
-    p.model.path = path
-    p.n_ctx = 4096
-    p.n_batch = 512
-    p.cpuparams.n_threads = THREADS
-    p.cpuparams_batch.n_threads = THREADS
-    p.n_parallel = 1
-    t = time.perf_counter()
-    server = xlc.Server(p)
-    load_s = time.perf_counter() - t
-    rss_loaded = rss_mib()
-    prompt, decode = [], []
-    n_prompt = 0
-    for _ in range(3):
-        r = server.handle_completions({"prompt": text, "n_predict": decode_tokens, "temperature": 0,
-                                       "ignore_eos": True, "cache_prompt": False})
-        timings = r["timings"]
-        n_prompt = timings["prompt_n"]
-        prompt.append(timings["prompt_per_token_ms"])
-        decode.append(timings["predicted_per_token_ms"])
-    out = {"load_s": round(load_s, 2), "rss_mib_after_load": rss_loaded, "rss_mib_after_requests": rss_mib(),
-           "prompt_tokens": n_prompt, "prompt_ms_per_token": round(p50(prompt), 3),
-           "decode_ms_per_token": round(p50(decode), 2), "decode_tokens": decode_tokens,
-           "system_info": xlc.get_system_info().strip()}
-    if prompt_text_ids:
-        r = server.handle_completions({"prompt": prompt_text_ids, "n_predict": 32, "temperature": 0, "n_probs": 1,
-                                       "ignore_eos": True, "cache_prompt": False})
-        out["greedy_ids"] = [c["id"] for c in r["choices"][0]["logprobs"]["content"]]
-    return out
-
-
 def child_agreement(path: str, prompt_ids: list[int], theirs: list[int]) -> dict:
     """Teacher forcing: llama.cpp's greedy tokens fed to ours; where our argmax is its token."""
     from lsp_server.threads import use_fair_threads
@@ -194,11 +146,7 @@ def child_agreement(path: str, prompt_ids: list[int], theirs: list[int]) -> dict
 
 def in_child(kind: str, **kwargs) -> dict:
     """`kind`'s figures from a fresh process (its memory and threads its own)."""
-    cmd = [sys.executable, __file__, "--child", kind, json.dumps(kwargs)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)})
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1][-500:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_json([sys.executable, __file__, "--child", kind, json.dumps(kwargs)])
 
 
 def ensure_store(path: Path) -> float | None:
@@ -215,14 +163,9 @@ def ensure_store(path: Path) -> float | None:
 
 
 def measure(name: str, path: Path, args) -> dict:
-    from mask_store.vocabulary import load_tokenizer
-
     real = not name.startswith("stand-in:")
     built = ensure_store(path)
-    text = PROMPT_FILE.read_text()
-    tok = load_tokenizer(str(path))
-    ids = tok.encode(text)[: args.prompt_tokens]
-    text = tok.tokenizer.decode(ids)
+    text, ids = prompt_of(path, args.prompt_tokens)
     ours = in_child("ours", path=str(path), cuts=args.cuts, code=args.code, prompt_tokens=args.prompt_tokens,
                     max_tokens=args.max_tokens)
     llama = in_child("llama", path=str(path), prompt_text_ids=ids if real else None, text=text,

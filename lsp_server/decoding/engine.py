@@ -39,6 +39,7 @@ from .budget import NO_BUDGET, Budget
 from .compiler_gate import refused_where_written
 from .offer import EMPTY, Offer, choose_offer
 from .redecode import Pass
+from .request_times import RequestTimes
 from .stopping.context import Start, cursor_context
 from .stopping.decision import Stop, StopReason
 from .stopping.policy import StopPolicy
@@ -112,6 +113,7 @@ class CompletionResult:
     budget_cut: bool = False  # the latency budget ended it early: the rest is worth decoding in the background
     gate_ms: float = 0.0  # spent in the compiler gate after decoding (`compiler_checked`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
+    times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: request_times.py
 
     def to_json(self) -> dict:
         return asdict(self) | {"stop_reason": str(self.stop_reason)}
@@ -201,6 +203,7 @@ class _Setup:
     max_tokens: int
     cancel: Cancel
     guide: object | None = None  # identifiers.IdentifierGuide: names that exist (None: off or not ready)
+    times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes
 
     @property
     def heal(self) -> bytes:
@@ -334,10 +337,19 @@ class CompletionEngine:
         """The completion at the request's cursor. Raises PositionError for a cursor outside
         the document; never returns text that would break the file (constrained mode)."""
         cancel = cancel or (lambda: False)
+        arrived = time.perf_counter()
         while not self._lock.acquire(timeout=0.05):
             if cancel():
                 return self._empty(request, StopReason.CANCELLED, options or self.options)
         started = time.perf_counter()
+        times = RequestTimes()
+        times.add("lock", (started - arrived) * 1000)
+
+        def finished(result: CompletionResult) -> CompletionResult:
+            done = time.perf_counter()
+            return replace(result, engine_ms=round((done - started) * 1000, 2),
+                           times_ms=times.split((done - arrived) * 1000))
+
         try:
             opts = options or self.options
             text = request.text
@@ -349,13 +361,14 @@ class CompletionEngine:
                     format_version(target_version(opts.python_version, request.document))):  # the project's may change
                 rest = typed_through(shown, before, after)
                 if rest is not None:
-                    return self._rest_of(shown, rest, request)
-            result, rest_of_file = self._complete(request, cancel, opts, before, after)
+                    return finished(self._rest_of(shown, rest, request))
+            result, rest_of_file = self._complete(request, cancel, opts, before, after, times)
             gated = time.perf_counter()
             if opts.constrained:
                 result = compiler_checked(result, before, after)
-            done = time.perf_counter()
-            result = replace(result, gate_ms=round((done - gated) * 1000, 2), engine_ms=round((done - started) * 1000, 2))
+            gate_ms = (time.perf_counter() - gated) * 1000
+            times.add("gate", gate_ms)
+            result = finished(replace(result, gate_ms=round(gate_ms, 2)))
             if result.text and result.stop_reason != StopReason.CANCELLED:
                 self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens,
                                                        rest_of_file)
@@ -446,7 +459,6 @@ class CompletionEngine:
             tokens_generated=0, tokens_forced=0, tokens_healed=0, prompt_tokens=0, prompt_reused=0,
             prompt_ms=0.0, decode_ms=0.0, mask_ms=[], speculation=None,
             typed_through=len(result.text) - len(rest), canonical_fallbacks=0, token_ids=[], gate_ms=0.0,
-            engine_ms=0.0,
         )
 
     def _empty(self, req: CompletionRequest, reason: StopReason, opts: EngineOptions) -> CompletionResult:
@@ -460,24 +472,27 @@ class CompletionEngine:
     # torch loads.
 
     def _complete(self, req: CompletionRequest, cancel: Cancel, opts: EngineOptions, before: str,
-                  after: str) -> tuple[CompletionResult, RestOfFile | None]:
+                  after: str, times: RequestTimes) -> tuple[CompletionResult, RestOfFile | None]:
         """The completion between `before` and `after` (the document split at the cursor), and
-        the rest of the file it was made for (None: the request ended before reading it)."""
+        the rest of the file it was made for (None: the request ended before reading it);
+        `times` gets the parts of its time (request_times.py) but the lock's and the gate's."""
         from ..model.prompt_cache import PrefillCancelled
         from . import header_steering, redecode
 
         t0 = time.perf_counter()
-        setup = self._constrain(req, opts, before, after, cancel)
+        setup = self._constrain(req, opts, before, after, cancel, times)
         if isinstance(setup, StopReason):
+            times.add("setup", (time.perf_counter() - t0) * 1000)
             return self._empty(req, setup, opts), None
         shape = header_steering.first_line(setup.rest, before) if setup.matcher is not None else header_steering.FREE
         if shape.fit is header_steering.Fit.NOTHING:
             log.info("no completion: nothing fits the rest of the file at the cursor")
+            self._setup_done(setup, t0)
             return self._empty(req, StopReason.NO_CONTINUATION, opts), setup.rest
         steer = self._header_starts.first_line(shape, setup.heal, self.tokenizer.encode)
+        checked = self._setup_done(setup, t0)
         try:
-            logits, past, reused = self.prompt_cache.prefill(req.document, setup.prompt.ids, cancel,
-                                                             opts.cache_memory_mb, between_layers=False)
+            logits, past, reused = self._prefill(setup)
         except PrefillCancelled:
             return self._empty(req, StopReason.CANCELLED, opts), None
         prompt_ms = (time.perf_counter() - t0) * 1000
@@ -494,14 +509,35 @@ class CompletionEngine:
             searched = True
             chosen = self._redecode(setup, chosen, steer, shape.start) or chosen
         decode_ms = (time.perf_counter() - t1) * 1000
+        times.add("checks", setup.rest.check_ms - checked)
+        times.add("names", setup.guide.stats["ms"] if setup.guide else 0.0)
         # the budget cut the answer, or stopped the search behind an empty one
         cut = chosen.outcome.stop.reason is StopReason.BUDGET or (
             searched and chosen.offer.path == "empty" and req.budget.expired())
         return replace(self._result(setup, chosen, reused, prompt_ms, decode_ms,
                                     setup.compiled.stats["canonical_fallbacks"] - fallbacks), budget_cut=cut), setup.rest
 
+    @staticmethod
+    def _setup_done(setup: _Setup, t0: float) -> float:
+        """The request's set-up took from `t0` till now: its whole-file checks so far (their
+        set-up, the first line's steering) counted as checks, the rest as set-up; the checks' ms."""
+        checks = setup.rest.check_ms
+        setup.times.add("checks", checks)
+        setup.times.add("setup", (time.perf_counter() - t0) * 1000 - checks)
+        return checks
+
+    def _prefill(self, setup: _Setup):
+        """The request's prompt through the model (what the KV cache does not hold): (logits,
+        past, tokens reused); raises PrefillCancelled."""
+        t = time.perf_counter()
+        try:
+            return self.prompt_cache.prefill(setup.req.document, setup.prompt.ids, setup.cancel,
+                                             setup.opts.cache_memory_mb, between_layers=False)
+        finally:
+            setup.times.add("prefill", (time.perf_counter() - t) * 1000)
+
     def _constrain(self, req: CompletionRequest, opts: EngineOptions, before: str, after: str,
-                   cancel: Cancel) -> _Setup | StopReason:
+                   cancel: Cancel, times: RequestTimes) -> _Setup | StopReason:
         """The prompt (its last token backed off when the grammar can re-create it: healing), the
         grammar matcher after the text before the cursor (constrained), and the rest of the file
         the completion must respect; a StopReason when the text before the cursor does not parse."""
@@ -519,7 +555,7 @@ class CompletionEngine:
             held, depth = self._lexeme_before(before_b)
             rest = RestOfFile.build(before, after, mode, self.scanner, held, heal, depth)
             return _Setup(req, opts, compiled, before, after, prompt, None, None, held, depth, rest, sampler,
-                          max_tokens, cancel)
+                          max_tokens, cancel, times=times)
         try:
             matcher = self._matcher(compiled, before_b, heal, parser, prompt, opts)
         except (ParseError, LexError) as e:
@@ -537,7 +573,7 @@ class CompletionEngine:
             return StopReason.NO_CONTINUATION
         guide = self._identifier_guide(req, opts, compiled, before_b[: len(before_b) - len(heal)])
         return _Setup(req, opts, compiled, before, after, prompt, matcher, recovery, held, depth, rest, sampler,
-                      max_tokens, cancel, guide)
+                      max_tokens, cancel, guide, times)
 
     def _speculator(self, setup: _Setup):
         """A speculator for one decoding pass (None: speculation off)."""
@@ -568,23 +604,29 @@ class CompletionEngine:
                              steer=steer, names=setup.guide, budget=budget)
         finally:
             self.prompt_cache.release(setup.req.document, stepper.past, len(setup.prompt.ids))
+            setup.times.add("model", sum(stepper.forward_ms))
+        setup.times.add("mask", sum(outcome.mask_ms))
         log.debug("generated %r (healed %r), stop %s", outcome.generated, setup.heal, outcome.stop)
         if outcome.stop.reason == StopReason.CANCELLED:
             return Pass(outcome, EMPTY, speculator)
         completion = outcome.generated[len(setup.heal) :]
         offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal, completion, setup.depth,
                              outcome.stop.cut, later=outcome.stop.reason != StopReason.ECHO)
-        return Pass(outcome, self._names_cut(setup, completion, offer), speculator)
+        if setup.guide is not None:  # its checks are counted as checks
+            t, checked = time.perf_counter(), setup.rest.check_ms
+            offer = self._names_cut(setup, completion, offer)
+            setup.times.add("names", (time.perf_counter() - t) * 1000 - (setup.rest.check_ms - checked))
+        return Pass(outcome, offer, speculator)
 
     def _names_cut(self, setup: _Setup, completion: bytes, offer: Offer) -> Offer:
         """`offer`, or (a names guide decoded it) the longest cut before the first of its later lines that
         reads a name bound nowhere it can be read and that passes the offer's checks
         (identifiers/later_lines.py); `offer` itself where no such cut passes."""
-        from .identifiers.later_lines import first_unbound_line, line_start
-
         rest = setup.rest
         if setup.guide is None or not offer.cut or rest.compat is None:  # off, or the analysis not ready
             return offer
+        from .identifiers.later_lines import first_unbound_line, line_start
+
         after = rest.tail.decode() + setup.after[len(rest.ctx.covered) :]
         for _ in range(3):  # a cut may leave a name read above it unbound (a function's body reads late)
             written = offered_text(completion, offer.cut, not rest.ctx.infix)
@@ -619,12 +661,13 @@ class CompletionEngine:
         from .loop import DecodeOutcome
 
         try:
-            logits, past, _ = self.prompt_cache.prefill(setup.req.document, setup.prompt.ids, setup.cancel,
-                                                        setup.opts.cache_memory_mb, between_layers=False)
+            logits, past, _ = self._prefill(setup)
         except PrefillCancelled:
             return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
+        t = time.perf_counter()
         matcher = self._matcher(setup.compiled, setup.before.encode(), setup.heal, self._parser(
             setup.req.document, setup.compiled), setup.prompt, setup.opts)
+        setup.times.add("setup", (time.perf_counter() - t) * 1000)
         p = self._decode_pass(setup, matcher, logits, past, replay, avoid, limit, steer, start=start)
         return replace(p, offer=replace(p.offer, path="redecode")) if p.offer.cut else p
 

@@ -53,13 +53,14 @@ class Status:
 class Ticket:
     """One completion request's right to run; `stopped()` is the engine's cancel callback."""
 
-    __slots__ = ("uri", "version", "superseded", "stopped_at", "_stop")
+    __slots__ = ("uri", "version", "superseded", "stopped_at", "started_at", "_stop")
 
     def __init__(self, uri: str, version: int | None) -> None:
         self.uri = uri
         self.version = version
         self.superseded = False
         self.stopped_at: float | None = None  # time.perf_counter() of the stop
+        self.started_at: float | None = None  # time.perf_counter() when the worker thread took it up
         self._stop = threading.Event()
 
     def stop(self, superseded: bool = False) -> None:
@@ -291,6 +292,7 @@ class EngineHost:
             return None
 
         def work() -> CompletionResult | None:
+            ticket.started_at = time.perf_counter()
             if ticket.stopped():
                 return None
             result = engine.complete(request, cancel=ticket.stopped, options=options)

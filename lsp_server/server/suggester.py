@@ -22,6 +22,7 @@ from lsprotocol import types
 
 from ..decoding.budget import Budget
 from ..decoding.engine import CompletionRequest, CompletionResult
+from ..decoding.request_times import log_text
 from ..decoding.stopping.decision import StopReason
 from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
 from .documents import DocumentStore
@@ -223,9 +224,11 @@ class Suggester:
     async def _run(self, request: CompletionRequest, job: Job, arrived: float) -> CompletionResult | None:
         """The engine's run for `request` (which arrived at `arrived`, perf_counter); None when
         it was stopped or failed (reported)."""
+        joining = time.perf_counter()
         try:
             if self.work_ahead is not None:
                 await self.work_ahead.join(request.document, request.text, request.cursor)
+            queued = time.perf_counter()
             result = await self.host.complete(request, job.ticket)
         except asyncio.CancelledError:
             return None
@@ -238,6 +241,8 @@ class Suggester:
             return None
         finally:
             self.host.release(job.ticket)
+        # before the engine: a prefetch joined (`WorkAhead.join`), the worker thread busy (a background job's layer)
+        before_the_engine = {"join": (queued - joining) * 1000, "queue": ((job.ticket.started_at or queued) - queued) * 1000}
         if result is None or result.stop_reason == StopReason.CANCELLED or job.ticket.stopped():
             ticket = job.ticket
             why = "superseded" if ticket.superseded else "cancelled"
@@ -258,11 +263,11 @@ class Suggester:
                                       tuple(result.token_ids) if result.text else ())
         log.info(
             "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
-            "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival",
+            "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival; %s",
             request.document, request.cursor, result.stop_reason, result.offer_path,
             result.check_ms, result.prompt_tokens, result.prompt_reused, result.prompt_ms, result.decode_ms,
             result.tokens_generated, result.tokens_forced, result.engine_ms, result.gate_ms,
-            (time.perf_counter() - arrived) * 1000,
+            (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.times_ms),
         )
         return result
 

@@ -1,0 +1,119 @@
+"""Every millisecond of a request in the engine in a named part (decoding/request_times.py): the
+parts are measured where they are spent, none inside another, so they add up to the request's
+wall time with a remainder that is never negative; the wait for the engine is its own part."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+from lsprotocol import types
+
+from lsp_server.decoding.engine import CompletionRequest
+from lsp_server.decoding.request_times import PARTS, parts_in
+from lsp_server.options import EngineOptions
+from lsp_server.server.documents import DocumentStore
+from lsp_server.server.engine_host import EngineHost
+from lsp_server.server.suggester import Suggester
+from lsp_server.server.telemetry import Telemetry
+
+from completion_support import scripted_engine
+from wait_support import until
+
+DOC = "def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return |\n\n\nprint(total([1, 2]))\n"
+ROUNDING = 0.01 * (len(PARTS) + 1)  # each part is rounded to 0.01 ms
+
+
+def request_and_engine(compiled, intended_after: str = "s\n"):
+    off = DOC.index("|")
+    text = DOC[:off] + DOC[off + 1 :]
+    engine = scripted_engine(compiled, text[:off] + intended_after + text[off:].lstrip(" "))
+    return engine, CompletionRequest(text, cursor=off, document="file:///t.py")
+
+
+def assert_adds_up(result) -> dict:
+    parts = result.times_ms
+    assert set(parts) == set(PARTS) | {"unaccounted"}
+    assert all(ms >= 0 for ms in parts.values()), parts  # nothing counted twice
+    # the wall time in `complete`: the wait for the lock, then the engine's own time
+    assert sum(parts.values()) == pytest.approx(parts["lock"] + result.engine_ms, abs=ROUNDING)
+    return parts
+
+
+def test_a_decoded_request_is_split_into_its_parts(compiled):
+    engine, req = request_and_engine(compiled)
+    result = engine.complete(req)
+    assert result.text == "s" and result.tokens_generated > 0
+    parts = assert_adds_up(result)
+    # what this request did was measured where it was done
+    for part in ("setup", "prefill", "model", "mask", "checks", "gate"):
+        assert parts[part] > 0, (part, parts)
+    assert parts["names"] == 0  # the names analysis is never ready in these tests (conftest)
+
+
+def test_typing_through_the_shown_answer_runs_no_model_and_still_adds_up(compiled):
+    engine, req = request_and_engine(compiled, "sum(xs) + s\n")
+    first = engine.complete(req)
+    assert first.text.startswith("sum(")
+    typed = req.text[: req.cursor] + "su" + req.text[req.cursor :]
+    result = engine.complete(CompletionRequest(typed, cursor=req.cursor + 2, document=req.document))
+    assert result.typed_through == 2
+    parts = assert_adds_up(result)
+    assert parts["model"] == parts["prefill"] == parts["mask"] == 0
+
+
+def test_the_wait_for_the_engine_is_the_lock_part(compiled):
+    """A request made while another holds the engine waits; its `lock` part holds at least the
+    time from when it was seen waiting (its cancel callback is polled only while it waits for the
+    lock, before any decoding) to the release."""
+    engine, req = request_and_engine(compiled)
+    waiting = threading.Event()
+    seen: list[float] = []
+
+    def cancel() -> bool:
+        if not waiting.is_set():
+            seen.append(time.perf_counter())
+            waiting.set()
+        return False
+
+    results = []
+    engine._lock.acquire()  # another request holds the engine
+    worker = threading.Thread(target=lambda: results.append(engine.complete(req, cancel=cancel)))
+    worker.start()
+    try:
+        assert waiting.wait(30)
+        time.sleep(0.05)
+    finally:
+        released = time.perf_counter()
+        engine._lock.release()
+    worker.join(60)
+    parts = assert_adds_up(results[0])
+    assert parts["lock"] >= (released - seen[0]) * 1000 - 0.01
+    assert results[0].text == "s"
+
+
+async def test_the_servers_log_gives_the_parts_as_the_latency_benchmark_reads_them(compiled, caplog):
+    """The server logs each run's parts (and its waits before the engine) on its `completed`
+    line; bench/lsp_latency.py's `where_the_time_went` reads them from there (`parts_in`)."""
+    engine, req = request_and_engine(compiled)
+    host = EngineHost(lambda status: None, loader=lambda options, progress: engine)
+    host.configure(EngineOptions(model="scripted"))
+    await until(lambda: host.ready)
+    docs = DocumentStore()
+    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
+    docs.open("file:///t.py", "python", 1, req.text)
+    before = req.text[: req.cursor]
+    with caplog.at_level(logging.INFO, logger="lsp_server.server.suggester"):
+        got = await suggester.suggest("file:///t.py", types.Position(before.count("\n"), len(before.split("\n")[-1])),
+                                      None, None)
+    host.shutdown()
+    assert got.text == "s"
+    found = [parts for r in caplog.records if r.getMessage().startswith("completed ")
+             and (parts := parts_in(r.getMessage())) is not None]
+    assert len(found) == 1
+    logged = found[0]
+    assert list(logged) == ["join", "queue", *PARTS, "unaccounted"]  # the waits before the engine, then its parts
+    assert logged["join"] >= 0 and logged["queue"] >= 0
+    assert all(logged[part] == pytest.approx(ms, abs=0.01) for part, ms in got.result.times_ms.items())
