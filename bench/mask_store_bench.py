@@ -1,6 +1,6 @@
 """Benchmark of the mask store, full and streamlined, and of the matcher (prints JSON).
 
-    .venv/bin/python bench/mask_store.py [--tokens 100000] [--model default]
+    .venv/bin/python bench/mask_store_bench.py [--tokens 100000] [--model default]
 
 1. builds the full store (build seconds, MB, load seconds, rows, unique masks);
 2. streamlines it twice: with the analyses' caches empty (cold) and again from the cache, and
@@ -16,7 +16,6 @@ alternating order.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -24,16 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# this file's name is the package's: import the package from the repository, not this file
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-sys.modules.pop("mask_store", None)
-_spec = importlib.util.spec_from_file_location("_bench_util", _HERE / "_util.py")
-_util = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_util)
-files_until_tokens, read_source = _util.files_until_tokens, _util.read_source
-stats_ms, stdlib_files = _util.stats_ms, _util.stdlib_files
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import files_until_tokens, read_source, stats_ms, stdlib_files  # noqa: E402
 
 import numpy as np  # noqa: E402
 
