@@ -231,3 +231,33 @@ def test_a_server_given_a_bad_file_says_why_and_recovers(files, tmp_path, tiny_m
         assert s.response(s.inline("file:///a.py", 1, 5))["result"]["items"] == []
         s.notify("workspace/didChangeConfiguration", {"settings": {"syntaxlock": {"model": str(tiny_model_dir)}}})
         s.status("ready")
+
+
+@pytest.mark.slow
+def test_the_server_completes_with_a_sentencepiece_file_and_every_item_compiles(tmp_path):
+    """A Gemma 3 stand-in whose tokenizer is SentencePiece (`▁` for a space, byte fallback,
+    scores instead of merges: a model trained here) served by the real server over stdio: its
+    mask store is built from the file's own vocabulary, and every offered item compiles."""
+    pytest.importorskip("sentencepiece", reason="the dev extra installs sentencepiece (trains the vocabulary)")
+    from gguf_vocab_support import add_sentencepiece_vocab, train_sentencepiece, write_vocab_gguf
+    from raw_lsp import RawServer
+
+    vocab = tmp_path / "spm-vocab.gguf"
+    write_vocab_gguf(vocab, lambda w: add_sentencepiece_vocab(w, train_sentencepiece(), add_space_prefix=False))
+    path = write_stand_in(tmp_path / "gemma3-spm.gguf", SHAPES["tiny-gemma3"], cycling_types(ALL_TYPES),
+                          vocab_gguf=vocab, seed=4)
+    texts = ["import os\n\npath = os.", "def scale(values, factor):\n    result = []\n    for v in values:\n        ",
+             "class Point:\n    def __init__(self, x, y):\n        self.x = "]
+    offered = []
+    with RawServer() as s:
+        s.initialize({"model": str(path), "maxTokens": 10, "temperature": 1.0, "seed": 3, "latencyBudgetMs": 0},
+                     wait="ready")
+        for n, text in enumerate(texts):
+            uri = f"file:///doc{n}.py"
+            s.open(uri, text)
+            lines = text.split("\n")
+            items = s.response(s.inline(uri, len(lines) - 1, len(lines[-1])))["result"]["items"]
+            offered += [(text, item["insertText"]) for item in items if item["insertText"]]
+    assert offered, "the server offered nothing"
+    failing = [(t, i) for t, i in offered if not _compiles(t + i)]
+    assert not failing, failing
