@@ -10,6 +10,7 @@ import pytest
 from corpus_support import read_source, stdlib_files
 
 from grammar_tools.parsing.check import check_source
+from grammar_tools.parsing.cpython_check import compiles
 from grammar_tools.parsing.edit_check import EditCheck
 from grammar_tools.parsing.incremental import ParseError, PrefixParser
 from grammar_tools.parsing.recovery import parse_prefix
@@ -226,6 +227,25 @@ def test_reach_bounds_the_read_of_a_long_statement(parser_factory):
     assert bounded.ok(b"    'new': 1,") and not bounded.ok(b"    'new': 1")
     assert bounded.reference.reached < at + 2 * 4096 < len(doc) // 10  # not the table's far end
     assert unbounded.reference.reached > len(doc) - 20  # read to the table's end
+
+
+def test_a_bracket_a_cut_left_open_to_the_end_of_a_long_table_refuses(parser_factory):
+    """The cut removed a table entry's closing brace (`'ipa': {'id': 'IPA', 'deprecated'|`), in a
+    table longer than the reach: an edit that leaves the entry open meets the document's parse
+    and no error shows within reach, but the table then never closes (CPython: "'{' was never
+    closed" at the end of the file). Refused, as the unbounded check refuses it. (The edit that
+    closes the entry is taken by the unbounded check only: its parse, a bracket shallower than
+    the document's, never meets the document's within reach.)"""
+    rows = "".join(f"    'key{i}': {{'id': 'K{i}', 'old': False}},\n" for i in range(3000))
+    doc = "TABLE = {\n    'ipa': {'id': 'IPA', 'deprecated'|\n" + rows + "}\n\n\nx = 1\n"
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    unbounded = EditCheck(parser_factory(), before, after, strict=True)
+    bounded = EditCheck(parser_factory(), before, after, strict=True, reach=4096)
+    for insert in (b"+", b": {'a': 1},", b": False}", b" + 'x'", b": False},"):
+        assert unbounded.ok(insert) == compiles(before + insert + after), insert
+        assert not bounded.ok(insert) or unbounded.ok(insert), insert  # what it takes compiles
+    assert unbounded.ok(b": False},") and not bounded.ok(b"+") and not bounded.ok(b": {'a': 1},")
 
 
 def test_recovery_takes_the_enclosing_statement_when_the_inner_one_reads_into_an_error(parser_factory):
