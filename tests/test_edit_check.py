@@ -212,16 +212,24 @@ def test_reach_bounds_what_a_check_reads(parser_factory):
     assert bounded.ok(b"1") and not bounded.ok(b"(1,")
 
 
+def _table_checks(parser_factory, first_line: str):
+    """A table of 3,000 entries whose first line is `first_line` (the cursor at its `|`): the
+    document, the text before and after the cursor, a strict check without a reach and one with
+    a reach of 4 KB."""
+    rows = "".join(f"    'key{i}': {{'id': 'K{i}', 'old': False}},\n" for i in range(3000))
+    doc = "TABLE = {\n" + first_line + "\n" + rows + "}\n\n\nx = 1\n"
+    at = doc.index("|")
+    before, after = doc[:at].encode(), doc[at + 1 :].encode()
+    return (doc, before, after, EditCheck(parser_factory(), before, after, strict=True),
+            EditCheck(parser_factory(), before, after, strict=True, reach=4096))
+
+
 def test_reach_bounds_the_read_of_a_long_statement(parser_factory):
     """An edit that meets the document's parse inside a table of thousands of lines: the
     statement it is in is read for errors `reach` bytes on, not to its far end; the verdicts
     are those of the unbounded check (an error the edit leaves in its own line still refuses)."""
-    rows = "".join(f"    'key{i}': {{'id': 'K{i}', 'old': False}},\n" for i in range(3000))
-    doc = "TABLE = {\n|\n" + rows + "}\n\n\nx = 1\n"
-    at = doc.index("|")
-    before, after = doc[:at].encode(), doc[at + 1 :].encode()
-    unbounded = EditCheck(parser_factory(), before, after, strict=True)
-    bounded = EditCheck(parser_factory(), before, after, strict=True, reach=4096)
+    doc, before, after, unbounded, bounded = _table_checks(parser_factory, "|")
+    at = len(before)
     for insert in (b"    'new': 1,", b"    'new': {'id': 'N'},", b"    'new': 1", b"    'new': (1,"):
         assert bounded.ok(insert) == unbounded.ok(insert), insert
     assert bounded.ok(b"    'new': 1,") and not bounded.ok(b"    'new': 1")
@@ -236,12 +244,7 @@ def test_a_bracket_a_cut_left_open_to_the_end_of_a_long_table_refuses(parser_fac
     closed" at the end of the file). Refused, as the unbounded check refuses it. (The edit that
     closes the entry is taken by the unbounded check only: its parse, a bracket shallower than
     the document's, never meets the document's within reach.)"""
-    rows = "".join(f"    'key{i}': {{'id': 'K{i}', 'old': False}},\n" for i in range(3000))
-    doc = "TABLE = {\n    'ipa': {'id': 'IPA', 'deprecated'|\n" + rows + "}\n\n\nx = 1\n"
-    at = doc.index("|")
-    before, after = doc[:at].encode(), doc[at + 1 :].encode()
-    unbounded = EditCheck(parser_factory(), before, after, strict=True)
-    bounded = EditCheck(parser_factory(), before, after, strict=True, reach=4096)
+    _, before, after, unbounded, bounded = _table_checks(parser_factory, "    'ipa': {'id': 'IPA', 'deprecated'|")
     for insert in (b"+", b": {'a': 1},", b": False}", b" + 'x'", b": False},"):
         assert unbounded.ok(insert) == compiles(before + insert + after), insert
         assert not bounded.ok(insert) or unbounded.ok(insert), insert  # what it takes compiles
