@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import pytest
 import torch
 
 from gguf_reference import ReferenceModel
+from grammar_tools.parsing.cpython_check import compiles
 from lsp_server.model.cpu_decoder import load_cpu_decoder
 from lsp_server.model.kernels.block_weights import BlockMatrix
 from lsp_server.model.stand_in_gguf import ALL_TYPES, SHAPES, cycling_types, write_stand_in
@@ -178,18 +178,8 @@ def test_a_truncated_file_is_refused_naming_it(files, tmp_path, monkeypatch, cut
         load_model(str(not_gguf), "cpu")
 
 
-def _compiles(text: str) -> bool:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            compile(text, "<completion>", "exec")
-        except (SyntaxError, ValueError):
-            return False
-    return True
-
-
 @pytest.mark.slow
-def test_the_cli_completes_with_every_architecture_and_every_item_compiles(files, tmp_path):
+def test_the_cli_completes_with_every_architecture_and_every_itemcompiles(files, tmp_path):
     """Sampling at temperature 1 (random weights greedily repeat one token to the limit): every
     architecture offers something, and every offered item makes the file compile."""
     texts = ["import os\n\n\ndef total(values):\n    result = 0\n    for v in values:\n        result += v\n    return ",
@@ -212,7 +202,7 @@ def test_the_cli_completes_with_every_architecture_and_every_item_compiles(files
         assert len(rows) == len(texts), (arch, rows)
         offered = [r for r in rows if r["text"]]  # an empty answer offers nothing (no compilable end within the limit)
         assert offered, (arch, rows)
-        failing = [(r["path"], r["text"], r.get("stop_reason")) for r in offered if not _compiles(by_path[r["path"]] + r["text"])]
+        failing = [(r["path"], r["text"], r.get("stop_reason")) for r in offered if not compiles(by_path[r["path"]] + r["text"])]
         assert not failing, (arch, failing)
 
 
@@ -234,7 +224,7 @@ def test_a_server_given_a_bad_file_says_why_and_recovers(files, tmp_path, tiny_m
 
 
 @pytest.mark.slow
-def test_the_server_completes_with_a_sentencepiece_file_and_every_item_compiles(tmp_path):
+def test_the_server_completes_with_a_sentencepiece_file_and_every_itemcompiles(tmp_path):
     """A Gemma 3 stand-in whose tokenizer is SentencePiece (`▁` for a space, byte fallback,
     scores instead of merges: a model trained here) served by the real server over stdio: its
     mask store is built from the file's own vocabulary, and every offered item compiles."""
@@ -259,5 +249,5 @@ def test_the_server_completes_with_a_sentencepiece_file_and_every_item_compiles(
             items = s.response(s.inline(uri, len(lines) - 1, len(lines[-1])))["result"]["items"]
             offered += [(text, item["insertText"]) for item in items if item["insertText"]]
     assert offered, "the server offered nothing"
-    failing = [(t, i) for t, i in offered if not _compiles(t + i)]
+    failing = [(t, i) for t, i in offered if not compiles(t + i)]
     assert not failing, failing
