@@ -79,8 +79,8 @@ class Plan:
     cursor: int
     valid_for: tuple[str, ...]
     resume: tuple[int, ...] = ()  # a continuation: the tokens of the answer the budget cut
-    urgent: bool = False  # run as soon as no request runs (no pause first)
     partial: str = ""  # and its text: valid too while the document is `text` with a start of it typed
+    urgent: bool = False  # run as soon as no request runs (no pause first)
 
     def split(self) -> tuple[str, str]:
         """The plan's text before and after its cursor."""
