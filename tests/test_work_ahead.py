@@ -321,3 +321,31 @@ def test_end_of_insert_and_cursor_params():
                 {"textDocument": {"uri": "u", "version": "2"}, "position": {"line": 0, "character": 0}}):
         with pytest.raises(ValueError):
             parse_cursor(bad)
+
+
+async def test_a_typed_through_answer_does_not_wait_for_background_work():
+    """The rest of a suggestion being typed through needs no model: the host answers it at once,
+    and the background job holding the worker (a prefill's chunk) goes on."""
+    engines = []
+
+    class TypingEngine(BackgroundEngine):
+        def typed_through_answer(self, request, options=None):
+            pos = request.cursor
+            return CompletionResult("rest", pos, pos, "line-end", "single", True, typed_through=2) if pos == 4 else None
+
+    def loader(options, progress):
+        engines.append(TypingEngine(options))
+        return engines[-1]
+
+    host = EngineHost(lambda s: None, loader=loader)
+    host.configure(EngineOptions(model="m"))
+    await until(lambda: host.ready)
+    job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
+    await asyncio.to_thread(engines[0].started.wait, 10)
+    result = await host.complete(CompletionRequest.at("x = ", 0, 4, document="u"), host.ticket("u", 1))
+    assert result.text == "rest" and result.typed_through == 2
+    assert not job.done() and engines[0].prefills == []  # still running, not stopped
+    other = await host.complete(CompletionRequest.at("x = 1", 0, 5, document="u"), host.ticket("u", 2))
+    assert other.text == "x"  # the model's path: it stopped the background job
+    assert await job == "stopped"
+    host.shutdown()

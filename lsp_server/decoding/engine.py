@@ -253,6 +253,7 @@ class CompletionEngine:
         self._header_starts = HeaderStarts(compiled.tokens)  # re-decoding's steering masks, built as needed
         self._parsers: OrderedDict[str, PrefixParser] = OrderedDict()
         self._shown: OrderedDict[str, _Shown] = OrderedDict()  # last completion per document
+        self._shown_lock = threading.Lock()  # `_shown` is read without the engine's lock (`typed_through_answer`)
         self._lock = threading.Lock()
         vocab = self.tokenizer.vocab
         self._stop_tokens = set(int(i) for i in vocab.eos) | set(vocab.special)
@@ -312,7 +313,8 @@ class CompletionEngine:
             self.anchors.forget(document)
             self.first_anchors.forget(document)
             self._parsers.pop(document, None)
-            self._shown.pop(document, None)
+            with self._shown_lock:
+                self._shown.pop(document, None)
         self.names.forget(document)
 
     def names_ahead(self, request: CompletionRequest, options: EngineOptions | None = None,
@@ -369,13 +371,9 @@ class CompletionEngine:
             text = request.text
             off = request.cursor
             before, after = text[:off], text[off:]
-            shown = self._shown.get(request.document)
-            if shown is not None and (shown.options, shown.mode, shown.max_tokens, shown.result.python_version) == (
-                    opts, request.mode, request.max_tokens,
-                    format_version(target_version(opts.python_version, request.document))):  # the project's may change
-                rest = typed_through(shown, before, after)
-                if rest is not None:
-                    return finished(self._rest_of(shown, rest, request))
+            rest = self._typed_through(request, opts)
+            if rest is not None:
+                return finished(rest)
             result, rest_of_file = self._complete(request, cancel, opts, before, after, times)
             gated = time.perf_counter()
             if opts.constrained:
@@ -384,14 +382,42 @@ class CompletionEngine:
             times.add("gate", gate_ms)
             result = finished(replace(result, gate_ms=round(gate_ms, 2)))
             if result.text and result.stop_reason != StopReason.CANCELLED:
-                self._shown[request.document] = _Shown(before, after, result, opts, request.mode, request.max_tokens,
-                                                       rest_of_file)
-                self._shown.move_to_end(request.document)
-                while len(self._shown) > 8:
-                    self._shown.popitem(last=False)
+                self._show(request.document, _Shown(before, after, result, opts, request.mode, request.max_tokens,
+                                                    rest_of_file))
             return result
         finally:
             self._lock.release()
+
+    def typed_through_answer(self, request: CompletionRequest,
+                             options: EngineOptions | None = None) -> CompletionResult | None:
+        """The rest of the document's last suggestion when the request typed its beginning (see
+        `typed_through`), or None. No model and no engine lock: the server answers it at once,
+        even while background work (a prefill's chunk) holds the engine."""
+        t0 = time.perf_counter()
+        result = self._typed_through(request, options or self.options)
+        if result is None:
+            return None
+        ms = (time.perf_counter() - t0) * 1000
+        return replace(result, engine_ms=round(ms, 2), times_ms=RequestTimes().split(ms))
+
+    def _typed_through(self, request: CompletionRequest, opts: EngineOptions) -> CompletionResult | None:
+        with self._shown_lock:
+            shown = self._shown.get(request.document)
+        if shown is None or (shown.options, shown.mode, shown.max_tokens, shown.result.python_version) != (
+                opts, request.mode, request.max_tokens,
+                format_version(target_version(opts.python_version, request.document))):  # the project's may change
+            return None
+        off = request.cursor
+        rest = typed_through(shown, request.text[:off], request.text[off:])
+        return None if rest is None else self._rest_of(shown, rest, request)
+
+    def _show(self, document: str, shown: _Shown) -> None:
+        """Keep `shown` as the document's last suggestion (the last 8 documents')."""
+        with self._shown_lock:
+            self._shown[document] = shown
+            self._shown.move_to_end(document)
+            while len(self._shown) > 8:
+                self._shown.popitem(last=False)
 
     # ------------------------------------------------------------------ working ahead
 
@@ -477,12 +503,12 @@ class CompletionEngine:
         if result.stop_reason == StopReason.CANCELLED:
             return result
         off = request.cursor
-        with self._lock:
+        with self._shown_lock:
             made = self._shown.get(request.document)  # `complete` kept a non-empty result with its rest of the file
-            shown = _Shown(request.text[:off], request.text[off:], result, opts, request.mode, request.max_tokens,
-                           made.rest if made is not None and made.result is result else None, prefetched=True)
-            self._shown[request.document] = shown
-            self._shown.move_to_end(request.document)
+        self._show(request.document, _Shown(request.text[:off], request.text[off:], result, opts, request.mode,
+                                            request.max_tokens,
+                                            made.rest if made is not None and made.result is result else None,
+                                            prefetched=True))
         return result
 
     @staticmethod

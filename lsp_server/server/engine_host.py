@@ -290,6 +290,12 @@ class EngineHost:
         engine, options = self._engine, self._active
         if engine is None or ticket.stopped():
             return None
+        # the rest of a suggestion being typed through needs no model: answered here, at once,
+        # not behind the worker's background chunk
+        quick = getattr(engine, "typed_through_answer", None)
+        typed = quick(request, options) if quick is not None else None
+        if typed is not None:
+            return typed
 
         def work() -> CompletionResult | None:
             ticket.started_at = time.perf_counter()
