@@ -40,6 +40,7 @@ from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_auto
 from grammar_tools.parsing.recognizer import Node, Recognizer
 from grammar_tools.parsing.recovery import parse_prefix
 
+from . import bits
 from .canonical import OFF, CanonicalPairs, CanonicalState
 from .operator_runs import cycles, in_cycle
 from .store import MaskStore
@@ -87,44 +88,14 @@ class Config:
     held: bytes = b""  # the open lexeme so far when it is an f-/t-string (its fields are checked)
 
 
-def pack_words(rows: np.ndarray, words: int) -> np.ndarray:
-    """(n, V) booleans as (n, words) uint64, bit t at word t // 64, bit t % 64 (the store's
-    dense masks' layout)."""
-    padded = np.zeros((rows.shape[0], words * 64), dtype=bool)
-    padded[:, : rows.shape[1]] = rows
-    return np.packbits(padded, axis=1, bitorder="little").view(np.uint64)
-
-
-def words_to_bool(words: np.ndarray, count: int) -> np.ndarray:
-    """(count,) booleans (a new, writable array) from uint64 words (`pack_words`). Unpacking
-    all the words and slicing is twice as fast as `np.unpackbits(..., count=count)`."""
-    return np.unpackbits(words.view(np.uint8), bitorder="little")[:count].view(bool)
-
-
-# below this many ids, bits are set one by one in the words (`np.bitwise_or.at`: 4 us for 20 ids,
-# 20 us for 2,000, 180 us for 20,000); above, through booleans packed (17 us, 20 us, 86 us)
-_SET_BITS_AT_MOST = 2048
-
-
-def _set_bits(words: np.ndarray, ids: np.ndarray, count: int) -> None:
-    """Set the bits of token ids `ids` in `words` (`pack_words`' layout)."""
-    if ids.size <= _SET_BITS_AT_MOST:
-        i = ids.astype(np.int64)
-        np.bitwise_or.at(words, i >> 6, np.left_shift(np.uint64(1), (i & 63).astype(np.uint64)))
-        return
-    b = np.zeros(words.shape[0] * 64, dtype=bool)
-    b[ids] = True
-    words |= np.packbits(b, bitorder="little").view(np.uint64)
-
-
 def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
     """(dead sets, V) booleans: the usable tokens whose first byte ends a lexeme in each dead set
-    (`CompiledGrammar` keeps them in bits: `np.packbits`, a row unpacked when a mask needs it)."""
+    (`CompiledGrammar` keeps them in bits, `bits.pack`)."""
     V = store.vocab_size
     first = np.array([b[0] if b else 0 for b in vocab.token_bytes[:V]], dtype=np.int64)
-    bits = np.unpackbits(store.dead_sets, axis=1, bitorder="little").astype(bool)  # (S, 256)
+    dead = bits.unpack(store.dead_sets, 256)  # (S, 256)
     usable = np.array([bool(b) and i not in vocab.special for i, b in enumerate(vocab.token_bytes[:V])])
-    return bits[:, first] & usable
+    return dead[:, first] & usable
 
 
 class CompiledGrammar:
@@ -173,8 +144,7 @@ class CompiledGrammar:
         # (S, W) words: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
         # the version (in bits: 2.9 MB, where booleans took 23 MB)
         self.W = store.dense.shape[1]
-        self._dead_masks = _dead_masks if _dead_masks is not None else pack_words(dead_token_masks(store, vocab),
-                                                                                  self.W)
+        self._dead_masks = _dead_masks if _dead_masks is not None else bits.pack(dead_token_masks(store, vocab), self.W)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
         # the configurations' masks in bits (`config_bits`): 6 KB each, where booleans took 48 KB
@@ -329,7 +299,7 @@ class CompiledGrammar:
 
     def masks_to_bool(self, ids: list[int]) -> np.ndarray:
         """The tokens of the union of masks `ids` (`masks_to_bits`), as booleans."""
-        return words_to_bool(self.masks_to_bits(ids), self.V)
+        return bits.unpack(self.masks_to_bits(ids), self.V)
 
     def masks_to_bits(self, ids: list[int]) -> np.ndarray:
         """The union of masks `ids` as (W,) uint64 words, bit t of the vocabulary at word t // 64,
@@ -352,7 +322,7 @@ class CompiledGrammar:
             return out
         parts = [self._sparse[k] for k in sparse if not self._negated[k]]
         if parts:
-            _set_bits(out, np.concatenate(parts) if len(parts) > 1 else parts[0], self.V)
+            bits.set_ids(out, np.concatenate(parts) if len(parts) > 1 else parts[0])
         left_out = None
         for k in sparse:
             if self._negated[k]:
@@ -360,13 +330,13 @@ class CompiledGrammar:
                 left_out = ids_k if left_out is None else np.intersect1d(left_out, ids_k, assume_unique=True)
         if left_out is not None:
             rest = np.zeros(self.W, dtype=np.uint64)
-            _set_bits(rest, left_out, self.V)
+            bits.set_ids(rest, left_out)
             out |= ~rest
         return out
 
     def config_mask(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration, as booleans (`config_bits`)."""
-        return words_to_bool(self.config_bits(c), self.V)
+        return bits.unpack(self.config_bits(c), self.V)
 
     def config_bits(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration as (W,) uint64 words (`masks_to_bits`;
@@ -583,8 +553,8 @@ class GrammarMatcher:
         comp = self.compiled
         if not self.configs:
             return np.zeros(comp.V, dtype=bool)
-        bits = [comp.config_bits(c) for c in self.configs]
-        mask = words_to_bool(bits[0] if len(bits) == 1 else np.bitwise_or.reduce(bits, axis=0), comp.V)
+        words = [comp.config_bits(c) for c in self.configs]
+        mask = bits.unpack(words[0] if len(words) == 1 else np.bitwise_or.reduce(words, axis=0), comp.V)
         if self.heal:
             allowed = np.zeros(comp.V, dtype=bool)
             allowed[comp.vocab.tokens_compatible_with(self.heal)] = True

@@ -198,29 +198,6 @@ def test_the_forked_token_walk_gives_the_store_of_one_process(compiled_full, mon
     assert np.array_equal(forked.row_mask, compiled.store.row_mask)  # the store the tests use
 
 
-@pytest.mark.parametrize("vocab_size", [61, 1000, 5000])
-def test_token_bits_are_set_in_words_and_read_back_as_booleans(vocab_size):
-    """`_set_bits` (bit by bit for a few ids, through packed booleans for many), `pack_words` and
-    `words_to_bool` agree on one layout: token t at word t // 64, bit t % 64, whatever the
-    vocabulary's size (not a multiple of 64 or 8 here)."""
-    from mask_store.matcher import _SET_BITS_AT_MOST, _set_bits, pack_words, words_to_bool
-
-    rng = np.random.default_rng(34)
-    words = -(-vocab_size // 64)
-    # both ways of setting bits where the vocabulary has more tokens than `_SET_BITS_AT_MOST`
-    sizes = [0, 1, 7, min(vocab_size, _SET_BITS_AT_MOST), min(vocab_size, _SET_BITS_AT_MOST + 1), vocab_size]
-    for k in sizes:
-        ids = np.sort(rng.choice(vocab_size, size=k, replace=False)).astype(np.uint16)
-        want = np.zeros(vocab_size, dtype=bool)
-        want[ids] = True
-        start = rng.integers(0, 2, size=vocab_size).astype(bool)  # bits already set stay set
-        w = pack_words(start[None, :], words)[0].copy()
-        _set_bits(w, ids, vocab_size)
-        got = words_to_bool(w, vocab_size)
-        assert got.shape == (vocab_size,) and got.flags.writeable
-        assert np.array_equal(got, want | start), k
-
-
 def test_a_configuration_mask_in_words_is_its_mask_in_booleans(compiled_full):
     """`config_bits` (memoized in words) and `config_mask` (booleans) give the same tokens, the
     second time from the memo too; `next_token_mask` ORs the configurations' words."""
