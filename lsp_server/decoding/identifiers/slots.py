@@ -133,9 +133,9 @@ def slot_at(text: bytes) -> Slot:
         return Slot(SlotKind.BINDING, partial)
     if _is_parameter(line, open_):
         return Slot(SlotKind.PARAMETER, partial)
-    logical = line.lstrip(b"\n")
-    any_name = (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(logical)
-                or _CASE_HEADER.match(logical))  # a binding place, or one where reading and binding both fit
+    unbroken = line.lstrip(b"\n")  # the logical line without the newline it starts after
+    any_name = (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(unbroken)
+                or _CASE_HEADER.match(unbroken))  # a binding place, or one where reading and binding both fit
     if any_name:
         return Slot(SlotKind.FREE, partial)
     body = line.strip()
