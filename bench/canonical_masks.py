@@ -38,7 +38,7 @@ def choose_files(tok, code: str, tokens: int, seed: int) -> list[tuple[Path, str
 
 def walk(off, on, tok, files) -> dict:
     from mask_store.canonical import OFF, START
-    from mask_store.matcher import GrammarMatcher
+    from mask_store.matcher import GrammarMatcher, MaskCounts
 
     times = {"off": [], "on": []}
     computed = {"off": [], "on": []}
@@ -46,22 +46,22 @@ def walk(off, on, tok, files) -> dict:
     removed_share = []
     positions = rejections = 0
     first_rejections: list[str] = []
-    fallbacks0 = on.stats["canonical_fallbacks"]
+    counts = MaskCounts()  # the canonical side's matchers count into it
     for path, text in files:
         ids = tok.encode(text)
         matchers = {"off": GrammarMatcher.from_prefix(off, b"", canonical=OFF),
-                    "on": GrammarMatcher.from_prefix(on, b"", canonical=START)}
+                    "on": GrammarMatcher.from_prefix(on, b"", canonical=START, counts=counts)}
         comps = {"off": off, "on": on}
         for i, t in enumerate(ids):
             masks, dts = {}, {}
             for side in (("off", "on") if i % 2 else ("on", "off")):
                 comp = comps[side]
-                n0 = comp.stats["masks"]
+                n0 = comp.memo.stats["masks"]
                 t0 = time.perf_counter()
                 masks[side] = matchers[side].next_token_mask()
                 dts[side] = time.perf_counter() - t0
                 times[side].append(dts[side])
-                if comp.stats["masks"] > n0:  # the grammar's mask computed, not from the cache
+                if comp.memo.stats["masks"] > n0:  # the grammar's mask computed, not from the cache
                     computed[side].append(dts[side])
             added.append(dts["on"] - dts["off"])
             positions += 1
@@ -82,7 +82,7 @@ def walk(off, on, tok, files) -> dict:
         "positions": positions,
         "rejections_canonical_on": rejections,
         "first_rejections": first_rejections,
-        "canonical_fallbacks": on.stats["canonical_fallbacks"] - fallbacks0,
+        "canonical_fallbacks": counts.canonical_fallbacks,
         "mask_ms": {side: stats_ms(v) for side, v in times.items()},
         "mask_ms_computed": {side: stats_ms(v) if v else None for side, v in computed.items()},
         "added_ms": {"p50": round(float(np.percentile(a, 50)), 4), "p99": round(float(np.percentile(a, 99)), 4),

@@ -58,11 +58,11 @@ def main() -> None:
             where = ("inside_fstring" if m.configs and all(compiled.q_term[c.q] in fstring for c in m.configs)
                      else "outside")
             positions[where] += 1
-            before = compiled.stats["masks"]
+            before = compiled.memo.stats["masks"]
             t0 = time.perf_counter()
             mask = m.next_token_mask()
             dt = time.perf_counter() - t0
-            if compiled.stats["masks"] > before:
+            if compiled.memo.stats["masks"] > before:
                 times[where].append(dt)
             if not mask[t]:
                 rejections += 1

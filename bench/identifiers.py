@@ -30,7 +30,6 @@ the original file is the one compared with).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import re
 import sys
@@ -43,18 +42,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from completion_quality import cut_points, edit_similarity, percentile  # noqa: E402  (fair threads set there)
 from _util import CODE_SETS  # noqa: E402
+from grammar_tools.parsing.cpython_check import parsed_tree  # noqa: E402
 
 _IDENT = re.compile(r"[^\W\d]\w*")
 _ATTR = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 
 
 def undefined_names(text: str) -> Counter | None:
-    """pyflakes' undefined names of a file (None: it does not compile)."""
+    """pyflakes' undefined names of a file (None: CPython's parser refuses it)."""
     from pyflakes import checker, messages
 
-    try:
-        tree = compile(text, "<cut>", "exec", ast.PyCF_ONLY_AST)
-    except (SyntaxError, ValueError):
+    tree = parsed_tree(text, "<cut>")
+    if tree is None:
         return None
     w = checker.Checker(tree, filename="<cut>")
     return Counter(m.message_args[0] for m in w.messages if isinstance(m, messages.UndefinedName))

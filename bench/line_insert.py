@@ -27,7 +27,6 @@ import json
 import random
 import sys
 import tokenize
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,19 +37,10 @@ from lsp_server.threads import use_fair_threads  # noqa: E402
 use_fair_threads()  # before torch loads libgomp, as the CLI does
 
 from _util import CODE_SETS  # noqa: E402
+from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 from completion_quality import candidate_files, edit_similarity  # noqa: E402
 
 KINDS = ("col0", "indent", "blank")
-
-
-def compiles(text: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(text, "<completion>", "exec")
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 def _tokens(text: str) -> list[tokenize.TokenInfo] | None:

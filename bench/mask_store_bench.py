@@ -79,13 +79,13 @@ def _walk(full: CompiledGrammar, stream: CompiledGrammar, tok, files) -> dict:
             masks = [None, None]
             for k in order:
                 comp, m = (full, mf) if k == 0 else (stream, ms)
-                checks0, computed0 = comp.stats["parser_checks"], comp.stats["masks"]
+                checks0, computed0 = comp.memo.stats["parser_checks"], comp.memo.stats["masks"]
                 t0 = time.perf_counter()
                 masks[k] = m.next_token_mask()
                 dt = time.perf_counter() - t0
-                if comp.stats["masks"] > computed0:  # computed, not a cache hit
+                if comp.memo.stats["masks"] > computed0:  # computed, not a cache hit
                     (t_full if k == 0 else t_stream).append(dt)
-                    (c_full if k == 0 else c_stream).append(comp.stats["parser_checks"] - checks0)
+                    (c_full if k == 0 else c_stream).append(comp.memo.stats["parser_checks"] - checks0)
             positions += 1
             if not np.array_equal(masks[0], masks[1]):
                 differing += 1

@@ -7,9 +7,8 @@ from dataclasses import dataclass, fields, replace
 
 from grammar_tools.parsing.versions import VersionError, parse_version
 
-from .decoding.identifiers.modes import IDENTIFIER_MODES
-
 MODES = ("auto", "single", "multi")
+IDENTIFIER_MODES = ("off", "bias", "constrain")  # `decoding.identifiers.modes.IdentifierMode`'s values
 DEVICES = ("auto", "cpu", "cuda")
 
 # Ranges, where a value outside breaks or wastes decoding (editor settings mirror them):

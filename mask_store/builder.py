@@ -23,6 +23,7 @@ import numpy as np
 from grammar_tools.analyses.forked_pool import can_fork, forked_pool
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 
+from . import bits
 from .build_timeline import Timeline
 from .nfa_states import NfaStates
 from .store import MaskStore
@@ -87,14 +88,14 @@ def compact(toks: np.ndarray, vocab_size: int) -> np.ndarray:
         return np.ascontiguousarray(toks, dtype=np.int32)
     marked = np.zeros(vocab_size, dtype=bool)
     marked[toks] = True
-    return np.packbits(marked, bitorder="little")
+    return bits.pack(marked, dtype=np.uint8)
 
 
 def token_ids(c: np.ndarray, vocab_size: int) -> np.ndarray:
     """The sorted ids (int32) of a set in either form (`compact`)."""
     if c.dtype != np.uint8:
         return c
-    return np.flatnonzero(np.unpackbits(c, count=vocab_size, bitorder="little")).astype(np.int32)
+    return bits.token_ids(c, vocab_size).astype(np.int32)
 
 
 def _digest(toks: np.ndarray) -> bytes:
@@ -294,7 +295,7 @@ class StoreBuilder:
         d_dead = np.zeros(n, dtype=np.int32)
         table = lexer.table
         for d in range(1, n):  # state 0 (the start) reads no lexeme: no row, no dead set
-            d_dead[d] = dead_sets(np.packbits(table[d] < 0, bitorder="little").tobytes())
+            d_dead[d] = dead_sets(bits.pack(table[d] < 0, dtype=np.uint8).tobytes())
         walked_states = [d for d in range(1, n) if q_of.get(d)]
         with timeline.phase("walk"):
             for chunk in self._walk_states(walked_states, sig, q_of):
@@ -360,7 +361,7 @@ def _union(parts: list[np.ndarray], vocab_size: int) -> np.ndarray:
     marked = np.zeros(vocab_size, dtype=bool)
     for p in parts:
         if p.dtype == np.uint8:
-            marked |= np.unpackbits(p, count=vocab_size, bitorder="little").view(bool)
+            marked |= bits.unpack(p, vocab_size)
         else:
             marked[p] = True
     return np.flatnonzero(marked).astype(np.int32)
@@ -384,7 +385,7 @@ def assemble(
     bitset, the sorted ids, or the sorted ids it leaves out (`sparse_negated`), the smallest.
     A row's token sets are sorted ids or bitsets (`compact`); `digests`: id(set) -> the digest
     of its compact form where known (`TokenSets`: a row of one set is not hashed again)."""
-    W = (vocab_size + 63) // 64
+    W = bits.n_words(vocab_size)
     use16 = vocab_size <= 1 << 16
     dense_rows: list[np.ndarray] = []
     sparse_parts: list[np.ndarray] = []
@@ -418,9 +419,9 @@ def assemble(
                     sparse_start.append(sparse_start[-1] + toks.size)
                     sparse_negated.append(negated)
                 else:
-                    bits = np.zeros(W * 64, dtype=np.uint8)
-                    bits[toks] = 1
-                    dense_rows.append(np.packbits(bits, bitorder="little").view(np.uint64))
+                    marked = np.zeros(vocab_size, dtype=bool)
+                    marked[toks] = True
+                    dense_rows.append(bits.pack(marked, W))
                     m = len(dense_rows) - 1
                 mask_index[key] = m
             row_mask.append(m)

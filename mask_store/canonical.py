@@ -49,6 +49,7 @@ import numpy as np
 
 from grammar_tools import cache
 
+from . import bits
 from . import pretoken_junctions as pj
 from .pretoken_junctions import Head, Junction, RunKind
 from .vocabulary import Vocabulary
@@ -59,11 +60,10 @@ FORMAT_VERSION = 2  # 2: digits_isolated
 ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as booleans)
 
 
-def unpack_row(bits: np.ndarray, count: int) -> np.ndarray:
-    """(count,) bool, read-only, from `np.packbits(..., bitorder="little")`: the masks memoized
-    across requests are kept in bits (here and in `matcher.CompiledGrammar`). All the bits
-    unpacked, then sliced: twice as fast as `np.unpackbits(..., count=count)` (262k: 20 vs 38 us)."""
-    row = np.unpackbits(bits, bitorder="little")[:count].view(bool)
+def unpack_row(packed: np.ndarray, count: int) -> np.ndarray:
+    """(count,) bool, read-only, from `bits.pack`'s bytes: the masks memoized across requests are
+    kept in bits (here and in `matcher.CompiledGrammar`)."""
+    row = bits.unpack(packed, count)
     row.setflags(write=False)
     return row
 
@@ -413,7 +413,7 @@ class CanonicalPairs:
 
     def _packed_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
         """`_compute_row` in bits (what the row cache keeps)."""
-        return np.packbits(self._compute_row(last, kind, ends_ws_run), bitorder="little")
+        return bits.pack(self._compute_row(last, kind, ends_ws_run), dtype=np.uint8)
 
     def _compute_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
         joined = self._joined[kind]

@@ -1,8 +1,9 @@
 """`GrammarMatcher`: the per-completion runtime that says which tokens may come next.
 
 Stages, as in XGrammar: `Vocabulary` -> `MaskStore` (offline) -> `CompiledGrammar` (the store
-loaded with the recognizer, lexer and lazily built row tries; immutable, shared by all
-requests) -> `GrammarMatcher` (one per completion, cheap to create).
+loaded with the recognizer and lexer; immutable after construction, shared by all requests; what
+it memoizes across requests lives in its one `GrammarMemo`) -> `GrammarMatcher` (one per
+completion, cheap to create; what a completion's masks did is counted in its `MaskCounts`).
 
 A matcher holds a set of configurations `(q, node, width)`: NFA state q (a class of lexer
 configurations (X, d) that read every token alike, walked from its representative d), the parser
@@ -18,7 +19,7 @@ Whole masks, and the boundary rows' mask ids, are memoized by parser context.
 Canonical tokenization (mask_store.canonical, on when the matcher is given a `CanonicalState`
 other than `OFF`): the mask is also ANDed with the tokens that keep the generated sequence one
 the tokenizer would produce. Where that leaves nothing the grammar alone allows, the step falls
-back to the grammar's mask and counts it (`stats["canonical_fallbacks"]`).
+back to the grammar's mask and counts it (`MaskCounts.canonical_fallbacks`, the completion's own).
 
 Error policy: `accept_token` returns False for a token the grammar rejects (the state is
 unchanged; canonicality is the mask's business, not a reason to reject: a fallback step's token
@@ -40,6 +41,7 @@ from grammar_tools.lexing.lexer_automaton import LexerAutomaton, load_lexer_auto
 from grammar_tools.parsing.recognizer import Node, Recognizer
 from grammar_tools.parsing.recovery import parse_prefix
 
+from . import bits
 from .canonical import OFF, CanonicalPairs, CanonicalState
 from .operator_runs import cycles, in_cycle
 from .store import MaskStore
@@ -71,6 +73,46 @@ class _Lru:
             self.entries.popitem(last=False)
 
 
+class GrammarMemo:
+    """What a `CompiledGrammar` memoizes across requests, in one place (the compiled grammar
+    itself does not change after construction), and the counts of the work done to fill it.
+
+    - `tries`: each group's rows as a trie (`CompiledGrammar.trie`, built on first use);
+    - `masks`: the configurations' masks in bits (`config_bits`): 6 KB each, where booleans took
+      48 KB (4,096 of them 192 MB; docs/memory.md);
+    - `boundary`: (group, node key) -> the boundary rows' mask ids;
+    - `top_accepted`: `Recognizer.top_accepted`'s memo (bounded: emptied when full);
+    - `heal_goes_on`: healing's look-ahead (`GrammarMatcher._drop_dead_ends`): the healed bytes
+      repeat across requests (indentations above all);
+    - `stats`: parser_checks, recognizer calls (`accepted`, `feed`) made to compute masks; with
+      masks (computed, not from the memo) it gives the checks per mask, the figure that
+      streamlining lowers; rows ORed; cache_hits.
+
+    Not locked: its users compute masks one at a time (the engine under its lock, a team batch's
+    rows on the batch's one thread)."""
+
+    __slots__ = ("tries", "masks", "boundary", "top_accepted", "heal_goes_on", "stats")
+
+    def __init__(self, size: int, heal_goes_on) -> None:
+        self.tries: dict[int, _Trie] = {}
+        self.masks = _Lru(size)
+        self.boundary = _Lru(size)
+        self.top_accepted: dict = {}
+        self.heal_goes_on = functools.lru_cache(maxsize=size)(heal_goes_on)
+        self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0}
+
+
+@dataclass
+class MaskCounts:
+    """What one completion's masks did under canonical tokenization, shared by a matcher and
+    its forks (and by the matchers of one request where the caller hands the same record):
+    masks ANDed with the canonical pairs, and steps where that left nothing the grammar allows
+    but the end, so the grammar's mask was used alone."""
+
+    canonical_masks: int = 0
+    canonical_fallbacks: int = 0
+
+
 class _Trie:
     __slots__ = ("masks", "children")
 
@@ -87,48 +129,19 @@ class Config:
     held: bytes = b""  # the open lexeme so far when it is an f-/t-string (its fields are checked)
 
 
-def pack_words(rows: np.ndarray, words: int) -> np.ndarray:
-    """(n, V) booleans as (n, words) uint64, bit t at word t // 64, bit t % 64 (the store's
-    dense masks' layout)."""
-    padded = np.zeros((rows.shape[0], words * 64), dtype=bool)
-    padded[:, : rows.shape[1]] = rows
-    return np.packbits(padded, axis=1, bitorder="little").view(np.uint64)
-
-
-def words_to_bool(words: np.ndarray, count: int) -> np.ndarray:
-    """(count,) booleans (a new, writable array) from uint64 words (`pack_words`). Unpacking
-    all the words and slicing is twice as fast as `np.unpackbits(..., count=count)`."""
-    return np.unpackbits(words.view(np.uint8), bitorder="little")[:count].view(bool)
-
-
-# below this many ids, bits are set one by one in the words (`np.bitwise_or.at`: 4 us for 20 ids,
-# 20 us for 2,000, 180 us for 20,000); above, through booleans packed (17 us, 20 us, 86 us)
-_SET_BITS_AT_MOST = 2048
-
-
-def _set_bits(words: np.ndarray, ids: np.ndarray, count: int) -> None:
-    """Set the bits of token ids `ids` in `words` (`pack_words`' layout)."""
-    if ids.size <= _SET_BITS_AT_MOST:
-        i = ids.astype(np.int64)
-        np.bitwise_or.at(words, i >> 6, np.left_shift(np.uint64(1), (i & 63).astype(np.uint64)))
-        return
-    b = np.zeros(words.shape[0] * 64, dtype=bool)
-    b[ids] = True
-    words |= np.packbits(b, bitorder="little").view(np.uint64)
-
-
 def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
     """(dead sets, V) booleans: the usable tokens whose first byte ends a lexeme in each dead set
-    (`CompiledGrammar` keeps them in bits: `np.packbits`, a row unpacked when a mask needs it)."""
+    (`CompiledGrammar` keeps them in bits, `bits.pack`)."""
     V = store.vocab_size
     first = np.array([b[0] if b else 0 for b in vocab.token_bytes[:V]], dtype=np.int64)
-    bits = np.unpackbits(store.dead_sets, axis=1, bitorder="little").astype(bool)  # (S, 256)
+    dead = bits.unpack(store.dead_sets, 256)  # (S, 256)
     usable = np.array([bool(b) and i not in vocab.special for i, b in enumerate(vocab.token_bytes[:V])])
-    return bits[:, first] & usable
+    return dead[:, first] & usable
 
 
 class CompiledGrammar:
-    """A mask store made ready to serve: immutable, thread-safe to share."""
+    """A mask store made ready to serve: immutable after construction, shared by all requests;
+    its memos are `memo`'s (one `GrammarMemo`), its per-request counts the matchers'."""
 
     def __init__(
         self,
@@ -163,7 +176,6 @@ class CompiledGrammar:
         self.q_group = store.q_group.tolist()
         self.q_boundary = store.q_boundary.tolist()
         self.d_dead = store.d_dead.tolist()
-        self._tries: dict[int, _Trie] = {}
         self._runs = cycles(self.recognizer)  # `operator_runs`: runs walked without checks
         self._sparse = [
             store.sparse_ids[store.sparse_start[k] : store.sparse_start[k + 1]]
@@ -173,31 +185,17 @@ class CompiledGrammar:
         # (S, W) words: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
         # the version (in bits: 2.9 MB, where booleans took 23 MB)
         self.W = store.dense.shape[1]
-        self._dead_masks = _dead_masks if _dead_masks is not None else pack_words(dead_token_masks(store, vocab),
-                                                                                  self.W)
+        self._dead_masks = _dead_masks if _dead_masks is not None else bits.pack(dead_token_masks(store, vocab), self.W)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
-        # the configurations' masks in bits (`config_bits`): 6 KB each, where booleans took 48 KB
-        # (4,096 of them 192 MB; docs/memory.md)
-        self._mask_cache = _Lru(cache_size)
-        # `Recognizer.top_accepted`'s memo, kept across requests (bounded: emptied when full)
-        self._top_accepted: dict = {}
-        self._boundary_memo = _Lru(cache_size)  # (group, node key) -> mask ids
         self._cache_size = cache_size
-        # healing's look-ahead (GrammarMatcher._drop_dead_ends), kept across requests: the healed
-        # bytes repeat (indentations above all)
-        self.heal_goes_on = functools.lru_cache(maxsize=cache_size)(self._heal_goes_on)
-        # parser_checks: recognizer calls (`accepted`, `feed`) made to compute masks; with
-        # masks (computed, not from the cache) it gives the checks per mask, the figure that
-        # streamlining lowers
-        self.stats = {"parser_checks": 0, "rows": 0, "cache_hits": 0, "masks": 0,
-                      "canonical_masks": 0, "canonical_fallbacks": 0}
+        self.memo = GrammarMemo(cache_size, self._heal_goes_on)
 
     def cache_bytes(self) -> int:
         """What the masks memoized across requests hold (configurations' masks and the canonical
         rows, both in bits), for the server's memory report."""
         rows = self.canonical.row_cache_info().currsize if self.canonical is not None else 0
-        return sum(m.nbytes for m in list(self._mask_cache.entries.values())) + rows * -(-self.V // 8)
+        return sum(m.nbytes for m in list(self.memo.masks.entries.values())) + rows * -(-self.V // 8)
 
     def for_version(self, python_version) -> CompiledGrammar:
         """The same store serving another target Python version (`grammar_tools.parsing.versions`):
@@ -208,6 +206,10 @@ class CompiledGrammar:
                          semantic_checks=self.recognizer.semantic_checks)
         return CompiledGrammar(self.store, self.vocab, rec, self.lexer, self._cache_size, self.canonical,
                                _dead_masks=self._dead_masks)
+
+    def heal_goes_on(self, state: CanonicalState, rest: bytes) -> bool:
+        """`_heal_goes_on`, memoized by state and rest across requests (`GrammarMemo`)."""
+        return self.memo.heal_goes_on(state, rest)
 
     def _heal_goes_on(self, state: CanonicalState, rest: bytes) -> bool:
         """Whether tokens the canonical rows allow from `state` can spell `rest` and then go on
@@ -221,7 +223,7 @@ class CompiledGrammar:
     # ------------------------------------------------------------------ rows
 
     def trie(self, group: int) -> _Trie:
-        t = self._tries.get(group)
+        t = self.memo.tries.get(group)
         if t is None:
             t = _Trie()
             s = self.store
@@ -237,7 +239,7 @@ class CompiledGrammar:
                         nxt = node.children[e] = _Trie()
                     node = nxt
                 node.masks.append(int(masks[r]))
-            self._tries[group] = t
+            self.memo.tries[group] = t
         return t
 
     def collect(self, group: int, node: Node, width, out: list[int]) -> None:
@@ -251,7 +253,7 @@ class CompiledGrammar:
         T, NL = self.T, self.NL
         indents = self.store.indents
         runs = self._runs
-        tops = self._top_accepted
+        tops = self.memo.top_accepted
         if len(tops) > _TOP_ACCEPTED_SIZE:
             tops.clear()
         stack = [(self.trie(group), node, -1, 0)]
@@ -318,7 +320,7 @@ class CompiledGrammar:
                 checks += 1
                 if p2 is not None:
                     stack.append((child, p2, -1, 0))
-        self.stats["parser_checks"] += checks
+        self.memo.stats["parser_checks"] += checks
 
     def _run_fed(self, p: Node, run: int, k: int) -> Node:
         """The parser node `p` fed the terminal `run` k times (in a cycle: each is accepted)."""
@@ -329,7 +331,7 @@ class CompiledGrammar:
 
     def masks_to_bool(self, ids: list[int]) -> np.ndarray:
         """The tokens of the union of masks `ids` (`masks_to_bits`), as booleans."""
-        return words_to_bool(self.masks_to_bits(ids), self.V)
+        return bits.unpack(self.masks_to_bits(ids), self.V)
 
     def masks_to_bits(self, ids: list[int]) -> np.ndarray:
         """The union of masks `ids` as (W,) uint64 words, bit t of the vocabulary at word t // 64,
@@ -339,7 +341,7 @@ class CompiledGrammar:
         The masks stored as the ids they leave out (`sparse_negated`, most of the vocabulary:
         rows inside identifiers) are ORed as one: their union leaves out only the ids that all
         of them leave out."""
-        self.stats["rows"] += len(ids)
+        self.memo.stats["rows"] += len(ids)
         dense = [m for m in ids if m >= 0]
         if not dense:
             out = np.zeros(self.W, dtype=np.uint64)
@@ -352,7 +354,7 @@ class CompiledGrammar:
             return out
         parts = [self._sparse[k] for k in sparse if not self._negated[k]]
         if parts:
-            _set_bits(out, np.concatenate(parts) if len(parts) > 1 else parts[0], self.V)
+            bits.set_ids(out, np.concatenate(parts) if len(parts) > 1 else parts[0])
         left_out = None
         for k in sparse:
             if self._negated[k]:
@@ -360,22 +362,22 @@ class CompiledGrammar:
                 left_out = ids_k if left_out is None else np.intersect1d(left_out, ids_k, assume_unique=True)
         if left_out is not None:
             rest = np.zeros(self.W, dtype=np.uint64)
-            _set_bits(rest, left_out, self.V)
+            bits.set_ids(rest, left_out)
             out |= ~rest
         return out
 
     def config_mask(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration, as booleans (`config_bits`)."""
-        return words_to_bool(self.config_bits(c), self.V)
+        return bits.unpack(self.config_bits(c), self.V)
 
     def config_bits(self, c: Config) -> np.ndarray:
         """The tokens allowed from one configuration as (W,) uint64 words (`masks_to_bits`;
         read-only, memoized by parser context)."""
         node_key = c.node.key()
         key = (c.q, node_key, c.width)
-        cached = self._mask_cache.get(key)
+        cached = self.memo.masks.get(key)
         if cached is not None:
-            self.stats["cache_hits"] += 1
+            self.memo.stats["cache_hits"] += 1
             return cached
         ids: list[int] = []
         self.collect(self.q_group[c.q], c.node, c.width, ids)
@@ -393,8 +395,8 @@ class CompiledGrammar:
                 if bids:
                     mask |= self.masks_to_bits(bids) & self._dead_masks[self.d_dead[self.q_state[c.q]]]
         mask.setflags(write=False)
-        self._mask_cache.put(key, mask)
-        self.stats["masks"] += 1
+        self.memo.masks.put(key, mask)
+        self.memo.stats["masks"] += 1
         return mask
 
     def _boundary_rows(self, group: int, node: Node, node_key: tuple) -> tuple[int, ...]:
@@ -403,12 +405,12 @@ class CompiledGrammar:
         number) its configurations change with each token, but the node and the rows after
         the lexeme stay the same."""
         key = (group, node_key)
-        ids = self._boundary_memo.get(key)
+        ids = self.memo.boundary.get(key)
         if ids is None:
             found: list[int] = []
             self.collect(group, node, None, found)
             ids = tuple(found)
-            self._boundary_memo.put(key, ids)
+            self.memo.boundary.put(key, ids)
         return ids
 
     # ------------------------------------------------------------------ transitions
@@ -539,7 +541,7 @@ class GrammarMatcher:
 
     def __init__(self, compiled: CompiledGrammar, configs, heal: bytes = b"",
                  prefix_state: PrefixState | None = None, history: tuple | None = None,
-                 canonical: CanonicalState = OFF) -> None:
+                 canonical: CanonicalState = OFF, counts: MaskCounts | None = None) -> None:
         if canonical.active and compiled.canonical is None:
             raise ValueError("canonical tokenization asked of a grammar compiled without canonical pairs")
         self.compiled = compiled
@@ -549,6 +551,7 @@ class GrammarMatcher:
         self.canonical = canonical  # the canonical state after the last token (OFF: not filtered)
         # earlier states, newest first, as a shared linked list: (configs, heal, canonical, older, count)
         self._history = history
+        self.counts = counts if counts is not None else MaskCounts()  # the completion's, shared by forks
 
     # ------------------------------------------------------------------ construction
 
@@ -560,20 +563,23 @@ class GrammarMatcher:
         heal: bytes = b"",
         parser: PrefixParser | None = None,
         canonical: CanonicalState = OFF,
+        counts: MaskCounts | None = None,
     ) -> GrammarMatcher:
         """A matcher for the text before the cursor (minus `heal`: bytes that the first tokens
         must spell again). Recovers from syntax errors before the cursor; raises
         `grammar_tools.parsing.incremental.ParseError`/`LexError` when it can't. `canonical`: the
-        canonical state after the prompt's tokens kept (`CanonicalPairs.state_after`), or OFF."""
+        canonical state after the prompt's tokens kept (`CanonicalPairs.state_after`), or OFF.
+        `counts`: a record to count into (one request's matchers sharing one), else a new one."""
         data = text.encode() if isinstance(text, str) else text
         parser = parser or PrefixParser(compiled.recognizer, compiled.lexer)
         st = parse_prefix(parser, data)
         held = data[st.lexeme_start : st.end]
-        return cls(compiled, compiled.start_configs(st, held), heal, prefix_state=st, canonical=canonical)
+        return cls(compiled, compiled.start_configs(st, held), heal, prefix_state=st, canonical=canonical,
+                   counts=counts)
 
     def fork(self) -> GrammarMatcher:
         return GrammarMatcher(self.compiled, self.configs, self.heal, self.prefix_state, self._history,
-                              self.canonical)
+                              self.canonical, self.counts)
 
     # ------------------------------------------------------------------ queries
 
@@ -583,8 +589,8 @@ class GrammarMatcher:
         comp = self.compiled
         if not self.configs:
             return np.zeros(comp.V, dtype=bool)
-        bits = [comp.config_bits(c) for c in self.configs]
-        mask = words_to_bool(bits[0] if len(bits) == 1 else np.bitwise_or.reduce(bits, axis=0), comp.V)
+        words = [comp.config_bits(c) for c in self.configs]
+        mask = bits.unpack(words[0] if len(words) == 1 else np.bitwise_or.reduce(words, axis=0), comp.V)
         if self.heal:
             allowed = np.zeros(comp.V, dtype=bool)
             allowed[comp.vocab.tokens_compatible_with(self.heal)] = True
@@ -600,7 +606,7 @@ class GrammarMatcher:
         mask alone (counted) where that leaves no token but the end of sequence while the
         grammar has others."""
         comp = self.compiled
-        comp.stats["canonical_masks"] += 1
+        self.counts.canonical_masks += 1
         mask = grammar_mask & comp.canonical.allowed_after(self.canonical)
         if self.heal:
             self._drop_dead_ends(mask)
@@ -613,7 +619,7 @@ class GrammarMatcher:
         if not (grammar_mask & ~mask).any():  # the grammar allows no more than the end either
             mask[comp.eos] = end
             return mask
-        comp.stats["canonical_fallbacks"] += 1  # nothing but the end left: the grammar decides alone
+        self.counts.canonical_fallbacks += 1  # nothing but the end left: the grammar decides alone
         return grammar_mask
 
     def _drop_dead_ends(self, mask: np.ndarray) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 
 from grammar_tools import cache
 
+from . import bits
 from .nfa_states import NfaStates
 from .token_lexing import Indent
 
@@ -80,12 +81,12 @@ class MaskStore:
     q_group: np.ndarray  # (Q,) int32: q's own group
     q_boundary: np.ndarray  # (Q,) int32: boundary group q uses, -1 if X can't end at d
     d_dead: np.ndarray  # (n_lexer_states,) int32: index into dead_sets
-    dead_sets: np.ndarray  # (n_sets, 32) uint8: bytes that end the lexeme, as a 256-bit set
+    dead_sets: np.ndarray  # (n_sets, 32) uint8: bytes that end the lexeme, as a 256-bit set (`bits`)
     group_start: np.ndarray  # (G+1,) int64: rows of group g are group_start[g]:group_start[g+1]
     row_seq_start: np.ndarray  # (R+1,) int64 into seq
     seq: np.ndarray  # int32: terminal ids, and n_terminals + k for indents[k]
     row_mask: np.ndarray  # (R,) int32: >= 0 dense index, < 0 ~sparse index
-    dense: np.ndarray  # (n_dense, W) uint64 bitsets
+    dense: np.ndarray  # (n_dense, W) uint64 bitsets (`bits`' layout)
     sparse_start: np.ndarray  # (n_sparse+1,) int64
     sparse_ids: np.ndarray  # uint16 or uint32 token ids
     sparse_negated: np.ndarray  # (n_sparse,) uint8: 1 where the ids are those the mask leaves out
@@ -138,11 +139,13 @@ class MaskStore:
         return tuple(self.seq[self.row_seq_start[r] : self.row_seq_start[r + 1]].tolist())
 
     def row_tokens(self, r: int) -> np.ndarray:
-        m = int(self.row_mask[r])
+        return self.mask_tokens(int(self.row_mask[r])).astype(np.int64)
+
+    def mask_tokens(self, m: int) -> np.ndarray:
+        """The token ids (sorted) of mask `m`: dense mask m where m >= 0, else sparse mask ~m."""
         if m >= 0:
-            bits = np.unpackbits(self.dense[m].view(np.uint8), bitorder="little")
-            return np.flatnonzero(bits[: self.vocab_size])
-        return self.sparse_tokens(~m).astype(np.int64)
+            return bits.token_ids(self.dense[m], self.vocab_size)
+        return self.sparse_tokens(~m)
 
     def sparse_tokens(self, k: int) -> np.ndarray:
         """The token ids of sparse mask k (sorted)."""

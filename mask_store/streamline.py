@@ -62,6 +62,7 @@ from grammar_tools.analyses.jointly_legal import Fate, WorkBudget, jointly_legal
 from grammar_tools.analyses.never_legal import is_never_legal_shown, may_be_never_legal
 from grammar_tools.parsing.recognizer import Recognizer
 
+from . import bits
 from .build_timeline import Timeline
 from .builder import TokenSets, assemble
 from .store import MaskStore
@@ -482,7 +483,7 @@ class _Streamliner:
         s = self.store
         V = s.vocab_size
         first = np.array([b[0] if b else 0 for b in vocab.token_bytes[:V]], dtype=np.int64)
-        dead_bits = np.unpackbits(s.dead_sets, axis=1, bitorder="little").astype(bool)
+        dead_bits = bits.unpack(s.dead_sets, 256)
         self._first, self._dead_bits = first, dead_bits
         nl = self.g.term_id.get("_NEWLINE")
         cut_cache: dict = {}
@@ -514,11 +515,8 @@ class _Streamliner:
             if isinstance(m, tuple):
                 base = self._mask_tokens(m[2])
                 t = base[self._dead_bits[m[1]][self._first[base]]]
-            elif m >= 0:  # int32: thousands of these are kept, many of most of the vocabulary
-                bits = np.unpackbits(s.dense[m].view(np.uint8), bitorder="little")
-                t = np.flatnonzero(bits[: s.vocab_size]).astype(np.int32)
-            else:
-                t = s.sparse_tokens(~m).astype(np.int32)
+            else:  # int32: thousands of these are kept, many of most of the vocabulary
+                t = s.mask_tokens(m).astype(np.int32)
             self._tokens[m] = t
         return t
 

@@ -26,6 +26,8 @@ import numpy as np
 from grammar_tools.parsing.indentation import indent_width
 from grammar_tools.lexing.lexer_automaton import LexError, LexerAutomaton
 
+from . import bits
+
 
 @dataclass(frozen=True)
 class Indent:
@@ -126,7 +128,7 @@ class TokenMatrix:
         held = np.zeros((len(ids), 256), dtype=bool)
         k, at = np.nonzero((np.arange(L)[None, :] < lengths[:, None]) & (np.arange(L)[None, :] > 0))
         held[k, data[k, at]] = True  # the real bytes after the first, not the padding
-        tail_sets = np.packbits(held, axis=1, bitorder="little").view(np.uint64)
+        tail_sets = bits.pack(held)
         return cls(ids, order, np.ascontiguousarray(data.T), lengths, first_start, tail_sets, first)
 
 
@@ -162,8 +164,7 @@ class StayingBytes:
 def staying_bytes(table: np.ndarray, tokens: TokenMatrix) -> StayingBytes:
     """Per lexer state, the bytes that keep it in that state (`StayingBytes`)."""
     loops = table == np.arange(table.shape[0])[:, None]
-    bits = np.packbits(loops, axis=1, bitorder="little").view(np.uint64)
-    sets, of_state = np.unique(bits, axis=0, return_inverse=True)
+    sets, of_state = np.unique(bits.pack(loops), axis=0, return_inverse=True)
     return StayingBytes(tokens, sets, of_state.reshape(-1).astype(np.int64))
 
 

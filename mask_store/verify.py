@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .canonical import OFF, CanonicalState
-from .matcher import CompiledGrammar, GrammarMatcher
+from .matcher import CompiledGrammar, GrammarMatcher, MaskCounts
 
 
 @dataclass
@@ -38,6 +38,7 @@ class VerifyReport:
     mask_seconds: list[float] = field(default_factory=list)
     parser_checks: int = 0
     canonical_fallbacks: int | None = None  # steps whose canonical AND left nothing (None: off)
+    canonical_masks: int | None = None  # masks ANDed with the canonical pairs (None: off)
 
     @property
     def ok(self) -> bool:
@@ -88,8 +89,8 @@ def verify_files(
         from tqdm import tqdm
 
         items = tqdm(items, desc="files", unit="file")
-    checks0 = compiled.stats["parser_checks"]
-    fallbacks0 = compiled.stats["canonical_fallbacks"]
+    checks0 = compiled.memo.stats["parser_checks"]
+    counts = MaskCounts()  # every file's matcher counts into it
     for path in items:
         path = Path(path)
         try:
@@ -99,7 +100,7 @@ def verify_files(
             continue
         rep.files += 1
         ids = encode(text)
-        m = GrammarMatcher.from_prefix(compiled, b"", canonical=canonical)
+        m = GrammarMatcher.from_prefix(compiled, b"", canonical=canonical, counts=counts)
         other = GrammarMatcher.from_prefix(compare, b"", canonical=canonical) if compare else None
         data = text.encode()
         pos = 0
@@ -134,7 +135,8 @@ def verify_files(
                 rep.n_rejections += 1
                 if len(rep.rejections) < max_examples:
                     rep.rejections.append(Rejection(str(path), data.count(b"\n") + 1, "<end>", ""))
-    rep.parser_checks = compiled.stats["parser_checks"] - checks0
+    rep.parser_checks = compiled.memo.stats["parser_checks"] - checks0
     if canonical.active:
-        rep.canonical_fallbacks = compiled.stats["canonical_fallbacks"] - fallbacks0
+        rep.canonical_fallbacks = counts.canonical_fallbacks
+        rep.canonical_masks = counts.canonical_masks
     return rep

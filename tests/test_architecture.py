@@ -1,5 +1,6 @@
-"""The tree's shape: imports flow one way (lsp_server -> mask_store -> grammar_tools, and inside
-grammar_tools analyses -> parsing -> lexing -> its top-level modules) and no module imports
+"""The tree's shape: imports flow one way (lsp_server -> mask_store -> grammar_tools; inside
+grammar_tools analyses -> parsing -> lexing -> its top-level modules; inside lsp_server the
+command line -> server -> team -> decoding -> model -> the shared modules) and no module imports
 itself back through others, function-level imports included."""
 
 from __future__ import annotations
@@ -62,6 +63,43 @@ def test_imports_flow_from_the_server_to_the_grammar():
     assert not bad, f"imports against the layering: {bad}"
 
 
+# lsp_server's layers, lowest first: a module may import its own layer and those before it. The
+# shared modules (options, positions, target_version, allocator, threads) are read by every
+# layer; the team client drives the decoding with a remote model and is loaded by the server's
+# engine host; the command line starts the server or the engine
+LSP_LAYERS = ("shared", "model", "decoding", "team", "server", "cli")
+LSP_CLI = ("cli", "cli_complete")
+
+
+def _lsp_layer(module: str) -> int:
+    """`module`'s place in `LSP_LAYERS` (lsp_server's modules only)."""
+    part = module.split(".")[1] if module.count(".") else ""
+    if part in LSP_CLI:
+        return LSP_LAYERS.index("cli")
+    return LSP_LAYERS.index(part) if part in LSP_LAYERS else LSP_LAYERS.index("shared")
+
+
+def test_lsp_server_imports_flow_from_the_server_to_the_model():
+    """server -> decoding -> model: the model imports neither decoding nor the server, decoding
+    does not import the server; the shared modules import none of the layers."""
+    graph = _graph()
+    assert _lsp_layer("lsp_server.options") < _lsp_layer("lsp_server.model.runtime")
+    assert _lsp_layer("lsp_server.decoding.engine") < _lsp_layer("lsp_server.server.suggester")
+    assert _lsp_layer("lsp_server.cli_complete") == _lsp_layer("lsp_server.cli") == len(LSP_LAYERS) - 1
+    bad = [(a, b) for a, deps in graph.items() if a.startswith("lsp_server") for b in deps
+           if b.startswith("lsp_server.") and _lsp_layer(b) > _lsp_layer(a)]
+    assert not bad, f"imports against lsp_server's layering: {bad}"
+
+
+def test_identifier_modes_are_the_options_values():
+    """`options.IDENTIFIER_MODES` lists the `identifiers` option's values without importing
+    decoding (which sits above it); the enum decoding uses holds the same."""
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+    from lsp_server.options import IDENTIFIER_MODES
+
+    assert tuple(m.value for m in IdentifierMode) == IDENTIFIER_MODES
+
+
 def _grammar_layer(module: str) -> int:
     """0 for grammar_tools' top-level modules, then 1, 2, ... for its subpackages in order."""
     parts = module.split(".")
@@ -121,6 +159,8 @@ def test_the_graph_resolves_relative_imports():
     graph = _graph()
     assert "lsp_server.decoding.sampling" in graph["lsp_server.decoding.loop"]
     assert "lsp_server.model.kv_cache" in graph["lsp_server.decoding.loop"]
+    # imports inside functions count: the engine's (`from . import header_steering, redecode`)
+    assert "lsp_server.decoding.redecode" in graph["lsp_server.decoding.engine"]
     assert "mask_store.matcher" in graph["lsp_server.decoding.loop"]
     # across grammar_tools' parts, relative (`..lexing.lexer_automaton`, `.. import cache`)
     assert "grammar_tools.lexing.lexer_automaton" in graph["grammar_tools.parsing.incremental"]

@@ -268,9 +268,9 @@ def test_matcher_ands_the_row_and_falls_back_to_the_grammar_when_nothing_is_left
     outcomes = {}
     for c in (b"q", b"x"):
         grammar = GrammarMatcher.from_prefix(comp, b"a = ", heal=c).next_token_mask()
-        before = comp.stats["canonical_fallbacks"]
-        mask = GrammarMatcher.from_prefix(comp, b"a = ", heal=c, canonical=space).next_token_mask()
-        fell_back = comp.stats["canonical_fallbacks"] - before
+        m = GrammarMatcher.from_prefix(comp, b"a = ", heal=c, canonical=space)
+        mask = m.next_token_mask()
+        fell_back = m.counts.canonical_fallbacks  # the matcher's own count, not the shared grammar's
         row = comp.canonical.allowed_after(space)
         if (grammar & row).any():
             assert np.array_equal(mask, grammar & row) and not fell_back
@@ -313,8 +313,8 @@ def test_a_space_ending_the_indentation_may_only_be_followed_by_what_it_does_not
     m, kept = _healed(comp, tok, text, C.START)
     assert [tok.vocab.token_bytes[i] for i in kept[-2:]] == [b"\n   ", b" "] and m.heal == "á".encode()
     assert m.canonical.continuation is C.Continuation.ENDS_WHITESPACE_RUN
-    before = comp.stats["canonical_fallbacks"]
-    assert m.next_token_mask()[by["á".encode()]] and comp.stats["canonical_fallbacks"] == before
+    before = m.counts.canonical_fallbacks
+    assert m.next_token_mask()[by["á".encode()]] and m.counts.canonical_fallbacks == before
     assert not comp.canonical.allowed_after(m.canonical)[by[b"0"]]
 
     ids = tok.encode("x = [\n    0")
@@ -331,7 +331,7 @@ def test_a_space_ending_the_indentation_may_only_be_followed_by_what_it_does_not
     assert comp.canonical.allowed_after(m.canonical)[by[b" "]] and m.accept_token(by[b" "])
     assert m.canonical.continuation is C.Continuation.ENDS_WHITESPACE_RUN
     mask = m.next_token_mask()
-    assert comp.stats["canonical_fallbacks"] == before + 1 and mask[by[b"ret"]]
+    assert m.counts.canonical_fallbacks == before + 1 and mask[by[b"ret"]]
 
 
 # ---------------------------------------------------------------------------------- in the engine
@@ -505,9 +505,8 @@ def test_healing_offers_no_token_after_which_the_healed_rest_cannot_be_spelled_c
         data = before.encode()
         m = GrammarMatcher.from_prefix(comp, data[: len(data) - len(prompt.healed)], heal=prompt.healed,
                                        canonical=state)
-        before_fallbacks = comp.stats["canonical_fallbacks"]
         mask = m.next_token_mask()
-        assert comp.stats["canonical_fallbacks"] == before_fallbacks
+        assert m.counts.canonical_fallbacks == 0 and m.counts.canonical_masks == 1
         assert prompt.healed.lstrip(b" ").startswith(dead) and not mask[by[dead]], before
         plain = GrammarMatcher.from_prefix(comp, data[: len(data) - len(prompt.healed)], heal=prompt.healed)
         assert plain.next_token_mask()[by[dead]]  # the grammar and the healed bytes allow it

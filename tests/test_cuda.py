@@ -41,13 +41,14 @@ def test_load_takes_the_static_path_with_graphs(engine):
 
 
 def test_greedy_completions_are_deterministic_and_valid(engine):
+    from grammar_tools.parsing.cpython_check import compiles
     from lsp_server.decoding.stopping.decision import StopReason
 
     a = engine.complete(request("file:///a.py"), options=replace(engine.options, speculative=False))
     b = engine.complete(request("file:///b.py"), options=replace(engine.options, speculative=False))
     assert a.token_ids == b.token_ids and a.tokens_generated + a.tokens_forced > 0
     if a.text and a.stop_reason != StopReason.MAX_TOKENS:  # a finished completion closes the call
-        compile(TEXT[:OFFSET] + a.text + TEXT[OFFSET:], "cut.py", "exec")
+        assert compiles(TEXT[:OFFSET] + a.text + TEXT[OFFSET:]), a.text
 
 
 def test_sampled_completions_repeat_with_the_seed(engine):

@@ -245,6 +245,34 @@ async def test_host_superseding_and_cancellation():
     host.shutdown()
 
 
+async def test_a_request_joins_a_run_only_when_it_asks_the_same_and_can_be_answered():
+    """`Job.answers`: the same key, not stopped, and running or done with a result that was not
+    cut by the budget; `Job.running`: started, not finished, not stopped."""
+    from lsp_server.server.engine_host import Ticket
+    from lsp_server.server.suggester import Job
+
+    def job(result=None, done=True, key=("k",)):
+        j = Job(key, Ticket("u", 1), "x = ")
+        loop = asyncio.get_running_loop()
+        j.task = loop.create_future()
+        if done:
+            j.task.set_result(result)
+        return j
+
+    answer = CompletionResult("1", 4, 4, "eos", "single", True)
+    assert job(answer).answers(("k",)) and not job(answer).answers(("other",))
+    assert not job(None).answers(("k",))  # stopped or failed: no result to give again
+    assert not job(dataclasses.replace(answer, budget_cut=True)).answers(("k",))
+    running = job(done=False)
+    assert running.answers(("k",)) and running.running()
+    running.ticket.stop()
+    assert not running.answers(("k",)) and not running.running()
+    cancelled = job(done=False)
+    cancelled.task.cancel()
+    assert not cancelled.answers(("k",)) and not cancelled.running()
+    assert not job(answer).running()
+
+
 def test_cli_serve_arguments():
     from lsp_server.cli import build_parser
 

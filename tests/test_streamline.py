@@ -111,8 +111,8 @@ def test_streamlined_masks_are_identical_on_stdlib_sample(streamlined, compiled_
     assert report.differing_masks == 0, report.first_differences
     assert report.n_rejections == 0, report.summary()["first_rejections"]
     # the same masks were computed (the caches key them alike): checks compare per mask
-    assert stream.stats["masks"] == full.stats["masks"] > 1000
-    assert 3 * stream.stats["parser_checks"] <= full.stats["parser_checks"]
+    assert stream.memo.stats["masks"] == full.memo.stats["masks"] > 1000
+    assert 3 * stream.memo.stats["parser_checks"] <= full.memo.stats["parser_checks"]
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ def refused_where_written(before: str, answer: str, after: str) -> str | None:
     message, line, end_line = refused
     first = before.count("\n") + 1
     last = first + answer.count("\n") + 1
-    if line <= last and end_line >= first or refused_lines(before + after, "<document>") is None:
+    where_written = line <= last and end_line >= first  # the answer's lines or the line after them
+    if where_written or refused_lines(before + after, "<document>") is None:
         return f"{message} (line {line})"
     return None

@@ -568,7 +568,6 @@ class CompletionEngine:
             return self._empty(req, StopReason.CANCELLED, opts), None
         prompt_ms = (time.perf_counter() - t0) * 1000
         t1 = time.perf_counter()
-        fallbacks = setup.compiled.stats["canonical_fallbacks"]  # one completion at a time: the lock
         chosen = self._decode_pass(setup, setup.matcher, logits, past, replay=req.resume, budget=req.budget,
                                    steer=steer, start=shape.start)
         searched = False
@@ -586,7 +585,7 @@ class CompletionEngine:
         cut = chosen.outcome.stop.reason is StopReason.BUDGET or (
             searched and chosen.offer.path == "empty" and req.budget.expired())
         return replace(self._result(setup, chosen, reused, prompt_ms, decode_ms,
-                                    setup.compiled.stats["canonical_fallbacks"] - fallbacks), budget_cut=cut), setup.rest
+                                    setup.matcher.counts.canonical_fallbacks if setup.matcher else 0), budget_cut=cut), setup.rest
 
     @staticmethod
     def _setup_done(setup: _Setup, t0: float) -> float:
@@ -738,6 +737,7 @@ class CompletionEngine:
         t = time.perf_counter()
         matcher = self._matcher(setup.compiled, setup.before.encode(), setup.heal, self._parser(
             setup.req.document, setup.compiled), setup.prompt, setup.opts)
+        matcher.counts = setup.matcher.counts  # the request's passes count into one record
         setup.times.add("setup", (time.perf_counter() - t) * 1000)
         p = self._decode_pass(setup, matcher, logits, past, replay, avoid, limit, steer, start=start)
         return replace(p, offer=replace(p.offer, path="redecode")) if p.offer.cut else p

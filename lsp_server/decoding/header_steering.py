@@ -35,10 +35,16 @@ PROBES = {
 QUOTES = (b'"""', b"'''")
 
 
+def _blank_line_needs_code(rest: RestOfFile) -> bool:
+    """The cursor's line holds nothing else and the file is not valid without a completion (the
+    whole-file check on: constrained decoding)."""
+    return rest.compat is not None and rest.line_blank and not rest.keeps_valid(b"")
+
+
 def needed_headers(rest: RestOfFile) -> tuple[bytes, ...]:
     """The keywords whose headers alone at the cursor keep the file valid, where the file is not
     valid without a completion and the cursor's line holds nothing else (empty: no steering)."""
-    if rest.compat is None or not rest.line_blank or rest.keeps_valid(b""):
+    if not _blank_line_needs_code(rest):
         return ()
     return tuple(k for k, probe in PROBES.items() if rest.keeps_valid(probe))
 
@@ -53,7 +59,7 @@ def line_start_headers(rest: RestOfFile, widths: Sequence[int], start: Start = S
     `level` (one level above the existing line: its header as the file indents blocks), that
     indentation alone: a shallower one would also end the blocks the lines above stand in.
     Empty: no steering."""
-    if rest.compat is None or not rest.inserts_lines or not rest.line_blank or rest.keeps_valid(b""):
+    if not rest.inserts_lines or not _blank_line_needs_code(rest):
         return (), ()
     if level in widths:
         fits = _headers_at(rest, start, level)
@@ -170,7 +176,8 @@ def starts_with_keyword(token: bytes, keyword: bytes) -> bool:
     opener's text may follow it in the token)."""
     s = token.lstrip(b" \t")
     rest = s[len(keyword) : len(keyword) + 1]
-    return s.startswith(keyword) and (keyword in QUOTES or not (rest.isalnum() or rest == b"_"))
+    ends_there = keyword in QUOTES or not (rest.isalnum() or rest == b"_")  # a string opener's text may follow
+    return s.startswith(keyword) and ends_there
 
 
 class HeaderStarts:

@@ -88,7 +88,7 @@ class ModelStepper:
         """On a device that runs asynchronously, start the forward pass over the pending tokens
         now (before the step's mask is computed: the mask work then overlaps it). Pending
         tokens after a fast-forward wait, so forced runs are still fed in one pass."""
-        if self.pending and self.overlap.enabled and not self.overlap.after_forced:
+        if self.pending and self.overlap.may_launch:
             self.current_logits()
             self.overlap.launched()
 
@@ -248,7 +248,9 @@ class _Decoding:
         if stop.reason is StopReason.ECHO:
             return stop
         end = self.policy.cursor + stop.cut
-        if stop.cut > 0 and (line_spent or (self.policy.held + bytes(self.generated))[end : end + 1] == b"\n"):
+        # the line's time is spent, or the cut falls at a line end
+        at_line_end = line_spent or (self.policy.held + bytes(self.generated))[end : end + 1] == b"\n"
+        if stop.cut > 0 and at_line_end:
             return stop
         return None
 
@@ -265,9 +267,10 @@ class _Decoding:
         Stop, Verdict.CONTINUE, or a Stop from giving up."""
         banned = self.take_avoided()
         avoided = len(banned)
-        if banned and forced and draft_token in banned:
+        if forced and draft_token in banned:
             return None, Stop(0, StopReason.NO_CONTINUATION)  # no other token at this step
-        if self.names is not None and mask is not None and not forced:
+        guided = self.names is not None and mask is not None  # a constrained step with the names guide
+        if guided and not forced:
             row, mask = self.names.shape(row, mask, self.matcher, bytes(self.generated))
         while True:
             if forced:
@@ -295,7 +298,7 @@ class _Decoding:
     def fast_forward(self, mask: np.ndarray) -> Stop | Verdict | None:
         """The grammar leaves one token: take it without asking the model (None: it leaves more)."""
         token = forced_token(mask, self.stop_tokens)
-        if token is not None and self.avoid is not None and token in self.take_avoided():
+        if token is not None and token in self.take_avoided():  # (nothing avoided: an empty set)
             return Stop(0, StopReason.NO_CONTINUATION)  # the grammar leaves no other token at this step
         self.stepper.overlap.step(forced=token is not None)
         if token is None:

@@ -60,6 +60,12 @@ class MaskOverlap:
             return torch.device(self.device).type == "cuda"
         return self.launch_early
 
+    @property
+    def may_launch(self) -> bool:
+        """A pass may be launched ahead of this step's mask: the overlap is on, and the last step
+        was not a fast-forward (whose token waits, to be fed with the next in one pass)."""
+        return self.enabled and not self.after_forced
+
     def launched(self) -> None:
         """A forward pass was launched ahead of the step's mask."""
         if torch.device(self.device).type == "cuda":

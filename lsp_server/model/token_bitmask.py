@@ -19,23 +19,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mask_store import bits as mask_bits
+
 BITS = 32
 
 
 def words_for(vocab_size: int) -> int:
     """The int32 words of a bitmask over `vocab_size` tokens."""
-    return (vocab_size + BITS - 1) // BITS
+    return mask_bits.n_words(vocab_size, np.int32)
 
 
 def pack_mask(mask: np.ndarray, vocab_size: int | None = None) -> np.ndarray:
-    """A bool mask (True: allowed) as int32 words, bit j of word w for token 32·w + j; tokens
-    past the mask's end (up to `vocab_size`) are not allowed."""
+    """A bool mask (True: allowed) as int32 words, bit j of word w for token 32·w + j (the one
+    layout: `mask_store.bits`); tokens past the mask's end (up to `vocab_size`) are not allowed."""
     size = len(mask) if vocab_size is None else int(vocab_size)
-    n = min(len(mask), size)
-    packed = np.packbits(np.asarray(mask[:n], dtype=bool), bitorder="little")
-    out = np.zeros(words_for(size) * 4, dtype=np.uint8)
-    out[: packed.size] = packed
-    return out.view("<i4")
+    return mask_bits.pack(np.asarray(mask[: min(len(mask), size)], dtype=bool), words_for(size), np.int32)
 
 
 _shifts: dict[torch.device, torch.Tensor] = {}

@@ -123,7 +123,7 @@ class DocumentStore:
                 doc.refused = refusal(doc.language_id, new)
                 doc.set_text("" if doc.refused and doc.refused.startswith("larger") else new)
                 continue
-            if doc.refused and (doc.refused.startswith("larger") or doc.refused.startswith("out of sync")):
+            if doc.refused and doc.refused.startswith(("larger", "out of sync")):
                 continue  # no text to edit; wait for a whole-text change
             (l0, c0), (l1, c1) = rng
             try:
@@ -145,6 +145,6 @@ class DocumentStore:
             doc.set_text(text)
             if doc.refused is None and "\x00" in new:
                 doc.refused = refusal(doc.language_id, text)
-            elif doc.refused and doc.refused.startswith("binary") and "\x00" not in text:
+            elif (doc.refused or "").startswith("binary") and "\x00" not in text:  # its last NUL byte went
                 doc.refused = None
         return doc

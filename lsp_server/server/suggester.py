@@ -70,6 +70,20 @@ class Job:
     counted: bool = False  # its superseding was counted
     suggestion: Suggestion | None = None
 
+    def running(self) -> bool:
+        """Its run has started and neither finished nor been stopped."""
+        return not self.ticket.stopped() and self.task is not None and not self.task.done()
+
+    def answers(self, key: tuple) -> bool:
+        """Whether a request for `key` joins this run instead of starting one: the same request,
+        not stopped, still running or done with a result to give again (not a failed run, and not
+        one the budget cut: the engine has its continuation, or is making it)."""
+        if self.key != key or self.ticket.stopped():
+            return False
+        if not self.task.done():
+            return True
+        return not self.task.cancelled() and self.task.result() is not None and not self.task.result().budget_cut
+
 
 def _pos(p: tuple[int, int]) -> types.Position:
     return types.Position(line=p[0], character=p[1])
@@ -118,7 +132,7 @@ class Suggester:
         """The document changed: a run for the older version is superseded (its result could
         only be stale)."""
         job = self._jobs.get(uri)
-        if job is not None and not job.ticket.stopped() and job.task is not None and not job.task.done():
+        if job is not None and job.running():
             job.ticket.stop(superseded=True)
             job.stopped.set()
 
@@ -143,7 +157,8 @@ class Suggester:
             log.debug("no completion in %s: %s", uri, doc.refused)
             return None
         version = doc.version
-        if received is not None and received.uri == uri and received.version != version:
+        stale = received is not None and received.uri == uri and received.version != version  # made on an older text
+        if stale:
             log.debug("request for %s version %s, now %s: stale", uri, received.version, version)
             return None
         text = doc.text
@@ -174,19 +189,16 @@ class Suggester:
         key = (version, cursor, selected.text if selected else None, sel_range)
 
         job = self._jobs.get(uri)
-        if (job is None or job.key != key or job.ticket.stopped()
-                or job.task.done() and (job.task.cancelled() or job.task.result() is None
-                                        or job.task.result().budget_cut)):
-            # a new run, unless the same request is running or has a result to give again (not
-            # one the budget cut: the engine has its continuation, or is making it)
-            old = self._jobs.get(uri)
+        if job is None or not job.answers(key):
+            old = job
             # the engine reads "\n" line ends and offsets in that text: the one conversion of the cursor
             lf = doc.lf_text if selected is None else to_lf(text)
             job = Job(key, self.host.ticket(uri, version), lf)  # stops the previous ticket of uri
             self._jobs[uri] = job
             if old is not None:
                 old.stopped.set()
-            request = CompletionRequest(lf, cursor=cursor if lf is text else len(to_lf(text[:cursor])), document=uri,
+            no_cr = lf is text  # to_lf gives the text itself back where it holds no "\r": same offsets
+            request = CompletionRequest(lf, cursor=cursor if no_cr else len(to_lf(text[:cursor])), document=uri,
                                         workspace=self.documents.workspace(uri),
                                         budget=Budget.of(self.budget_ms(), start=t0))
             job.task = asyncio.ensure_future(self._run(request, job, t0))
@@ -243,7 +255,8 @@ class Suggester:
             self.host.release(job.ticket)
         # before the engine: a prefetch joined (`WorkAhead.join`), the worker thread busy (a background job's layer)
         before_the_engine = {"join": (queued - joining) * 1000, "queue": ((job.ticket.started_at or queued) - queued) * 1000}
-        if result is None or result.stop_reason == StopReason.CANCELLED or job.ticket.stopped():
+        stopped = result is None or result.stop_reason == StopReason.CANCELLED or job.ticket.stopped()
+        if stopped:
             ticket = job.ticket
             why = "superseded" if ticket.superseded else "cancelled"
             steps = "before it started" if result is None else f"after {result.tokens_generated} decoding steps"
@@ -253,7 +266,9 @@ class Suggester:
                 types.MessageType.Log,
             )
             return None
-        if not result.typed_through and not (result.prefetched and not result.tokens_generated):
+        # an offer searched for this request: not the rest of one typed through, not a prefetched answer as it was
+        searched_now = not result.typed_through and not (result.prefetched and not result.tokens_generated)
+        if searched_now:
             self.telemetry.count(f"offer:{result.offer_path}")
         if result.prefetched and self.work_ahead is not None:
             self.work_ahead.stats["prefetch_served"] += 1

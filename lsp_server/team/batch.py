@@ -27,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from ..model.token_bitmask import apply_token_bitmask_inplace as _apply_ours, words_for
+from ..model.token_bitmask import apply_token_bitmask_inplace as _apply_ours, pack_mask, words_for
 from .rows import TeamGrammar, TeamRow
 from .wire import TeamArgs, TeamArgsError
 
@@ -110,16 +110,11 @@ class GrammarBatch:
             if index >= n:
                 continue
             mask = row.step(outputs)
-            packed = host[index].view(np.uint8)
-            if mask is None:
-                packed[:] = 0
+            if mask is None:  # the answer ended: only its end token
+                mask = np.zeros(self.width, dtype=bool)
                 if 0 <= row.end_token < self.width:
-                    packed[row.end_token >> 3] = 1 << (row.end_token & 7)
-            else:
-                m = mask[: self.width]
-                bits = np.packbits(m, bitorder="little")
-                packed[: bits.size] = bits
-                packed[bits.size :] = 0  # packbits pads the last byte with zeros: tokens past the mask are not allowed
+                    mask[row.end_token] = True
+            host[index] = pack_mask(mask, self.width)  # tokens past the mask are not allowed
             rows.append(index)
         if rows:
             bitmask = torch.from_numpy(host)

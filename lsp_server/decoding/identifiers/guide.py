@@ -154,9 +154,8 @@ class IdentifierGuide:
                events: set[str], matcher=None):
         """`_shape` at `slot`, for the tokens of `only` (None: all); `matcher`: for its canonical
         state (no dead ends where attributes are masked)."""
-        canonical = None
-        if matcher is not None and matcher.canonical.active and self._compiled.canonical is not None:
-            canonical = matcher.canonical
+        canonical_on = matcher is not None and matcher.canonical.active and self._compiled.canonical is not None
+        canonical = matcher.canonical if canonical_on else None
         if slot.kind in _FAVOURED:
             row = self._favour(row, mask, slot, only, events, canonical)
         return self._hold(row, mask, self._bad(slot, text), only, events, canonical)
@@ -199,14 +198,18 @@ class IdentifierGuide:
         order = ids[torch.argsort(row[torch.from_numpy(ids).to(row.device)], descending=True).cpu().numpy()]
         pairs, token_bytes = self._compiled.canonical, self._compiled.tokens
         for u in order.tolist():
-            w = token_bytes[u]
-            lead = _LEAD.match(w).group()
-            if len(lead) < len(w) or any(r == w for r in rests) or any(
-                    self._compiled.heal_goes_on(pairs.after(canonical, u), r[len(w) :]) for r in rests
-                    if r.startswith(w)):
+            if self._leads_somewhere(token_bytes[u], u, rests, pairs, canonical):
                 break
             dead[u] = True
         return dead
+
+    def _leads_somewhere(self, w: bytes, u: int, rests: tuple[bytes, ...], pairs, canonical) -> bool:
+        """Whether token `u` (bytes `w`) is no dead end: it writes more than a name's lead, or a
+        whole rest, or a rest that canonical tokens can go on spelling after it."""
+        if len(_LEAD.match(w).group()) < len(w) or any(r == w for r in rests):
+            return True
+        return any(self._compiled.heal_goes_on(pairs.after(canonical, u), r[len(w) :])
+                   for r in rests if r.startswith(w))
 
     def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, only: np.ndarray | None,
                 events: set[str], canonical=None) -> torch.Tensor:
@@ -261,9 +264,13 @@ class IdentifierGuide:
             return None
         if kind is SlotKind.STATEMENT:  # only a name that is read: `helper(`, `obj.`, `table[`
             p = slot.partial
-            if not p or p.lower() in _STRING_PREFIXES or p in self._written(text, p) or (
-                    p in self.scope.names and p not in self.scope.wanted):  # a wanted name is bound nowhere it
-                return None  # is read from here: the line may bind it (`json =`), not read it (`json.dump(`)
+            # a known name that is not wanted: the line may bind it (`json =`), not read it
+            # (`json.dump(`); a wanted name is bound nowhere it is read from here
+            known_unwanted = p in self.scope.names and p not in self.scope.wanted
+            # nothing typed, a string's prefix, a name the text already writes, or a known unwanted one
+            unguided = not p or p.lower() in _STRING_PREFIXES or p in self._written(text, p) or known_unwanted
+            if unguided:
+                return None
             return _Found(self.tokens.reads_name, self.tokens.continues, self._loads_hold)
         spaced = kind in (SlotKind.NAME, SlotKind.ARGUMENT, SlotKind.LOAD)
         if kind in (SlotKind.ATTRIBUTE, SlotKind.ATTRIBUTE_TARGET):

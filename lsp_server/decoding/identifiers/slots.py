@@ -120,7 +120,9 @@ def slot_at(text: bytes) -> Slot:
         if m is None:
             return NONE  # `f().x`, `"s".x`, `1..x`: a receiver we don't read
         before = head[: m.start()]
-        if before[-1:] in (b".", b")", b"]", b"'", b'"') or (before and is_name_byte(before[-1])):
+        # the receiver we read is the tail of a longer one (`a.b.x` read as `b.x`, `f()`, `"s"`)
+        longer = before[-1:] in (b".", b")", b"]", b"'", b'"') or (before and is_name_byte(before[-1]))
+        if longer:
             return NONE
         receiver = re.sub(rb"[ \t]", b"", m.group(1))
         lead = _logical_line(before.rstrip(b" \t"))
@@ -131,13 +133,16 @@ def slot_at(text: bytes) -> Slot:
         return Slot(SlotKind.BINDING, partial)
     if _is_parameter(line, open_):
         return Slot(SlotKind.PARAMETER, partial)
-    if (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(line.lstrip(b"\n"))
-            or _CASE_HEADER.match(line.lstrip(b"\n"))):
+    unbroken = line.lstrip(b"\n")  # the logical line without the newline it starts after
+    any_name = (_FREE_KEYWORD.search(line.rstrip(b" \t")) or _binds(line) or _TYPE_ALIAS.match(unbroken)
+                or _CASE_HEADER.match(unbroken))  # a binding place, or one where reading and binding both fit
+    if any_name:
         return Slot(SlotKind.FREE, partial)
     body = line.strip()
     if body.endswith(b"@") and not open_:
         return Slot(SlotKind.FREE, partial)
-    if not body or body.endswith((b";", b":")) and not open_:
+    statement_start = not body or body.endswith((b";", b":")) and not open_
+    if statement_start:
         return Slot(SlotKind.STATEMENT, partial)  # an assignment target or a load
     if not open_:
         if b"=" not in line.replace(b"==", b"") and body.endswith(b","):
@@ -147,7 +152,8 @@ def slot_at(text: bytes) -> Slot:
         return Slot(SlotKind.LOAD, partial)
     pos, bracket = open_[-1]
     if bracket == 0x28 and body.endswith((b"(", b",")):
-        if pos > 0 and (is_name_byte(line[pos - 1]) or line[pos - 1] in b")]"):
+        called = pos > 0 and (is_name_byte(line[pos - 1]) or line[pos - 1] in b")]")  # `f(`, `g()(`, `a[0](`
+        if called:
             return Slot(SlotKind.ARGUMENT, partial)  # a call's argument, maybe a keyword's name
         if _READS_BEFORE.search(line[:pos].rstrip(b" \t")):
             return Slot(SlotKind.NAME, partial)  # `not in (`, `+ (`: an expression (maybe a generator's variable)

@@ -98,8 +98,9 @@ class Speculator:
                     t, q = self.draft_model.next(ctx + tokens, m, sampler)
                     if t is None:
                         break
-                if t in self.stop_tokens or (m is not None and not m[t]):
-                    break  # the grammar forbids it: the draft ends here
+                forbidden = m is not None and not m[t]  # by the grammar
+                if t in self.stop_tokens or forbidden:
+                    break  # the draft ends here
             if fork is not None:
                 if not fork.accept_token(t):
                     break

@@ -100,8 +100,9 @@ class StopPolicy:
                     # them); whether the text after the cursor alone parses does not matter (a
                     # word cut at the cursor does not)
                     return Stop(e.cut - k, StopReason.LINE_END)
-                if e.depth > self.cursor_depth and ctx.continued and self._ok(data, e.cut):
-                    # brackets the completion opened, which the file's next lines go on with
+                # brackets the completion opened, which the file's next lines go on with
+                in_own_brackets = e.depth > self.cursor_depth and ctx.continued
+                if in_own_brackets and self._ok(data, e.cut):
                     return Stop(e.cut - k, StopReason.LINE_END)
             else:
                 return Verdict.CONTINUE
@@ -113,13 +114,17 @@ class StopPolicy:
         for e in ends:
             if e.depth != 0 or e.end <= self.body_from:
                 continue
+            written = e.cut > k  # the line end is the completion's
             if base is None:
                 if e.closed:
                     base = e
-                    if on_empty_line and e.cut > k and (e.blank or e.col < self.line_col) and self._ok(data, e.cut):
+                    # a blank line, or a line dedented below the cursor's, ends the cursor's block
+                    leaves_cursor_block = on_empty_line and written and (e.blank or e.col < self.line_col)
+                    if leaves_cursor_block and self._ok(data, e.cut):
                         return Stop(e.cut - k, StopReason.BLOCK_END)
                 continue
-            if e.cut > k and ((e.closed and e.col < base.col) or e.blank):
+            leaves_body = (e.closed and e.col < base.col) or e.blank  # dedented below the body's first line, or blank
+            if written and leaves_body:
                 if self._ok(data, e.cut):
                     return Stop(e.cut - k, StopReason.BLOCK_END)
         return Verdict.CONTINUE
@@ -148,7 +153,8 @@ class StopPolicy:
         n = tail.count(b"\n") - (self.first_end - k)  # the cursor's line ended first: not a blank line
         if n >= 2:
             return True
-        return n == 1 and self.mode == "single" and self.line_blank
+        single_on_empty_line = self.mode == "single" and self.line_blank  # there one line end is a blank line
+        return n == 1 and single_on_empty_line
 
     def _inside_held_lexeme(self, i: int, ends, bounds) -> bool:
         """Whether offset `i` lies in a lexeme that started before the cursor (not a newline)."""
