@@ -89,7 +89,8 @@ def model_step(kernels, path: Path, reps: int) -> dict:
     mats, skipped, nbytes = [], set(), 0
     for t in reader.tensors:
         part = t.name.split(".")
-        if not (t is head or (len(part) == 4 and part[0] == "blk" and part[2] in STEP_TENSORS)):
+        if not (t is head or (len(part) == 4 and part[0] == "blk" and part[2] in STEP_TENSORS
+                              and part[3] == "weight")):  # not Qwen's biases
             continue
         fmt = WeightFormat.__members__.get(t.tensor_type.name)
         cols = int(t.shape[0])  # gguf lists the row length first

@@ -299,11 +299,11 @@ class CpuDecoder(torch.nn.Module):
 
 
 def load_cpu_decoder(source: Path, kernels: DecodeKernels, kv_dtype: torch.dtype = KV_DTYPE,
-                     one_call: bool = True) -> CpuDecoder:
+                     one_call: bool = True, checked=None) -> CpuDecoder:
     """The model in `source` (a GGUF file, or a Hugging Face directory of a Llama or Qwen2
     model) computed here (`Unsupported` where it can't be, naming the file and why), its KV
     cache of `kv_dtype` (float16 or float32), its short passes in one kernel call unless
-    `one_call` is False."""
+    `one_call` is False; `checked`: a GGUF file's `read_gguf` where the caller has it."""
     source = Path(source)
-    spec, tensors = gguf_weights(source) if source.is_file() else safetensors_weights(source)
+    spec, tensors = gguf_weights(source, checked) if source.is_file() else safetensors_weights(source)
     return CpuDecoder(spec, kernels, tensors, kv_dtype, one_call)

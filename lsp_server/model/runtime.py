@@ -189,12 +189,13 @@ def _load_transformers(wdir, dev: torch.device, kernels) -> torch.nn.Module:
     return model.to(dev).eval()
 
 
-def _load_weights(src, dev: torch.device, kernels) -> torch.nn.Module:
+def _load_weights(src, dev: torch.device, kernels, checked=None) -> torch.nn.Module:
     """The model of `src` for `dev` (see the module doc): `cpu_decoder` where the CPU's kernels
-    are at hand and it computes the model, else transformers' classes."""
+    are at hand and it computes the model, else transformers' classes (`checked`: the GGUF
+    file's `read_gguf`, read once for both)."""
     if kernels is not None:
         try:
-            return load_cpu_decoder(src.path, kernels)
+            return load_cpu_decoder(src.path, kernels, checked=checked)
         except Unsupported as e:
             if src.kind == "gguf":  # ours or nothing: a GGUF file is never converted for the CPU
                 raise ModelLoadError(str(e)) from e
@@ -217,10 +218,11 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
     under a second), with the reason."""
     t0 = time.perf_counter()
     dev = pick_device(device)
+    checked = None
     try:
         src = resolve_model(spec)
         if src.kind == "gguf" and dev.type == "cpu" and half_decode:
-            read_gguf(src.path)  # architecture, shapes, block types: refused here, not after the tokenizer
+            checked = read_gguf(src.path)  # architecture, shapes, block types: refused here, not after the tokenizer
         tok = load_tokenizer(spec)
     except (ModelNotFound, Unsupported, GgufHeaderError) as e:
         raise ModelLoadError(str(e)) from e
@@ -232,11 +234,12 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
 
         kernels = load_kernels()
     try:
-        model = _load_weights(src, dev, kernels)
+        model = _load_weights(src, dev, kernels, checked)
     except ModelLoadError:
         raise
     except Exception as e:
         raise ModelLoadError(f"cannot load the model in {src.path}: {e}") from e
+    del checked  # the header's token strings (262,144 for Gemma 3): not kept resident
     if model.config.vocab_size < tok.vocab.size:
         raise ModelLoadError(
             f"the model has {model.config.vocab_size} logits but its tokenizer {tok.vocab.size} tokens"

@@ -158,12 +158,13 @@ def check_dequantize(w, ids) -> None:
         raise KernelArgumentError(k, "ids", f"must be in [0, {w.rows}), not {int(ids.min())}..{int(ids.max())}")
 
 
-def check_activations(x) -> None:
-    """`quantize_activations`: float32 x [M, K], K a multiple of 32."""
-    k = "quantize_activations"
+def check_activations(x, block: int = 32) -> None:
+    """`quantize_activations` (block 32) and `quantize_activations_k` (block 256): float32
+    x [M, K], K a multiple of `block`."""
+    k = "quantize_activations" if block == 32 else "quantize_activations_k"
     _tensor(k, "x", x, torch.float32, (None, None))
     _size(k, "rows", x.shape[0])
-    _size(k, "the row length", x.shape[1], multiple=32)
+    _size(k, "the row length", x.shape[1], multiple=block)
     _size(k, "the quantized rows' bytes", 4 * x.shape[0] * x.shape[1])
 
 

@@ -46,6 +46,7 @@
 #include "simd.h"
 #include "block_formats.h"
 #include "int8_products.h"
+#include "kquant_products.h"
 
 #define NB 16 /* outputs per parallel block: 16 weight rows stay in L2 for every row group */
 #define PANEL_ROWS 8 /* weight rows de-quantized at a time (a divisor of NB) */
@@ -191,6 +192,7 @@ typedef struct {
     const float *x;
     const uint8_t *acts;
     int M, K;
+    const uint8_t *kacts; /* the rows as the K-quant products take them (quantize_rows_k) */
 } Rows;
 
 static inline int int8_path(int f, int M) { return format_quantized(f) && M <= INT8_ROWS; }
@@ -207,7 +209,8 @@ static void matmul_block(const Rows *r, const void *w, int f, float *y, int N, i
         return;
     }
     if (int8_path(f, M)) {
-        int_block(r->acts, w, f, y, M, N, K, n0, n1);
+        if (is_kquant(f)) kq_block(r->kacts, w, f, y, M, N, K, n0, n1);
+        else int_block(r->acts, w, f, y, M, N, K, n0, n1);
         return;
     }
     /* PANEL_ROWS weight rows at a time, de-quantized, then every row group over them: the
@@ -258,10 +261,12 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
         return 1;
     }
     if (int8_path(f, M)) {
-        uint8_t *acts = malloc((size_t)(M * ACT_BYTES(K)));
+        int kq = is_kquant(f);
+        uint8_t *acts = malloc((size_t)(kq ? M * KACT_BYTES(K) : M * ACT_BYTES(K)));
         if (!acts) return 0;
-        quantize_rows(x, M, K, acts);
-        Rows r = {x, acts, M, K};
+        if (kq) quantize_rows_k(x, M, K, acts);
+        else quantize_rows(x, M, K, acts);
+        Rows r = {x, kq ? NULL : acts, M, K, kq ? acts : NULL};
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
         free(acts);
@@ -302,6 +307,10 @@ void dequantize_matrix(const uint8_t *w, int f, int K, const int64_t *ids, int64
 /* Rows of x [M, K] as the int8 path quantizes them (int8_products.h's layout, ACT_BYTES(K) bytes
  * a row): for the tests. */
 void quantize_activations(const float *x, int M, int K, uint8_t *out) { quantize_rows(x, M, K, out); }
+
+/* Rows of x [M, K] (K a multiple of 256) as the K-quant products quantize them (kquant_products.h's
+ * layout, KACT_BYTES(K) bytes a row): for the tests. */
+void quantize_activations_k(const float *x, int M, int K, uint8_t *out) { quantize_rows_k(x, M, K, out); }
 
 /* The KV cache holds float32 or float16 rows (`half`: a constant at every call, so each
  * attention function below is compiled once per element type). A float16 element is converted
@@ -607,7 +616,8 @@ typedef struct {
     const float *cos, *sin;
     float *xn, *q, *k, *v, *att, *o, *g, *u, *scratch;
     float *panels; /* NB rows of the widest product's K per thread, for block-format weights */
-    uint8_t *acts; /* per thread: the rows of a product's input quantized for the int8 path */
+    uint8_t *acts; /* per thread: the rows of a product's input quantized for the int8 path
+                    * (ACT_BYTES a row), then for the K-quant products (KACT_BYTES a row) */
     int panel_k;
 } Pass;
 
@@ -621,7 +631,7 @@ static int pass_buffers(Pass *p) {
     p->panel_k = p->E > QD ? p->E : QD;
     if (p->F > p->panel_k) p->panel_k = p->F;
     p->panels = malloc(sizeof(float) * (size_t)p->threads * NB * p->panel_k);
-    p->acts = malloc((size_t)p->threads * Q * ACT_BYTES(p->panel_k));
+    p->acts = malloc((size_t)(p->threads * Q * (ACT_BYTES(p->panel_k) + KACT_BYTES(p->panel_k))));
     return p->xn && p->q && p->k && p->v && p->att && p->o && p->g && p->u && p->scratch && p->panels && p->acts;
 }
 
@@ -633,11 +643,23 @@ static void free_pass(Pass *p) {
 /* the rows of a product's input x [Q, K], quantized into this thread's buffer where one of the
  * products (formats f1, f2, f3) takes the int8 path */
 static Rows product_rows(const Pass *p, const float *x, int K, int f1, int f2, int f3) {
-    uint8_t *acts = p->acts + (int64_t)omp_get_thread_num() * p->Q * ACT_BYTES(p->panel_k);
-    Rows r = {x, NULL, p->Q, K};
-    if (int8_path(f1, p->Q) || int8_path(f2, p->Q) || int8_path(f3, p->Q)) {
+    uint8_t *acts = p->acts + (int64_t)omp_get_thread_num() * p->Q * (ACT_BYTES(p->panel_k) + KACT_BYTES(p->panel_k));
+    uint8_t *kacts = acts + (int64_t)p->Q * ACT_BYTES(p->panel_k);
+    Rows r = {x, NULL, p->Q, K, NULL};
+    const int f[3] = {f1, f2, f3};
+    int legacy = 0, kq = 0;
+    for (int j = 0; j < 3; j++)
+        if (int8_path(f[j], p->Q)) {
+            if (is_kquant(f[j])) kq = 1;
+            else legacy = 1;
+        }
+    if (legacy) {
         quantize_rows(x, p->Q, K, acts);
         r.acts = acts;
+    }
+    if (kq) {
+        quantize_rows_k(x, p->Q, K, kacts);
+        r.kacts = kacts;
     }
     return r;
 }

@@ -48,7 +48,7 @@ static inline void quantize_unit(const float *v, int8_t *q, int32_t *nls, float 
     float amax = 0.0f;
     for (int j = 0; j < QK; j++) {
         float a = __builtin_fabsf(v[j]);
-        if (!(a <= amax)) amax = a; /* a NaN wins: the outputs become NaN, as a float product's */
+        if (!(a <= amax) && amax == amax) amax = a; /* a NaN wins (and stays): the outputs become NaN, as a float product's */
     }
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK; j++) {

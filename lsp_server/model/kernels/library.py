@@ -64,7 +64,7 @@ from .block_weights import BlockMatrix, WeightFormat
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("decode_kernels.c")  # the file compiled; it includes the headers
-SOURCES = (SOURCE, *(SOURCE.with_name(h) for h in ("simd.h", "block_formats.h", "int8_products.h")))
+SOURCES = (SOURCE, *(SOURCE.with_name(h) for h in ("simd.h", "block_formats.h", "int8_products.h", "kquant_products.h")))
 MAX_ATTENTION_ROWS = 32  # passes with more query rows (prompts) keep PyTorch's attention
 INT8_ROWS = 32  # products of at most this many rows of quantized weights take the int8 path (the C's INT8_ROWS)
 ATTENTION_NAME = "syntaxlock_rows"  # the attention implementation registered with transformers
@@ -242,6 +242,9 @@ class DecodeKernels:
         self._quantize = lib.quantize_activations
         self._quantize.restype = None
         self._quantize.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self._quantize_k = lib.quantize_activations_k
+        self._quantize_k.restype = None
+        self._quantize_k.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._matmul = lib.half_matmul
         self._matmul.restype = None
         self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
@@ -273,8 +276,10 @@ class DecodeKernels:
         """x @ w.T for float32 `x` [..., K] and `w` [N, K]: a float16 tensor (`half_matmul`) or
         a `BlockMatrix`. Quantized weights and at most `INT8_ROWS` rows: each row quantized to
         int8 in units of 32 values, integer products, float scales (`int8_products.h`: within
-        max|x_unit| / 254 * sum|w_unit| per unit of the float64 product); else the weights'
-        exact values multiplied as float16 ones are. Each row's result is the same whatever the
+        max|x_unit| / 254 * sum|w_unit| per unit of the float64 product); for K-quant weights in
+        blocks of 256 values, the sub-block scales applied in integers (`kquant_products.h`:
+        within max|x_block| / 254 * sum|w_block| per block of 256); else the weights' exact
+        values multiplied as float16 ones are. Each row's result is the same whatever the
         number of rows, up to `INT8_ROWS`, and again above it."""
         if not isinstance(w, BlockMatrix):
             return self.half_matmul(x, w)
@@ -310,6 +315,15 @@ class DecodeKernels:
         m, k = x.shape
         out = torch.empty((m, 4 * k), dtype=torch.uint8)
         self._quantize(x.data_ptr(), m, k, out.data_ptr())
+        return out
+
+    def quantize_activations_k(self, x: torch.Tensor) -> torch.Tensor:
+        """The rows of float32 `x` [M, K] (K a multiple of 256) as the K-quant products quantize
+        them: uint8 [M, K + K / 64 + K / 8] in `kquant_products.h`'s layout (for the tests)."""
+        boundary.check_activations(x, 256)
+        m, k = x.shape
+        out = torch.empty((m, k + k // 64 + k // 8), dtype=torch.uint8)
+        self._quantize_k(x.data_ptr(), m, k, out.data_ptr())
         return out
 
     def half_matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
