@@ -330,13 +330,16 @@ def acceptance(rows: list[dict]) -> dict:
     """Speculation's yield over `rows` (one mode's requests): drafts verified, positions drafted
     and accepted, α (accepted over drafted), accepted positions per draft, tokens committed per
     verification pass (a draft's accepted positions, the forced ones among them, and the
-    target's own token after them), the mean γ chosen, and the steps that drafted nothing."""
-    drafts = drafted = accepted = steps = tokens = gamma = plain = 0
+    target's own token after them), the mean γ chosen, the steps that drafted nothing and the
+    declined proposals' trials among them."""
+    drafts = drafted = accepted = steps = tokens = gamma = plain = probed = hits = 0
     for r in rows:
         s = r["speculation"] or {}
         drafts += s.get("drafts", 0)
         drafted += s.get("drafted", 0)
         accepted += s.get("accepted", 0)
+        probed += s.get("probed", 0)
+        hits += s.get("probe_hits", 0)
         for key, t in (s.get("steps") or {}).items():
             if key == "plain":
                 plain += t["steps"]
@@ -352,6 +355,10 @@ def acceptance(rows: list[dict]) -> dict:
         "tokens_per_verify": round(tokens / steps, 3) if steps else None,
         "gamma_mean": round(gamma / steps, 2) if steps else None,
         "plain_steps": plain,
+        # steps that drafted nothing where the lookup proposed a token the step allowed: how
+        # often the target took that token anyway (the speculator's estimates learn from them)
+        "probed": probed,
+        "probe_hit_rate": round(hits / probed, 3) if probed else None,
     }
 
 
