@@ -346,3 +346,63 @@ def test_speculation_resumes_after_a_bad_start_and_greedy_output_stays_the_same(
             drafted = sum(r.speculation["request"]["drafted"] for r in results)
     assert drafted > 0
     assert texts[True] == texts[False]
+
+
+
+
+def _steered_decoding(steer):
+    """A decoding pass's state as `loop.decode` makes it, with the first line's steering `steer`
+    (no model, no grammar: only its masks are asked for)."""
+    from types import SimpleNamespace
+
+    from lsp_server.decoding.loop import _Decoding
+    from lsp_server.decoding.sampling import Sampler
+
+    token_bytes = [b" ", b"    ", b"if", b"value", b"\n", b"for"]
+    return _Decoding(None, None, token_bytes, set(), Sampler(), SimpleNamespace(cursor=0, held=b""), 16,
+                     lambda: False, None, frozenset(), steer)
+
+
+def _header_at_four(room: int, written: int):
+    """Steering to a header at width 4: the four-blank token first, then `if` or `for` only."""
+    return np.array([False, True, False, False, False, False]) if written < 4 else np.array([False, False, True, False, False, True])
+
+
+def test_a_drafted_position_gets_the_steered_mask_of_its_step():
+    """While the first line is steered (header_steering), a drafted position's mask is the one
+    the plain step there would use: the grammar's narrowed by the steering while the drafted
+    tokens before it wrote only blanks (checked against the grammar's alone, the verification
+    let the model's own `value` through where only a header may start)."""
+    narrow = _steered_decoding(_header_at_four).draft_masks()
+    grammar = np.ones(6, dtype=bool)
+    assert narrow(1, [1], grammar).tolist() == [False, False, True, False, False, True]  # after the blanks: a header
+    assert narrow(2, [1, 2], grammar).tolist() == grammar.tolist()  # code written: the steering is over
+    assert narrow(1, [0], grammar).tolist() == [False, True, False, False, False, False]  # one blank: before the code
+    assert narrow(1, [1], np.array([True, True, False, True, True, False])) is None  # it leaves nothing: the loop's alone
+    assert _steered_decoding(None).draft_masks() is None  # not steered: the grammar's masks
+
+
+def test_a_draft_ends_where_the_steered_mask_refuses_its_token():
+    """The lookup proposes the blanks and then `value` (what the document wrote after them);
+    steered to a header, the draft keeps the blanks only, and the position after them is
+    decided under the steered mask."""
+    from lsp_server.decoding.sampling import Sampler
+    from lsp_server.decoding.speculation.speculator import Speculator
+    from lsp_server.decoding.speculation.stats import SpeculationStats
+
+    class Fork:
+        def fork(self):
+            return self
+
+        def accept_token(self, token):
+            return True
+
+        def next_token_mask(self):
+            return np.ones(6, dtype=bool)
+
+    narrow = _steered_decoding(_header_at_four).draft_masks()
+    spec = Speculator(SpeculationStats(), [4, 1, 3, 4], set())  # `\n    value\n`: after `\n`, `    value`
+    mask0 = np.array([True, True, False, False, False, False])  # one blank or four
+    draft = spec.draft(Fork(), mask0, [], 16, Sampler(), narrow)
+    assert draft.tokens == [1]
+    assert [m.tolist() for m in draft.masks] == [mask0.tolist(), [False, False, True, False, False, True]]
