@@ -136,9 +136,9 @@ def cut_points(n: int, seed: int, code: str = "stdlib") -> list[dict]:
 MODES = {  # name: (constrained, speculative, canonical), run in this order per cut point
     "constrained": (True, False, True),
     # right after `constrained`, on the KV cache it left: an unconstrained request between them
-    # changes the prompt (no healing), and the one after it re-computes the prompt's end in a short
-    # pass, whose products (int8) give other bits than the prompt's (float): 8 of 40 third-party
-    # greedy answers then differed for that alone, none with the two back to back
+    # changes the prompt (no healing) and the next one re-computes the prompt's end in a pass of
+    # its own (a short pass's int8 products, likely other bits than the prompt's float ones):
+    # 8 of 40 third-party greedy answers differed that way, none with the two back to back
     "constrained+speculative": (True, True, True),
     "unconstrained": (False, False, False),
     "constrained/no-canonical": (True, False, False),
