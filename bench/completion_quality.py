@@ -440,6 +440,10 @@ def main(argv=None) -> int:
                          "point's requests, so that every mode decodes with it")
     ap.add_argument("--budget-ms", type=float, default=0.0,
                     help="each request's latency budget as the server gives it (latencyBudgetMs; 0: none)")
+    ap.add_argument("--forward-ms", metavar="T1,T9",
+                    help="speculation's forward costs held at this profile (one token T1 ms, nine T9, linear "
+                         "between) instead of measured: its choices, and so its acceptance figures, then do not "
+                         "follow the machine's load (speed figures are still measured)")
     args = ap.parse_args(argv)
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
@@ -459,6 +463,10 @@ def main(argv=None) -> int:
                                                      draft_model=args.draft_model))
     if args.identifiers:
         engine.options = engine.options.updated(identifiers=args.identifiers)
+    if args.forward_ms:
+        t1, t9 = (float(v) for v in args.forward_ms.split(","))
+        engine.spec_stats.forward_ms.update({n: t1 + (t9 - t1) * (n - 1) / 8 for n in range(1, 11)})
+        engine.spec_stats.record_forward = lambda n, ms: None  # held: not learnt from this run's passes
     cuts = cut_points(args.cuts, args.seed, args.code)
     recorded = {}
     if args.replay:
