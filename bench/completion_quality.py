@@ -167,10 +167,14 @@ def noncanonical(tok, kept: list[int], generated: list[int]) -> bool | None:
 
 
 def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool = False,
-        canonical: bool = True, budget_ms: float = 0.0) -> dict:
+        canonical: bool = True, first_request: bool = False, budget_ms: float = 0.0) -> dict:
+    """One cut point's completion: after the document's full prompt window was computed (as the
+    work ahead leaves it), or with `first_request` as the first request in the document (a
+    short first window: `CompletionEngine._window`); `budget_ms`: the request's latency budget
+    (0: none)."""
     from lsp_server.decoding.budget import Budget
     from lsp_server.decoding.engine import CompletionRequest
-    from lsp_server.decoding.prompt import build_prompt
+    from lsp_server.decoding.prompt import FIRST_WINDOW_STEP, WINDOW_STEP, build_prompt
 
     lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
     i, ch = cut["line"], cut["character"]
@@ -178,13 +182,18 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
     opts = engine.options.updated(constrained=constrained, max_tokens=max_tokens, speculative=speculative,
                                   canonical=canonical)
+    if first_request:
+        engine.forget(cut["path"])
     t0 = time.perf_counter()
-    req = CompletionRequest.at(doc, i, ch, document=cut["path"], budget=Budget.of(budget_ms, start=t0))
+    req = CompletionRequest.at(doc, i, ch, document=cut["path"], short_first=first_request,
+                               budget=Budget.of(budget_ms, start=t0))
     r = engine.complete(req, options=opts)
     latency = (time.perf_counter() - t0) * 1000
     before = "\n".join(lines[:i] + [lines[i][:ch]])
-    prompt = build_prompt(engine.tokenizer, before, doc[len(before) :], opts.context_tokens, engine.runtime.fim,
-                          heal=constrained, heal_pretoken=r.canonical)  # as the engine built it
+    budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if r.short_window else (opts.context_tokens,
+                                                                                        WINDOW_STEP)
+    prompt = build_prompt(engine.tokenizer, before, doc[len(before) :], budget, engine.runtime.fim,
+                          heal=constrained, heal_pretoken=r.canonical, step=step)  # as the engine built it
     kept = prompt.prefix
     # the cut document has nothing after the cursor on its line: the replace range is empty
     spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
@@ -203,6 +212,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "latency_ms": latency,
         "stop": r.stop_reason,
         "offer_path": r.offer_path,  # which step of the validity search gave the text (decoding/offer.py)
+        "short_window": r.short_window,
         "check_ms": r.check_ms,  # the whole-file checks' time in the request
         "policy": r.mode,  # the engine's stopping mode: single-line or multi-line
         "text": r.text,
@@ -240,6 +250,7 @@ def summarize(rows: list[dict]) -> dict:
         "exact_match": round(sum(r["exact"] for r in rows) / n, 4),
         "edit_similarity": round(sum(r["similarity"] for r in rows) / n, 4),
         "empty": round(sum(r["empty"] for r in rows) / n, 4),
+        "short_windows": sum(r["short_window"] for r in rows),  # answered from a first window (--first-request)
         "echoes_next_line": round(sum(r["echo"] for r in rows) / n, 4),
         "echoes_next_line_count": f"{sum(r['echo'] for r in rows)}/{n}",
         "tokens_per_s": round(tokens / decode_s, 2) if decode_s else None,
@@ -433,6 +444,10 @@ def main(argv=None) -> int:
                     help="no model: a scripted model (tests/scripted_model.py) writes the file's own text from the "
                          "cursor on (the dropped rest of the line, then the lines the file goes on with), the "
                          "echo at its purest; no speed figures")
+    ap.add_argument("--first-request", action="store_true",
+                    help="each cut point's request is the first in its document, nothing computed ahead: "
+                         "answered as the server answers it then (a short first window of "
+                         "firstWindowTokens; docs/latency.md)")
     ap.add_argument("--modes", nargs="+", choices=list(MODES),
                     help="run only these modes (default: as the flags above select)")
     ap.add_argument("--identifiers", default=None, choices=("off", "bias", "constrain"),
@@ -495,17 +510,19 @@ def main(argv=None) -> int:
         lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
         i, ch = cut["line"], cut["character"]
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
-        warm = CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1)
-        engine.complete(warm)
-        # the names analysis made before the first mode's request (as the server's work ahead does
-        # after a pause): without the wait only the later modes would find it ready
-        try:
-            engine.names_ahead(warm, wait=60.0)
-        except TimeoutError:  # jedi slower than that on a busy machine: this cut point decodes without it
-            print(f"names analysis not ready after 60 s: {relative_name(Path(cut['path']))}", file=sys.stderr)
+        if not args.first_request:
+            warm = CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1, short_first=False)
+            engine.complete(warm)
+            # the names analysis made before the first mode's request (as the server's work ahead
+            # does after a pause): without the wait only the later modes would find it ready
+            try:
+                engine.names_ahead(warm, wait=60.0)
+            except TimeoutError:  # jedi slower than that on a busy machine: this cut point decodes without it
+                print(f"names analysis not ready after 60 s: {relative_name(Path(cut['path']))}", file=sys.stderr)
         for mode in modes:
             constrained, speculative, canonical = MODES[mode]
-            row = run(engine, cut, constrained, args.max_tokens, speculative, canonical, args.budget_ms)
+            row = run(engine, cut, constrained, args.max_tokens, speculative, canonical, args.first_request,
+                      args.budget_ms)
             if args.replay and row["token_ids"] != ids[: len(row["token_ids"])]:
                 diverged += 1  # the replay took another token than the real model: not what it would write
             results[mode].append(row)

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
             for rep in range(3):
                 cache = PromptCache(rt)
                 t0 = time.perf_counter()
-                cache.prefill(f"doc{rep}", ids[: args.context], between_layers=False)
+                cache.prefill(f"doc{rep}", ids[: args.context])
                 got["chunked"].append((time.perf_counter() - t0) * 1000 / args.context)
             for n in range(1, 10):
                 for rep in range(args.reps + 2):

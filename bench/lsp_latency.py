@@ -233,11 +233,12 @@ class Server:
 
 def options_of(args, **extra) -> dict:
     given = {key: value for key, value in (("latencyBudgetMs", args.latency_budget_ms),
-                                            ("contextTokens", args.context_tokens)) if value is not None}
+                                            ("contextTokens", args.context_tokens),
+                                            ("firstWindowTokens", args.first_window_tokens)) if value is not None}
     return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | given | extra
 
 
-COMPLETED = re.compile(r"completed (\S+) at offset \d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens \((\d+) reused\) (\d+) ms, "
+COMPLETED = re.compile(r"completed (\S+) at offset \d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens( \(first window\))? \((\d+) reused\) (\d+) ms, "
                        r"decode (\d+) ms, (\d+) sampled \+ (\d+) forced")
 STOPPED = re.compile(r"completion in (\S+) stopped \(superseded\) (?:after (\d+) decoding steps|before it started), "
                      r"(\d+) ms after the stop")
@@ -260,18 +261,19 @@ def opening_tokens(log: str, prefix: str) -> int:
 
 def engine_figures(log: str, prefix: str) -> dict:
     """What the server's log says about the runs on documents whose URI starts with `prefix`."""
-    prompt, reused, prompt_ms, step_ms, without_model = 0, 0, [], [], 0
+    prompt, reused, prompt_ms, step_ms, without_model, first_window = 0, 0, [], [], 0, 0
     for m in COMPLETED.finditer(log):
         if not m.group(1).startswith(prefix):
             continue
-        n, r = int(m.group(3)), int(m.group(4))
+        n, r = int(m.group(3)), int(m.group(5))
         if n == 0:
             without_model += 1  # the rest of a suggestion (typed through) or a prefetched one
             continue
         prompt, reused = prompt + n, reused + r
-        prompt_ms.append(int(m.group(5)) / 1000)
-        if int(m.group(7)):
-            step_ms.append(int(m.group(6)) / int(m.group(7)) / 1000)
+        first_window += bool(m.group(4))
+        prompt_ms.append(int(m.group(6)) / 1000)
+        if int(m.group(8)):
+            step_ms.append(int(m.group(7)) / int(m.group(8)) / 1000)
     ahead = [(int(m.group(2)), int(m.group(4))) for m in PREFILLED.finditer(log) if m.group(1).startswith(prefix)]
     lag, steps = [], []
     for m in STOPPED.finditer(log):
@@ -281,6 +283,7 @@ def engine_figures(log: str, prefix: str) -> dict:
     return {
         "requests_that_ran_the_model": len(prompt_ms),
         "answered_without_the_model": without_model,
+        "answered_from_a_first_window": first_window,  # the KV cache lacked most of the full window
         "prompt_tokens": prompt,
         "prompt_tokens_reused": reused,
         "prompt_reused_share": round(reused / prompt, 3) if prompt else None,
@@ -756,6 +759,7 @@ async def run(args) -> dict:
     out = {
         "model": args.model, "max_tokens": args.max_tokens, "mode": args.mode, "work_ahead": args.work_ahead,
         "latency_budget_ms": args.latency_budget_ms, "context_tokens": args.context_tokens,
+        "first_window_tokens": args.first_window_tokens,
         "code": args.code, "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "anchor": anchor(args),
     }
@@ -798,6 +802,8 @@ def main() -> None:
                     help="leads, cursor client: seconds between the character typed and the request")
     ap.add_argument("--latency-budget-ms", type=int, help="the server's latencyBudgetMs (default: the server's)")
     ap.add_argument("--context-tokens", type=int, help="the server's contextTokens, the prompt window (default: the server's)")
+    ap.add_argument("--first-window-tokens", type=int,
+                    help="the server's firstWindowTokens, the short first window (0: off; default: the server's)")
     ap.add_argument("--slow-ms", type=float, default=300,
                     help="leads: list the requests slower than this, with the server's log lines about them")
     ap.add_argument("--enter-after", type=float, default=0.5, help="seconds between an accept and Enter")

@@ -32,6 +32,10 @@ def add_complete_parser(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int)
     p.add_argument("--context-tokens", type=int, default=EngineOptions.context_tokens)
+    p.add_argument("--first-window-tokens", type=int, default=0,
+                   help="answer from at most this many tokens nearest the cursor (the server's first "
+                        "suggestion in a file; default 0: the whole --context-tokens window, as one "
+                        "command has no later request for the full window to serve)")
     p.add_argument("--no-speculative", action="store_true", help="plain decoding, one model call per token")
     p.add_argument("--no-canonical", action="store_true",
                    help="allow token sequences the tokenizer would not produce for the text (for comparison)")
@@ -53,6 +57,7 @@ def _options(args) -> EngineOptions:
             temperature=args.temperature, top_p=args.top_p, seed=args.seed,
             constrained=not args.unconstrained, mode=args.mode,
             speculative=not args.no_speculative, canonical=not args.no_canonical, context_tokens=args.context_tokens,
+            first_window_tokens=args.first_window_tokens,
             draft_model=args.draft_model, python_version=args.python_version, identifiers=args.identifiers,
         ).validated()
     except OptionError as e:

@@ -18,6 +18,8 @@ INT_RANGES = {
     # of 1,024 tokens is ~80 lines
     "max_tokens": (1, 1024),
     "context_tokens": (16, 131072),
+    # 0: off (every answer from the full window)
+    "first_window_tokens": (0, 131072),
     # torch's generator takes 64 bits; JSON clients (JavaScript numbers) hold integers exactly to 2^53 - 1
     "seed": (0, 2**53 - 1),
     # the documents' KV caches: ~60 MB each for a full 1,024-token window (prompt_cache.py)
@@ -48,6 +50,10 @@ class EngineOptions:
     canonical: bool = True  # only token sequences the tokenizer itself would produce (mask_store.canonical)
     draft_model: str | None = None  # a small model with the same tokenizer, as a draft source
     context_tokens: int = 1024  # prompt budget
+    # the first answer in a document (or far from its cached prompt) comes from a window of at
+    # most this many tokens when the KV cache lacks more of the full one (0: always the full
+    # window; engine.CompletionEngine._window, docs/latency.md)
+    first_window_tokens: int = 256
     # the documents' KV caches, least recently used out first past this: 96 keeps the last three
     # documents' full windows (~30 MB each with SmolLM2-135M's float16 cache on the CPU; docs/memory.md)
     cache_memory_mb: int = 96

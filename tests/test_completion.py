@@ -353,51 +353,79 @@ def test_typing_reuses_the_prompt_cache(tiny_engine):
     assert r2.prompt_reused >= r1.prompt_tokens - 2
 
 
-def test_a_cancelled_prefill_stops_between_layers_and_a_request_keeps_its_chunk(tiny_engine, monkeypatch):
-    """Work ahead (`prefill`) stops inside a chunk, between two layers; a request's prompt is cut
-    only between chunks, so that the chunk it was running is kept for the request that
-    superseded it (see PromptCache.prefill)."""
+def _long_document(typed: str = "    ") -> tuple[str, int]:
+    """A document whose full prompt window is 1,024 tokens (json/decoder.py, its line 300 made
+    `typed`), and that line's index."""
+    lines = (STDLIB / "json" / "decoder.py").read_text().split("\n")
+    i = 300
+    return "\n".join(lines[:i] + [typed] + lines[i + 1 :]), i
+
+
+def test_a_cancelled_prefill_finishes_its_chunk_and_a_request_reuses_all_of_it(tiny_engine, monkeypatch):
+    """Work ahead (`prefill`) is cut only between its chunks of AHEAD_CHUNK tokens: a keystroke
+    waits for one chunk at most, and everything computed is kept for the request (nothing is
+    thrown away: see PromptCache.prefill); a request's prompt likewise keeps the chunk it was
+    running when it was superseded."""
     from lsp_server.model.prompt_cache import AHEAD_CHUNK, PREFILL_CHUNK
 
     runtime = tiny_engine.runtime
-    layers = runtime.stopper.layers
-    assert layers > 1
-    path = STDLIB / "json" / "decoder.py"
-    lines = path.read_text().split("\n")
-    i = 300
-    doc = "\n".join(lines[:i] + ["    "] + lines[i + 1 :])
-    reference = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="reference"))
-    asked_in_chunk: list[int] = []  # per forward pass: how often cancel() was asked during it
+    doc, i = _long_document()
+    full = tiny_engine.options.updated(first_window_tokens=0)
+    reference = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="reference"), options=full)
+    passes: list[int] = []  # the tokens of each forward pass
+    asked: list[int] = []  # the passes run when cancel() was asked
     forward = runtime.forward
 
     def counting_forward(ids, past=None, keep=1, cancel=None):
-        asked_in_chunk.append(0)
-        return forward(ids, past, keep, cancel=None if cancel is None else lambda: count(cancel))
+        passes.append(len(ids))
+        return forward(ids, past, keep, cancel=cancel)
 
-    def count(cancel):
-        asked_in_chunk[-1] += 1
-        return cancel()
-
-    def cancel() -> bool:  # stop during the second chunk, before its last layer (the others ran)
-        return len(asked_in_chunk) == 2 and asked_in_chunk[-1] >= layers or len(asked_in_chunk) > 2
+    def cancel() -> bool:  # the user types while the second chunk runs
+        asked.append(len(passes))
+        return len(passes) >= 2
 
     monkeypatch.setattr(runtime, "forward", counting_forward)
-    out = tiny_engine.prefill(CompletionRequest.at(doc, i, 4, document="chunks"), cancel=cancel)
-    assert not out.complete and out.computed == AHEAD_CHUNK
-    assert asked_in_chunk == [layers, layers]  # asked before each layer, stopped at once
-    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"))
+    out = tiny_engine.prefill(CompletionRequest.at(doc, i, 4, document="chunks"), cancel=cancel, options=full)
+    assert not out.complete and out.computed == 2 * AHEAD_CHUNK  # the second chunk finished, kept
+    assert passes == [AHEAD_CHUNK, AHEAD_CHUNK] and asked == [0, 1, 2]  # asked between chunks only
+    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"), options=full)
     assert again.prompt_tokens > 2 * AHEAD_CHUNK
-    assert again.prompt_reused == AHEAD_CHUNK  # the chunk finished before the cancellation
-    assert again.text == reference.text  # the half-run chunk left nothing behind
+    assert again.prompt_reused == 2 * AHEAD_CHUNK  # all the work ahead did
+    assert again.text == reference.text
     # a request cancelled while its second chunk runs finishes that chunk and keeps it
-    asked_in_chunk.clear()
+    passes.clear()
     tiny_engine.forget("chunks")
     r = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"),
-                             cancel=lambda: len(asked_in_chunk) >= 2)
+                             cancel=lambda: len(passes) >= 2, options=full)
     assert r.stop_reason == "cancelled" and r.text == ""
-    assert asked_in_chunk == [0, 0]  # not asked inside a chunk
-    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"))
+    assert passes == [PREFILL_CHUNK, PREFILL_CHUNK]
+    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"), options=full)
     assert again.prompt_reused == 2 * PREFILL_CHUNK and again.text == reference.text
+
+
+def test_the_first_answer_comes_from_a_short_window_and_the_next_from_the_full_one(tiny_engine):
+    """A request whose KV cache lacks more than `first_window_tokens` of the full window is
+    answered from the lines nearest the cursor in at most that many tokens (the grammar still
+    reads the whole document); once the full window is computed (the work ahead's prefill),
+    the next request uses it, and typing on in the short window reuses its cache."""
+    doc, i = _long_document()
+    opts = tiny_engine.options.updated(first_window_tokens=200)
+    first = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="first"), options=opts)
+    assert first.short_window and 0 < first.prompt_tokens <= 200 and first.prompt_reused == 0
+    typed, _ = _long_document("    r")
+    on = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="first"), options=opts)
+    assert on.short_window and on.prompt_reused >= on.prompt_tokens - 2  # the short window's cache
+    done = tiny_engine.prefill(CompletionRequest.at(typed, i, 5, document="first"), options=opts)
+    assert done.complete and done.prompt_tokens > 200
+    full = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="first"), options=opts)
+    assert not full.short_window and full.prompt_tokens == done.prompt_tokens
+    assert full.prompt_reused >= full.prompt_tokens - 1
+    # background work (a prefetch) never takes the short window; nor does a short document
+    tiny_engine.forget("first")
+    ahead = tiny_engine.prefetch(CompletionRequest.at(doc, i, 4, document="first"), options=opts)
+    assert not ahead.short_window and ahead.prompt_tokens > 200
+    small = tiny_engine.complete(CompletionRequest.at("import os\nos.pa", 1, 5, document="small"), options=opts)
+    assert not small.short_window
 
 
 def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkeypatch):

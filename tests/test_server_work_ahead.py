@@ -11,6 +11,7 @@ import pytest
 import pytest_lsp
 from pytest_lsp import LanguageClient
 
+from lsp_server.options import EngineOptions
 from lsp_server.positions import offset_at
 from lsp_server.server.work_ahead import after_enter
 from server_support import apply_item, command, config, edit, initialize, inline, items_of, open_doc
@@ -99,3 +100,25 @@ async def test_after_an_accept_the_suggestion_after_enter_is_prefetched(client: 
     after = await command(client, "syntaxlock.status")
     assert after["workAhead"].get("prefetch_served", 0) == s["workAhead"].get("prefetch_served", 0) + 1
     assert after["kvCache"]["computed_tokens"] == s["kvCache"]["computed_tokens"]  # no model call
+
+
+async def test_a_first_request_is_answered_from_a_short_window_and_the_full_one_follows(client: LanguageClient):
+    """Opened and asked at once (no work ahead yet): the answer comes from the short first
+    window, and the full window's prefill follows at once, so the next request computes nothing."""
+    line = next(i for i, ln in enumerate(LINES) if i > 250 and ln.startswith("        return "))
+    character = len("        return ")
+    text = "".join(LINES[:line]) + LINES[line][:character] + "\n" + "".join(LINES[line + 1 :])
+    uri = "file:///ahead/first_window.py"
+    before = await command(client, "syntaxlock.status")
+    open_doc(client, uri, text)
+    await inline(client, uri, line, character)
+    s = await status_until(client, lambda s: s["workAhead"].get("prefill_done", 0)
+                           > before["workAhead"].get("prefill_done", 0))
+    assert s["workAhead"].get("full_windows_planned", 0) == before["workAhead"].get("full_windows_planned", 0) + 1
+    edit(client, uri, 2, (line, character), (line, character), "(")  # not what was suggested
+    await inline(client, uri, line, character + 1)
+    after = await command(client, "syntaxlock.status")
+    # from the full window (more than a first window's tokens), kept from the work ahead
+    assert after["kvCache"]["reused_tokens"] - s["kvCache"]["reused_tokens"] > EngineOptions().first_window_tokens
+    assert after["kvCache"]["computed_tokens"] - s["kvCache"]["computed_tokens"] < 8  # the typed character
+    assert after["workAhead"].get("full_windows_planned", 0) == s["workAhead"]["full_windows_planned"]

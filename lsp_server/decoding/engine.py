@@ -11,7 +11,8 @@ UTF-16 character) positions are converted at the server's edge (`server/suggeste
 `complete` is synchronous and thread-safe (one completion at a time per engine); `cancel` is
 polled between decoding steps and between the decoder layers of every decoding pass, and between
 the prompt's chunks (a chunk started is finished and kept for the request that superseded this
-one: see `PromptCache.prefill`); `prefill` (work ahead of a request) stops between layers.
+one: see `PromptCache.prefill`); `prefill` (work ahead of a request) stops between its chunks of
+64 tokens, losing nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class CompletionRequest:
     workspace: WorkspaceContext = NO_CONTEXT  # other open documents (for models that read them)
     budget: Budget = NO_BUDGET  # the request's latency budget (decoding/budget.py)
     resume: tuple[int, ...] = ()  # the tokens of an answer the budget cut, decoded on from (background)
+    # may be answered from a short first window (`CompletionEngine._window`); False: work ahead,
+    # which has the time to compute the full window (and is there to compute it)
+    short_first: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.cursor <= len(self.text):
@@ -111,6 +115,7 @@ class CompletionResult:
     names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
     budget_cut: bool = False  # the latency budget ended it early: the rest is worth decoding in the background
+    short_window: bool = False  # answered from the short first window: the full one is worth computing in the background
     gate_ms: float = 0.0  # spent in the compiler gate after decoding (`compiler_checked`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
     times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: request_times.py
@@ -184,6 +189,11 @@ def compiler_checked(result: CompletionResult, before: str, after: str) -> Compl
 Cancel = Callable[[], bool]
 
 
+def first_window_key(document: str) -> str:
+    """The prompt cache's key for a document's short first window (`CompletionEngine._window`)."""
+    return document + "\x00first-window"
+
+
 @dataclass(frozen=True)
 class _Setup:
     """What every step of one request reads (built once by `CompletionEngine._constrain`)."""
@@ -204,6 +214,7 @@ class _Setup:
     cancel: Cancel
     guide: object | None = None  # identifiers.IdentifierGuide: names that exist (None: off or not ready)
     times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes
+    cache_key: str = ""  # the key of the prompt's KV cache (`CompletionEngine._window`)
 
     @property
     def heal(self) -> bytes:
@@ -237,6 +248,7 @@ class CompletionEngine:
         self.tokenizer = runtime.tokenizer
         self.prompt_cache = PromptCache(runtime)
         self.anchors = WindowAnchors()  # where each document's prompt window started last
+        self.first_anchors = WindowAnchors()  # and its short first window (`_window`)
         self.scanner = LineScanner(compiled.lexer)
         self._header_starts = HeaderStarts(compiled.tokens)  # re-decoding's steering masks, built as needed
         self._parsers: OrderedDict[str, PrefixParser] = OrderedDict()
@@ -296,7 +308,9 @@ class CompletionEngine:
     def forget(self, document: str) -> None:
         with self._lock:
             self.prompt_cache.forget(document)
+            self.prompt_cache.forget(first_window_key(document))
             self.anchors.forget(document)
+            self.first_anchors.forget(document)
             self._parsers.pop(document, None)
             self._shown.pop(document, None)
         self.names.forget(document)
@@ -381,15 +395,45 @@ class CompletionEngine:
 
     # ------------------------------------------------------------------ working ahead
 
-    def _prompt(self, request: CompletionRequest, before: str, after: str, opts: EngineOptions):
-        """The prompt of a request (its window kept as the document's next anchor)."""
-        from .prompt import build_prompt
+    def _prompt(self, request: CompletionRequest, before: str, after: str, opts: EngineOptions,
+                first_window: bool = False):
+        """The prompt of a request in a window of `context_tokens` (`first_window`: a short
+        first window of `first_window_tokens`), the window kept as the document's next anchor."""
+        from .prompt import FIRST_WINDOW_STEP, WINDOW_STEP, build_prompt
 
-        prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
-                              heal=opts.constrained, anchor=self.anchors.get(request.document),
-                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace)
-        self.anchors.keep(request.document, prompt)
+        anchors = self.first_anchors if first_window else self.anchors
+        budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if first_window else (opts.context_tokens,
+                                                                                            WINDOW_STEP)
+        prompt = build_prompt(self.tokenizer, before, after, budget, self.runtime.fim,
+                              heal=opts.constrained, anchor=anchors.get(request.document),
+                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace, step=step)
+        anchors.keep(request.document, prompt)
         return prompt
+
+    def _window(self, request: CompletionRequest, before: str, after: str, opts: EngineOptions):
+        """(the request's prompt, the key of its KV cache). The full window, unless the KV cache
+        lacks more than `first_window_tokens` of it (the first request in a document, a jump far
+        from the cached prompt, work ahead that has not got far yet) and the request may be
+        answered from a short one: then the lines nearest the cursor in at most that many tokens
+        (a window and KV cache of their own, kept while the user types on), and the full window
+        is left to the work ahead (`CompletionResult.short_window`), so that the first answer
+        costs a short window's prefill on any machine, not a whole one's. The grammar reads the
+        whole document either way: only the model's prompt is short."""
+        full = self._prompt(request, before, after, opts)
+        limit = opts.first_window_tokens
+        if not (request.short_first and limit and limit < opts.context_tokens):
+            return full, request.document
+        missing = self.prompt_cache.missing(request.document, full.ids)
+        if missing <= limit:
+            self.prompt_cache.forget(first_window_key(request.document))  # served by the full window now
+            return full, request.document
+        short = self._prompt(request, before, after, opts, first_window=True)
+        key = first_window_key(request.document)
+        if self.prompt_cache.missing(key, short.ids) >= missing:
+            return full, request.document
+        log.info("first window: %d prompt tokens (the full window lacks %d of %d)", len(short.ids), missing,
+                 len(full.ids))
+        return short, key
 
     def prefill(self, request: CompletionRequest, cancel: Cancel | None = None,
                 options: EngineOptions | None = None) -> Prefilled:
@@ -409,7 +453,8 @@ class CompletionEngine:
             self.names_ahead(request, opts)
             prompt = self._prompt(request, before, after, opts)
             try:
-                _, _, reused = self.prompt_cache.prefill(request.document, prompt.ids, cancel, opts.cache_memory_mb)
+                _, _, reused = self.prompt_cache.prefill(request.document, prompt.ids, cancel, opts.cache_memory_mb,
+                                                         ahead=True)
             except PrefillCancelled as e:
                 return Prefilled(len(prompt.ids), e.reused, e.computed - e.reused, False)
             if opts.constrained and not cancel():
@@ -428,7 +473,7 @@ class CompletionEngine:
         result is kept for the document, and a request for the very same text and cursor gets
         it without a model call (as does one that typed its first characters)."""
         opts = options or self.options
-        result = self.complete(request, cancel, opts)
+        result = self.complete(replace(request, short_first=False), cancel, opts)
         if result.stop_reason == StopReason.CANCELLED:
             return result
         off = request.cursor
@@ -531,8 +576,8 @@ class CompletionEngine:
         past, tokens reused); raises PrefillCancelled."""
         t = time.perf_counter()
         try:
-            return self.prompt_cache.prefill(setup.req.document, setup.prompt.ids, setup.cancel,
-                                             setup.opts.cache_memory_mb, between_layers=False)
+            return self.prompt_cache.prefill(setup.cache_key, setup.prompt.ids, setup.cancel,
+                                             setup.opts.cache_memory_mb)
         finally:
             setup.times.add("prefill", (time.perf_counter() - t) * 1000)
 
@@ -544,7 +589,7 @@ class CompletionEngine:
         from .sampling import Sampler
 
         compiled = self._compiled_for(req.document, opts)
-        prompt = self._prompt(req, before, after, opts)
+        prompt, cache_key = self._window(req, before, after, opts)
         heal = prompt.healed
         before_b = before.encode()
         parser = self._parser(req.document, compiled)
@@ -555,7 +600,7 @@ class CompletionEngine:
             held, depth = self._lexeme_before(before_b)
             rest = RestOfFile.build(before, after, mode, self.scanner, held, heal, depth)
             return _Setup(req, opts, compiled, before, after, prompt, None, None, held, depth, rest, sampler,
-                          max_tokens, cancel, times=times)
+                          max_tokens, cancel, times=times, cache_key=cache_key)
         try:
             matcher = self._matcher(compiled, before_b, heal, parser, prompt, opts)
         except (ParseError, LexError) as e:
@@ -573,7 +618,7 @@ class CompletionEngine:
             return StopReason.NO_CONTINUATION
         guide = self._identifier_guide(req, opts, compiled, before_b[: len(before_b) - len(heal)])
         return _Setup(req, opts, compiled, before, after, prompt, matcher, recovery, held, depth, rest, sampler,
-                      max_tokens, cancel, guide, times)
+                      max_tokens, cancel, guide, times, cache_key)
 
     def _speculator(self, setup: _Setup):
         """A speculator for one decoding pass (None: speculation off)."""
@@ -603,7 +648,7 @@ class CompletionEngine:
                              limit or setup.max_tokens, setup.cancel, speculator, replay=replay, avoid=avoid,
                              steer=steer, names=setup.guide, budget=budget)
         finally:
-            self.prompt_cache.release(setup.req.document, stepper.past, len(setup.prompt.ids))
+            self.prompt_cache.release(setup.cache_key, stepper.past, len(setup.prompt.ids))
             setup.times.add("model", sum(stepper.forward_ms))
         setup.times.add("mask", sum(outcome.mask_ms))
         log.debug("generated %r (healed %r), stop %s", outcome.generated, setup.heal, outcome.stop)
@@ -698,6 +743,7 @@ class CompletionEngine:
             tokens_healed=len(setup.prompt.healed_ids),
             prompt_tokens=len(setup.prompt.ids),
             prompt_reused=reused,
+            short_window=setup.cache_key != req.document,
             prompt_ms=round(prompt_ms, 2),
             decode_ms=round(decode_ms, 2),
             mask_ms=[round(m, 4) for m in outcome.mask_ms],

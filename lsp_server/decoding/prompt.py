@@ -45,6 +45,7 @@ from ..model.runtime import FimTokens
 from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 WINDOW_STEP = 16  # lines: a window starts on a line that is a multiple of this
+FIRST_WINDOW_STEP = 4  # and a short first window (~200 tokens: 16 lines would often be most of it)
 LINE_CUT_STEP = 64  # characters from a line's start: where a line too long for the budget is cut
 KEEP_SHARE = 0.5  # a document's previous start is kept while the window from it holds this share of the budget
 REFILL_SHARE = 0.75  # a new window, and one past the budget, starts where it holds at most this share
@@ -155,10 +156,11 @@ def _with_imports(tok: LoadedTokenizer, before: str, off: int, tokens: int, budg
     return kept
 
 
-def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = None) -> Window:
+def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = None,
+           step: int = WINDOW_STEP) -> Window:
     """The text before the cursor cut to at most `budget` tokens (see the module's docstring),
     with the file's imports put back in front when they fit. The window starts on the first
-    multiple of WINDOW_STEP lines that fits; with `anchor` (the start line of the document's
+    multiple of `step` lines that fits; with `anchor` (the start line of the document's
     previous window) it starts there again while that fits and holds at least KEEP_SHARE of the
     budget; otherwise (a new window, or the cursor has gone on past the anchor's) on the first
     multiple that leaves 1 - REFILL_SHARE of the budget for what comes next."""
@@ -167,7 +169,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
     end, total, line = len(before), 0, cursor_line
     off = before.rfind("\n") + 1
-    grid = cursor_line - cursor_line % WINDOW_STEP
+    grid = cursor_line - cursor_line % step
     while True:
         while line > grid:
             off, line = _line_start(before, off), line - 1
@@ -178,7 +180,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         fits[grid] = (off, total)
         if grid == 0:
             return Window(before, False, 0, 0)
-        grid -= WINDOW_STEP
+        grid -= step
     if not fits:
         return _within_lines(tok, before, budget, limit)
     if anchor is not None and anchor in fits and fits[anchor][1] >= KEEP_SHARE * budget:
@@ -194,17 +196,17 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
                  heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False,
-                 workspace: WorkspaceContext = NO_CONTEXT) -> Prompt:
+                 workspace: WorkspaceContext = NO_CONTEXT, step: int = WINDOW_STEP) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
     unless it is all the prefix has) so that the model may spell the typed text its own way;
     with `heal_pretoken` too, all the tokens of the text's last pre-token (canonical
     tokenization: mask_store.healing.last_pretoken_tokens). `anchor`: the start line of the
-    document's previous window (see `window`). With `fim`, the suffix and the other documents
+    document's previous window (see `window`, which starts it on a multiple of `step` lines). With `fim`, the suffix and the other documents
     of `workspace` too (see the module's docstring)."""
-    w = window(tok, before, budget, anchor)
+    w = window(tok, before, budget, anchor, step)
     ids = tok.encode(w.text)
     if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
-        w = window(tok, before, 2 * budget - len(ids), None)
+        w = window(tok, before, 2 * budget - len(ids), None, step)
         ids = tok.encode(w.text)
         if len(ids) > budget:
             cut = tok.tokenizer.encode(w.text, add_special_tokens=False).offsets[len(ids) - budget][0]

@@ -19,10 +19,11 @@ from .kv_cache import ForwardCancelled, cache_bytes, position_bytes, rewind
 from .runtime import ModelRuntime
 
 PREFILL_CHUNK = 128  # a request's prompt tokens per forward pass (a chunk once started is finished)
-# work ahead's prompt tokens per forward pass: it stops between layers (a layer of 256 tokens is
-# ~20 ms), and bigger passes run faster: a 978-token prompt with OMP_WAIT_POLICY=PASSIVE took
-# 2.7-3.1 s in chunks of 128, 2.0-2.3 s in chunks of 256 or 512 (quiet 2-core machine)
-AHEAD_CHUNK = 256
+# work ahead's prompt tokens per forward pass: a chunk once started is finished and kept, so a
+# keystroke waits for at most one chunk (64 tokens: ~70 ms at 1.1 ms per prompt token, ~150 ms
+# at 2.4) and nothing the work ahead computed is ever thrown away (stopping between the layers
+# of 256-token chunks lost up to 255 tokens of work to each keystroke: docs/latency.md)
+AHEAD_CHUNK = 64
 MB = 1 << 20
 
 
@@ -57,26 +58,30 @@ class PromptCache:
         self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
         self.ahead_chunk = int(getattr(runtime, "prefill_chunk", AHEAD_CHUNK))
 
+    def missing(self, key: str, ids: list[int]) -> int:
+        """How many of `ids` a prefill under `key` would run through the model now."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return len(ids)
+        common = _common_prefix(entry.ids, ids)
+        if common == len(ids) == len(entry.ids) and entry.logits is not None:
+            return 0
+        return len(ids) - min(common, len(ids) - 1)
+
     def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
-                between_layers: bool = True):
+                ahead: bool = False):
         """(logits after `ids`, a cache holding them, positions reused): reuses the document's
-        cached prefix. The new tokens run in chunks of PREFILL_CHUNK (AHEAD_CHUNK with
-        `between_layers`), and `cancel()` is asked before each chunk, and with `between_layers`
-        before each decoder layer of a chunk too:
-        a cancelled prefill raises `PrefillCancelled` and keeps the chunks it finished for the
-        next request on the document (typing on, or the request the prefill was made for,
-        usually shares that prefix). Without `between_layers` a chunk once started is finished
-        (at most PREFILL_CHUNK tokens, ~0.3 s): a request superseded by the next keystroke then
-        still leaves its chunk to the next request, where stopping inside it would lose it (at
-        8 keys a second no chunk of 128 tokens would ever be finished). The other documents are
-        then evicted, least recently used first, down to `memory_mb` in all."""
+        cached prefix. The new tokens run in chunks of PREFILL_CHUNK (AHEAD_CHUNK for work
+        `ahead` of a request), and `cancel()` is asked before each chunk: a chunk once started
+        is finished, so a cancelled prefill raises `PrefillCancelled` having lost nothing, and
+        keeps the chunks it finished for the next request on the document (typing on, or the
+        request the prefill was made for, usually shares that prefix). A request superseded by
+        the next keystroke likewise leaves its chunk to the next request, where stopping inside
+        it would lose it (at 8 keys a second no chunk of 128 tokens would ever be finished). The
+        other documents are then evicted, least recently used first, down to `memory_mb` in all."""
         entry = self._entries.pop(key, None)
         self._make_room(len(ids), memory_mb)
-        common = 0
-        if entry is not None:
-            n = min(len(entry.ids), len(ids))
-            while common < n and entry.ids[common] == ids[common]:
-                common += 1
+        common = 0 if entry is None else _common_prefix(entry.ids, ids)
         if entry is not None and common == len(ids) == len(entry.ids) and entry.logits is not None:
             past, logits = entry.past, entry.logits
         else:
@@ -99,8 +104,8 @@ class PromptCache:
                 while done < len(ids):
                     if cancel is not None and cancel():
                         raise ForwardCancelled()
-                    chunk = ids[done : done + (self.ahead_chunk if between_layers else self.chunk)]
-                    out, past = self.runtime.forward(chunk, past, cancel=cancel if between_layers else None)
+                    chunk = ids[done : done + (self.ahead_chunk if ahead else self.chunk)]
+                    out, past = self.runtime.forward(chunk, past)
                     logits = out[-1]
                     done += len(chunk)
             except ForwardCancelled:
@@ -151,3 +156,11 @@ class PromptCache:
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

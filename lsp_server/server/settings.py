@@ -34,6 +34,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
     "canonical": "canonical",
     "draftModel": "draft_model",
     "contextTokens": "context_tokens",
+    "firstWindowTokens": "first_window_tokens",
     "cacheMemoryMB": "cache_memory_mb",
     "pythonVersion": "python_version",
     "identifiers": "identifiers",
@@ -42,7 +43,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
 SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> field (its range: SERVER_INT_RANGES)
 SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
-_INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}
+_INT_FIELDS = {"max_tokens", "context_tokens", "first_window_tokens", "seed", "cache_memory_mb"}
 
 
 @dataclass(frozen=True)

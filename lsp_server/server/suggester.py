@@ -261,11 +261,14 @@ class Suggester:
             self.telemetry.count("budget_cut")
             self.work_ahead.continued(request.document, request.text, request.cursor, result.text,
                                       tuple(result.token_ids) if result.text else ())
+        if result.short_window and self.work_ahead is not None:
+            self.work_ahead.served_short(request.document, request.text, request.cursor)
         log.info(
-            "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens (%d reused) %.0f ms, "
+            "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens%s (%d reused) %.0f ms, "
             "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival; %s",
             request.document, request.cursor, result.stop_reason, result.offer_path,
-            result.check_ms, result.prompt_tokens, result.prompt_reused, result.prompt_ms, result.decode_ms,
+            result.check_ms, result.prompt_tokens, " (first window)" if result.short_window else "",
+            result.prompt_reused, result.prompt_ms, result.decode_ms,
             result.tokens_generated, result.tokens_forced, result.engine_ms, result.gate_ms,
             (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.times_ms),
         )

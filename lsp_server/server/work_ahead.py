@@ -17,8 +17,11 @@ for. The rules that keep this from costing the user anything:
   with the opening, or the first change of a client that never reports it) starts at once, as
   the user has not moved yet (docs/latency.md: it gives the prefill a quarter of a second more
   before a request that comes soon after opening); both run on the engine's worker thread only while no request is
-  queued or running, and a request stops them within one decoder layer and reuses what they
-  computed (the KV cache of the prompt's first chunks);
+  queued or running, and a request stops a prefill within one chunk of 64 tokens (a chunk once
+  started is finished: `PromptCache.prefill`) and reuses all it computed;
+- a request answered from a short first window (`CompletionResult.short_window`: the KV cache
+  lacked most of the full window) is followed at once by the prefill of the full window at its
+  text and cursor, so that the next request finds it (`WorkAhead.served_short`);
 - a prefill is `CompletionEngine.prefill` (KV cache and parse of the text before the cursor;
   nothing when the cache holds the prompt already); a prefetch is a whole completion kept for
   the document (`CompletionEngine.prefetch`), served by the typing-through path to a request
@@ -77,6 +80,7 @@ class Plan:
     valid_for: tuple[str, ...]
     resume: tuple[int, ...] = ()  # a continuation: the tokens of the answer the budget cut
     partial: str = ""  # and its text: valid too while the document is `text` with a start of it typed
+    urgent: bool = False  # run as soon as no request runs (no pause first)
 
     def split(self) -> tuple[str, str]:
         """The plan's text before and after its cursor."""
@@ -195,6 +199,16 @@ class WorkAhead:
         self.stats["continuations_planned"] += 1
         self._schedule()
 
+    def served_short(self, uri: str, text: str, cursor: int) -> None:
+        """A request at offset `cursor` of `text` ("\n" line ends) was answered from the short
+        first window: the full window's prefill there comes next, as soon as no request runs."""
+        if self.focus != uri:
+            return
+        keep = [p for p in self._plans if p.work is Work.PREFETCH and p.valid(text)]
+        self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor, (text,), urgent=True)]
+        self.stats["full_windows_planned"] += 1
+        self._schedule()
+
     async def join(self, uri: str, text: str, cursor: int) -> None:
         """Before a request runs: wait for the prefetch running for exactly this text and cursor
         (its result then serves the request without a model call), or for the continuation of
@@ -252,7 +266,8 @@ class WorkAhead:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        delay = 0.0 if at_once or self._plans[0].work is Work.PREFETCH else self.pause_s
+        first = self._plans[0]
+        delay = 0.0 if at_once or first.urgent or first.work is Work.PREFETCH else self.pause_s
         self._timer = loop.call_later(delay, self._start)
 
     def _start(self) -> None:

@@ -58,7 +58,10 @@ class _NoPromptCache:
 
     stats = {"reused_tokens": 0, "computed_tokens": 0, "evicted": 0}
 
-    def prefill(self, key, ids, cancel=None, memory_mb=None, between_layers=True):
+    def missing(self, key, ids) -> int:
+        return 0  # the team server's prefix cache decides: no short first window here
+
+    def prefill(self, key, ids, cancel=None, memory_mb=None, ahead=False):
         return None, None, 0
 
     def release(self, key, past, n) -> None:

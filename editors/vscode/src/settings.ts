@@ -25,6 +25,7 @@ export const SERVER_OPTION_KEYS = [
   "canonical",
   "draftModel",
   "contextTokens",
+  "firstWindowTokens",
   "completionItems",
   "workAhead",
   "latencyBudgetMs",
@@ -51,6 +52,7 @@ export interface ServerOptions {
   canonical: boolean;
   draftModel: string | null;
   contextTokens: number;
+  firstWindowTokens: number;
   completionItems: boolean;
   workAhead: boolean;
   latencyBudgetMs: number;
@@ -76,6 +78,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   canonical: true,
   draftModel: null,
   contextTokens: 1024,
+  firstWindowTokens: 256,
   completionItems: true,
   workAhead: true,
   latencyBudgetMs: 250,
