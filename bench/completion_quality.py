@@ -133,10 +133,14 @@ def cut_points(n: int, seed: int, code: str = "stdlib") -> list[dict]:
     return cuts
 
 
-MODES = {  # name: (constrained, speculative, canonical)
+MODES = {  # name: (constrained, speculative, canonical), run in this order per cut point
     "constrained": (True, False, True),
-    "unconstrained": (False, False, False),
+    # right after `constrained`, on the KV cache it left: an unconstrained request between them
+    # changes the prompt (no healing) and the next one re-computes the prompt's end in a pass of
+    # its own (a short pass's int8 products, likely other bits than the prompt's float ones):
+    # 8 of 40 third-party greedy answers differed that way, none with the two back to back
     "constrained+speculative": (True, True, True),
+    "unconstrained": (False, False, False),
     "constrained/no-canonical": (True, False, False),
     "constrained+speculative/no-canonical": (True, True, False),
 }
@@ -163,10 +167,12 @@ def noncanonical(tok, kept: list[int], generated: list[int]) -> bool | None:
 
 
 def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool = False,
-        canonical: bool = True, first_request: bool = False) -> dict:
+        canonical: bool = True, first_request: bool = False, budget_ms: float = 0.0) -> dict:
     """One cut point's completion: after the document's full prompt window was computed (as the
     work ahead leaves it), or with `first_request` as the first request in the document (a
-    short first window: `CompletionEngine._window`)."""
+    short first window: `CompletionEngine._window`); `budget_ms`: the request's latency budget
+    (0: none)."""
+    from lsp_server.decoding.budget import Budget
     from lsp_server.decoding.engine import CompletionRequest
     from lsp_server.decoding.prompt import FIRST_WINDOW_STEP, WINDOW_STEP, build_prompt
 
@@ -178,8 +184,9 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
                                   canonical=canonical)
     if first_request:
         engine.forget(cut["path"])
-    req = CompletionRequest.at(doc, i, ch, document=cut["path"], short_first=first_request)
     t0 = time.perf_counter()
+    req = CompletionRequest.at(doc, i, ch, document=cut["path"], short_first=first_request,
+                               budget=Budget.of(budget_ms, start=t0))
     r = engine.complete(req, options=opts)
     latency = (time.perf_counter() - t0) * 1000
     before = "\n".join(lines[:i] + [lines[i][:ch]])
@@ -210,6 +217,8 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "policy": r.mode,  # the engine's stopping mode: single-line or multi-line
         "text": r.text,
         "speculation": (r.speculation or {}).get("request"),
+        "names_ready": r.names_ready,  # the names guide shaped this request's steps (its analysis was ready)
+        "times_ms": r.times_ms,  # the request's parts (model, mask, checks, names...: request_times.py)
         "noncanonical": noncanonical(engine.tokenizer, kept, r.token_ids),
         "canonical_fallbacks": r.canonical_fallbacks,
         "token_ids": r.token_ids,
@@ -332,6 +341,51 @@ def steps_report(spec: list[dict], plain_run: list[dict], engine) -> dict:
     return out
 
 
+def acceptance(rows: list[dict]) -> dict:
+    """Speculation's yield over `rows` (one mode's requests): drafts verified, positions drafted
+    and accepted, α (accepted over drafted), accepted positions per draft, tokens committed per
+    verification pass (a draft's accepted positions, the forced ones among them, and the
+    target's own token after them), the mean γ chosen, the steps that drafted nothing and the
+    declined proposals' trials among them."""
+    drafts = drafted = accepted = steps = tokens = gamma = plain = probed = hits = 0
+    for r in rows:
+        s = r["speculation"] or {}
+        drafts += s.get("drafts", 0)
+        drafted += s.get("drafted", 0)
+        accepted += s.get("accepted", 0)
+        probed += s.get("probed", 0)
+        hits += s.get("probe_hits", 0)
+        for key, t in (s.get("steps") or {}).items():
+            if key == "plain":
+                plain += t["steps"]
+            else:
+                steps, tokens, gamma = steps + t["steps"], tokens + t["tokens"], gamma + t["gamma"]
+    return {
+        "cuts": len(rows),
+        "drafts": drafts,
+        "drafted": drafted,
+        "accepted": accepted,
+        "alpha": round(accepted / drafted, 3) if drafted else None,
+        "accepted_per_draft": round(accepted / drafts, 3) if drafts else None,
+        "tokens_per_verify": round(tokens / steps, 3) if steps else None,
+        "gamma_mean": round(gamma / steps, 2) if steps else None,
+        "plain_steps": plain,
+        # steps that drafted nothing where the lookup proposed a token the step allowed: how
+        # often the target took that token anyway (the speculator's estimates learn from them)
+        "probed": probed,
+        "probe_hit_rate": round(hits / probed, 3) if probed else None,
+    }
+
+
+def by_offer_path(rows: list[dict]) -> dict:
+    """`acceptance` per offer path (decoding/offer.py: which step of the validity search gave
+    the text), and over all rows."""
+    paths: dict[str, list[dict]] = {}
+    for r in rows:
+        paths.setdefault(r["offer_path"], []).append(r)
+    return {"all": acceptance(rows), **{p: acceptance(v) for p, v in sorted(paths.items())}}
+
+
 def speculation_report(results, by_class, engine) -> dict:
     spec = results["constrained+speculative"]
     same = sum(a["text"] == b["text"] for a, b in zip(spec, results["constrained"]))
@@ -339,12 +393,13 @@ def speculation_report(results, by_class, engine) -> dict:
     accepted = sum((r["speculation"] or {}).get("accepted", 0) for r in spec)
     return {
         "speedup_over_constrained": speedup(results["constrained"], spec),
-        "speedup_over_unconstrained": speedup(results["unconstrained"], spec),
+        "speedup_over_unconstrained": speedup(results["unconstrained"], spec) if "unconstrained" in results else None,
         "speedup_by_class": {c: speedup(d["constrained"], d["constrained+speculative"]) for c, d in sorted(by_class.items())},
         "identical_outputs": f"{same}/{len(spec)}",
         "drafted_positions": drafted,
         "accepted_positions": accepted,
         "by_source": steps_report(spec, results["constrained"], engine),
+        "by_offer_path": by_offer_path(spec),
         "estimates": engine.spec_stats.to_json(),
     }
 
@@ -395,6 +450,15 @@ def main(argv=None) -> int:
                          "firstWindowTokens; docs/latency.md)")
     ap.add_argument("--modes", nargs="+", choices=list(MODES),
                     help="run only these modes (default: as the flags above select)")
+    ap.add_argument("--identifiers", default=None, choices=("off", "bias", "constrain"),
+                    help="the names guide's mode (default: the engine's); its analysis is made before each cut "
+                         "point's requests, so that every mode decodes with it")
+    ap.add_argument("--budget-ms", type=float, default=0.0,
+                    help="each request's latency budget as the server gives it (latencyBudgetMs; 0: none)")
+    ap.add_argument("--forward-ms", metavar="T1,T9",
+                    help="speculation's forward costs held at this profile (one token T1 ms, nine T9, linear "
+                         "between) instead of measured: its choices, and so its acceptance figures, then do not "
+                         "follow the machine's load (speed figures are still measured)")
     args = ap.parse_args(argv)
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
@@ -412,6 +476,12 @@ def main(argv=None) -> int:
     else:
         engine = CompletionEngine.load(EngineOptions(model=args.model, max_tokens=args.max_tokens,
                                                      draft_model=args.draft_model))
+    if args.identifiers:
+        engine.options = engine.options.updated(identifiers=args.identifiers)
+    if args.forward_ms:
+        t1, t9 = (float(v) for v in args.forward_ms.split(","))
+        engine.spec_stats.forward_ms.update({n: t1 + (t9 - t1) * (n - 1) / 8 for n in range(1, 11)})
+        engine.spec_stats.record_forward = lambda n, ms: None  # held: not learnt from this run's passes
     cuts = cut_points(args.cuts, args.seed, args.code)
     recorded = {}
     if args.replay:
@@ -441,10 +511,18 @@ def main(argv=None) -> int:
         i, ch = cut["line"], cut["character"]
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
         if not args.first_request:
-            engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1, short_first=False))
+            warm = CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1, short_first=False)
+            engine.complete(warm)
+            # the names analysis made before the first mode's request (as the server's work ahead
+            # does after a pause): without the wait only the later modes would find it ready
+            try:
+                engine.names_ahead(warm, wait=60.0)
+            except TimeoutError:  # jedi slower than that on a busy machine: this cut point decodes without it
+                print(f"names analysis not ready after 60 s: {relative_name(Path(cut['path']))}", file=sys.stderr)
         for mode in modes:
             constrained, speculative, canonical = MODES[mode]
-            row = run(engine, cut, constrained, args.max_tokens, speculative, canonical, args.first_request)
+            row = run(engine, cut, constrained, args.max_tokens, speculative, canonical, args.first_request,
+                      args.budget_ms)
             if args.replay and row["token_ids"] != ids[: len(row["token_ids"])]:
                 diverged += 1  # the replay took another token than the real model: not what it would write
             results[mode].append(row)
@@ -469,7 +547,7 @@ def main(argv=None) -> int:
         **{m: summarize(results[m]) for m in modes},
         "by_class": {c: {m: summarize(v) for m, v in d.items()} for c, d in sorted(by_class.items())},
     }
-    if {"constrained", "unconstrained", "constrained+speculative"} <= set(modes):
+    if {"constrained", "constrained+speculative"} <= set(modes):
         report["speculation"] = speculation_report(results, by_class, engine)
     if any("no-canonical" in m for m in modes):
         report["canonical"] = canonical_report(results)

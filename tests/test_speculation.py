@@ -274,3 +274,135 @@ def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir, tmp_pat
     (other / "tokenizer.json").write_text(json.dumps(tj))
     with pytest.raises(ModelLoadError, match="another tokenizer"):
         CompletionEngine.load(EngineOptions(model=str(tiny_model_dir), draft_model=str(other)))
+
+
+# ---------------------------------------------------------------- estimates that stay alive
+
+
+def test_declined_proposals_keep_the_estimates_alive():
+    """After a bad start (four drafts, each refused at once) the chooser drafts nothing, and
+    drafts were once the only thing α learnt from: speculation stayed off for the engine's life.
+    A declined proposal is now tried against the target's own token (`observe`): where the
+    target goes on writing what the lookup proposes, drafting resumes within a few steps."""
+    from lsp_server.decoding.sampling import Sampler
+    from lsp_server.decoding.speculation.speculator import Speculator
+    from lsp_server.decoding.speculation.stats import SpeculationStats
+
+    stats = SpeculationStats(forward_ms={n: 10.0 + 2.5 * (n - 1) for n in range(1, 11)})
+    start = stats.source("lookup")
+    start.drafted = start.rejections = 4
+    pattern = [5, 6, 7, 8, 9] * 8
+    spec = Speculator(stats, pattern[:10], set())
+    accepted: list[int] = []
+    while spec.draft(None, None, accepted, 48, Sampler()) is None:
+        assert len(accepted) < 10, "drafting never resumed"
+        token = pattern[10 + len(accepted)]
+        spec.observe(token)  # the target wrote the proposal's first token
+        accepted.append(token)
+    assert accepted and spec.request["probed"] == spec.request["probe_hits"] == len(accepted)
+
+
+def test_the_cost_of_drafting_leaves_out_the_lookup_paid_at_every_step():
+    """The lookup runs at every step, drafting or not: its time is not the drafts' cost (charged
+    to them, it grew while nothing was drafted and kept the chooser from drafting again)."""
+    from lsp_server.decoding.sampling import Sampler
+    from lsp_server.decoding.speculation.speculator import Speculator
+    from lsp_server.decoding.speculation.stats import SpeculationStats
+
+    stats = SpeculationStats(forward_ms={n: 10.0 + 2.5 * (n - 1) for n in range(1, 11)})
+    stats.source("lookup").rejections = 50  # α ~0.02: nothing pays, no draft is made
+    spec = Speculator(stats, [1, 2, 3, 1, 2], set())
+    for _ in range(20):
+        assert spec.draft(None, None, [], 48, Sampler()) is None
+    lookup = stats.source("lookup")
+    assert lookup.seconds == 0.0 and lookup.proposing_seconds > 0.0
+
+
+@pytest.mark.slow
+def test_speculation_resumes_after_a_bad_start_and_greedy_output_stays_the_same(compiled_full, monkeypatch):
+    """The engine's estimates start as after a bad start (the lookup's drafts refused at once);
+    a verification costs what 1.2 steps cost and drafting nothing (as on a machine where that
+    holds), so drafting pays again once α is known to be high. The scripted model writes the
+    file's own text, which the lookup proposes from the rest of the document: drafts are made
+    again, and the answers are plain decoding's."""
+    from lsp_server.decoding.speculation.stats import SpeculationStats
+
+    monkeypatch.setattr(SpeculationStats, "verify_ratio", lambda self, gamma: 1.2 if gamma else 1.0)
+    monkeypatch.setattr(SpeculationStats, "cost_ratio", lambda self, name: 0.0)
+    comp, tok = compiled_full
+    texts, drafted = {}, 0
+    for spec in (False, True):
+        results = []
+        for path, i, ch in stdlib_cuts(12, seed=11):
+            lines = path.read_text().split("\n")
+            doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+            engine = CompletionEngine(EngineOptions(max_tokens=24, speculative=spec),
+                                      ScriptedRuntime(tok, "\n".join(lines).encode()), comp)
+            bad = engine.spec_stats.source("lookup")
+            bad.drafted = bad.rejections = 6
+            results.append(engine.complete(CompletionRequest.at(doc, i, ch)))
+        texts[spec] = [(r.text, r.stop_reason) for r in results]
+        if spec:
+            drafted = sum(r.speculation["request"]["drafted"] for r in results)
+    assert drafted > 0
+    assert texts[True] == texts[False]
+
+
+
+
+def _steered_decoding(steer):
+    """A decoding pass's state as `loop.decode` makes it, with the first line's steering `steer`
+    (no model, no grammar: only its masks are asked for)."""
+    from types import SimpleNamespace
+
+    from lsp_server.decoding.loop import _Decoding
+    from lsp_server.decoding.sampling import Sampler
+
+    token_bytes = [b" ", b"    ", b"if", b"value", b"\n", b"for"]
+    return _Decoding(None, None, token_bytes, set(), Sampler(), SimpleNamespace(cursor=0, held=b""), 16,
+                     lambda: False, None, frozenset(), steer)
+
+
+def _header_at_four(room: int, written: int):
+    """Steering to a header at width 4: the four-blank token first, then `if` or `for` only."""
+    return np.array([False, True, False, False, False, False]) if written < 4 else np.array([False, False, True, False, False, True])
+
+
+def test_a_drafted_position_gets_the_steered_mask_of_its_step():
+    """While the first line is steered (header_steering), a drafted position's mask is the one
+    the plain step there would use: the grammar's narrowed by the steering while the drafted
+    tokens before it wrote only blanks (checked against the grammar's alone, the verification
+    let the model's own `value` through where only a header may start)."""
+    narrow = _steered_decoding(_header_at_four).draft_masks()
+    grammar = np.ones(6, dtype=bool)
+    assert narrow(1, [1], grammar).tolist() == [False, False, True, False, False, True]  # after the blanks: a header
+    assert narrow(2, [1, 2], grammar).tolist() == grammar.tolist()  # code written: the steering is over
+    assert narrow(1, [0], grammar).tolist() == [False, True, False, False, False, False]  # one blank: before the code
+    assert narrow(1, [1], np.array([True, True, False, True, True, False])) is None  # it leaves nothing: the loop's alone
+    assert _steered_decoding(None).draft_masks() is None  # not steered: the grammar's masks
+
+
+def test_a_draft_ends_where_the_steered_mask_refuses_its_token():
+    """The lookup proposes the blanks and then `value` (what the document wrote after them);
+    steered to a header, the draft keeps the blanks only, and the position after them is
+    decided under the steered mask."""
+    from lsp_server.decoding.sampling import Sampler
+    from lsp_server.decoding.speculation.speculator import Speculator
+    from lsp_server.decoding.speculation.stats import SpeculationStats
+
+    class Fork:
+        def fork(self):
+            return self
+
+        def accept_token(self, token):
+            return True
+
+        def next_token_mask(self):
+            return np.ones(6, dtype=bool)
+
+    narrow = _steered_decoding(_header_at_four).draft_masks()
+    spec = Speculator(SpeculationStats(), [4, 1, 3, 4], set())  # `\n    value\n`: after `\n`, `    value`
+    mask0 = np.array([True, True, False, False, False, False])  # one blank or four
+    draft = spec.draft(Fork(), mask0, [], 16, Sampler(), narrow)
+    assert draft.tokens == [1]
+    assert [m.tolist() for m in draft.masks] == [mask0.tolist(), [False, False, True, False, False, True]]

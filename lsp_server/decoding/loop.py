@@ -188,13 +188,37 @@ class _Decoding:
         self.out.mask_ms.append((time.perf_counter() - t0) * 1000)
         self.stepper.overlap.masked(self.out.mask_ms[-1])
         if self.steer is not None:
-            only = self.steer(max(self.healed - len(self.generated), 0), len(self.generated) - self.healed)
-            n = min(len(mask), len(only))
-            steered = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
-            if steered.any():
+            steered = self._steered(mask, len(self.generated))
+            if steered is not None:
                 return steered
             self.steer = None  # the blanks taken lead nowhere it allows (canonical tokenization): the grammar's mask
         return mask
+
+    def _steered(self, mask: np.ndarray, generated: int) -> np.ndarray | None:
+        """The grammar's `mask` narrowed by the steering once `generated` bytes are written
+        (None: it leaves nothing)."""
+        only = self.steer(max(self.healed - generated, 0), generated - self.healed)
+        n = min(len(mask), len(only))
+        steered = np.concatenate([mask[:n] & only[:n], np.zeros(len(mask) - n, dtype=bool)])
+        return steered if steered.any() else None
+
+    def draft_masks(self):
+        """For a draft made at this step (`Speculator.draft`'s `narrow`): the mask `mask` would
+        give at a drafted position once the tokens drafted before it are committed -- the
+        grammar's, narrowed by the steering while it lasts (a drafted position checked against
+        the grammar's mask alone could keep a token the steered step refuses); None where the
+        steering would leave nothing there (the draft ends before it). None: no steering."""
+        if self.steer is None:
+            return None
+        written = len(self.generated)
+
+        def narrow(_j: int, tokens: list[int], mask: np.ndarray) -> np.ndarray | None:
+            spelled = [self.token_bytes[t] for t in tokens]
+            if any(b.strip() for b in spelled):  # a token wrote more than blanks: the steering has ended
+                return mask
+            return self._steered(mask, written + sum(map(len, spelled)))
+
+        return narrow
 
     def take_avoided(self) -> set[int]:
         """The tokens banned at this position (the earlier passes' choices, once)."""
@@ -315,6 +339,8 @@ class _Decoding:
         token, decision = self.position(self.stepper.current_logits(), mask)
         if token is not None and token not in self.stop_tokens:
             self.stepper.feed(token)
+        if self.speculator is not None:
+            self.speculator.observe(token)  # a declined proposal's trial (speculator.py)
         return decision
 
     def speculate(self, draft) -> Stop | None:
@@ -388,7 +414,8 @@ class _Decoding:
                     continue
             draft = None
             if speculator is not None:
-                draft = speculator.draft(self.matcher, mask, out.tokens, self.max_tokens - len(out.tokens), self.sampler)
+                draft = speculator.draft(self.matcher, mask, out.tokens, self.max_tokens - len(out.tokens), self.sampler,
+                                         self.draft_masks())
             if draft is None:
                 decision = self.sample(mask)
                 if speculator is not None:

@@ -10,7 +10,13 @@ forbids ends the draft):
 - a draft model sharing the tokenizer (`DraftModel`, `--draft-model DIR`).
 
 The source and γ are chosen per position by the expected speed-up (`acceptance`), from the
-α and costs measured so far (`stats`).
+α and costs measured so far (`stats`). Those estimates must stay alive when the chooser drafts
+nothing, or one bad start switches speculation off for the engine's life (seen on 40
+third-party cut points: after a dozen requests most steps drafted nothing, 287 plain steps to
+136 drafts): where the chooser declines a lookup proposal, the target's own token at that step
+is compared with the proposal's first token (`observe`: a free trial of the proposal's kind,
+what a one-token draft would have verified), and the drafting cost `c` counts only the work a
+draft adds (its positions' grammar masks; the lookup runs at every step either way).
 """
 
 from __future__ import annotations
@@ -51,8 +57,10 @@ class Speculator:
         self.stop_tokens = stop_tokens
         self.lookup = lookup or PromptLookup()
         self.draft_model = draft_model
-        self.request = {"drafts": 0, "drafted": 0, "accepted": 0}
+        self.request = {"drafts": 0, "drafted": 0, "accepted": 0, "probed": 0, "probe_hits": 0}
         self.steps: dict[str, StepTally] = {}  # by draft key, and "plain"
+        self._probe: tuple[str, str | None, int] | None = None  # a declined proposal's (source, kind, first token)
+        self._proposed: tuple[str, list[int]] = ("", [])  # the lookup's kind and proposal at the last step
 
     def _pick(self, ctx: list[int]) -> tuple[str, str | None, int, list[int] | None]:
         """The source (and kind) with the best expected speed-up for this position, its γ and
@@ -61,6 +69,7 @@ class Speculator:
         best_s = 1.0
         proposal, n = self.lookup.propose_with_length(ctx, MAX_GAMMA)
         kind = f"n{n}" if n > 0 else f"n{-n}-doc"  # a match in the prompt or in the document
+        self._proposed = (kind, proposal)
         candidates = [("lookup", kind, proposal)] if proposal else []
         if self.draft_model:
             candidates.append(("draft-model", None, None))
@@ -72,13 +81,20 @@ class Speculator:
                 best, best_s = (name, kind, g, prop), sp
         return best
 
-    def draft(self, matcher, mask0, accepted: list[int], budget: int, sampler) -> Draft | None:
+    def draft(self, matcher, mask0, accepted: list[int], budget: int, sampler, narrow=None) -> Draft | None:
+        """A draft for the step whose mask is `mask0` (None: none pays, or the grammar ends it at
+        once). `narrow(j, tokens, mask)`: the mask the decoding loop would use at drafted position
+        j (`tokens` drafted before it) given the grammar's (the first line's steering), None
+        where the loop would decide that position otherwise: the draft ends before it."""
+        self._probe = None
         t0 = time.perf_counter()
         ctx = self.context + accepted
         name, kind, gamma, proposal = self._pick(ctx)
+        t1 = time.perf_counter()
+        self.stats.source("lookup").proposing_seconds += t1 - t0  # paid at every step, drafting or not
         gamma = min(gamma, budget)
         if gamma <= 0:
-            self.stats.source("lookup").seconds += time.perf_counter() - t0
+            self._declined(mask0)
             return None
         self.stats.gamma_sum += gamma
         self.stats.gamma_steps += 1
@@ -105,19 +121,46 @@ class Speculator:
                 if not fork.accept_token(t):
                     break
                 tm = time.perf_counter()
-                masks.append(fork.next_token_mask())
+                m = fork.next_token_mask()
                 mask_ms.append((time.perf_counter() - tm) * 1000)
+                if narrow is not None and (m := narrow(j + 1, tokens + [t], m)) is None:
+                    break  # the position after `t` is the loop's alone: the draft ends before `t`
+                masks.append(m)
             else:
                 masks.append(None)
             tokens.append(t)
             forced.append(is_forced)
             qs.append(q)
         src = self.stats.source(name)
-        src.seconds += time.perf_counter() - t0
+        src.seconds += time.perf_counter() - t1
         if not any(not f for f in forced):  # nothing to verify: plain fast-forward handles it
             return None
         self.request["drafts"] += 1
         return Draft(tokens, masks, forced, qs, name, mask_ms, kind, gamma)
+
+    def _declined(self, mask0) -> None:
+        """No draft at this step: remember the lookup's proposal (`_pick`'s), if its first token
+        is one the step allows, as a trial for `observe`."""
+        kind, proposal = self._proposed
+        if not proposal:
+            return
+        t = proposal[0]
+        if t in self.stop_tokens or (mask0 is not None and not mask0[t]):
+            return
+        self._probe = ("lookup", kind, t)
+
+    def observe(self, token: int | None) -> None:
+        """The target took `token` at a step that drafted nothing: a one-position trial of the
+        proposal declined there (`_declined`), kept in the estimates apart from the drafts."""
+        if self._probe is None:
+            return
+        name, kind, proposed = self._probe
+        self._probe = None
+        hit = token == proposed
+        for key in (name, f"{name}/{kind}"):
+            self.stats.source(key).probe(hit)
+        self.request["probed"] += 1
+        self.request["probe_hits"] += int(hit)
 
     def record(self, draft: Draft, agreed: int, disagreed: bool) -> None:
         """`agreed` verified (non-forced) positions were kept; `disagreed`: the run ended on a

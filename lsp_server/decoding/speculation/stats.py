@@ -13,12 +13,21 @@ class SourceStats:
     drafted: int = 0  # positions verified
     accepted: int = 0
     rejections: int = 0  # verification steps that ended on a disagreement
-    seconds: float = 0.0  # time spent drafting
+    seconds: float = 0.0  # time spent drafting: the work a draft adds (its positions' masks, a draft model's steps)
+    proposing_seconds: float = 0.0  # the lookup's own time, paid at every step whether it drafts or not
+    probe_hits: int = 0  # declined proposals whose first token the target took anyway (`Speculator.observe`)
+    probe_misses: int = 0
+
+    def probe(self, hit: bool) -> None:
+        self.probe_hits += int(hit)
+        self.probe_misses += int(not hit)
 
     def alpha(self, prior: float = 0.5, weight: float = 2.0) -> float:
         """Per-token acceptance rate (geometric MLE with a weak prior: a source's own α for
-        its classes, such as the lookup's match lengths)."""
-        return (self.accepted + prior * weight) / (self.accepted + self.rejections + weight)
+        its classes, such as the lookup's match lengths). A declined proposal's trial counts
+        as a one-position draft: a hit as an accepted position, a miss as a rejection."""
+        kept = self.accepted + self.probe_hits
+        return (kept + prior * weight) / (kept + self.rejections + self.probe_misses + weight)
 
 
 @dataclass
@@ -92,7 +101,8 @@ class SpeculationStats:
         return {
             "sources": {
                 n: {"alpha": round(self.alpha(*n.split("/", 1)), 3), "c": round(self.cost_ratio(n.split("/")[0]), 4),
-                    "drafted": s.drafted, "accepted": s.accepted}
+                    "drafted": s.drafted, "accepted": s.accepted, "probed": s.probe_hits + s.probe_misses,
+                    "probe_hits": s.probe_hits}
                 for n, s in sorted(self.sources.items())
             },
             "forward_ms": {str(k): round(v, 2) for k, v in sorted(self.forward_ms.items())},
