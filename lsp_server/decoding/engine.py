@@ -387,7 +387,8 @@ class CompletionEngine:
 
         prompt = build_prompt(self.tokenizer, before, after, opts.context_tokens, self.runtime.fim,
                               heal=opts.constrained, anchor=self.anchors.get(request.document),
-                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace)
+                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace,
+                              context=request.workspace.block)
         self.anchors.keep(request.document, prompt)
         return prompt
 

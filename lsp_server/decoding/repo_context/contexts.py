@@ -1,0 +1,278 @@
+"""The context blocks of the documents, made ahead of the requests on a thread of their own and
+kept per document: a request reads the block ready for its document (`block`), never waits, and
+never runs jedi.
+
+    contexts = RepoContexts(busy=engine_busy, on_ready=plan_a_prefill)
+    contexts.request(uri, text, line, others)   # on open, cursor report, save (others: (uri, text) of the open documents)
+    contexts.block(uri)                         # the document's ContextBlock, or None
+
+Stability (the KV cache keeps the prompt's start, and the block is that start): a document's
+block is made again only when the scope of the cursor (`definitions.cursor_scope`: the function
+it is in) changes or that scope's text does, and a block made again with the same sections is
+the same object, the prompt's start unchanged; so typing inside one function, and moving about
+in it, leave the block (and the prefill made for it) as they are. A new block calls
+`on_ready(uri)`: the server plans a prefill with it before the user asks (docs/context.md).
+
+Work: one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto
+queries at most (~0.1-0.5 s warm on a 2-core CPU, seconds the first time: jedi loads the
+builtins), waiting between them while `busy()` (a request or a prefill holds the engine), the
+stubs read with `ast`, the neighbours ranked by Jaccard. jedi raising on odd code leaves the
+previous block in place (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..workspace_context import _path_of
+from .block import DEFAULT_SHARE, ContextBlock, ContextSection
+from .definitions import Scope, Target, cursor_scope, definitions
+from .neighbours import nearest
+from .stubs import stub_of
+
+log = logging.getLogger(__name__)
+
+BUSY_POLL_S = 0.01
+CHARS_PER_TOKEN = 3.0  # a block is cut to share x contextTokens x this many characters (the prompt cuts it in tokens)
+NEIGHBOURS = 2  # chunks of other documents per block
+CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
+DOCUMENTS = 16  # blocks kept (least recently used out first)
+MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
+_OUTSIDE = ("site-packages", "dist-packages", "typeshed")
+
+
+@dataclass
+class _Made:
+    scope: Scope
+    scope_hash: int
+    block: ContextBlock
+
+
+class RepoContexts:
+    """See the module docstring. Thread-safe."""
+
+    def __init__(self, busy: Callable[[], bool] = lambda: False, on_ready: Callable[[str], None] = lambda uri: None,
+                 share: float = DEFAULT_SHARE, context_tokens: int = 1024, roots: tuple[str, ...] = ()) -> None:
+        self._busy = busy
+        self.on_ready = on_ready
+        self.share = share
+        self.context_tokens = context_tokens
+        self.roots = tuple(roots)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repo-context")
+        self._lock = threading.Lock()
+        self._made: OrderedDict[str, _Made] = OrderedDict()
+        self._pending: dict[str, Future] = {}
+        self._closed: OrderedDict[str, str] = OrderedDict()
+        self._projects: dict[str, object] = {}
+        self.stats = {"made": 0, "kept": 0, "failed": 0, "served": 0, "ms": 0.0}
+
+    # --- the event loop's side ---------------------------------------------------------------
+    def configure(self, share: float, context_tokens: int) -> None:
+        """New settings: blocks are made again at the next request when the share changed."""
+        with self._lock:
+            if share != self.share or context_tokens != self.context_tokens:
+                self._made.clear()
+            self.share, self.context_tokens = share, context_tokens
+
+    def set_roots(self, roots: tuple[str, ...]) -> None:
+        """The workspace folders (file system paths) the client names."""
+        self.roots = tuple(os.path.normpath(r) for r in roots if r)
+
+    def block(self, uri: str) -> ContextBlock | None:
+        """The document's block (the last one made; None when none is made or the share is 0)."""
+        with self._lock:
+            made = self._made.get(uri)
+            if made is None or self.share <= 0 or not made.block:
+                return None
+            self.stats["served"] += 1
+            return made.block
+
+    def request(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> Future | None:
+        """Make the block for the cursor at 0-based `line` of `text` unless it is made (the newest
+        request of a document replaces one not started yet); `others`: the other open documents."""
+        if self.share <= 0:
+            return None
+        with self._lock:
+            pending = self._pending.get(uri)
+            if pending is not None:
+                pending.cancel()
+            future = self._executor.submit(self._make, uri, text, line, list(others))
+            self._pending[uri] = future
+            return future
+
+    def wait(self, uri: str, text: str, line: int, others: list[tuple[str, str]], timeout: float) -> ContextBlock | None:
+        """The block made now if need be (one-shot callers: the CLI, benchmarks)."""
+        future = self.request(uri, text, line, others)
+        if future is not None:
+            future.result(timeout)
+        return self.block(uri)
+
+    def closed(self, uri: str, text: str) -> None:
+        """A document was closed: its text is still searched for neighbours for a while."""
+        with self._lock:
+            self._made.pop(uri, None)
+            if text.strip():
+                self._closed[uri] = text
+                self._closed.move_to_end(uri)
+                while len(self._closed) > CLOSED_KEPT:
+                    self._closed.popitem(last=False)
+
+    def report(self) -> dict:
+        with self._lock:
+            return {"share": self.share, "documents": {u: [f"{s.kind}:{s.name}" for s in m.block.sections]
+                                                       for u, m in self._made.items()}, **self.stats}
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- the worker's side ---------------------------------------------------------------------
+    def _between(self) -> None:
+        while self._busy():
+            time.sleep(BUSY_POLL_S)
+
+    def _make(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> None:
+        t0 = time.perf_counter()
+        try:
+            made = self._build(uri, text, line, others)
+        except Exception:  # jedi's internals on code it can't read: the previous block stays
+            log.exception("context block of %s at line %d failed", uri, line + 1)
+            self.stats["failed"] += 1
+            return
+        if made is None:
+            return
+        with self._lock:
+            old = self._made.get(uri)
+            if old is not None and old.block.sections == made.block.sections:
+                made.block = old.block  # the same sections: the very same block (the prompt's start stays)
+                self.stats["kept"] += 1
+                changed = False
+            else:
+                self.stats["made"] += 1
+                changed = True
+            self._made[uri] = made
+            self._made.move_to_end(uri)
+            while len(self._made) > DOCUMENTS:
+                self._made.popitem(last=False)
+            self.stats["ms"] = round((time.perf_counter() - t0) * 1000, 1)
+        if changed:
+            log.info("context block of %s: %s in %.0f ms", uri, ", ".join(f"{s.kind}:{s.name}" for s in made.block.sections),
+                     (time.perf_counter() - t0) * 1000)
+            self.on_ready(uri)
+
+    def _build(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> _Made | None:
+        import jedi
+
+        from ..identifiers.analysis import _JEDI
+        from ..identifiers.parso_disk import memory_only
+
+        memory_only()
+        path = _path_of(uri)
+        own_path = os.path.normpath(path) if os.path.isabs(path) else None
+        lines = text.split("\n")
+        line1 = min(max(line, 0), len(lines) - 1) + 1
+        open_texts = {os.path.normpath(_path_of(u)): t for u, t in others}
+        with _JEDI:
+            script = jedi.Script(text, path=own_path, project=self._project(own_path))
+            scope = cursor_scope(script, lines, line1)
+            scope_hash = hash("\n".join(lines[scope.start - 1 : scope.end]))
+            with self._lock:
+                old = self._made.get(uri)
+            if old is not None and old.scope == scope and old.scope_hash == scope_hash:
+                return None  # nothing the block depends on changed
+            targets = definitions(script, lines, scope, line1, lambda p: self._inside(p, own_path), own_path,
+                                  self._between)
+        sections = self._stub_sections(targets, open_texts, own_path, text)
+        neighbours = [(self._name(p, own_path), t) for p, t in open_texts.items() if p != own_path]
+        with self._lock:
+            neighbours += [(self._name(os.path.normpath(_path_of(u)), own_path), t) for u, t in self._closed.items()
+                           if u != uri and os.path.normpath(_path_of(u)) not in open_texts]
+        query = "\n".join(lines[scope.start - 1 : scope.end])
+        for c in nearest(query, neighbours, NEIGHBOURS):
+            sections.append(ContextSection(c.name, c.text, "neighbour"))
+        limit = int(self.share * self.context_tokens * CHARS_PER_TOKEN)
+        kept, used = [], 0
+        for s in sections:
+            if used + len(s.text) <= limit:
+                kept.append(s)
+                used += len(s.text)
+        return _Made(scope, scope_hash, ContextBlock(tuple(kept), self.share))
+
+    def _stub_sections(self, targets: list[Target], open_texts: dict[str, str], own_path: str | None,
+                       own_text: str) -> list[ContextSection]:
+        """One section per file, in the order of its first target; each definition once."""
+        by_file: OrderedDict[str, list[str]] = OrderedDict()
+        seen: set[tuple[str, str]] = set()
+        modules: list[Target] = []
+        for t in targets:
+            if t.kind == "module":
+                modules.append(t)
+                continue
+            source = own_text if t.path == own_path else self._source(t.path, open_texts)
+            got = stub_of(source, t.line) if source else None
+            if got is None or (t.path, got[0]) in seen:
+                continue
+            seen.add((t.path, got[0]))
+            by_file.setdefault(t.path, []).append(got[1])
+        for t in modules:  # a module read as a receiver: its members, after the definitions themselves
+            source = self._source(t.path, open_texts)
+            listed = frozenset(name for path, name in seen if path == t.path)
+            got = stub_of(source, 0, "module", listed) if source else None
+            if got is not None and (t.path, "") not in seen:
+                seen.add((t.path, ""))
+                by_file.setdefault(t.path, []).append(got[1])
+        return [ContextSection(self._name(p, own_path), "".join(stubs), "definitions") for p, stubs in by_file.items()]
+
+    def _source(self, path: str, open_texts: dict[str, str]) -> str | None:
+        if path in open_texts:
+            return open_texts[path]
+        try:
+            if os.path.getsize(path) > MAX_SOURCE_BYTES:
+                return None
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def _root_of(self, path: str | None) -> str | None:
+        if path is None:
+            return None
+        for r in self.roots:
+            if path == r or path.startswith(r.rstrip(os.sep) + os.sep):
+                return r
+        return None
+
+    def _inside(self, path: str, own_path: str | None) -> bool:
+        """A definition in the workspace: under a root the client named (else under the
+        document's own project), not in an environment's packages or jedi's typeshed."""
+        path = os.path.normpath(path)
+        if any(part in _OUTSIDE for part in path.split(os.sep)):
+            return False
+        root = self._root_of(own_path) or (self._project(own_path).path if own_path else None)
+        return root is not None and (path.startswith(str(root).rstrip(os.sep) + os.sep))
+
+    def _name(self, path: str, own_path: str | None) -> str:
+        root = self._root_of(own_path) or self._root_of(path)
+        if root is None and own_path is not None:
+            root = str(self._project(own_path).path)
+        return os.path.relpath(path, root) if root and os.path.isabs(path) else os.path.basename(path)
+
+    def _project(self, own_path: str | None):
+        """The jedi project of a document: the workspace folder holding it, else the one jedi
+        finds from its path (a folder with setup.py, pyproject.toml or .git)."""
+        import jedi
+
+        root = self._root_of(own_path)
+        if root is None:
+            if own_path is None:
+                return None
+            return jedi.get_default_project(os.path.dirname(own_path))
+        if root not in self._projects:
+            self._projects[root] = jedi.Project(root)
+        return self._projects[root]
