@@ -288,3 +288,20 @@ def test_a_request_never_waits_for_a_block_being_made(workspace: Path):
     gate.set()
     future.result(120)
     assert contexts.block(uri_of(main)) is not None
+
+
+def test_without_a_workspace_folder_or_a_project_marker_no_definitions_are_looked_up(workspace: Path):
+    (workspace / "pyproject.toml").unlink()
+    contexts = RepoContexts()  # the client named no folder; jedi's project of the file has no marker
+    main = workspace / "pkg" / "main.py"
+    assert contexts.wait(uri_of(main), MAIN, 6, [(uri_of(main), MAIN)], 120) is None
+    (workspace / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")  # a project: its definitions
+    contexts = RepoContexts()
+    block = contexts.wait(uri_of(main), MAIN, 6, [(uri_of(main), MAIN)], 120)
+    assert block is not None and block.sections[0].name == "pkg/util.py"
+
+
+def test_a_copy_of_the_document_is_no_neighbour():
+    text = "def apply_discount(total, customer):\n    return total * customer.rate\n"
+    assert nearest(text, [("copy.py", text)]) != []
+    assert nearest(text, [("copy.py", text)], exclude="# header\n" + text) == []

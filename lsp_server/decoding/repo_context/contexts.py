@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import sysconfig
 import threading
 import time
 from collections import OrderedDict
@@ -46,6 +48,10 @@ CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
 DOCUMENTS = 16  # blocks kept (least recently used out first)
 MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
 _OUTSIDE = ("site-packages", "dist-packages", "typeshed")
+_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git", ".hg")  # a folder with one is a project
+# the environment's own files are never the workspace's (a document at /x.py: jedi's project is "/")
+_ENVIRONMENT = tuple(sorted({os.path.normpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                             sysconfig.get_paths()["stdlib"])}))
 
 
 @dataclass
@@ -189,12 +195,12 @@ class RepoContexts:
             targets = definitions(script, lines, scope, line1, lambda p: self._inside(p, own_path), own_path,
                                   self._between)
         sections = self._stub_sections(targets, open_texts, own_path, text)
-        neighbours = [(self._name(p, own_path), t) for p, t in open_texts.items() if p != own_path]
+        neighbours = [(self._name(p, own_path), t) for p, t in open_texts.items() if p != own_path and t != text]
         with self._lock:
             neighbours += [(self._name(os.path.normpath(_path_of(u)), own_path), t) for u, t in self._closed.items()
                            if u != uri and os.path.normpath(_path_of(u)) not in open_texts]
         query = "\n".join(lines[scope.start - 1 : scope.end])
-        for c in nearest(query, neighbours, NEIGHBOURS):
+        for c in nearest(query, neighbours, NEIGHBOURS, exclude=text):
             sections.append(ContextSection(c.name, c.text, "neighbour"))
         limit = int(self.share * self.context_tokens * CHARS_PER_TOKEN)
         kept, used = [], 0
@@ -252,12 +258,17 @@ class RepoContexts:
         """A definition in the workspace: under a root the client named (else under the
         document's own project), not in an environment's packages or jedi's typeshed."""
         path = os.path.normpath(path)
-        if any(part in _OUTSIDE for part in path.split(os.sep)):
+        if any(part in _OUTSIDE for part in path.split(os.sep)) or _under(path, _ENVIRONMENT):
             return False
-        root = self._root_of(own_path) or (self._project(own_path).path if own_path else None)
-        return root is not None and (path.startswith(str(root).rstrip(os.sep) + os.sep))
+        root = self._root_of(own_path)
+        if root is None and own_path is not None:
+            project = str(self._project(own_path).path)
+            if any(os.path.exists(os.path.join(project, m)) for m in _MARKERS) and not _under(project, _ENVIRONMENT):
+                root = project
+        return root is not None and _under(path, (root,))
 
     def _name(self, path: str, own_path: str | None) -> str:
+        """A path as the prompt names it: relative to the workspace folder holding the document."""
         root = self._root_of(own_path) or self._root_of(path)
         if root is None and own_path is not None:
             root = str(self._project(own_path).path)
@@ -276,3 +287,7 @@ class RepoContexts:
         if root not in self._projects:
             self._projects[root] = jedi.Project(root)
         return self._projects[root]
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)

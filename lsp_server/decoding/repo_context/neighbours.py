@@ -52,9 +52,11 @@ def chunks(name: str, text: str) -> tuple[Chunk, ...]:
     return tuple(out)
 
 
-def nearest(query: str, documents: list[tuple[str, str]], k: int = 2, min_score: float = MIN_SCORE) -> list[Chunk]:
+def nearest(query: str, documents: list[tuple[str, str]], k: int = 2, min_score: float = MIN_SCORE,
+            exclude: str = "") -> list[Chunk]:
     """The `k` chunks of `documents` ((name, text) pairs) most similar to `query`, best first, no
-    two overlapping; ties broken by name and line, so the same inputs give the same chunks."""
+    two overlapping, none that `exclude` (the document itself) holds word for word (a copy says
+    nothing new); ties broken by name and line, so the same inputs give the same chunks."""
     wanted = identifiers(query)
     if not wanted:
         return []
@@ -64,7 +66,7 @@ def nearest(query: str, documents: list[tuple[str, str]], k: int = 2, min_score:
     for score, c in scored:
         if score < min_score or len(picked) == k:
             break
-        if any(p.name == c.name and abs(p.line - c.line) < CHUNK_LINES for p in picked):
+        if any(p.name == c.name and abs(p.line - c.line) < CHUNK_LINES for p in picked) or c.text in exclude:
             continue
         picked.append(c)
     return picked
