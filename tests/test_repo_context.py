@@ -305,3 +305,29 @@ def test_a_copy_of_the_document_is_no_neighbour():
     text = "def apply_discount(total, customer):\n    return total * customer.rate\n"
     assert nearest(text, [("copy.py", text)]) != []
     assert nearest(text, [("copy.py", text)], exclude="# header\n" + text) == []
+
+
+# --- names from other modules in the names guide (identifiers/analysis.py) --------------------
+
+
+def test_the_names_analysis_knows_the_workspace_modules_and_their_classes_instances(workspace: Path):
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    text = MAIN.replace("    return h.render()", "    h.")
+    line = text.split("\n").index("    h.")
+    scope = analyse(text, line, str(workspace / "pkg" / "main.py"))
+    assert b"parse_header" in scope.names  # `from .util import parse_header`
+    h = scope.receivers[b"h"]  # an instance of util's Header, which parse_header returns
+    assert {b"render", b"name", b"value", b"kind"} <= set(h.attributes) and not h.closed
+    text = MAIN.replace("    return util.LIMIT", "    return util.")
+    scope = analyse(text, text.split("\n").index("    return util."), str(workspace / "pkg" / "main.py"))
+    util = scope.receivers[b"util"]  # `from . import util`: the module's names, and nothing else
+    assert {b"Header", b"parse_header", b"LIMIT"} <= set(util.attributes) and util.closed
+
+
+def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: Path):
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    text = "import io\n\n\ndef f():\n    b = io.StringIO()\n    b.\n"
+    scope = analyse(text, 5, str(workspace / "pkg" / "other.py"))
+    assert b"b" not in scope.receivers
