@@ -331,3 +331,15 @@ def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: P
     text = "import io\n\n\ndef f():\n    b = io.StringIO()\n    b.\n"
     scope = analyse(text, 5, str(workspace / "pkg" / "other.py"))
     assert b"b" not in scope.receivers
+
+
+def test_the_region_edited_last_in_another_document_is_a_section(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    main, util = workspace / "pkg" / "main.py", workspace / "pkg" / "util.py"
+    edited = UTIL + "".join(f"\n\ndef helper_{i}(a):\n    return a + {i}\n" for i in range(8))
+    contexts.edited(uri_of(util), edited.split("\n").index("def helper_6(a):"))
+    docs = [(uri_of(main), MAIN), (uri_of(util), edited)]
+    block = contexts.wait(uri_of(main), MAIN, 6, docs, 120)
+    (section,) = [s for s in block.sections if s.kind == "edited"]
+    assert section.name == "pkg/util.py" and "def helper_6(a):" in section.text
+    assert section.as_comment().startswith("# Edited last, in pkg/util.py:\n")

@@ -353,6 +353,7 @@ def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParam
     cursor = None
     if isinstance(last, types.TextDocumentContentChangePartial):
         cursor = end_of_insert((last.range.start.line, last.range.start.character), last.text)
+        ls.contexts.edited(uri, cursor[0])  # the other documents' blocks show the region edited last
     ls.work_ahead.changed(uri, cursor)
 
 

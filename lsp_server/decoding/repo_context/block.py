@@ -2,7 +2,8 @@
 prompt puts it in front of the window (decoding/prompt.py, `build_prompt(context=...)`).
 
 A block is a tuple of sections, each one file's part of it: the stubs of the definitions the code
-at the cursor uses (`stubs.py`), or a chunk of another document like that code (`neighbours.py`).
+at the cursor uses (`stubs.py`), a chunk of another document like that code (`neighbours.py`),
+or the chunk around the place another document was edited last.
 A plain model gets the sections as Python comments (what Copilot does with neighbouring tabs,
 "# Compare this snippet from util.py:"); a fill-in-the-middle model with repository markers
 (Qwen2.5-Coder) gets each as a `<|file_sep|>` file of its own. The prompt takes the sections in
@@ -23,11 +24,12 @@ MAX_SHARE = 0.75
 class ContextSection:
     name: str  # the file it comes from, as the prompt names it ("pkg/util.py")
     text: str  # stubs or a chunk of code, "\n" line ends
-    kind: str  # "definitions" | "neighbour"
+    kind: str  # "definitions" | "neighbour" (like the code at the cursor) | "edited" (around another document's last edit)
 
     def as_comment(self) -> str:
         """The section as Python comments (plain models): a heading, then every line after `# `."""
-        heading = ("Definitions used here, from " if self.kind == "definitions" else "Compare this snippet from ")
+        heading = {"definitions": "Definitions used here, from ", "edited": "Edited last, in "}.get(
+            self.kind, "Compare this snippet from ")
         lines = self.text.rstrip("\n").split("\n")
         return f"# {heading}{self.name}:\n" + "".join(f"# {line}".rstrip() + "\n" for line in lines)
 

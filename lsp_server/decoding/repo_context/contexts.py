@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ..workspace_context import _path_of
 from .block import DEFAULT_SHARE, ContextBlock, ContextSection
 from .definitions import Scope, Target, cursor_scope, definitions
-from .neighbours import nearest
+from .neighbours import CHUNK_STEP, chunks, nearest
 from .stubs import stub_of
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ BUSY_POLL_S = 0.01
 CHARS_PER_TOKEN = 3.0  # a block is cut to share x contextTokens x this many characters (the prompt cuts it in tokens)
 NEIGHBOURS = 2  # chunks of other documents per block
 CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
+EDITED = 1  # regions edited last in other documents, per block (the most recent documents first)
 DOCUMENTS = 16  # blocks kept (least recently used out first)
 MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
 _OUTSIDE = ("site-packages", "dist-packages", "typeshed")
@@ -76,6 +77,7 @@ class RepoContexts:
         self._made: OrderedDict[str, _Made] = OrderedDict()
         self._pending: dict[str, Future] = {}
         self._closed: OrderedDict[str, str] = OrderedDict()
+        self._edited: OrderedDict[str, int] = OrderedDict()  # document -> the 0-based line of its last edit
         self._projects: dict[str, object] = {}
         self.stats = {"made": 0, "kept": 0, "failed": 0, "served": 0, "ms": 0.0}
 
@@ -119,6 +121,16 @@ class RepoContexts:
         if future is not None:
             future.result(timeout)
         return self.block(uri)
+
+    def edited(self, uri: str, line: int) -> None:
+        """The user edited `uri` at 0-based `line` (the server's didChange): the region around the
+        last edit of another document is a section of the blocks made next, as Continue's and
+        Tabby's recently edited ranges are."""
+        with self._lock:
+            self._edited[uri] = line
+            self._edited.move_to_end(uri)
+            while len(self._edited) > DOCUMENTS:
+                self._edited.popitem(last=False)
 
     def closed(self, uri: str, text: str) -> None:
         """A document was closed: its text is still searched for neighbours for a while."""
@@ -200,8 +212,10 @@ class RepoContexts:
             neighbours += [(self._name(os.path.normpath(_path_of(u)), own_path), t) for u, t in self._closed.items()
                            if u != uri and os.path.normpath(_path_of(u)) not in open_texts]
         query = "\n".join(lines[scope.start - 1 : scope.end])
-        for c in nearest(query, neighbours, NEIGHBOURS, exclude=text):
+        picked = nearest(query, neighbours, NEIGHBOURS, exclude=text)
+        for c in picked:
             sections.append(ContextSection(c.name, c.text, "neighbour"))
+        sections += self._edited_sections(uri, own_path, open_texts, picked, text)
         limit = int(self.share * self.context_tokens * CHARS_PER_TOKEN)
         kept, used = [], 0
         for s in sections:
@@ -209,6 +223,26 @@ class RepoContexts:
                 kept.append(s)
                 used += len(s.text)
         return _Made(scope, scope_hash, ContextBlock(tuple(kept), self.share))
+
+    def _edited_sections(self, uri: str, own_path: str | None, open_texts: dict[str, str], picked: list,
+                         own_text: str) -> list[ContextSection]:
+        """The chunk around the last edit of the other open documents edited last (EDITED of
+        them), unless a neighbour holds it already."""
+        with self._lock:
+            recent = [(u, ln) for u, ln in reversed(self._edited.items()) if u != uri]
+        out: list[ContextSection] = []
+        for u, ln in recent:
+            path = os.path.normpath(_path_of(u))
+            text = open_texts.get(path)
+            if text is None or text == own_text or len(out) == EDITED:
+                continue
+            name = self._name(path, own_path)
+            for c in chunks(name, text):
+                if c.line <= ln < c.line + CHUNK_STEP and not any(p.name == name and p.line == c.line for p in picked):
+                    if c.text not in own_text:
+                        out.append(ContextSection(name, c.text, "edited"))
+                    break
+        return out
 
     def _stub_sections(self, targets: list[Target], open_texts: dict[str, str], own_path: str | None,
                        own_text: str) -> list[ContextSection]:
