@@ -43,8 +43,7 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
 SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> field (its range: SERVER_INT_RANGES)
 SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
-# camelCase -> field, and its range; not mirrored in the editors' settings yet (initializationOptions
-# and didChangeConfiguration carry it): docs/context.md
+# camelCase -> field, and its range (docs/context.md)
 SERVER_FLOAT_KEYS = {"contextShare": "context_share"}
 SERVER_FLOAT_RANGES = {"context_share": (0.0, MAX_SHARE)}
 _INT_FIELDS = {"max_tokens", "context_tokens", "seed", "cache_memory_mb"}
