@@ -343,3 +343,16 @@ def test_the_region_edited_last_in_another_document_is_a_section(workspace: Path
     (section,) = [s for s in block.sections if s.kind == "edited"]
     assert section.name == "pkg/util.py" and "def helper_6(a):" in section.text
     assert section.as_comment().startswith("# Edited last, in pkg/util.py:\n")
+
+
+def test_a_prompt_prefilled_with_the_block_is_reused_whole_by_the_request(compiled):
+    comp, tok = compiled
+    doc = "def total(order):\n    return "
+    ws = WorkspaceContext(block=ContextBlock((SMALL, CHUNK)))
+    runtime = ScriptedRuntime(tok, (doc + "1\n").encode())
+    engine = CompletionEngine(EngineOptions(speculative=False), runtime, comp)
+    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    ahead = engine.prefill(request)
+    assert ahead.complete and ahead.computed == ahead.prompt_tokens
+    result = engine.complete(request)
+    assert result.prompt_reused == result.prompt_tokens == ahead.prompt_tokens  # the block's tokens included

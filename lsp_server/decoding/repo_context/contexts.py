@@ -155,6 +155,28 @@ class RepoContexts:
         while self._busy():
             time.sleep(BUSY_POLL_S)
 
+    def _bound_caches(self) -> None:
+        """jedi's parsed modules bounded once the user pauses, as the names analysis does after
+        each of its analyses (identifiers/analyses.py `_bound_caches`: the collection behind it
+        holds the interpreter for 0.1-0.5 s, so it waits for the engine to be free QUIET_S in a
+        row, and leaves it to the next block when one is queued); with `identifiers: off` this
+        is what bounds them."""
+        from ..identifiers.analyses import QUIET_S
+        from ..identifiers.jedi_memory import bound_jedi_caches
+
+        quiet_since = time.perf_counter()
+        while time.perf_counter() - quiet_since < QUIET_S:
+            with self._lock:
+                if any(not f.done() for f in self._pending.values()):
+                    return
+            if self._busy():
+                quiet_since = time.perf_counter()
+            time.sleep(BUSY_POLL_S)
+        try:
+            bound_jedi_caches()
+        except Exception:  # a parso without the cache this reads: memory grows, nothing else breaks
+            log.exception("bounding jedi's caches failed")
+
     def _make(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> None:
         t0 = time.perf_counter()
         try:
@@ -165,6 +187,7 @@ class RepoContexts:
             return
         if made is None:
             return
+        self._executor.submit(self._bound_caches)  # after this block is ready: no one waits for it
         with self._lock:
             old = self._made.get(uri)
             if old is not None and old.block.sections == made.block.sections:
