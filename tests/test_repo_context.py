@@ -356,3 +356,14 @@ def test_a_prompt_prefilled_with_the_block_is_reused_whole_by_the_request(compil
     assert ahead.complete and ahead.computed == ahead.prompt_tokens
     result = engine.complete(request)
     assert result.prompt_reused == result.prompt_tokens == ahead.prompt_tokens  # the block's tokens included
+
+
+def test_a_changed_module_gives_a_new_block_with_its_new_stubs(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    main, util = workspace / "pkg" / "main.py", workspace / "pkg" / "util.py"
+    line = MAIN.split("\n").index("    return h.render()")
+    first = contexts.wait(uri_of(main), MAIN, line, [(uri_of(main), MAIN), (uri_of(util), UTIL)], 120)
+    changed = UTIL.replace("    def _private(self):", "    def upper(self) -> str:\n        return self.name.upper()\n\n"
+                                                      "    def _private(self):")
+    again = contexts.wait(uri_of(main), MAIN, line, [(uri_of(main), MAIN), (uri_of(util), changed)], 120)
+    assert "def upper(self) -> str" in again.sections[0].text and "def upper" not in first.sections[0].text

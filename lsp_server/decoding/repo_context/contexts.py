@@ -8,7 +8,8 @@ never runs jedi.
 
 Stability (the KV cache keeps the prompt's start, and the block is that start): a document's
 block is made again only when the scope of the cursor (`definitions.cursor_scope`: the function
-it is in) changes or that scope's text does, and a block made again with the same sections is
+it is in) changes, that scope's text does or another open document's does, and a block made
+again with the same sections is
 the same object, the prompt's start unchanged; so typing inside one function, and moving about
 in it, leave the block (and the prefill made for it) as they are. A new block calls
 `on_ready(uri)`: the server plans a prefill with it before the user asks (docs/context.md).
@@ -58,7 +59,8 @@ _ENVIRONMENT = tuple(sorted({os.path.normpath(p) for p in (sys.prefix, sys.base_
 @dataclass
 class _Made:
     scope: Scope
-    scope_hash: int
+    scope_hash: int  # of the scope's text
+    others_hash: int  # of the other documents' texts (a saved or edited module: its stubs made again)
     block: ContextBlock
 
 
@@ -111,7 +113,10 @@ class RepoContexts:
             pending = self._pending.get(uri)
             if pending is not None:
                 pending.cancel()
-            future = self._executor.submit(self._make, uri, text, line, list(others))
+            try:
+                future = self._executor.submit(self._make, uri, text, line, list(others))
+            except RuntimeError:  # shut down: the server is exiting
+                return None
             self._pending[uri] = future
             return future
 
@@ -223,9 +228,10 @@ class RepoContexts:
             script = jedi.Script(text, path=own_path, project=self._project(own_path))
             scope = cursor_scope(script, lines, line1)
             scope_hash = hash("\n".join(lines[scope.start - 1 : scope.end]))
+            others_hash = hash(tuple(sorted((u, t) for u, t in others if u != uri)))
             with self._lock:
                 old = self._made.get(uri)
-            if old is not None and old.scope == scope and old.scope_hash == scope_hash:
+            if old is not None and (old.scope, old.scope_hash, old.others_hash) == (scope, scope_hash, others_hash):
                 return None  # nothing the block depends on changed
             targets = definitions(script, lines, scope, line1, lambda p: self._inside(p, own_path), own_path,
                                   self._between)
@@ -245,7 +251,7 @@ class RepoContexts:
             if used + len(s.text) <= limit:
                 kept.append(s)
                 used += len(s.text)
-        return _Made(scope, scope_hash, ContextBlock(tuple(kept), self.share))
+        return _Made(scope, scope_hash, others_hash, ContextBlock(tuple(kept), self.share))
 
     def _edited_sections(self, uri: str, own_path: str | None, open_texts: dict[str, str], picked: list,
                          own_text: str) -> list[ContextSection]:
