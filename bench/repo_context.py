@@ -289,6 +289,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="default")
     ap.add_argument("--share", type=float, default=0.25)
+    ap.add_argument("--form", choices=("comments", "code"), default="comments", help="how the plain model reads the block")
     ap.add_argument("--out", help="a JSON line per cut point and mode")
     args = ap.parse_args()
 
@@ -305,13 +306,14 @@ def main() -> None:
     contexts_by_root: dict[str, RepoContexts] = {}
     for n, cut in enumerate(cuts):
         contexts = contexts_by_root.setdefault(cut["root"], RepoContexts(roots=(cut["root"],), share=args.share,
-                                                                          context_tokens=engine.options.context_tokens))
+                                                                          context_tokens=engine.options.context_tokens,
+                                                                          form=args.form))
         for mode in ("off", "on"):
             row = run(engine, contexts, cut, mode == "on", f"{mode}{n}")
             rows.setdefault((cut["kind"], mode), []).append(row)
             if out:
                 out.write(json.dumps(cut | {"mode": mode} | row) + "\n")
-    report = {"code": args.code, "model": engine.runtime.name, "share": args.share, "cuts_per_kind": args.cuts,
+    report = {"code": args.code, "model": engine.runtime.name, "share": args.share, "form": args.form, "cuts_per_kind": args.cuts,
               "results": {f"{kind}/{mode}": summary(r) for (kind, mode), r in sorted(rows.items())}}
     print(json.dumps(report, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -367,3 +367,12 @@ def test_a_changed_module_gives_a_new_block_with_its_new_stubs(workspace: Path):
                                                       "    def _private(self):")
     again = contexts.wait(uri_of(main), MAIN, line, [(uri_of(main), MAIN), (uri_of(util), changed)], 120)
     assert "def upper(self) -> str" in again.sections[0].text and "def upper" not in first.sections[0].text
+
+
+def test_the_code_form_gives_the_sections_as_code_after_a_heading(tok):
+    block = ContextBlock((SMALL,), form="code")
+    p = build_prompt(tok, "def g():\n    return ", "", 256, None, context=block)
+    assert tok.tokenizer.decode(p.ids[: p.prefix_start]) == (
+        "# Definitions used here, from pkg/util.py:\ndef parse_header(line: str) -> Header: ...\n")
+    with pytest.raises(ValueError, match="form"):
+        ContextBlock((SMALL,), form="prose")

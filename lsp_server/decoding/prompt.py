@@ -251,7 +251,7 @@ def _block(tok: LoadedTokenizer, context: ContextBlock | None, budget: int, as_f
     kept: list[str] = []
     used = 0
     for s in context.sections:
-        text = s.as_file() if as_files else s.as_comment()
+        text = s.as_file() if as_files else s.as_code() if context.form == "code" else s.as_comment()
         if _tokens_within(tok, text, room - used, limit) + used + as_files > room:
             continue
         got = tok.encode(text)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 DEFAULT_SHARE = 0.25  # of `contextTokens`: a 1,024-token prompt keeps 768 for the window
 MAX_SHARE = 0.75
+FORMS = ("comments", "code")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,14 @@ class ContextSection:
         lines = self.text.rstrip("\n").split("\n")
         return f"# {heading}{self.name}:\n" + "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
+    def as_code(self) -> str:
+        """The section as code after a comment naming its file (plain models, the `code` form:
+        what a model trained on concatenated files has seen; the comments form is the default,
+        see docs/context.md for the two measured)."""
+        heading = {"definitions": "Definitions used here, from ", "edited": "Edited last, in "}.get(
+            self.kind, "Compare this snippet from ")
+        return f"# {heading}{self.name}:\n{self.text.rstrip(chr(10))}\n"
+
     def as_file(self) -> str:
         """The section as a repository-level file (after `<|file_sep|>`): its name, then its text."""
         return f"{self.name}\n{self.text.rstrip(chr(10))}\n"
@@ -42,8 +51,11 @@ class ContextSection:
 class ContextBlock:
     sections: tuple[ContextSection, ...] = ()
     share: float = DEFAULT_SHARE  # of the prompt's budget the block may take (0: none)
+    form: str = "comments"  # how a plain model reads it: "comments" (every line after `# `) or "code"
 
     def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"a context block's form must be one of {', '.join(FORMS)}, not {self.form!r}")
         if not 0.0 <= self.share <= MAX_SHARE:
             raise ValueError(f"a context block's share must be in [0, {MAX_SHARE}], not {self.share!r}")
 

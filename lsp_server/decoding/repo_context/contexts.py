@@ -68,12 +68,14 @@ class RepoContexts:
     """See the module docstring. Thread-safe."""
 
     def __init__(self, busy: Callable[[], bool] = lambda: False, on_ready: Callable[[str], None] = lambda uri: None,
-                 share: float = DEFAULT_SHARE, context_tokens: int = 1024, roots: tuple[str, ...] = ()) -> None:
+                 share: float = DEFAULT_SHARE, context_tokens: int = 1024, roots: tuple[str, ...] = (),
+                 form: str = "comments") -> None:
         self._busy = busy
         self.on_ready = on_ready
         self.share = share
         self.context_tokens = context_tokens
         self.roots = tuple(roots)
+        self.form = form  # ContextBlock.form
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repo-context")
         self._lock = threading.Lock()
         self._made: OrderedDict[str, _Made] = OrderedDict()
@@ -251,7 +253,7 @@ class RepoContexts:
             if used + len(s.text) <= limit:
                 kept.append(s)
                 used += len(s.text)
-        return _Made(scope, scope_hash, others_hash, ContextBlock(tuple(kept), self.share))
+        return _Made(scope, scope_hash, others_hash, ContextBlock(tuple(kept), self.share, self.form))
 
     def _edited_sections(self, uri: str, own_path: str | None, open_texts: dict[str, str], picked: list,
                          own_text: str) -> list[ContextSection]:
