@@ -120,7 +120,7 @@ def test_nvim_settings_mirror_the_server_options(tmp_path: Path):
     """The plugin's `settings` table names every server option (`enabled` is its top-level option)."""
     import json
 
-    from lsp_server.server.settings import ENGINE_KEYS, SERVER_INT_KEYS, SERVER_KEYS
+    from lsp_server.server.settings import ENGINE_KEYS, SERVER_FLOAT_KEYS, SERVER_INT_KEYS, SERVER_KEYS
 
     script = tmp_path / "names.lua"
     script.write_text(
@@ -134,5 +134,6 @@ def test_nvim_settings_mirror_the_server_options(tmp_path: Path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out["names"].values()) | {"enabled"} == set(ENGINE_KEYS) | set(SERVER_KEYS) | set(SERVER_INT_KEYS)
+    assert set(out["names"].values()) | {"enabled"} == (set(ENGINE_KEYS) | set(SERVER_KEYS) | set(SERVER_INT_KEYS)
+                                                          | set(SERVER_FLOAT_KEYS))
     assert out["sent"] == {"enabled": False, "maxTokens": 8, "draftModel": "d"}

@@ -90,12 +90,13 @@ def test_settings_mirror_the_server_options():
     """package.json has one setting per server option, with the server's default and choices."""
     from lsp_server.options import DEVICES, INT_RANGES, MAX_TEMPERATURE, MODES
     from grammar_tools.parsing.versions import SUPPORTED, format_version
-    from lsp_server.server.settings import ENGINE_KEYS, SERVER_INT_KEYS, SERVER_INT_RANGES, SERVER_KEYS, ServerOptions
+    from lsp_server.server.settings import (ENGINE_KEYS, SERVER_FLOAT_KEYS, SERVER_FLOAT_RANGES, SERVER_INT_KEYS,
+                                            SERVER_INT_RANGES, SERVER_KEYS, ServerOptions)
 
     props = json.loads((EXT / "package.json").read_text())["contributes"]["configuration"]["properties"]
     client_only = ("syntaxlock.server.", "syntaxlock.trace.")
     mirrored = {k.removeprefix("syntaxlock."): v for k, v in props.items() if not k.startswith(client_only)}
-    assert set(mirrored) == set(ENGINE_KEYS) | set(SERVER_KEYS) | set(SERVER_INT_KEYS)
+    assert set(mirrored) == set(ENGINE_KEYS) | set(SERVER_KEYS) | set(SERVER_INT_KEYS) | set(SERVER_FLOAT_KEYS)
     defaults = ServerOptions().to_json()
     for key, spec in mirrored.items():
         assert spec["default"] == defaults[key], key
@@ -107,6 +108,8 @@ def test_settings_mirror_the_server_options():
         assert (mirrored[key]["minimum"], mirrored[key]["maximum"]) == (lo, hi), key
     for key, name in SERVER_INT_KEYS.items():
         assert (mirrored[key]["minimum"], mirrored[key]["maximum"]) == SERVER_INT_RANGES[name], key
+    for key, name in SERVER_FLOAT_KEYS.items():
+        assert (mirrored[key]["minimum"], mirrored[key]["maximum"]) == SERVER_FLOAT_RANGES[name], key
     assert mirrored["temperature"]["maximum"] == MAX_TEMPERATURE
     assert mirrored["pythonVersion"]["enum"] == [None] + [format_version(v) for v in SUPPORTED]
     # and the extension sends exactly those keys

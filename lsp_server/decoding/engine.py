@@ -432,7 +432,8 @@ class CompletionEngine:
                                                                                             WINDOW_STEP)
         prompt = build_prompt(self.tokenizer, before, after, budget, self.runtime.fim,
                               heal=opts.constrained, anchor=anchors.get(request.document),
-                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace, step=step)
+                              heal_pretoken=self._canonical_on(opts), workspace=request.workspace, step=step,
+                              context=request.workspace.block)
         anchors.keep(request.document, prompt)
         return prompt
 

@@ -27,6 +27,12 @@ given the other open documents, whole, in front, as many as fit CONTEXT_SHARE of
 
 (without other documents: `<|fim_prefix|>PREFIX<|fim_suffix|>SUFFIX<|fim_middle|>`).
 
+A context block (`repo_context.ContextBlock`: stubs of the definitions the code at the cursor
+uses, chunks of other documents like it; made ahead of the request) comes first, its sections
+whole while they fit its share of the budget: as comments in front of the window for a plain
+model (the window's budget is what they leave), as `<|file_sep|>` files before the other
+documents for a model with repository markers (docs/context.md).
+
 A model whose tokenizer starts every text with a start token (`TokenizerFacts.add_bos`) gets
 it first (`with_start_token`).
 """
@@ -42,6 +48,7 @@ from mask_store.healing import back_off, last_pretoken_tokens
 from mask_store.vocabulary import LoadedTokenizer, Vocabulary
 
 from ..model.runtime import FimTokens
+from .repo_context.block import ContextBlock
 from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 WINDOW_STEP = 16  # lines: a window starts on a line that is a multiple of this
@@ -68,6 +75,7 @@ class Prompt:
     window_line: int = 0  # the document line the window starts in (the document's next anchor)
     prefix_start: int = 0  # where the prefix text's ids start in `ids`
     context_files: tuple[str, ...] = ()  # the other documents the prompt holds, by name
+    context_sections: tuple[str, ...] = ()  # the context block's sections it holds ("definitions:pkg/util.py")
 
     @property
     def prefix(self) -> list[int]:
@@ -196,13 +204,18 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
                  heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False,
-                 workspace: WorkspaceContext = NO_CONTEXT, step: int = WINDOW_STEP) -> Prompt:
+                 workspace: WorkspaceContext = NO_CONTEXT, step: int = WINDOW_STEP,
+                 context: ContextBlock | None = None) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
     unless it is all the prefix has) so that the model may spell the typed text its own way;
     with `heal_pretoken` too, all the tokens of the text's last pre-token (canonical
     tokenization: mask_store.healing.last_pretoken_tokens). `anchor`: the start line of the
     document's previous window (see `window`, which starts it on a multiple of `step` lines). With `fim`, the suffix and the other documents
-    of `workspace` too (see the module's docstring)."""
+    of `workspace` too; `context`: the block in front (see the module's docstring)."""
+    as_files = fim is not None and fim.file_sep is not None
+    block_ids, sections = _block(tok, context, budget, as_files)
+    if not as_files:  # the comments take their tokens from the window's budget
+        budget -= len(block_ids)
     w = window(tok, before, budget, anchor, step)
     ids = tok.encode(w.text)
     if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
@@ -221,10 +234,37 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
         ids, healed_ids, healed = h.kept, h.healed_ids, h.healed
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
-    prompt = Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line)
+    prompt = Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line,
+                    context_sections=sections)
+    if not as_files and block_ids:
+        prompt = replace(prompt, ids=block_ids + prompt.ids, prefix_start=len(block_ids))
     if fim is not None:
-        prompt = _fill_in_the_middle(tok, prompt, after, budget, fim, workspace)
+        prompt = _fill_in_the_middle(tok, prompt, after, budget, fim, workspace, block_ids if as_files else [])
     return with_start_token(tok, prompt)
+
+
+def _block(tok: LoadedTokenizer, context: ContextBlock | None, budget: int, as_files: bool) -> tuple[list[int], tuple[str, ...]]:
+    """The block's tokens (its sections in order, each whole while it fits the block's share of
+    `budget`; as comments, or as `<|file_sep|>` files without their separators) and the sections kept."""
+    if not context:
+        return [], ()
+    room = int(budget * context.share)
+    limit = room * _longest_token(tok.vocab)
+    ids: list[list[int]] = []
+    kept: list[str] = []
+    used = 0
+    for s in context.sections:
+        text = s.as_file() if as_files else s.as_code() if context.form == "code" else s.as_comment()
+        if _tokens_within(tok, text, room - used, limit) + used + as_files > room:
+            continue
+        got = tok.encode(text)
+        if used + len(got) + as_files <= room:
+            ids.append(got)
+            kept.append(f"{s.kind}:{s.name}")
+            used += len(got) + as_files
+    if as_files:
+        return [i for got in ids for i in [-1] + got], tuple(kept)  # -1: where each file separator goes
+    return [i for got in ids for i in got], tuple(kept)
 
 
 def with_start_token(tok: LoadedTokenizer, prompt: Prompt) -> Prompt:
@@ -238,13 +278,14 @@ def with_start_token(tok: LoadedTokenizer, prompt: Prompt) -> Prompt:
 
 
 def _fill_in_the_middle(tok: LoadedTokenizer, prompt: Prompt, after: str, budget: int, fim: FimTokens,
-                        workspace: WorkspaceContext) -> Prompt:
-    """The prefix's prompt as prefix, suffix, middle, after the other documents that fit."""
+                        workspace: WorkspaceContext, block: list[int]) -> Prompt:
+    """The prefix's prompt as prefix, suffix, middle, after the context block's files (`block`:
+    -1 where a file separator goes) and the other documents that fit."""
     suffix_ids = tok.encode(suffix_window(tok, after, max(int(budget * SUFFIX_SHARE), MIN_SUFFIX_TOKENS)))
-    head: list[int] = []
+    head: list[int] = [fim.file_sep if i == -1 else i for i in block]
     included: list[str] = []
     if fim.file_sep is not None and workspace.others:
-        room = int(budget * CONTEXT_SHARE)
+        room = int(budget * CONTEXT_SHARE) - len(block)
         limit = room * _longest_token(tok.vocab)
         for f in workspace.others:
             text = f"{f.name}\n{f.text}" + ("" if f.text.endswith("\n") else "\n")
@@ -254,11 +295,11 @@ def _fill_in_the_middle(tok: LoadedTokenizer, prompt: Prompt, after: str, budget
                     head += [fim.file_sep] + ids
                     room -= len(ids) + 1
                     included.append(f.name)
-        if included:
-            own = [fim.file_sep] + tok.encode(f"{workspace.path or 'untitled.py'}\n")
-            repo = [fim.repo_name] + tok.encode(f"{workspace.repo}\n") if workspace.repo and fim.repo_name is not None else []
-            head = repo + head + own
-    start = len(head) + 1
+    if included or block:
+        own = [fim.file_sep] + tok.encode(f"{workspace.path or 'untitled.py'}\n")
+        repo = [fim.repo_name] + tok.encode(f"{workspace.repo}\n") if workspace.repo and fim.repo_name is not None else []
+        head = repo + head + own
+    start = len(head) + 1 + prompt.prefix_start
     ids = head + [fim.prefix] + prompt.ids + [fim.suffix] + suffix_ids + [fim.middle]
     return replace(prompt, ids=ids, prefix_start=start, context_files=tuple(included))
 

@@ -6,6 +6,8 @@ its budget in front of the fill-in-the-middle prompt. The server hands them over
 `WorkspaceContext`: the document's own path and the others' paths and texts, named relative to
 the directory they share (as a repository would name them) and in the order of their names, so
 that the prompt's start (and the KV cache made for it) stays the same while they don't change.
+It also carries the document's context block when the server has one ready (`repo_context`:
+made ahead of the request, read as it is; docs/context.md).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from __future__ import annotations
 import os.path
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:
+    from .repo_context.block import ContextBlock
 
 MAX_CONTEXT_FILES = 16  # documents considered (the prompt's budget takes those that fit)
 
@@ -29,6 +35,7 @@ class WorkspaceContext:
     path: str = ""  # the completed document's path as the prompt names it
     others: tuple[ContextFile, ...] = ()
     repo: str = ""  # the repository's (workspace folder's) name, when known
+    block: ContextBlock | None = None  # the document's context block (repo_context), when one is made
 
 
 NO_CONTEXT = WorkspaceContext()

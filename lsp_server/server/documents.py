@@ -14,7 +14,8 @@ leaves the document refused until the editor sends its whole text again.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from ..decoding.workspace_context import WorkspaceContext, workspace_context
 from ..positions import PositionError, line_starts, offset_at, to_lf
@@ -84,6 +85,8 @@ class DocumentStore:
 
     def __init__(self) -> None:
         self._docs: dict[str, Document] = {}
+        # a document's context block made ahead (the server's RepoContexts.block; none by default)
+        self.blocks: Callable[[str], object | None] = lambda uri: None
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -95,8 +98,15 @@ class DocumentStore:
         return {uri: doc.describe() for uri, doc in self._docs.items()}
 
     def workspace(self, uri: str) -> WorkspaceContext:
-        """The other open Python documents, as context for a completion in `uri`."""
-        return workspace_context(uri, ((u, d.lf_text) for u, d in self._docs.items() if not d.refused))
+        """The other open Python documents, as context for a completion in `uri`, and the
+        document's context block when one is ready (read, never made here)."""
+        context = workspace_context(uri, ((u, d.lf_text) for u, d in self._docs.items() if not d.refused))
+        block = self.blocks(uri)
+        return context if block is None else replace(context, block=block)
+
+    def texts(self) -> list[tuple[str, str]]:
+        """(uri, text) of the open Python documents ("\n" line ends), for the context blocks."""
+        return [(u, d.lf_text) for u, d in self._docs.items() if not d.refused]
 
     def version(self, uri: str) -> int | None:
         doc = self._docs.get(uri)

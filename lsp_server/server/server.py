@@ -26,6 +26,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol.language_server import lsp_method
 
+from ..decoding.repo_context import RepoContexts
 from . import transport
 from .documents import DocumentError, DocumentStore
 from .engine_host import EngineHost, Status
@@ -34,6 +35,7 @@ from .suggester import Received, Suggester, completion_items, inline_items
 from .settings import SECTION, ServerOptions
 from .telemetry import Telemetry
 from .work_ahead import WorkAhead, end_of_insert, parse_cursor
+from ..decoding.workspace_context import _path_of
 
 log = logging.getLogger(__name__)
 # the lines the client also gets as window/logMessage: an editor that shows the server's stderr and
@@ -82,6 +84,10 @@ class SyntaxlockProtocol(RobustProtocol):
     def lsp_text_document__did_close(self, params):
         yield from self._user(types.TEXT_DOCUMENT_DID_CLOSE, params)
 
+    @lsp_method(types.TEXT_DOCUMENT_DID_SAVE)
+    def lsp_text_document__did_save(self, params):
+        yield from self._user(types.TEXT_DOCUMENT_DID_SAVE, params)
+
     def _handle_request(self, msg_id, method_name: str, params: Any):
         if method_name in COMPLETION_METHODS:
             uri = getattr(getattr(params, "text_document", None), "uri", None)
@@ -101,6 +107,11 @@ class SyntaxlockServer(LanguageServer):
         self.telemetry = Telemetry()
         self.host = EngineHost(self._status_from_any_thread)
         self.work_ahead = WorkAhead(self.documents, self.host, lambda: self.options.enabled and self.options.work_ahead)
+        # context blocks made ahead (on open, cursor report, save), read by the requests through
+        # `documents.workspace`; a new one plans a prefill with it (docs/context.md)
+        self.contexts = RepoContexts(busy=lambda: self.host.busy, on_ready=self._context_ready_from_any_thread)
+        self.documents.blocks = self.contexts.block
+        self._context_lines: dict[str, int] = {}  # the cursor's line last reported per document
         self.suggester = Suggester(self.documents, self.host, self.telemetry, self.report,
                                    lambda: self.options.enabled, self.work_ahead,
                                    budget_ms=lambda: self.options.latency_budget_ms)
@@ -129,7 +140,30 @@ class SyntaxlockServer(LanguageServer):
     def close(self) -> None:
         """The end of the session, however it ended: telemetry saved, the engine stopped."""
         self.telemetry.flush()
+        self.contexts.shutdown()
         self.host.shutdown()
+
+    # --- context blocks (decoding/repo_context) ----------------------------------------------
+    def context_ahead(self, uri: str, line: int | None = None) -> None:
+        """Make the document's context block for the cursor at `line` (the last one reported
+        when None) on the contexts' thread, unless it is made."""
+        doc = self.documents.get(uri)
+        if doc is None or doc.refused or not self.options.enabled:
+            return
+        if line is None:
+            line = self._context_lines.get(uri, 0)
+        self._context_lines[uri] = line
+        self.contexts.request(uri, doc.lf_text, line, self.documents.texts())
+
+    def _context_ready_from_any_thread(self, uri: str) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._context_ready, uri)
+
+    def _context_ready(self, uri: str) -> None:
+        """A new block for `uri`: the prompt's start changed, so the work ahead prefills it again
+        (only for the document the user is in)."""
+        if self.work_ahead.focus == uri:
+            self.work_ahead.changed(uri, None)
 
     # --- messages to the client --------------------------------------------------------------
     def report(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
@@ -164,6 +198,7 @@ class SyntaxlockServer(LanguageServer):
         if problems:
             self._pending_problems.extend(problems)
         self.options = new
+        self.contexts.configure(new.context_share, new.engine.context_tokens)
         if start:
             self.flush_problems()
             self.host.configure(new.engine, new.enabled)
@@ -261,6 +296,8 @@ class SyntaxlockServer(LanguageServer):
 def on_initialize(ls: SyntaxlockServer, params: types.InitializeParams) -> None:
     ls.loop = asyncio.get_running_loop()
     ls.apply_settings(params.initialization_options, start=False)
+    folders = [f.uri for f in params.workspace_folders or []] or [params.root_uri]
+    ls.contexts.set_roots(tuple(_path_of(u) for u in folders if u))  # the context blocks' workspace
 
 
 def on_initialized(ls: SyntaxlockServer, params: types.InitializedParams) -> None:
@@ -291,6 +328,7 @@ def on_did_open(ls: SyntaxlockServer, params: types.DidOpenTextDocumentParams) -
         ls.report(f"{d.uri}: no completions here: {doc.refused}", types.MessageType.Info)
         return
     ls.work_ahead.opened(d.uri)
+    ls.context_ahead(d.uri)
 
 
 def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -315,11 +353,22 @@ def on_did_change(ls: SyntaxlockServer, params: types.DidChangeTextDocumentParam
     cursor = None
     if isinstance(last, types.TextDocumentContentChangePartial):
         cursor = end_of_insert((last.range.start.line, last.range.start.character), last.text)
+        ls.contexts.edited(uri, cursor[0])  # the other documents' blocks show the region edited last
     ls.work_ahead.changed(uri, cursor)
+
+
+def on_did_save(ls: SyntaxlockServer, params: types.DidSaveTextDocumentParams) -> None:
+    """A saved document: its context block is made again (the other modules may have changed
+    what it imports), and the blocks of the other documents at their next cursor report."""
+    ls.context_ahead(params.text_document.uri)
 
 
 def on_did_close(ls: SyntaxlockServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
+    doc = ls.documents.get(uri)
+    if doc is not None and not doc.refused:
+        ls.contexts.closed(uri, doc.lf_text)  # still searched for neighbours a while
+    ls._context_lines.pop(uri, None)
     ls.documents.close(uri)
     ls.suggester.forget(uri)
     ls.work_ahead.closed(uri)
@@ -335,6 +384,8 @@ def on_cursor(ls: SyntaxlockServer, params) -> None:
         log.warning("%s ignored: %s", CURSOR_NOTIFICATION, e)
         return
     ls.work_ahead.cursor(uri, version, line, character)
+    if version is None or ls.documents.version(uri) == version:
+        ls.context_ahead(uri, line)
 
 
 async def on_inline_completion(ls: SyntaxlockServer, params: types.InlineCompletionParams):
@@ -386,7 +437,7 @@ def cmd_stats(ls: SyntaxlockServer, *args) -> dict:
 def cmd_status(ls: SyntaxlockServer, *args) -> dict:
     return ls.host.describe() | {"settings": ls.options.to_json(), "documents": ls.documents.describe(),
                                  "workAhead": ls.work_ahead.report(), "kvCache": ls.host.cache_report(),
-                                 "memory": ls.host.memory_report()}
+                                 "memory": ls.host.memory_report(), "repoContext": ls.contexts.report()}
 
 
 def create_server() -> SyntaxlockServer:
@@ -397,6 +448,7 @@ def create_server() -> SyntaxlockServer:
     ls.feature(types.TEXT_DOCUMENT_DID_OPEN)(on_did_open)
     ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)(on_did_change)
     ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)(on_did_close)
+    ls.feature(types.TEXT_DOCUMENT_DID_SAVE)(on_did_save)
     ls.feature(CURSOR_NOTIFICATION)(on_cursor)
     ls.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())(on_inline_completion)
     ls.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(on_completion)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..decoding.repo_context.block import MAX_SHARE
 from ..options import EngineOptions, OptionError
 
 SECTION = "syntaxlock"
@@ -43,6 +44,9 @@ ENGINE_KEYS = {  # camelCase setting -> EngineOptions field
 SERVER_KEYS = {"enabled": "enabled", "completionItems": "completion_items", "workAhead": "work_ahead"}
 SERVER_INT_KEYS = {"latencyBudgetMs": "latency_budget_ms"}  # camelCase -> field (its range: SERVER_INT_RANGES)
 SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
+# camelCase -> field, and its range (docs/context.md)
+SERVER_FLOAT_KEYS = {"contextShare": "context_share"}
+SERVER_FLOAT_RANGES = {"context_share": (0.0, MAX_SHARE)}
 _INT_FIELDS = {"max_tokens", "context_tokens", "first_window_tokens", "seed", "cache_memory_mb"}
 
 
@@ -54,6 +58,12 @@ class ServerOptions:
     # a request's answer once this many ms have passed: the complete lines decoded so far, the rest
     # decoded in the background (0: no budget; decoding/budget.py, docs/latency.md)
     latency_budget_ms: int = 250
+    # the share of `contextTokens` the context block (definitions used at the cursor, similar code of
+    # other documents; decoding/repo_context, docs/context.md) may take; 0: no block
+    # the context block's share of contextTokens (docs/context.md); off by default: on the default
+    # model (SmolLM2-135M) it left exact matches as they were and made a cold first request
+    # 1.28-1.39x slower; 0.25 (repo_context.DEFAULT_SHARE) is the share to turn it on with
+    context_share: float = 0.0
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def merged(self, raw: Any) -> tuple[ServerOptions, list[str]]:
@@ -94,6 +104,16 @@ class ServerOptions:
                                     f"keeping {getattr(opts, name)!r}")
                     continue
                 opts = replace(opts, **{name: value})
+            elif key in SERVER_FLOAT_KEYS:
+                name = SERVER_FLOAT_KEYS[key]
+                if value is None:
+                    value = getattr(ServerOptions, name)
+                lo, hi = SERVER_FLOAT_RANGES[name]
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+                    problems.append(f"{SECTION}.{key} must be a number from {lo:g} to {hi:g}, not {value!r}; "
+                                    f"keeping {getattr(opts, name)!r}")
+                    continue
+                opts = replace(opts, **{name: float(value)})
             elif key in ENGINE_KEYS:
                 name = ENGINE_KEYS[key]
                 if value is None:
@@ -110,7 +130,7 @@ class ServerOptions:
 
     def to_json(self) -> dict:
         """The settings under their camelCase names."""
-        out = {key: getattr(self, name) for key, name in (SERVER_KEYS | SERVER_INT_KEYS).items()}
+        out = {key: getattr(self, name) for key, name in (SERVER_KEYS | SERVER_INT_KEYS | SERVER_FLOAT_KEYS).items()}
         out.update({key: getattr(self.engine, name) for key, name in ENGINE_KEYS.items()})
         return out
 

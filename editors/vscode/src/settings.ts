@@ -29,6 +29,7 @@ export const SERVER_OPTION_KEYS = [
   "completionItems",
   "workAhead",
   "latencyBudgetMs",
+  "contextShare",
   "cacheMemoryMB",
   "pythonVersion",
   "identifiers",
@@ -56,6 +57,7 @@ export interface ServerOptions {
   completionItems: boolean;
   workAhead: boolean;
   latencyBudgetMs: number;
+  contextShare: number;
   cacheMemoryMB: number;
   pythonVersion: string | null;
   identifiers: "off" | "bias" | "constrain";
@@ -82,6 +84,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   completionItems: true,
   workAhead: true,
   latencyBudgetMs: 250,
+  contextShare: 0,
   cacheMemoryMB: 96,
   pythonVersion: null,
   identifiers: "constrain",

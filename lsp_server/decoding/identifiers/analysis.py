@@ -17,7 +17,11 @@ this file deriving from it (its methods may use what a subclass defines); an ins
 class (`shop = Shop(...)`; `shop.` closed) when every binding of its name in the document is a
 call of that class, jedi infers that class there, and the document neither calls `setattr` nor
 assigns an attribute through any receiver but `self`/`cls` that the class does not list.
-Anything else jedi lists is known but open: biased towards, never masked.
+Anything else jedi lists is known but open: biased towards, never masked; so are names bound to
+instances of classes of other modules of the workspace (`h = parse_header(x)`, jedi infers util's
+`Header`: `h.` lists its methods and attributes; docs/context.md). Names imported from the
+workspace's modules and those modules' attributes (`from . import util`; `util.`) come from jedi
+like any import's, the document's path letting it follow relative imports.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ import builtins
 import enum
 import hashlib
 import keyword
+import os
 import re
+import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +108,7 @@ class _Kind(enum.Enum):
     CLASS = "class"  # a class, read through its name
     OWN = "own"  # `self`/`cls` in a method of the class holding the cursor
     INSTANCE = "instance"  # a name bound to an instance of a class of this file
+    WORKSPACE = "workspace"  # a name jedi infers as an instance of a class of another module of the workspace
 
 
 class NameSet(enum.Enum):
@@ -175,6 +183,8 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
             if made is not None:
                 instances[c.name] = made
                 candidates.append((c.name, _Kind.INSTANCE))
+            elif path is not None:  # `h = parse_header(x)` with `from .util import parse_header`: util's Header?
+                candidates.append((c.name, _Kind.WORKSPACE))
     enclosing = _enclosing_class(script, line + 1, len(indent))
     for own in _OWN:
         if own in (c.name for c in here if c.type == "param") and enclosing is not None:
@@ -190,6 +200,8 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
             continue
         between()
         synthetic = script_with(f"{indent}{name}.")
+        if kind is _Kind.WORKSPACE and not _workspace_instance(synthetic.infer(line + 1, len(indent) + len(name))):
+            continue
         listed = synthetic.complete(line + 1, len(indent) + len(name) + 1)
         if not listed:
             if kind is _Kind.MODULE:
@@ -207,6 +219,8 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
             inferred = synthetic.infer(line + 1, len(indent) + len(name))
             closed = (bool(inferred) and all(d.type == "instance" and d.name == made for d in inferred)
                       and _closed(made, classes, text, set()) and _nothing_added(text, attributes))
+        elif kind is _Kind.WORKSPACE:
+            closed = False  # its class's rules are another file's: favoured, never masked
         else:
             closed = (_closed(enclosing if kind is _Kind.OWN else name, classes, text, set())
                       and _nothing_added(text, attributes))
@@ -214,6 +228,22 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
         if kind is _Kind.MODULE:
             memo[key] = receivers[name.encode()]
     return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED, wanted)
+
+
+# the environment's files (the stdlib, installed packages, jedi's typeshed): not the workspace's
+_ENVIRONMENT = tuple(sorted({os.path.normpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                                    sysconfig.get_paths()["stdlib"])}))
+
+
+def _workspace_instance(inferred: list) -> bool:
+    """jedi infers instances of classes defined in files of the workspace only (not the
+    environment's packages, the stdlib or typeshed's stubs): the receivers this adds."""
+    for d in inferred:
+        path = str(d.module_path) if d.module_path is not None else ""
+        if (d.type != "instance" or not path.endswith(".py") or os.path.normpath(path).startswith(_ENVIRONMENT)
+                or any(part in ("site-packages", "dist-packages", "typeshed") for part in path.split(os.sep))):
+            return False
+    return bool(inferred)
 
 
 def _file_classes(definitions: list, lines: list[str]) -> dict[str, str]:

