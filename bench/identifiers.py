@@ -108,12 +108,13 @@ def run_cut(engine, cut: dict, modes: list[str], max_tokens: int, turn: int = 0)
     i, ch = cut["line"], cut["character"]
     reference = lines[i][ch:].rstrip()
     doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
-    request = CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=max_tokens)
+    # the full prompt window, as the work ahead leaves it (not a first request's short one)
+    request = CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=max_tokens, short_first=False)
     t0 = time.perf_counter()
     engine.names_ahead(request, wait=300)  # as work-ahead makes it while the user pauses
     analysis_ms = (time.perf_counter() - t0) * 1000
     scope = engine.names.ready(cut["path"], doc, i)
-    engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1),
+    engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1, short_first=False),
                     options=engine.options.updated(identifiers="off"))  # the KV cache warm, as typing leaves it
     before = undefined_names(doc)
     if before is None:

@@ -108,7 +108,8 @@ def child_ours(path: str, cuts: int, code: str, prompt_tokens: int, max_tokens: 
         lines = Path(cut["path"]).read_text(encoding="utf-8").split("\n")
         i, ch = cut["line"], cut["character"]
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1:])
-        engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1))  # the prompt, ahead
+        engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], max_tokens=1,
+                                             short_first=False))  # the full window, ahead
         rows.append(run(engine, cut, True, max_tokens, speculative=engine.options.speculative))
         engine.forget(cut["path"])
     tokens = sum(r["tokens"] for r in rows)
