@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
         static.warm_up(sizes=GRAPH_SIZES if args.device == "cuda" else ())
         engine = CompletionEngine(opts, replace(rt, static=static), compiled)
         for canonical in (True, False):
-            r = engine.complete(CompletionRequest.at(text, line, char, document=f"file:///{name}-{canonical}.py"),
+            r = engine.complete(CompletionRequest.at(text, line, char, document=f"file:///{name}-{canonical}.py", short_first=False),
                                 options=replace(opts, canonical=canonical))
             out[f"{name} canonical={'on' if canonical else 'off'}"] = r.text
             print(json.dumps({name: r.text, "canonical": canonical}), file=sys.stderr, flush=True)

@@ -158,7 +158,7 @@ def run_requests(engine, cuts, options, name: str) -> dict:
     walls, decode_ms, tokens, first = [], 0.0, 0, None
     for k, (text, line, char) in enumerate(cuts):
         t = time.perf_counter()
-        r = engine.complete(CompletionRequest.at(text, line, char, document=f"file:///{name}/{k}.py"), options=options)
+        r = engine.complete(CompletionRequest.at(text, line, char, document=f"file:///{name}/{k}.py", short_first=False), options=options)
         wall = (time.perf_counter() - t) * 1000
         first = wall if first is None else first
         walls.append(wall)

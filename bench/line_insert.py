@@ -225,7 +225,7 @@ def main(argv=None) -> int:
     for n, cut in enumerate(cuts):
         for kind in args.kinds:
             doc, line, col = case(cut, kind)
-            r = engine.complete(CompletionRequest.at(doc, line, col, document=cut["path"]))
+            r = engine.complete(CompletionRequest.at(doc, line, col, document=cut["path"], short_first=False))
             row = {"file": cut["path"], "line": line, "character": col, "kind": kind,
                    "start": r.start, "end": r.end,
                    "stop_reason": str(r.stop_reason), "offer_path": r.offer_path}

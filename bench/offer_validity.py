@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         runtime = ScriptedRuntime(tok, intended.encode(), noise=args.noise, seed=n)
         engine = CompletionEngine(EngineOptions(max_tokens=args.max_tokens), runtime, compiled)
         t0 = time.perf_counter()
-        r = engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"]))
+        r = engine.complete(CompletionRequest.at(doc, i, ch, document=cut["path"], short_first=False))
         ms = (time.perf_counter() - t0) * 1000
         spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
         truth = lines[i][ch:].strip()

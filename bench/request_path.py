@@ -76,8 +76,8 @@ def main(argv=None) -> dict:
     text = Path(args.file).read_text()
     cursor = len(text.rstrip("\n"))
     engine = CompletionEngine.load(EngineOptions(model=args.model, temperature=0.0))
-    engine.complete(CompletionRequest(text, cursor=cursor, document="file:///warm.py"))
-    request = CompletionRequest(text, cursor=cursor, document="file:///traced.py")
+    engine.complete(CompletionRequest(text, cursor=cursor, document="file:///warm.py", short_first=False))
+    request = CompletionRequest(text, cursor=cursor, document="file:///traced.py", short_first=False)
     result = {}
     out = trace(lambda: result.update(r=engine.complete(request)))
     out = {"benchmark": "request_path", "file": str(args.file), "completion": result["r"].text,

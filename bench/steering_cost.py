@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         ms, first, checks, shapes = [], [], [], Counter()
         for cut in cuts:
             doc, line, col = case(cut, kind)
-            req = CompletionRequest.at(doc, line, col, document=cut["path"])
+            req = CompletionRequest.at(doc, line, col, document=cut["path"], short_first=False)
             before, after = doc[: req.cursor], doc[req.cursor :]
             setup = engine._constrain(req, opts, before, after, lambda: False)
             if not hasattr(setup, "rest") or setup.rest.compat is None:
