@@ -267,16 +267,22 @@ class BackgroundEngine:
         return {"model": "m", "device": "cpu", "store": "memory"}
 
 
-async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
-    engines = []
+async def ready_host(engine_class) -> tuple[EngineHost, list]:
+    """A host whose loader makes `engine_class` engines (the list of those made), ready."""
+    engines: list = []
 
     def loader(options, progress):
-        engines.append(BackgroundEngine(options))
+        engines.append(engine_class(options))
         return engines[-1]
 
     host = EngineHost(lambda s: None, loader=loader)
     host.configure(EngineOptions(model="m"))
     await until(lambda: host.ready)
+    return host, engines
+
+
+async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
+    host, engines = await ready_host(BackgroundEngine)
     idle = []
     host.on_idle(lambda: idle.append(True))
     job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
@@ -326,20 +332,12 @@ def test_end_of_insert_and_cursor_params():
 async def test_a_typed_through_answer_does_not_wait_for_background_work():
     """The rest of a suggestion being typed through needs no model: the host answers it at once,
     and the background job holding the worker (a prefill's chunk) goes on."""
-    engines = []
-
     class TypingEngine(BackgroundEngine):
         def typed_through_answer(self, request, options=None):
             pos = request.cursor
             return CompletionResult("rest", pos, pos, "line-end", "single", True, typed_through=2) if pos == 4 else None
 
-    def loader(options, progress):
-        engines.append(TypingEngine(options))
-        return engines[-1]
-
-    host = EngineHost(lambda s: None, loader=loader)
-    host.configure(EngineOptions(model="m"))
-    await until(lambda: host.ready)
+    host, engines = await ready_host(TypingEngine)
     job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
     await asyncio.to_thread(engines[0].started.wait, 10)
     result = await host.complete(CompletionRequest.at("x = ", 0, 4, document="u"), host.ticket("u", 1))
