@@ -237,11 +237,13 @@ def test_the_server_completes_with_a_sentencepiece_file_and_every_itemcompiles(t
     path = write_stand_in(tmp_path / "gemma3-spm.gguf", SHAPES["tiny-gemma3"], cycling_types(ALL_TYPES),
                           vocab_gguf=vocab, seed=4)
     texts = ["import os\n\npath = os.", "def scale(values, factor):\n    result = []\n    for v in values:\n        ",
-             "class Point:\n    def __init__(self, x, y):\n        self.x = "]
+             "class Point:\n    def __init__(self, x, y):\n        self.x = ", "total = 0\nfor n in range(10):\n    total += ",
+             "def area(w, h):\n    return "]
     offered = []
     with RawServer() as s:
-        s.initialize({"model": str(path), "maxTokens": 10, "temperature": 1.0, "seed": 3, "latencyBudgetMs": 0},
-                     wait="ready")
+        # no speculation: its drafts depend on timing, and with sampling so would the answers
+        s.initialize({"model": str(path), "maxTokens": 10, "temperature": 1.0, "seed": 3, "latencyBudgetMs": 0,
+                      "speculative": False}, wait="ready")
         for n, text in enumerate(texts):
             uri = f"file:///doc{n}.py"
             s.open(uri, text)

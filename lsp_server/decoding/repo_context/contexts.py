@@ -46,6 +46,7 @@ BUSY_POLL_S = 0.01
 CHARS_PER_TOKEN = 3.0  # a block is cut to share x contextTokens x this many characters (the prompt cuts it in tokens)
 NEIGHBOURS = 2  # chunks of other documents per block
 CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
+CLOSED_MAX_CHARS = 1_000_000  # a closed document longer than this is not kept as a neighbours source
 EDITED = 1  # regions edited last in other documents, per block (the most recent documents first)
 DOCUMENTS = 16  # blocks kept (least recently used out first)
 MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
@@ -143,7 +144,9 @@ class RepoContexts:
         """A document was closed: its text is still searched for neighbours for a while."""
         with self._lock:
             self._made.pop(uri, None)
-            if text.strip():
+            # kept only while blocks are made, and only texts of a source file's size (a 10 MB
+            # document kept after its close would hold its memory for nothing a chunk needs)
+            if self.share > 0 and text.strip() and len(text) <= CLOSED_MAX_CHARS:
                 self._closed[uri] = text
                 self._closed.move_to_end(uri)
                 while len(self._closed) > CLOSED_KEPT:
