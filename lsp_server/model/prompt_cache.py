@@ -60,13 +60,7 @@ class PromptCache:
 
     def missing(self, key: str, ids: list[int]) -> int:
         """How many of `ids` a prefill under `key` would run through the model now."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return len(ids)
-        common = _common_prefix(entry.ids, ids)
-        if common == len(ids) == len(entry.ids) and entry.logits is not None:
-            return 0
-        return len(ids) - min(common, len(ids) - 1)
+        return len(ids) - _reusable(self._entries.get(key), ids)
 
     def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
                 ahead: bool = False):
@@ -81,18 +75,14 @@ class PromptCache:
         other documents are then evicted, least recently used first, down to `memory_mb` in all."""
         entry = self._entries.pop(key, None)
         self._make_room(len(ids), memory_mb)
-        common = 0 if entry is None else _common_prefix(entry.ids, ids)
-        if entry is not None and common == len(ids) == len(entry.ids) and entry.logits is not None:
+        common = _reusable(entry, ids)
+        if entry is not None and common == len(ids) == len(entry.ids):  # the same prompt, its logits kept
             past, logits = entry.past, entry.logits
         else:
             past = None
-            if entry is not None and common > 0:
+            if common > 0:
                 past = entry.past
-                if common == len(ids):  # the new prompt is a prefix of the old one: recompute the last
-                    common -= 1
                 rewind(past, common)
-            else:
-                common = 0
             if past is None:  # the CPU model's cache, made here to be sized once (None: forward makes one)
                 past = getattr(self.runtime, "new_cache", lambda: None)()
             make_room = getattr(past, "make_room", None)
@@ -158,9 +148,16 @@ class PromptCache:
         self._entries.pop(key, None)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+def _reusable(entry: _Entry | None, ids: list[int]) -> int:
+    """The positions of `ids` a prefill finds in `entry`: all of them when it holds exactly
+    `ids` and their logits, else their shared prefix less the last position when that is all
+    of `ids` (its logits must be computed again)."""
+    if entry is None:
+        return 0
+    n = min(len(entry.ids), len(ids))
+    common = 0
+    while common < n and entry.ids[common] == ids[common]:
+        common += 1
+    if common == len(ids) == len(entry.ids) and entry.logits is not None:
+        return common
+    return max(0, min(common, len(ids) - 1))
