@@ -48,10 +48,16 @@ def cursor(client: LanguageClient, uri: str, version: int, line: int, character:
                                                  "position": {"line": line, "character": character}})
 
 
-async def test_a_cursor_report_prefills_the_prompt_the_request_then_reuses(client: LanguageClient):
-    line = next(i for i, ln in enumerate(LINES) if i > 200 and ln.startswith("        return "))
+def at_a_return(after_line: int) -> tuple[int, int, str]:
+    """json/decoder.py cut after the `return ` of its first method-level return past
+    `after_line`: (line, character, the cut text)."""
+    line = next(i for i, ln in enumerate(LINES) if i > after_line and ln.startswith("        return "))
     character = len("        return ")
-    text = "".join(LINES[:line]) + LINES[line][:character] + "\n" + "".join(LINES[line + 1 :])
+    return line, character, "".join(LINES[:line]) + LINES[line][:character] + "\n" + "".join(LINES[line + 1 :])
+
+
+async def test_a_cursor_report_prefills_the_prompt_the_request_then_reuses(client: LanguageClient):
+    line, character, text = at_a_return(after_line=200)
     uri = "file:///ahead/decoder.py"
     before = await command(client, "syntaxlock.status")
     open_doc(client, uri, text)
@@ -105,9 +111,7 @@ async def test_after_an_accept_the_suggestion_after_enter_is_prefetched(client: 
 async def test_a_first_request_is_answered_from_a_short_window_and_the_full_one_follows(client: LanguageClient):
     """Opened and asked at once (no work ahead yet): the answer comes from the short first
     window, and the full window's prefill follows at once, so the next request computes nothing."""
-    line = next(i for i, ln in enumerate(LINES) if i > 250 and ln.startswith("        return "))
-    character = len("        return ")
-    text = "".join(LINES[:line]) + LINES[line][:character] + "\n" + "".join(LINES[line + 1 :])
+    line, character, text = at_a_return(after_line=250)
     uri = "file:///ahead/first_window.py"
     before = await command(client, "syntaxlock.status")
     open_doc(client, uri, text)
