@@ -116,8 +116,13 @@ async def test_a_first_request_is_answered_from_a_short_window_and_the_full_one_
     before = await command(client, "syntaxlock.status")
     open_doc(client, uri, text)
     await inline(client, uri, line, character)
-    s = await status_until(client, lambda s: s["workAhead"].get("prefill_done", 0)
-                           > before["workAhead"].get("prefill_done", 0))
+
+    def full_window_done(s: dict) -> bool:  # this document's: another's prefill may end meanwhile
+        ahead = s["workAhead"]
+        return (ahead["focus"] == uri and ahead["planned"] == 0 and not ahead["running"]
+                and ahead.get("prefill_done", 0) > before["workAhead"].get("prefill_done", 0))
+
+    s = await status_until(client, full_window_done)
     assert s["workAhead"].get("full_windows_planned", 0) == before["workAhead"].get("full_windows_planned", 0) + 1
     edit(client, uri, 2, (line, character), (line, character), "(")  # not what was suggested
     await inline(client, uri, line, character + 1)
