@@ -170,7 +170,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         canonical: bool = True, first_request: bool = False, budget_ms: float = 0.0) -> dict:
     """One cut point's completion: after the document's full prompt window was computed (as the
     work ahead leaves it), or with `first_request` as the first request in the document (a
-    short first window: `CompletionEngine._window`); `budget_ms`: the request's latency budget
+    short first window: `windows.request_window`); `budget_ms`: the request's latency budget
     (0: none)."""
     from lsp_server.decoding.budget import Budget
     from lsp_server.decoding.engine import CompletionRequest
@@ -193,13 +193,13 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if r.short_window else (opts.context_tokens,
                                                                                         WINDOW_STEP)
     prompt = build_prompt(engine.tokenizer, before, doc[len(before) :], budget, engine.runtime.fim,
-                          heal=constrained, heal_pretoken=r.canonical, step=step)  # as the engine built it
+                          heal=constrained, heal_pretoken=r.figures.canonical, step=step)  # as the engine built it
     kept = prompt.prefix
     # the cut document has nothing after the cursor on its line: the replace range is empty
     spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
     first = r.text.split("\n")[0].rstrip()
     ref_first = reference.rstrip()
-    n_tokens = r.tokens_generated + r.tokens_forced
+    n_tokens = r.figures.tokens_generated + r.figures.tokens_forced
     return {
         "parses": compiles(spliced),
         "exact": first == ref_first,
@@ -207,20 +207,20 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "empty": not r.text.strip(),
         "echo": echoes_next_line(lines, i, ch, r.text),
         "tokens": n_tokens,
-        "decode_ms": r.decode_ms,
-        "mask_ms": r.mask_ms,
+        "decode_ms": r.figures.decode_ms,
+        "mask_ms": r.figures.mask_ms,
         "latency_ms": latency,
         "stop": r.stop_reason,
         "offer_path": r.offer_path,  # which step of the validity search gave the text (decoding/offer.py)
         "short_window": r.short_window,
-        "check_ms": r.check_ms,  # the whole-file checks' time in the request
+        "check_ms": r.figures.check_ms,  # the whole-file checks' time in the request
         "policy": r.mode,  # the engine's stopping mode: single-line or multi-line
         "text": r.text,
-        "speculation": (r.speculation or {}).get("request"),
-        "names_ready": r.names_ready,  # the names guide shaped this request's steps (its analysis was ready)
-        "times_ms": r.times_ms,  # the request's parts (model, mask, checks, names...: request_times.py)
+        "speculation": (r.figures.speculation or {}).get("request"),
+        "names_ready": r.figures.names_ready,  # the names guide shaped this request's steps (its analysis was ready)
+        "times_ms": r.figures.times_ms,  # the request's parts (model, mask, checks, names...: request_times.py)
         "noncanonical": noncanonical(engine.tokenizer, kept, r.token_ids),
-        "canonical_fallbacks": r.canonical_fallbacks,
+        "canonical_fallbacks": r.figures.canonical_fallbacks,
         "token_ids": r.token_ids,
     }
 

@@ -162,8 +162,8 @@ def run_requests(engine, cuts, options, name: str) -> dict:
         wall = (time.perf_counter() - t) * 1000
         first = wall if first is None else first
         walls.append(wall)
-        decode_ms += r.decode_ms
-        tokens += r.tokens_generated + r.tokens_forced
+        decode_ms += r.figures.decode_ms
+        tokens += r.figures.tokens_generated + r.figures.tokens_forced
     a = np.asarray(walls)
     return {"requests": len(cuts), "tokens": tokens,
             "decode_ms_per_token": round(decode_ms / tokens, 3) if tokens else None,

@@ -134,16 +134,16 @@ def run_cut(engine, cut: dict, modes: list[str], max_tokens: int, turn: int = 0)
             "undefined": sum((after - before).values()) if after is not None else 0,
             "undefined_names": sorted(after - before) if after is not None else [],
             "why": why_undefined("\n".join(lines[:i] + [lines[i][:ch]]), r.text, sorted(after - before), scope,
-                                 mode == "off" or r.names_ready) if after is not None else [],
+                                 mode == "off" or r.figures.names_ready) if after is not None else [],
             "unknown_attributes": unknown_attributes(lines[i][:ch], r.text, scope) if after is not None else 0,
             "exact": first == reference,
             "similarity": edit_similarity(first, reference),
             "first_identifier": first_identifier(first) == first_identifier(reference) if reference else not first,
             "latency_ms": latency,
-            "names_ready": r.names_ready,
-            "shaped": r.names_shaped,
-            "masked": r.names_masked,
-            "names_ms": r.names_ms,
+            "names_ready": r.figures.names_ready,
+            "shaped": r.figures.names_shaped,
+            "masked": r.figures.names_masked,
+            "names_ms": r.figures.names_ms,
         }
     engine.forget(cut["path"])
     return out

@@ -260,7 +260,7 @@ def run(engine, contexts, cut: dict, with_context: bool, tag: str) -> dict:
     engine.forget(f"{uri}#{tag}")
     return {"exact": first == ref_first, "similarity": edit_similarity(first, ref_first), "offered": offered,
             "compiles": compiles(spliced) if offered else None, "undefined": undefined, "unknown": unknown,
-            "latency_ms": latency, "block_ms": block_ms, "sections": sections, "prompt_tokens": r.prompt_tokens,
+            "latency_ms": latency, "block_ms": block_ms, "sections": sections, "prompt_tokens": r.figures.prompt_tokens,
             "text": r.text[:200], "reference": reference[:200]}
 
 

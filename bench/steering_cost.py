@@ -1,6 +1,6 @@
 """What steering a line start's first line by the rest of the file costs per request (prints
 JSON): on `bench/line_insert.py`'s cut points (same seed), the request's own set-up
-(`CompletionEngine._constrain`: prompt, matcher, rest of the file; no decoding), then, timed,
+(`request.prepare`: prompt, matcher, rest of the file; no decoding), then, timed,
 `header_steering.first_line` (the probes asked of `RestOfFile.keeps_valid`) and
 `HeaderStarts.first_line` (the steering's blank-token paths), after the request's first
 whole-file check (the empty answer's, timed apart: it reads the rest of the file once, which
@@ -48,6 +48,8 @@ def main(argv=None) -> int:
 
     from lsp_server.decoding import header_steering
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
+    from lsp_server.decoding.request import prepare
+    from lsp_server.decoding.request_times import RequestTimes
     from lsp_server.options import EngineOptions
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, temperature=0.0))
@@ -59,8 +61,8 @@ def main(argv=None) -> int:
         for cut in cuts:
             doc, line, col = case(cut, kind)
             req = CompletionRequest.at(doc, line, col, document=cut["path"], short_first=False)
-            before, after = doc[: req.cursor], doc[req.cursor :]
-            setup = engine._constrain(req, opts, before, after, lambda: False)
+            before = req.before
+            setup = prepare(engine.parts, req, opts, lambda: False, RequestTimes())
             if not hasattr(setup, "rest") or setup.rest.compat is None:
                 shapes["no set-up"] += 1
                 continue
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
             n0 = setup.rest.compat.checks
             t0 = time.perf_counter()
             shape = header_steering.first_line(setup.rest, before)
-            engine._header_starts.first_line(shape, setup.heal, engine.tokenizer.encode)
+            engine.parts.header_starts.first_line(shape, setup.heal, engine.tokenizer.encode)
             ms.append((time.perf_counter() - t0) * 1000)
             checks.append(setup.rest.compat.checks - n0)
             start = getattr(shape, "start", None)

@@ -58,8 +58,8 @@ def main() -> int:
         t0 = time.perf_counter()
         res = engine.complete(request)
         total += time.perf_counter() - t0
-        decode += res.decode_ms / 1000
-        tokens += res.tokens_generated + res.tokens_forced
+        decode += res.figures.decode_ms / 1000
+        tokens += res.figures.tokens_generated + res.figures.tokens_forced
         for k in acc:
             measured[k] += acc[k]
     kernels_s = measured["c_layers"] + measured["c_matmul"] + measured["c_attention"]

@@ -119,13 +119,13 @@ def _show(path: str, text: str, result) -> str:
     rest = text[result.end : len(text) if last < 0 else last]
     green, plain = ("\033[32m", "\033[0m") if sys.stdout.isatty() else ("", "")
     shown = head + green + result.text + plain + rest
-    total = result.prompt_ms + result.decode_ms
+    total = result.figures.prompt_ms + result.figures.decode_ms
     summary = (
         f"{path}:{line_no + 1}:{ch + 1}: {result.mode}-line, stopped: {result.stop_reason}, "
         f"offered by: {result.offer_path}; "
-        f"{result.tokens_generated} sampled + {result.tokens_forced} forced tokens "
-        f"({result.tokens_healed} healed) in {total:.0f} ms "
-        f"(prompt {result.prompt_ms:.0f} ms, {result.prompt_reused}/{result.prompt_tokens} reused)"
+        f"{result.figures.tokens_generated} sampled + {result.figures.tokens_forced} forced tokens "
+        f"({result.figures.tokens_healed} healed) in {total:.0f} ms "
+        f"(prompt {result.figures.prompt_ms:.0f} ms, {result.figures.prompt_reused}/{result.figures.prompt_tokens} reused)"
     )
     return f"{summary}\n{shown}"
 

@@ -51,7 +51,7 @@ class EngineOptions:
     context_tokens: int = 1024  # prompt budget
     # the first answer in a document (or far from its cached prompt) comes from a window of at
     # most this many tokens when the KV cache lacks more of the full one (0: always the full
-    # window; engine.CompletionEngine._window, docs/latency.md)
+    # window; windows.request_window, docs/latency.md)
     first_window_tokens: int = 256
     # the documents' KV caches, least recently used out first past this: 96 keeps the last three
     # documents' full windows (~30 MB each with SmolLM2-135M's float16 cache on the CPU; docs/memory.md)

@@ -365,11 +365,11 @@ def test_engine_generates_canonical_sequences_with_a_real_forward_pass(tiny_mode
         prompt = build_prompt(engine.tokenizer, doc, "", engine.options.context_tokens, None, heal=True,
                               heal_pretoken=True)
         r = engine.complete(CompletionRequest.at(doc, line, ch, document=f"d{k}"))
-        assert r.canonical and len(r.token_ids) == 24
-        assert _replay(pairs, prompt.ids, r.token_ids) <= r.canonical_fallbacks
+        assert r.figures.canonical and len(r.token_ids) == 24
+        assert _replay(pairs, prompt.ids, r.token_ids) <= r.figures.canonical_fallbacks
     off = engine.options.updated(canonical=False)
     r = engine.complete(CompletionRequest.at(docs[0], 3, 17, document="off"), options=off)
-    assert not r.canonical and r.canonical_fallbacks == 0
+    assert not r.figures.canonical and r.figures.canonical_fallbacks == 0
 
 
 def test_a_model_that_spells_against_its_tokenizer_is_stopped_unless_turned_off(compiled_full):
@@ -391,7 +391,7 @@ def test_a_model_that_spells_against_its_tokenizer_is_stopped_unless_turned_off(
         runtime = ScriptedRuntime(tok, (before + "1, [2,\n b])\nz = 2\n").encode(), own_tokens=False)
         engine = CompletionEngine(EngineOptions(canonical=canonical, speculative=False), runtime, comp)
         r = engine.complete(CompletionRequest.at(doc, 3, 6))
-        assert r.canonical == canonical
+        assert r.figures.canonical == canonical
         spelled[canonical] = [tok.vocab.token_bytes[t] for t in r.token_ids]
         if not canonical:
             assert r.text == "1, [2,\n b])"
@@ -436,7 +436,7 @@ def test_a_grammar_without_canonical_pairs_completes_without_them(compiled_full)
     runtime = ScriptedRuntime(tok, (doc[:-1] + "1)\n").encode())
     engine = CompletionEngine(EngineOptions(speculative=False), runtime, without)
     r = engine.complete(CompletionRequest.at(doc, 3, 6))
-    assert engine.options.canonical and not r.canonical and r.canonical_fallbacks == 0
+    assert engine.options.canonical and not r.figures.canonical and r.figures.canonical_fallbacks == 0
     assert r.text == "1)"
 
 
@@ -481,9 +481,9 @@ def test_a_prompt_ending_in_a_blank_line_and_indentation_continues_canonically(c
         prompt = build_prompt(tok, before, "", engine.options.context_tokens, None, heal=True, heal_pretoken=canonical)
         results[canonical] = r
         assert r.text.startswith("# noqa"), r.text
-        assert r.tokens_healed == (2 if canonical else 1)
+        assert r.figures.tokens_healed == (2 if canonical else 1)
         if canonical:
-            assert r.canonical_fallbacks == 0 and _replay(comp.canonical, prompt.ids, r.token_ids) == 0
+            assert r.figures.canonical_fallbacks == 0 and _replay(comp.canonical, prompt.ids, r.token_ids) == 0
             assert [tb[i] for i in r.token_ids[:2]] == [b"\n\n       ", b" #"]
 
 

@@ -65,7 +65,7 @@ def test_closing_brackets_after_the_cursor_are_covered(compiled):
 def test_token_healing_recreates_the_partial_word(compiled):
     doc = "import os\np = os.pa|\n"
     text, off, r = complete_at_marker(compiled, doc, "th.join('a', 'b')\n")
-    assert r.tokens_healed == 1
+    assert r.figures.tokens_healed == 1
     assert r.text == "th.join('a', 'b')"
     assert accept(text, off, r) == "import os\np = os.path.join('a', 'b')\n"
 
@@ -183,9 +183,10 @@ def test_typing_through_a_suggestion_serves_its_rest(compiled):
 def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
     from dataclasses import replace
 
-    from lsp_server.decoding.engine import CompletionResult, _Shown, typed_through
+    from lsp_server.decoding.results import CompletionResult
+    from lsp_server.decoding.shown import Shown, typed_through
 
-    shown = _Shown("x = ", "\n", CompletionResult("foo(1)", 4, 4, "line-end", "single", True),
+    shown = Shown("x = ", "\n", CompletionResult("foo(1)", 4, 4, "line-end", "single", True),
                    EngineOptions(), None, None, None)
     assert typed_through(shown, "x = fo", "\n") == "o(1)"
     assert typed_through(shown, "x = fo", "\ny = 2\n") is None  # the rest of the file changed
@@ -193,8 +194,8 @@ def test_typed_through_needs_the_same_suffix_and_a_proper_prefix():
     assert typed_through(shown, "x = foo(1)", "y = 2\n") is None  # the rest of the file changed
     for other in (CompletionResult("foo(1)", 4, 4, "max-tokens", "single", True),  # the model did not end it
                   CompletionResult("foo(1)", 4, 5, "line-end", "single", True)):  # it replaced a closer
-        assert typed_through(_Shown("x = ", "\n", other, EngineOptions(), None, None, None), "x = foo(1)", "\n") is None
-    opener = _Shown("if ", "\n", CompletionResult("x:", 3, 3, "line-end", "single", True), EngineOptions(), "auto",
+        assert typed_through(Shown("x = ", "\n", other, EngineOptions(), None, None, None), "x = foo(1)", "\n") is None
+    opener = Shown("if ", "\n", CompletionResult("x:", 3, 3, "line-end", "single", True), EngineOptions(), "auto",
                     None, None)
     assert typed_through(opener, "if x:", "\n") is None  # a request after a block opener is multi-line
     assert typed_through(replace(opener, mode="single"), "if x:", "\n") == ""
@@ -340,7 +341,7 @@ def test_tiny_model_runs_the_whole_path(tiny_engine):
     for i, ch in ((40, 8), (120, 0), (200, 4)):
         doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
         r = tiny_engine.complete(CompletionRequest.at(doc, i, ch, document=str(path)))
-        assert r.prompt_tokens > 0 and r.tokens_generated + r.tokens_forced > 0
+        assert r.figures.prompt_tokens > 0 and r.figures.tokens_generated + r.figures.tokens_forced > 0
         if r.text:
             assert compiles("\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :]))
 
@@ -350,7 +351,7 @@ def test_typing_reuses_the_prompt_cache(tiny_engine):
     r1 = tiny_engine.complete(CompletionRequest.at(doc, 4, 16, document="typing"))
     doc2 = doc + "th.jo"
     r2 = tiny_engine.complete(CompletionRequest.at(doc2, 4, 21, document="typing"))
-    assert r2.prompt_reused >= r1.prompt_tokens - 2
+    assert r2.figures.prompt_reused >= r1.figures.prompt_tokens - 2
 
 
 def _long_document(typed: str = "    ") -> tuple[str, int]:
@@ -389,8 +390,8 @@ def test_a_cancelled_prefill_finishes_its_chunk_and_a_request_reuses_all_of_it(t
     assert not out.complete and out.computed == 2 * AHEAD_CHUNK  # the second chunk finished, kept
     assert passes == [AHEAD_CHUNK, AHEAD_CHUNK] and asked == [0, 1, 2]  # asked between chunks only
     again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"), options=full)
-    assert again.prompt_tokens > 2 * AHEAD_CHUNK
-    assert again.prompt_reused == 2 * AHEAD_CHUNK  # all the work ahead did
+    assert again.figures.prompt_tokens > 2 * AHEAD_CHUNK
+    assert again.figures.prompt_reused == 2 * AHEAD_CHUNK  # all the work ahead did
     assert again.text == reference.text
     # a request cancelled while its second chunk runs finishes that chunk and keeps it
     passes.clear()
@@ -400,7 +401,7 @@ def test_a_cancelled_prefill_finishes_its_chunk_and_a_request_reuses_all_of_it(t
     assert r.stop_reason == "cancelled" and r.text == ""
     assert passes == [PREFILL_CHUNK, PREFILL_CHUNK]
     again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="chunks"), options=full)
-    assert again.prompt_reused == 2 * PREFILL_CHUNK and again.text == reference.text
+    assert again.figures.prompt_reused == 2 * PREFILL_CHUNK and again.text == reference.text
 
 
 def test_the_first_answer_comes_from_a_short_window_and_the_next_from_the_full_one(tiny_engine):
@@ -411,19 +412,19 @@ def test_the_first_answer_comes_from_a_short_window_and_the_next_from_the_full_o
     doc, i = _long_document()
     opts = tiny_engine.options.updated(first_window_tokens=200)
     first = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="first"), options=opts)
-    assert first.short_window and 0 < first.prompt_tokens <= 200 and first.prompt_reused == 0
+    assert first.short_window and 0 < first.figures.prompt_tokens <= 200 and first.figures.prompt_reused == 0
     typed, _ = _long_document("    r")
     on = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="first"), options=opts)
-    assert on.short_window and on.prompt_reused >= on.prompt_tokens - 2  # the short window's cache
+    assert on.short_window and on.figures.prompt_reused >= on.figures.prompt_tokens - 2  # the short window's cache
     done = tiny_engine.prefill(CompletionRequest.at(typed, i, 5, document="first"), options=opts)
     assert done.complete and done.prompt_tokens > 200
     full = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="first"), options=opts)
-    assert not full.short_window and full.prompt_tokens == done.prompt_tokens
-    assert full.prompt_reused >= full.prompt_tokens - 1
+    assert not full.short_window and full.figures.prompt_tokens == done.prompt_tokens
+    assert full.figures.prompt_reused >= full.figures.prompt_tokens - 1
     # background work (a prefetch) never takes the short window; nor does a short document
     tiny_engine.forget("first")
     ahead = tiny_engine.prefetch(CompletionRequest.at(doc, i, 4, document="first"), options=opts)
-    assert not ahead.short_window and ahead.prompt_tokens > 200
+    assert not ahead.short_window and ahead.figures.prompt_tokens > 200
     small = tiny_engine.complete(CompletionRequest.at("import os\nos.pa", 1, 5, document="small"), options=opts)
     assert not small.short_window
 
@@ -450,7 +451,7 @@ def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkey
     assert r.stop_reason == "cancelled" and r.text == ""
     assert asked_in_pass == [0, 1]  # one prompt pass, one decoding pass stopped before its first layer
     again = tiny_engine.complete(CompletionRequest.at(doc, 4, 16, document="steps"), options=opts)
-    assert again.prompt_reused == again.prompt_tokens  # the cache holds the prompt, nothing else
+    assert again.figures.prompt_reused == again.figures.prompt_tokens  # the cache holds the prompt, nothing else
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ def test_greedy_completions_are_deterministic_and_valid(engine):
 
     a = engine.complete(request("file:///a.py"), options=replace(engine.options, speculative=False))
     b = engine.complete(request("file:///b.py"), options=replace(engine.options, speculative=False))
-    assert a.token_ids == b.token_ids and a.tokens_generated + a.tokens_forced > 0
+    assert a.token_ids == b.token_ids and a.figures.tokens_generated + a.figures.tokens_forced > 0
     if a.text and a.stop_reason != StopReason.MAX_TOKENS:  # a finished completion closes the call
         assert compiles(TEXT[:OFFSET] + a.text + TEXT[OFFSET:]), a.text
 
@@ -55,10 +55,10 @@ def test_sampled_completions_repeat_with_the_seed(engine):
     hot = replace(engine.options, temperature=0.8, top_p=0.95, seed=3)
     a = engine.complete(request("file:///s1.py"), options=hot)
     b = engine.complete(request("file:///s2.py"), options=hot)
-    assert a.token_ids == b.token_ids and a.tokens_generated > 0
+    assert a.token_ids == b.token_ids and a.figures.tokens_generated > 0
 
 
 def test_speculation_runs_and_times_passes_on_the_device(engine):
     r = engine.complete(request("file:///spec.py"), options=replace(engine.options, speculative=True))
-    assert r.speculation is not None and r.tokens_generated + r.tokens_forced > 0
+    assert r.figures.speculation is not None and r.figures.tokens_generated + r.figures.tokens_forced > 0
     assert all(ms > 0 for ms in engine.spec_stats.forward_ms.values())

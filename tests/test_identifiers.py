@@ -86,16 +86,16 @@ class Shop:
 
 def test_self_attributes_set_in_init_are_known_and_a_missing_one_is_masked(compiled):
     r = complete(compiled, SHOP, "custmers)\n", "customers)\n")
-    assert r.names_ready and r.names_masked > 0
+    assert r.figures.names_ready and r.figures.names_masked > 0
     assert r.text == "customers)"
     off = complete(compiled, SHOP, "custmers)\n", "customers)\n", identifiers="off")
-    assert off.text == "custmers)" and not off.names_ready
+    assert off.text == "custmers)" and not off.figures.names_ready
 
 
 def test_a_module_attribute_that_does_not_exist_is_masked(compiled):
     doc = "import os\n\n\ndef here():\n    return os.|\n"
     r = complete(compiled, doc, "getcwdu()\n", "getcwd()\n")
-    assert r.text == "getcwd()" and r.names_masked > 0
+    assert r.text == "getcwd()" and r.figures.names_masked > 0
     assert complete(compiled, doc, "getcwdu()\n", "getcwd()\n", identifiers="bias").text.startswith("getcwd")
 
 
@@ -103,7 +103,7 @@ def test_a_misspelled_local_loses_to_the_name_in_scope_under_bias(compiled):
     doc = "def total(prices):\n    subtotal = sum(prices)\n    return |\n"
     assert 1.0 < BIAS_NATS
     r = complete(compiled, doc, "subtotl * 2\n", "subtotal * 2\n", margin=1.0, identifiers="bias")
-    assert r.text == "subtotal * 2" and r.names_shaped > 0
+    assert r.text == "subtotal * 2" and r.figures.names_shaped > 0
     assert complete(compiled, doc, "subtotl * 2\n", "subtotal * 2\n", margin=1.0, identifiers="off").text == "subtotl * 2"
 
 
@@ -123,7 +123,7 @@ def test_a_name_defined_later_in_the_file_is_known(compiled):
 ])
 def test_a_binding_place_is_never_restricted(compiled, doc, first, expected):
     r = complete(compiled, doc, first)  # (a load after it, `in items`, may be masked towards known names)
-    assert r.names_ready
+    assert r.figures.names_ready
     assert r.text == expected
 
 
@@ -134,7 +134,7 @@ def test_a_binding_place_is_never_restricted(compiled, doc, first, expected):
 ])
 def test_a_dynamic_object_is_never_masked(compiled, doc):
     r = complete(compiled, doc, "anything_at_all\n")
-    assert r.names_ready and r.names_masked == 0
+    assert r.figures.names_ready and r.figures.names_masked == 0
     assert r.text == "anything_at_all"
 
 
@@ -144,7 +144,7 @@ HELPER = "def helper(x):\n    return x\n\n\ndef f(items):\n"
 def test_a_misspelled_function_read_outside_brackets_is_lowered(compiled):
     doc = HELPER + "    total = |\n"
     r = complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE)
-    assert r.names_ready and r.names_shaped > 0 and r.names_masked == 0
+    assert r.figures.names_ready and r.figures.names_shaped > 0 and r.figures.names_masked == 0
     assert r.text == "helper(items)"
     assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE, identifiers="bias").text == "helpr(items)"
     assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE, identifiers="off").text == "helpr(items)"
@@ -153,7 +153,7 @@ def test_a_misspelled_function_read_outside_brackets_is_lowered(compiled):
 def test_an_unknown_name_at_a_statement_start_is_not_read_but_may_be_bound(compiled):
     doc = HELPER + "    |\n"
     r = complete(compiled, doc, "helpr(items)\n", "helpr = items\n", margin=SURE)
-    assert r.names_shaped > 0 and r.text == "helpr = items"
+    assert r.figures.names_shaped > 0 and r.text == "helpr = items"
     assert complete(compiled, doc, "helpr(items)\n", "helpr = items\n", margin=SURE, identifiers="bias").text == "helpr(items)"
     # a new target: what follows the name while it is written may be held back (`helpr(`), the name is not
     assert complete(compiled, doc, "helpr = items\n", "helper(items)\n", margin=SURE).text == "helpr = items"
@@ -172,13 +172,13 @@ def test_an_unknown_name_at_a_statement_start_is_not_read_but_may_be_bound(compi
 ])
 def test_a_name_that_may_exist_is_never_masked(compiled, doc, first, expected):
     r = complete(compiled, doc, first)  # the guide masks towards the names it knows, never away from these
-    assert r.names_ready
+    assert r.figures.names_ready
     assert r.text == expected
 
 
 def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     r = complete(compiled, SHOP, "custmers)\n", "customers)\n", ready=False)
-    assert not r.names_ready and r.text == "custmers)"
+    assert not r.figures.names_ready and r.text == "custmers)"
 
 
 @pytest.mark.parametrize("text, kind, partial, receiver", [
@@ -338,7 +338,7 @@ def test_at_a_statement_start_only_reading_an_unknown_name_is_held_back(compiled
 ])
 def test_a_name_a_later_walrus_binds_is_never_masked(compiled, doc, first, expected):
     r = complete(compiled, doc, first)  # (`re.` is closed: its attributes may be masked)
-    assert r.names_ready and r.names_shaped > 0
+    assert r.figures.names_ready and r.figures.names_shaped > 0
     assert r.text == expected
 
 
@@ -347,7 +347,7 @@ SHOP_USER = SHOP.replace("|", "customers)") + "\n\ndef main():\n    shop = Shop(
 
 def test_an_instance_of_a_closed_class_of_the_file_is_a_closed_receiver(compiled):
     r = complete(compiled, SHOP_USER, "custmers\n", "customers\n")
-    assert r.names_ready and r.names_masked > 0
+    assert r.figures.names_ready and r.figures.names_masked > 0
     assert r.text == "customers"
     assert complete(compiled, SHOP_USER, "custmers\n", "customers\n", identifiers="off").text == "custmers"
 
@@ -400,7 +400,7 @@ def test_the_name_the_rest_of_its_scope_reads_unbound_is_favoured_where_it_is_bo
     assert 1.0 < BIAS_NATS
     for mode in ("bias", "constrain"):
         r = complete(compiled, doc, first, second, margin=1.0, identifiers=mode)
-        assert r.names_ready and r.text == expected
+        assert r.figures.names_ready and r.text == expected
     assert complete(compiled, doc, first, second, margin=1.0, identifiers="off").text == first.rstrip("\n")
 
 

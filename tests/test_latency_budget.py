@@ -72,7 +72,7 @@ def test_the_rest_is_decoded_on_in_the_background_and_served_after_accept_withou
     assert first.budget_cut and first.text != WHOLE
     whole = engine.prefetch(CompletionRequest(text, cursor=off, document="file:///t.py", resume=tuple(first.token_ids)))
     assert whole.text == WHOLE  # decoded on from the cut answer's tokens: the same block
-    assert whole.tokens_forced >= len(first.token_ids)  # they were replayed, not sampled again
+    assert whole.figures.tokens_forced >= len(first.token_ids)  # they were replayed, not sampled again
     # the user accepts the first lines: the request at their end gets the rest without the model
     accepted = text[:off] + first.text + text[off:]
     end = off + len(first.text)

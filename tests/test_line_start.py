@@ -180,7 +180,7 @@ def test_the_first_line_is_shaped_by_what_the_rest_of_the_file_requires(compiled
 def test_where_nothing_fits_the_model_is_not_asked(compiled):
     doc = CUT_TRY.replace("|    except", "    |except")
     r, applied = complete_at(compiled, doc, "try:\n        pass\n    except ValueError:\n        pass\n")
-    assert (r.text, r.stop_reason, r.tokens_generated) == ("", StopReason.NO_CONTINUATION, 0)
+    assert (r.text, r.stop_reason, r.figures.tokens_generated) == ("", StopReason.NO_CONTINUATION, 0)
 
 
 def test_at_the_end_of_a_body_lines_indentation_the_header_goes_on_a_line_below(compiled):

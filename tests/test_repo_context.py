@@ -262,12 +262,12 @@ def test_the_documents_workspace_carries_the_block_and_the_engine_prompts_with_i
     assert ws.block is block
     engine = CompletionEngine(EngineOptions(speculative=False), ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
     request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
-    prompt = engine._prompt(request, doc, "", engine.options)
+    prompt = engine.prompt(request)
     assert prompt.context_sections == ("definitions:pkg/util.py",)
     assert tok.tokenizer.decode(prompt.ids[: prompt.prefix_start]) == SMALL.as_comment()
     result = engine.complete(request)
     bare = engine.complete(CompletionRequest(doc, cursor=len(doc), document="file:///w/other.py"))
-    assert result.prompt_tokens == bare.prompt_tokens + prompt.prefix_start
+    assert result.figures.prompt_tokens == bare.figures.prompt_tokens + prompt.prefix_start
 
 
 def test_the_context_share_setting_is_checked():
@@ -355,7 +355,7 @@ def test_a_prompt_prefilled_with_the_block_is_reused_whole_by_the_request(compil
     ahead = engine.prefill(request)
     assert ahead.complete and ahead.computed == ahead.prompt_tokens
     result = engine.complete(request)
-    assert result.prompt_reused == result.prompt_tokens == ahead.prompt_tokens  # the block's tokens included
+    assert result.figures.prompt_reused == result.figures.prompt_tokens == ahead.prompt_tokens  # the block's tokens included
 
 
 def test_a_changed_module_gives_a_new_block_with_its_new_stubs(workspace: Path):

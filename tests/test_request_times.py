@@ -34,18 +34,18 @@ def request_and_engine(compiled, intended_after: str = "s\n"):
 
 
 def assert_adds_up(result) -> dict:
-    parts = result.times_ms
+    parts = result.figures.times_ms
     assert set(parts) == set(PARTS) | {"unaccounted"}
     assert all(ms >= 0 for ms in parts.values()), parts  # nothing counted twice
     # the wall time in `complete`: the wait for the lock, then the engine's own time
-    assert sum(parts.values()) == pytest.approx(parts["lock"] + result.engine_ms, abs=ROUNDING)
+    assert sum(parts.values()) == pytest.approx(parts["lock"] + result.figures.engine_ms, abs=ROUNDING)
     return parts
 
 
 def test_a_decoded_request_is_split_into_its_parts(compiled):
     engine, req = request_and_engine(compiled)
     result = engine.complete(req)
-    assert result.text == "s" and result.tokens_generated > 0
+    assert result.text == "s" and result.figures.tokens_generated > 0
     parts = assert_adds_up(result)
     # what this request did was measured where it was done
     for part in ("setup", "prefill", "model", "mask", "checks", "gate"):
@@ -116,4 +116,4 @@ async def test_the_servers_log_gives_the_parts_as_the_latency_benchmark_reads_th
     logged = found[0]
     assert list(logged) == ["join", "queue", *PARTS, "unaccounted"]  # the waits before the engine, then its parts
     assert logged["join"] >= 0 and logged["queue"] >= 0
-    assert all(logged[part] == pytest.approx(ms, abs=0.01) for part, ms in got.result.times_ms.items())
+    assert all(logged[part] == pytest.approx(ms, abs=0.01) for part, ms in got.result.figures.times_ms.items())

@@ -13,7 +13,7 @@ import re
 import pytest
 from lsprotocol import types
 
-from lsp_server.decoding.engine import CompletionResult
+from lsp_server.decoding.results import CompletionResult, Figures
 from lsp_server.options import EngineOptions
 from lsp_server.positions import PositionError, line_end_of, line_starts, offset_at, position_of, to_lf
 from lsp_server.server.documents import DocumentStore
@@ -111,7 +111,7 @@ class EchoEngine:
     def complete(self, request, cancel, options=None):
         self.requests.append(request)
         pos = request.cursor
-        return CompletionResult("x)\nnext(", pos, pos, "line-end", "multi", True, tokens_generated=3)
+        return CompletionResult("x)\nnext(", pos, pos, "line-end", "multi", True, figures=Figures(tokens_generated=3))
 
     def forget(self, uri) -> None:
         pass

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from lsp_server.decoding.engine import CompletionRequest, CompletionResult
+from lsp_server.decoding.results import CompletionRequest, CompletionResult, Figures
 from lsp_server.server.documents import MAX_DOCUMENT_BYTES, DocumentError, DocumentStore
 from lsp_server.server.engine_host import EngineHost, Status
 from lsp_server.options import EngineOptions
@@ -148,10 +148,10 @@ class StandInEngine:
         for i in range(self.steps):
             if cancel():
                 self.ran.append(("cancelled", i))
-                return CompletionResult("", pos, pos, "cancelled", "single", True, tokens_generated=i)
+                return CompletionResult("", pos, pos, "cancelled", "single", True, figures=Figures(tokens_generated=i))
             time.sleep(0.01)
         self.ran.append(("done", (options or self.options).max_tokens))
-        return CompletionResult("x", pos, pos, "line-end", "single", True, tokens_generated=self.steps)
+        return CompletionResult("x", pos, pos, "line-end", "single", True, figures=Figures(tokens_generated=self.steps))
 
     def forget(self, uri):
         self.forgotten.append(uri)
@@ -221,7 +221,7 @@ async def test_host_superseding_and_cancellation():
     t2 = host.ticket("u", 2)
     assert t1.superseded and t1.stopped() and not t2.stopped()
     r1 = await first
-    assert r1.stop_reason == "cancelled" and r1.tokens_generated < 50
+    assert r1.stop_reason == "cancelled" and r1.figures.tokens_generated < 50
     # another document is not touched
     other = host.ticket("v", 1)
     assert not t2.stopped() and not other.stopped()

@@ -113,7 +113,7 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_scripted_model(com
             results.append(engine.complete(CompletionRequest.at(doc, i, ch)))
         texts[spec] = [(r.text, r.stop_reason) for r in results]
         if spec:
-            accepted = sum(r.speculation["request"]["accepted"] for r in results)
+            accepted = sum(r.figures.speculation["request"]["accepted"] for r in results)
             assert accepted > 0  # drafts were made and kept
     assert texts[True] == texts[False]
 
@@ -132,8 +132,8 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_mo
     plain = run_cuts(engine, cuts, False)
     spec = run_cuts(engine, cuts, True)
     assert [r.text for r in spec] == [r.text for r in plain]
-    assert [r.tokens_generated + r.tokens_forced for r in spec] == [r.tokens_generated + r.tokens_forced for r in plain]
-    assert sum(r.speculation["request"]["drafted"] for r in spec) > 0
+    assert [r.figures.tokens_generated + r.figures.tokens_forced for r in spec] == [r.figures.tokens_generated + r.figures.tokens_forced for r in plain]
+    assert sum(r.figures.speculation["request"]["drafted"] for r in spec) > 0
 
 
 def test_lookup_acceptance_is_kept_per_match_length():
@@ -256,7 +256,7 @@ def test_a_draft_model_drafts_and_greedy_output_stays_the_same(tiny_model_dir):
     drafts = engine.spec_stats.sources.get("draft-model")
     assert drafts is not None and drafts.drafted > 0  # the draft model was chosen and verified
     assert 0 < engine.spec_stats.cost_ratio("draft-model")  # its cost is measured, not assumed
-    assert "draft-model" in spec[-1].speculation["sources"]
+    assert "draft-model" in spec[-1].figures.speculation["sources"]
 
 
 def test_a_draft_model_with_another_tokenizer_is_refused(tiny_model_dir, tmp_path):
@@ -343,7 +343,7 @@ def test_speculation_resumes_after_a_bad_start_and_greedy_output_stays_the_same(
             results.append(engine.complete(CompletionRequest.at(doc, i, ch)))
         texts[spec] = [(r.text, r.stop_reason) for r in results]
         if spec:
-            drafted = sum(r.speculation["request"]["drafted"] for r in results)
+            drafted = sum(r.figures.speculation["request"]["drafted"] for r in results)
     assert drafted > 0
     assert texts[True] == texts[False]
 

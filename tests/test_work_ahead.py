@@ -155,7 +155,7 @@ def test_a_prefilled_prompt_is_not_computed_again(compiled):
     computed = sum(runtime.calls)
     assert computed == out.prompt_tokens  # the prompt, in one pass (the scripted model's chunk)
     result = engine.complete(request())
-    assert result.prompt_reused == result.prompt_tokens == out.prompt_tokens
+    assert result.figures.prompt_reused == result.figures.prompt_tokens == out.prompt_tokens
     assert engine.prompt_cache.stats["computed_tokens"] == out.prompt_tokens
     assert result.text == plain.text == "sorted(os.listdir(folder))"  # the same completion as without it
     assert engine.prefill(request()).computed == 0  # nothing more to do
@@ -175,9 +175,9 @@ def test_a_request_stops_the_prefill_and_reuses_what_it_computed(compiled):
     out = engine.prefill(request(), cancel)
     assert not out.complete and out.computed == 24 and sum(runtime.calls) == 24
     result = engine.complete(request())
-    assert result.prompt_reused == 24 < result.prompt_tokens
+    assert result.figures.prompt_reused == 24 < result.figures.prompt_tokens
     # every prompt token ran through the model once, before or during the request
-    assert engine.prompt_cache.stats["computed_tokens"] == result.prompt_tokens
+    assert engine.prompt_cache.stats["computed_tokens"] == result.figures.prompt_tokens
     assert engine.prompt_cache.stats["reused_tokens"] == 24
 
 
@@ -190,7 +190,7 @@ def test_a_prefetched_completion_is_served_without_a_model_call(compiled):
     calls = len(runtime.calls)
     served = engine.complete(request())
     assert served.prefetched and served.text == ahead.text and served.start == ahead.start
-    assert served.prompt_tokens == 0 and len(runtime.calls) == calls
+    assert served.figures.prompt_tokens == 0 and len(runtime.calls) == calls
     typed = request(DOC + "sor")  # and typing its first characters serves the rest
     rest = engine.complete(typed)
     assert rest.text == "ted(os.listdir(folder))" and rest.typed_through == 3 and len(runtime.calls) == calls

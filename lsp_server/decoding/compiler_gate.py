@@ -22,7 +22,15 @@ a function further down) and refuses nothing here.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
+
 from grammar_tools.parsing.cpython_check import refused_lines
+
+from .results import CompletionResult
+from .stopping.decision import StopReason
+
+log = logging.getLogger(__name__)
 
 
 def refused_where_written(before: str, answer: str, after: str) -> str | None:
@@ -39,3 +47,15 @@ def refused_where_written(before: str, answer: str, after: str) -> str | None:
     if where_written or refused_lines(before + after, "<document>") is None:
         return f"{message} (line {line})"
     return None
+
+
+def compiler_checked(result: CompletionResult, before: str, after: str) -> CompletionResult:
+    """`result`, or no completion (stop reason `compiler`) when CPython's compiler refuses the
+    file with it where it was written (`refused_where_written`)."""
+    if not result.text:
+        return result
+    refusal = refused_where_written(before, result.text, after[result.end - result.start :])
+    if refusal is None:
+        return result
+    log.info("not offered: the compiler refuses %r: %s", result.text[:60], refusal)
+    return replace(result, text="", end=result.start, stop_reason=StopReason.COMPILER)

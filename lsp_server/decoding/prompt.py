@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from mask_store.healing import back_off, last_pretoken_tokens
@@ -330,27 +329,6 @@ def suffix_window(tok: LoadedTokenizer, after: str, budget: int) -> str:
     if len(ids.ids) > budget:  # counted apart, joined a few tokenize longer
         text = text[: ids.offsets[budget][0]]
     return text
-
-
-class WindowAnchors:
-    """The start line of each document's last prompt window (the most recent `size` documents):
-    the next prompt of the document starts there again while it fits."""
-
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._lines: OrderedDict[str, int] = OrderedDict()
-
-    def get(self, document: str) -> int | None:
-        return self._lines.get(document)
-
-    def keep(self, document: str, prompt: Prompt) -> None:
-        self._lines[document] = prompt.window_line
-        self._lines.move_to_end(document)
-        while len(self._lines) > self.size:
-            self._lines.popitem(last=False)
-
-    def forget(self, document: str) -> None:
-        self._lines.pop(document, None)
 
 
 def lookup_reference(tok: LoadedTokenizer, before: str, after: str, prompt: Prompt,

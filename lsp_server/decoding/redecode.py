@@ -22,7 +22,7 @@ otherwise be empty); a cancellation ends it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,36 +88,52 @@ def ended_where_valid(first: Pass, healed: int, rest: RestOfFile) -> bool:
     return not text.split(b"\n", 1)[0].strip() and rest.compat is not None and rest.keeps_valid(b"")
 
 
-def search(first: Pass, decode_from: Callable[[list[int], frozenset[int], int], Pass],
-           token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int, stop_tokens: set[int],
-           max_tokens: int, cancel: Callable[[], bool] = lambda: False, steered: bool = False) -> Pass | None:
-    """The first re-decoded pass that offers something (None: none did within the bounds).
-    `decode_from(replay, avoid, max_tokens)` decodes after taking the `replay` tokens, with
-    `avoid` banned at the next step. `steered`: the passes are steered as the first was
-    (`header_steering.first_line`): its newline and indentation led to an indentation that
-    fits, so the search restarts at its first code (the first choice that wrote more than
-    blanks is the one banned)."""
-    tokens = first.outcome.tokens
-    step = (code_step if steered else restart_step)(tokens, token_bytes, healed)
-    replay = list(tokens[:step])
-    # the model's choice at the step (and its shorter spellings); it ended there (nothing past
-    # the healed text): its end
-    if step < len(tokens):
-        avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
-    else:
-        avoid = frozenset(stop_tokens)
-    budget = max_tokens
-    for _ in range(TRIES):
-        if budget <= 0 or cancel():
+@dataclass(frozen=True)
+class Tries:
+    """Where the search stands: the next pass replays `replay` (the tokens before the `step`
+    where validity was lost) and bans `avoid` there; all passes together may still generate
+    `budget` tokens, in at most `left` passes (`request.search_again` runs them)."""
+
+    step: int
+    replay: tuple[int, ...]
+    avoid: frozenset[int]
+    budget: int
+    left: int
+
+    @classmethod
+    def after(cls, first: Pass, token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int,
+              stop_tokens: frozenset[int], max_tokens: int, steered: bool = False) -> Tries:
+        """The first re-decoding pass after `first`. `steered`: the passes are steered as the
+        first was (`header_steering.first_line`): its newline and indentation led to an
+        indentation that fits, so the search restarts at its first code (the first choice that
+        wrote more than blanks is the one banned)."""
+        tokens = first.outcome.tokens
+        step = (code_step if steered else restart_step)(tokens, token_bytes, healed)
+        # the model's choice at the step (and its shorter spellings); it ended there (nothing
+        # past the healed text): its end
+        if step < len(tokens):
+            avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
+        else:
+            avoid = frozenset(stop_tokens)
+        return cls(step, tuple(tokens[:step]), avoid, max_tokens, TRIES)
+
+    @property
+    def open(self) -> bool:
+        """A pass and tokens left for it."""
+        return self.left > 0 and self.budget > 0
+
+    @property
+    def limit(self) -> int:
+        """The next pass's token limit (the replayed tokens included)."""
+        return len(self.replay) + self.budget
+
+    def then(self, p: Pass, token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int]) -> Tries | None:
+        """After pass `p`, which offered nothing: the next pass, its choice at the step banned
+        too; None when the search is over (cancelled, no other token at the step)."""
+        tokens = p.outcome.tokens
+        budget = self.budget - (len(tokens) - len(self.replay))
+        if p.outcome.stop.reason == StopReason.CANCELLED or len(tokens) <= self.step:
             return None
-        p = decode_from(replay, avoid, len(replay) + budget)
-        budget -= len(p.outcome.tokens) - len(replay)
-        if p.outcome.stop.reason == StopReason.CANCELLED:
-            return None
-        if p.offer.cut > 0:
-            return p
-        if len(p.outcome.tokens) <= step:  # no other token at the step
-            return None
-        t = p.outcome.tokens[step]
-        avoid = avoid | same_start(token_bytes[t], by_bytes) | {t}
-    return None
+        t = tokens[self.step]
+        return Tries(self.step, self.replay, self.avoid | same_start(token_bytes[t], by_bytes) | {t}, budget,
+                     self.left - 1)

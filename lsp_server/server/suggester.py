@@ -259,7 +259,7 @@ class Suggester:
         if stopped:
             ticket = job.ticket
             why = "superseded" if ticket.superseded else "cancelled"
-            steps = "before it started" if result is None else f"after {result.tokens_generated} decoding steps"
+            steps = "before it started" if result is None else f"after {result.figures.tokens_generated} decoding steps"
             lag = (time.perf_counter() - ticket.stopped_at) * 1000 if ticket.stopped_at else 0.0
             self.report(
                 f"completion in {request.document} stopped ({why}) {steps}, {lag:.0f} ms after the stop",
@@ -267,7 +267,7 @@ class Suggester:
             )
             return None
         # an offer searched for this request: not the rest of one typed through, not a prefetched answer as it was
-        searched_now = not result.typed_through and not (result.prefetched and not result.tokens_generated)
+        searched_now = not result.typed_through and not (result.prefetched and not result.figures.tokens_generated)
         if searched_now:
             self.telemetry.count(f"offer:{result.offer_path}")
         if result.prefetched and self.work_ahead is not None:
@@ -282,10 +282,10 @@ class Suggester:
             "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens%s (%d reused) %.0f ms, "
             "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival; %s",
             request.document, request.cursor, result.stop_reason, result.offer_path,
-            result.check_ms, result.prompt_tokens, " (first window)" if result.short_window else "",
-            result.prompt_reused, result.prompt_ms, result.decode_ms,
-            result.tokens_generated, result.tokens_forced, result.engine_ms, result.gate_ms,
-            (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.times_ms),
+            result.figures.check_ms, result.figures.prompt_tokens, " (first window)" if result.short_window else "",
+            result.figures.prompt_reused, result.figures.prompt_ms, result.figures.decode_ms,
+            result.figures.tokens_generated, result.figures.tokens_forced, result.figures.engine_ms, result.figures.gate_ms,
+            (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.figures.times_ms),
         )
         return result
 
@@ -314,7 +314,7 @@ class Suggester:
             self._shown.popitem(last=False)
         log.info(
             "suggestion %s in %.0f ms (%s, %d tokens): %r",
-            sid, latency_ms, result.stop_reason, result.tokens_generated + result.tokens_forced, insert[:80],
+            sid, latency_ms, result.stop_reason, result.figures.tokens_generated + result.figures.tokens_forced, insert[:80],
         )
         return job.suggestion
 

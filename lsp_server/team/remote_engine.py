@@ -6,7 +6,7 @@ healing), the parse of the text before the cursor, the rest of the file with its
 checks, the offer search, the compiler gate, typing through a shown suggestion, the work ahead
 (its prefill parses here and has the team server compute the prompt's KV cache, which vLLM's
 prefix cache keeps for the request). The
-one step replaced is the decoding pass (`_decode_pass`): instead of the local model, one call
+one step replaced is the decoding pass (`TeamPasses.run`): instead of the local model, one call
 to the team server with the prompt's ids and the grammar's starting point (`wire.TeamArgs`);
 its tokens are then replayed here through the matcher and the stop policy *with* the
 whole-file checks, so the stop, the offer and the result are made exactly as a local pass
@@ -26,14 +26,19 @@ import threading
 import time
 from dataclasses import dataclass
 
+from mask_store.loading import load_compiled
+
 from ..decoding.budget import NO_BUDGET, Budget
-from ..decoding.engine import CompletionEngine
+from ..decoding.engine import CompletionEngine, stop_tokens
 from ..decoding.loop import DecodeOutcome
-from ..decoding.offer import EMPTY, choose_offer
+from ..decoding.model_pass import pass_offer
+from ..decoding.offer import EMPTY
 from ..decoding.redecode import Pass
 from ..decoding.stopping.context import Start
 from ..decoding.stopping.decision import Stop, StopReason, Verdict
+from ..decoding.stopping.line_scanner import LineScanner
 from ..decoding.stopping.policy import StopPolicy
+from ..model.runtime import find_fim
 from ..options import EngineOptions
 from .client import TeamClient, TeamUnavailable
 from .wire import TeamArgs
@@ -120,20 +125,68 @@ def replay_tokens(policy: StopPolicy, matcher, token_bytes, tokens: list[int], l
     return out
 
 
+class TeamPasses:
+    """Decoding passes on a team server (module docstring), as `model_pass.ModelPasses.run` makes
+    them locally: same signature, same stop policy and offer search over the tokens."""
+
+    def __init__(self, client: TeamClient, scanner: LineScanner, stop_tokens: frozenset[int]) -> None:
+        self.client = client
+        self.scanner = scanner
+        self.stop_tokens = stop_tokens
+        self.calls = {"answered": 0, "failed": 0, "ms": 0.0, "warmed": 0}
+        self.failures: dict[str, int] = {}  # why calls failed (the first words of the reason), counted
+
+    def run(self, r, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
+            budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
+        """One decoding pass on the team server (module docstring): the prompt (and the tokens to
+        replay) sent with the grammar's starting point; the tokens it returns replayed here
+        through the stop policy with the whole-file checks, then the offer search."""
+        limit = limit or r.max_tokens
+        replay_ids = list(replay)
+        end_token = min(int(i) for i in r.compiled.vocab.eos)
+        xargs = None  # unconstrained (the `constrained: false` comparison): the model alone
+        if matcher is not None:
+            xargs = TeamArgs.build(matcher.prefix_state, r.held, r.heal, matcher.canonical,
+                                   r.compiled.recognizer.python_version, r.rest, r.depth, start,
+                                   replay_ids, avoid, r.compiled.lexer.hash, r.compiled.vocab.hash,
+                                   end_token).to_json()
+        # the budget of the line being written (`Budget.for_line`: at least the budget's span from
+        # now); the tokens that came by then are replayed, and the rest is decoded in the
+        # background as for a local answer the budget cut (`CompletionRequest.resume`)
+        line_budget = (budget if budget.deadline is not None else r.req.budget).for_line()
+        timeout = None if line_budget.deadline is None else line_budget.deadline - line_budget.clock()
+        opts = r.opts
+        t0 = time.perf_counter()
+        try:
+            answer = self.client.complete(list(r.prompt.ids) + replay_ids, xargs,
+                                          max(limit - len(replay_ids), 1), end_token, r.req.document,
+                                          timeout, opts.temperature, opts.top_p, opts.seed)
+        except TeamUnavailable as e:
+            self.calls["failed"] += 1
+            kind = str(e).split("(")[0].split(";")[0].strip()
+            self.failures[kind] = self.failures.get(kind, 0) + 1
+            log.warning("team server %s: %s", self.client.url, e)
+            return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
+        self.calls["answered"] += 1
+        self.calls["ms"] += (time.perf_counter() - t0) * 1000
+        policy = StopPolicy(r.rest, self.scanner, r.held, r.heal, r.depth, start)
+        outcome = replay_tokens(policy, matcher, r.compiled.tokens, replay_ids + answer.tokens, limit,
+                                answer.finish_reason, self.stop_tokens)
+        return Pass(outcome, pass_offer(r, self.scanner, outcome))
+
+
 class TeamEngine(CompletionEngine):
     """A `CompletionEngine` whose decoding passes run on a team server (module docstring)."""
 
     def __init__(self, options: EngineOptions, compiled, tokenizer, client: TeamClient) -> None:
-        from ..model.runtime import find_fim
-
         runtime = _Runtime(tokenizer, find_fim(tokenizer), f"{options.model} on {client.url}", f"team {client.url}")
-        super().__init__(options, runtime, compiled)
-        self.prompt_cache = _NoPromptCache()
         self.client = client
+        self.team = TeamPasses(client, LineScanner(compiled.lexer), stop_tokens(tokenizer.vocab))
+        self.calls = self.team.calls  # answered, failed, their ms, the work ahead's warm-ups
+        self.failures = self.team.failures
+        super().__init__(options, runtime, compiled, prompt_cache=_NoPromptCache(), passes=self.team)
         self._status_lock = threading.Lock()
         self._reported = ""  # the team server's last error reported to the editor ("": none, ready)
-        self.calls = {"answered": 0, "failed": 0, "ms": 0.0, "warmed": 0}
-        self.failures: dict[str, int] = {}  # why calls failed (the first words of the reason), counted
         # the work ahead's calls: their own connection and thread, never in a request's way
         self._warm_client = TeamClient(client.url, client.model)
         self._warming = threading.Lock()
@@ -143,8 +196,6 @@ class TeamEngine(CompletionEngine):
         """The mask store and tokenizer of `options.model` (the team server's model: the same
         tokenizer), no model. The team server is not called here: a server that is down now
         only makes the first answers empty."""
-        from mask_store.loading import load_compiled
-
         options = (options or EngineOptions()).validated()
         if not options.team_server:
             raise ValueError("a team engine needs options.team_server (the team server's URL)")
@@ -159,9 +210,6 @@ class TeamEngine(CompletionEngine):
 
     # ------------------------------------------------------------------ hooks
 
-    def _identifier_guide(self, req, opts, compiled, before):
-        return None  # the names guide shapes each step's logits: the team server's steps are not here
-
     def prefill(self, request, cancel=None, options=None):
         """The work ahead (`CompletionEngine.prefill`: the prompt and the parse here), and the
         team server asked to compute the prompt's KV cache meanwhile (one token, on a thread and
@@ -169,10 +217,8 @@ class TeamEngine(CompletionEngine):
         cache."""
         done = super().prefill(request, cancel, options)
         if done.complete and not (cancel and cancel()) and self._warming.acquire(blocking=False):
-            opts = options or self.options
-            before, after = request.text[: request.cursor], request.text[request.cursor :]
             with self._lock:
-                prompt = self._prompt(request, before, after, opts)
+                prompt = self.prompt(request, options)
             threading.Thread(target=self._warm, args=(list(prompt.ids), request.document), daemon=True,
                              name="syntaxlock-team-warm").start()
         return done
@@ -197,44 +243,3 @@ class TeamEngine(CompletionEngine):
             return "error", (f"the team server {self.client.url} does not answer ({error}): suggestions are empty "
                              "until it does; trying again on its own")
         return "ready", f"model {self.options.model} on the team server {self.client.url}"
-
-    def _decode_pass(self, setup, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
-                     budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
-        """One decoding pass on the team server (module docstring): the prompt (and the tokens to
-        replay) sent with the grammar's starting point; the tokens it returns replayed here
-        through the stop policy with the whole-file checks, then the offer search."""
-        limit = limit or setup.max_tokens
-        replay_ids = list(replay)
-        end_token = min(int(i) for i in setup.compiled.vocab.eos)
-        xargs = None  # unconstrained (the `constrained: false` comparison): the model alone
-        if matcher is not None:
-            xargs = TeamArgs.build(matcher.prefix_state, setup.held, setup.heal, matcher.canonical,
-                                   setup.compiled.recognizer.python_version, setup.rest, setup.depth, start,
-                                   replay_ids, avoid, setup.compiled.lexer.hash, setup.compiled.vocab.hash,
-                                   end_token).to_json()
-        # the budget of the line being written (`Budget.for_line`: at least the budget's span from
-        # now); the tokens that came by then are replayed, and the rest is decoded in the
-        # background as for a local answer the budget cut (`CompletionRequest.resume`)
-        line_budget = (budget if budget.deadline is not None else setup.req.budget).for_line()
-        timeout = None if line_budget.deadline is None else line_budget.deadline - line_budget.clock()
-        opts = setup.opts
-        t0 = time.perf_counter()
-        try:
-            answer = self.client.complete(list(setup.prompt.ids) + replay_ids, xargs,
-                                          max(limit - len(replay_ids), 1), end_token, setup.req.document,
-                                          timeout, opts.temperature, opts.top_p, opts.seed)
-        except TeamUnavailable as e:
-            self.calls["failed"] += 1
-            kind = str(e).split("(")[0].split(";")[0].strip()
-            self.failures[kind] = self.failures.get(kind, 0) + 1
-            log.warning("team server %s: %s", self.client.url, e)
-            return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
-        self.calls["answered"] += 1
-        self.calls["ms"] += (time.perf_counter() - t0) * 1000
-        policy = StopPolicy(setup.rest, self.scanner, setup.held, setup.heal, setup.depth, start)
-        outcome = replay_tokens(policy, matcher, setup.compiled.tokens, replay_ids + answer.tokens, limit,
-                                answer.finish_reason, self._stop_tokens)
-        completion = outcome.generated[len(setup.heal) :]
-        offer = choose_offer(setup.rest, self.scanner, setup.held + setup.heal, completion, setup.depth,
-                             outcome.stop.cut, later=outcome.stop.reason != StopReason.ECHO)
-        return Pass(outcome, offer)

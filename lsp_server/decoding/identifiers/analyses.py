@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from urllib.parse import unquote, urlparse
 
 from .analysis import ScopeAnalysis, analyse, line_key
 from .jedi_memory import PARSE_CACHE_LINES, bound_jedi_caches
@@ -39,8 +40,6 @@ DOCUMENTS = 8  # documents kept (least recently used out first)
 def _path(uri: str) -> str | None:
     """A file path jedi can resolve relative imports from (None for unsaved documents)."""
     if uri.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
         return unquote(urlparse(uri).path) or None
     return None
 

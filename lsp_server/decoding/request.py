@@ -1,0 +1,331 @@
+"""One completion request, top to bottom (`complete`): a document split at the cursor in, the
+answer that keeps the file valid out.
+
+    prepare         the prompt window (with token healing), the grammar matcher after the text
+                    before the cursor, the rest of the file every step asks about, the names guide
+    steer           what the rest of the file lets the first line be (`header_steering.first_line`)
+    prefill         the prompt through the model (what the document's KV cache does not hold)
+    decode          one pass: masked steps under the stop policy, then the offer search over its
+                    text (`EngineParts.passes`: model_pass.ModelPasses, or a team server's)
+    search again    nothing offered: passes from the step where validity was lost (`redecode.py`)
+    assemble        the answer (text, replace range, stop reason, offer path) and its figures
+    compiler gate   CPython's compiler over the file with the answer (`compiler_gate.py`)
+
+Each step reads the one `Request` value `prepare` made; the request's time goes to its parts
+(`RequestTimes`, request_times.py). The caller (`CompletionEngine.complete`) holds the engine's
+lock, and serves typed-through answers before it gets here (shown.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+
+from grammar_tools.lexing.lexer_automaton import START, LexError
+from grammar_tools.parsing.incremental import ParseError
+from grammar_tools.parsing.versions import format_version
+from mask_store import canonical as canonical_tokenization
+from mask_store.matcher import GrammarMatcher, MaskCounts
+
+from ..model.prompt_cache import PrefillCancelled
+from ..options import EngineOptions
+from .compiler_gate import compiler_checked
+from .header_steering import FREE, FirstLine, Fit, first_line
+from .identifiers.guide import IdentifierGuide
+from .identifiers.modes import IdentifierMode
+from .loop import DecodeOutcome
+from .offer import EMPTY
+from .parts import EngineParts
+from .prompt import Prompt
+from .redecode import Pass, Tries, ended_where_valid
+from .request_times import RequestTimes
+from .results import Cancel, CompletionRequest, CompletionResult, Figures, nothing
+from .sampling import Sampler
+from .stopping.decision import Stop, StopReason
+from .stopping.rest_of_file import RestOfFile
+from .windows import request_window
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What every step of one request reads (made once by `prepare`)."""
+
+    req: CompletionRequest
+    opts: EngineOptions
+    compiled: object  # the compiled grammar of the document's target version
+    prompt: Prompt  # its ids, the healed bytes backed off
+    cache_key: str  # the key of the prompt's KV cache (`windows.request_window`)
+    matcher: GrammarMatcher | None  # None: unconstrained
+    recovery: object | None  # how a syntax error before the cursor was skipped
+    held: bytes  # the open lexeme before the cursor (healed bytes left out)
+    depth: int  # bracket depth where `held` starts
+    rest: RestOfFile  # the text after the cursor, as every step asks about it
+    sampler: Sampler
+    max_tokens: int
+    cancel: Cancel
+    guide: IdentifierGuide | None = None  # names that exist (None: off or not ready)
+    times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes
+
+    @property
+    def before(self) -> str:
+        return self.req.before
+
+    @property
+    def after(self) -> str:
+        return self.req.after
+
+    @property
+    def heal(self) -> bytes:
+        return self.prompt.healed
+
+
+def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, cancel: Cancel,
+             times: RequestTimes) -> tuple[CompletionResult, RestOfFile | None]:
+    """The answer at the request's cursor, and the rest of the file it was made for (None: the
+    request ended before reading it); `times` gets the parts of its time but the lock's."""
+    t0 = time.perf_counter()
+    r = prepare(parts, req, opts, cancel, times)
+    if isinstance(r, StopReason):
+        times.add("setup", (time.perf_counter() - t0) * 1000)
+        return nothing(req, r, opts), None
+    shape = steer(r)
+    if shape.fit is Fit.NOTHING:
+        log.info("no completion: nothing fits the rest of the file at the cursor")
+        setup_done(r, t0)
+        return nothing(req, StopReason.NO_CONTINUATION, opts), r.rest
+    steering = parts.header_starts.first_line(shape, r.heal, parts.tokenizer.encode)
+    checked = setup_done(r, t0)
+    try:
+        logits, past, reused = prefill(parts, r)
+    except PrefillCancelled:
+        return nothing(req, StopReason.CANCELLED, opts), None
+    prompt_ms = (time.perf_counter() - t0) * 1000
+    t1 = time.perf_counter()
+    chosen = parts.passes.run(r, r.matcher, logits, past, replay=req.resume, budget=req.budget, steer=steering,
+                              start=shape.start)
+    searched = worth_searching(r, chosen)
+    if searched:
+        chosen = search_again(parts, r, chosen, steering, shape)
+    decode_ms = (time.perf_counter() - t1) * 1000
+    times.add("checks", r.rest.check_ms - checked)
+    times.add("names", r.guide.stats["ms"] if r.guide else 0.0)
+    result = assemble(r, chosen, reused, prompt_ms, decode_ms, budget_cut(r, chosen, searched))
+    return compiler_gate(r, result), r.rest
+
+
+# ---------------------------------------------------------------------------- the steps
+
+
+def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, cancel: Cancel,
+            times: RequestTimes) -> Request | StopReason:
+    """The prompt (its last token backed off when the grammar can re-create it: healing), the
+    grammar matcher after the text before the cursor (constrained), the rest of the file the
+    completion must respect and the names guide; a StopReason when the text before the cursor
+    does not parse."""
+    compiled = parts.grammars.for_document(req.document, opts)
+    prompt, cache_key = request_window(parts, req, opts)
+    heal = prompt.healed
+    before_b = req.before.encode()
+    mode = req.mode or opts.mode
+    sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
+    max_tokens = req.max_tokens or opts.max_tokens
+    if not opts.constrained:
+        held = lexeme_before(compiled, before_b)
+        rest = RestOfFile.build(req.before, req.after, mode, parts.scanner, held, heal, 0)
+        return Request(req, opts, compiled, prompt, cache_key, None, None, held, 0, rest, sampler, max_tokens, cancel,
+                       times=times)
+    parser = parts.documents.parser(req.document, compiled)
+    try:
+        matcher = grammar_matcher(parts, compiled, before_b, prompt, opts, parser)
+    except (ParseError, LexError) as e:
+        log.info("no completion: the text before the cursor does not parse (%s)", e)
+        return StopReason.NO_CONTINUATION
+    st = matcher.prefix_state
+    recovery = st.recovered
+    parsed_before = recovery.rewrite(before_b) if recovery else before_b
+    held = before_b[st.lexeme_start : len(before_b) - len(heal)]
+    depth = st.configs[0].depth if st.configs else 0
+    try:
+        rest = RestOfFile.build(req.before, req.after, mode, parts.scanner, held, heal, depth, parser, parsed_before)
+    except (ParseError, LexError) as e:
+        log.info("no completion: the text before the cursor does not parse with its typed part (%s)", e)
+        return StopReason.NO_CONTINUATION
+    guide = names_guide(parts, req, opts, compiled, before_b[: len(before_b) - len(heal)])
+    return Request(req, opts, compiled, prompt, cache_key, matcher, recovery, held, depth, rest, sampler, max_tokens,
+                   cancel, guide, times)
+
+
+def steer(r: Request) -> FirstLine:
+    """What the rest of the file lets the first line be: where its first code goes, or nothing fits."""
+    return first_line(r.rest, r.before) if r.matcher is not None else FREE
+
+
+def setup_done(r: Request, t0: float) -> float:
+    """The request's set-up took from `t0` till now: its whole-file checks so far (their
+    set-up, the first line's steering) counted as checks, the rest as set-up; the checks' ms."""
+    checks = r.rest.check_ms
+    r.times.add("checks", checks)
+    r.times.add("setup", (time.perf_counter() - t0) * 1000 - checks)
+    return checks
+
+
+def prefill(parts: EngineParts, r: Request):
+    """The request's prompt through the model (what the KV cache does not hold): (logits,
+    past, tokens reused); raises PrefillCancelled."""
+    t = time.perf_counter()
+    try:
+        return parts.prompt_cache.prefill(r.cache_key, r.prompt.ids, r.cancel, r.opts.cache_memory_mb)
+    finally:
+        r.times.add("prefill", (time.perf_counter() - t) * 1000)
+
+
+def worth_searching(r: Request, first: Pass) -> bool:
+    """Search again when the first pass offered nothing and the model did not mean nothing: it
+    was not cancelled, did not end where the file is valid without an answer, and did not echo
+    the existing text (at a line start an echo is the existing line written again, not an
+    answer: searched past)."""
+    stop = first.outcome.stop.reason
+    echoed_in_place = stop is StopReason.ECHO and not r.rest.inserts_lines
+    offered_nothing = first.offer.path == "empty" and r.matcher is not None
+    return (offered_nothing and stop is not StopReason.CANCELLED and not echoed_in_place
+            and not ended_where_valid(first, len(r.heal), r.rest))
+
+
+def search_again(parts: EngineParts, r: Request, first: Pass, steering, shape: FirstLine) -> Pass:
+    """Search, don't give up (redecode.py): passes from the step where validity was lost,
+    steered as the first pass was; the first that offers something, else `first`. No new pass
+    once the request's budget has run out (a pass started is finished)."""
+    vocab = parts.tokenizer.vocab
+    tries = Tries.after(first, r.compiled.tokens, vocab.by_bytes, len(r.heal), parts.stop_tokens, r.max_tokens,
+                        steered=steering is not None)
+    while tries is not None and tries.open and not (r.cancel() or r.req.budget.expired()):
+        p = redecode_pass(parts, r, tries, steering, shape)
+        if p.offer.cut > 0:
+            return replace(p, offer=replace(p.offer, path="redecode"))
+        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes)
+    return first
+
+
+def redecode_pass(parts: EngineParts, r: Request, tries: Tries, steering, shape: FirstLine) -> Pass:
+    """A re-decoding pass: the prompt again, a fresh matcher counting into the request's
+    counts, the same rest of the file (its set-up and verdicts are the request's)."""
+    try:
+        logits, past, _ = prefill(parts, r)
+    except PrefillCancelled:
+        return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
+    t = time.perf_counter()
+    matcher = grammar_matcher(parts, r.compiled, r.before.encode(), r.prompt, r.opts,
+                              parts.documents.parser(r.req.document, r.compiled), r.matcher.counts)
+    r.times.add("setup", (time.perf_counter() - t) * 1000)
+    return parts.passes.run(r, matcher, logits, past, tries.replay, tries.avoid, tries.limit, steering,
+                            start=shape.start)
+
+
+def budget_cut(r: Request, chosen: Pass, searched: bool) -> bool:
+    """The budget cut the answer, or stopped the search behind an empty one."""
+    return chosen.outcome.stop.reason is StopReason.BUDGET or (
+        searched and chosen.offer.path == "empty" and r.req.budget.expired())
+
+
+def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float,
+             cut: bool) -> CompletionResult:
+    """The answer of the chosen pass: the text offered, its replace range and stop, and the
+    request's figures."""
+    req, rest = r.req, r.rest
+    outcome, offer = chosen.outcome, chosen.offer
+    completion = outcome.generated[len(r.heal) :]
+    offered = rest.offered(completion, offer.cut)
+    no_op = rest.changes_nothing(offered)  # an item that changes nothing is never offered
+    body = "" if no_op else offered.decode("utf-8", errors="replace")
+    log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
+              offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
+    covered = rest.ctx.covered
+    guide = r.guide
+    figures = Figures(
+        tokens_generated=outcome.sampled,
+        tokens_forced=outcome.forced,
+        tokens_healed=len(r.prompt.healed_ids),
+        prompt_tokens=len(r.prompt.ids),
+        prompt_reused=reused,
+        prompt_ms=round(prompt_ms, 2),
+        decode_ms=round(decode_ms, 2),
+        mask_ms=[round(m, 4) for m in outcome.mask_ms],
+        speculation=chosen.speculator.to_json() if chosen.speculator else None,
+        canonical=r.matcher is not None and r.matcher.canonical.active,
+        canonical_fallbacks=r.matcher.counts.canonical_fallbacks if r.matcher else 0,
+        check_ms=rest.check_ms,
+        names_ready=guide is not None,
+        names_shaped=guide.stats["shaped"] if guide else 0,
+        names_masked=guide.stats["masked"] if guide else 0,
+        names_ms=round(guide.stats["ms"], 2) if guide else 0.0,
+    )
+    return CompletionResult(
+        text=body,
+        start=req.cursor,
+        end=req.cursor + len(covered) if body or not covered else req.cursor,
+        stop_reason=StopReason.ECHO if no_op else outcome.stop.reason,
+        mode=rest.ctx.mode,
+        constrained=r.opts.constrained,
+        offer_path=offer.path,
+        python_version=format_version(r.compiled.recognizer.python_version),
+        recovery=str(r.recovery.restart_line) if r.recovery else None,
+        budget_cut=cut,
+        short_window=r.cache_key != req.document,
+        token_ids=list(outcome.tokens),
+        figures=figures,
+    )
+
+
+def compiler_gate(r: Request, result: CompletionResult) -> CompletionResult:
+    """`result`, or nothing where CPython's compiler refuses the file with it where it was
+    written (constrained mode: compiler_gate.py); its time is the request's `gate` part."""
+    if not r.opts.constrained:
+        return result
+    t = time.perf_counter()
+    result = compiler_checked(result, r.before, r.after)
+    ms = (time.perf_counter() - t) * 1000
+    r.times.add("gate", ms)
+    return replace(result, figures=replace(result.figures, gate_ms=round(ms, 2)))
+
+
+# ---------------------------------------------------------------------------- what prepare uses
+
+
+def names_guide(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, compiled,
+                before: bytes) -> IdentifierGuide | None:
+    """The names guide of this request when its analysis is ready (else None, and the
+    analysis is started for the requests to come: the request never waits for it)."""
+    mode = IdentifierMode(opts.identifiers)
+    if mode is IdentifierMode.OFF or not parts.guides_names:
+        return None
+    scope = parts.names.ready(req.document, req.text, req.line)
+    if scope is None:
+        parts.names.request(req.document, req.text, req.line)
+        return None
+    return IdentifierGuide(mode, scope, parts.identifier_tokens, compiled, before)
+
+
+def grammar_matcher(parts: EngineParts, compiled, before: bytes, prompt: Prompt, opts: EngineOptions, parser,
+                    counts: MaskCounts | None = None) -> GrammarMatcher:
+    """The grammar matcher after the text before the cursor, the prompt's healed bytes still to
+    re-create (raises ParseError/LexError when that text does not parse), in canonical
+    tokenization's state after the prompt's tokens kept (OFF when it does not apply)."""
+    heal = prompt.healed
+    pairs = compiled.canonical
+    canonical = (pairs.state_after(prompt.prefix, canonical_tokenization.START)
+                 if parts.canonical_on(opts) and pairs is not None else canonical_tokenization.OFF)
+    return GrammarMatcher.from_prefix(compiled, before[: len(before) - len(heal)], heal=heal, parser=parser,
+                                      canonical=canonical, counts=counts)
+
+
+def lexeme_before(compiled, before: bytes) -> bytes:
+    """Unconstrained mode: the open lexeme at the cursor for the line scanner (no parse)."""
+    start = max(before.rfind(b"\n"), 0)
+    try:
+        _, _, s = compiled.lexer.lex(before, START, start)
+        return before[s:]
+    except LexError:
+        return b""

@@ -1,0 +1,126 @@
+"""What goes in and out of the engine: the request, the answer an editor needs, and the
+request's figures apart from it.
+
+    request = CompletionRequest(text, cursor=120, document="file:///a.py")
+    result = engine.complete(request)
+    result.text, result.start, result.end   # insert `text` in place of text[start:end]
+    result.figures.prompt_ms                # how it was made: times and counts (`Figures`)
+
+The answer (`CompletionResult`) is what the server turns into an inline item and what the work
+ahead decides on (a budget cut, a short first window); the figures (`Figures`) are for logs,
+telemetry and benchmarks. `CompletionResult.to_json` gives both in one flat record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
+
+from ..options import EngineOptions
+from ..positions import PositionError, offset_at
+from .budget import NO_BUDGET, Budget
+from .stopping.decision import StopReason
+from .workspace_context import NO_CONTEXT, WorkspaceContext
+
+Cancel = Callable[[], bool]  # polled by the request's steps: True stops it
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    text: str  # the whole document ("\n" line ends)
+    _: KW_ONLY
+    cursor: int  # offset of the cursor in `text` (code points)
+    document: str = "untitled"  # key of the per-document caches (KV cache, prefix parser)
+    max_tokens: int | None = None  # overrides the engine's option for this request
+    mode: str | None = None  # overrides the engine's option (auto | single | multi)
+    workspace: WorkspaceContext = NO_CONTEXT  # other open documents (for models that read them)
+    budget: Budget = NO_BUDGET  # the request's latency budget (decoding/budget.py)
+    resume: tuple[int, ...] = ()  # the tokens of an answer the budget cut, decoded on from (background)
+    # may be answered from a short first window (`windows.request_window`); False: work ahead,
+    # which has the time to compute the full window (and is there to compute it)
+    short_first: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cursor <= len(self.text):
+            raise PositionError(f"cursor offset {self.cursor} is outside the document ({len(self.text)} characters)")
+
+    @classmethod
+    def at(cls, text: str, line: int, character: int, **fields) -> CompletionRequest:
+        """The request at an LSP position (0-based line, UTF-16 code units; PositionError when
+        it is outside the text)."""
+        return cls(text, cursor=offset_at(text, line, character), **fields)
+
+    @property
+    def line(self) -> int:
+        """The cursor's 0-based line (logs, and the names analysis, which works per line)."""
+        return self.text.count("\n", 0, self.cursor)
+
+    @property
+    def before(self) -> str:
+        return self.text[: self.cursor]
+
+    @property
+    def after(self) -> str:
+        return self.text[self.cursor :]
+
+
+@dataclass(frozen=True)
+class Figures:
+    """How one answer was made: counts and times (logs, telemetry, benchmarks)."""
+
+    tokens_generated: int = 0  # sampled from the model
+    tokens_forced: int = 0  # appended by fast-forward without sampling
+    tokens_healed: int = 0  # prompt tokens backed off and re-created
+    prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens served from the KV cache
+    prompt_ms: float = 0.0
+    decode_ms: float = 0.0
+    mask_ms: list[float] = field(default_factory=list)  # per decoding step
+    speculation: dict | None = None  # draft statistics when speculative decoding ran
+    canonical: bool = False  # canonical tokenization applied (mask_store.canonical)
+    canonical_fallbacks: int = 0  # steps where it left nothing and the grammar's mask was used alone
+    check_ms: float = 0.0  # spent checking edits against the whole file: set-up, the stop policy's checks, the search
+    names_ready: bool = False  # the names analysis was ready and guided the decoding (decoding/identifiers)
+    names_shaped: int = 0  # steps whose logits or mask it reshaped
+    names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
+    names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
+    gate_ms: float = 0.0  # spent in the compiler gate after decoding (`compiler_gate.compiler_checked`)
+    engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
+    times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: request_times.py
+
+
+NO_FIGURES = Figures()
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    """The answer: what to insert where, why it ended, and what the work ahead needs to know."""
+
+    text: str  # what to insert
+    start: int  # replace range, offsets in the request's text; start is the cursor
+    end: int  # past the auto-closed brackets/quotes the text supplies again
+    stop_reason: StopReason  # see STOP_REASONS
+    mode: str  # single | multi
+    constrained: bool
+    offer_path: str = "empty"  # which search step gave the text (decoding.offer.PATHS)
+    python_version: str = ""  # the Python the document targets, whose syntax the masks allowed ("3.12")
+    recovery: str | None = None  # how a syntax error before the cursor was skipped
+    typed_through: int = 0  # > 0: the rest of the previous suggestion, of which this many characters were typed
+    prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
+    budget_cut: bool = False  # the latency budget ended it early: the rest is worth decoding in the background
+    short_window: bool = False  # answered from the short first window: the full one is worth computing in the background
+    token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included): decoded on from
+    figures: Figures = NO_FIGURES
+
+    def to_json(self) -> dict:
+        """The answer and its figures in one flat record."""
+        answer = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "figures"}
+        return asdict(self.figures) | answer | {"stop_reason": str(self.stop_reason)}
+
+
+STOP_REASONS = {str(r): r.description for r in StopReason}
+
+
+def nothing(request: CompletionRequest, reason: StopReason, opts: EngineOptions) -> CompletionResult:
+    """No completion, for `reason`."""
+    return CompletionResult("", request.cursor, request.cursor, reason, request.mode or opts.mode, opts.constrained)
