@@ -6,7 +6,7 @@
     NO_BUDGET.expired()                              # always False (background work, tools)
 
 Why: decoding costs 15-21 ms per generated token on a 2-core CPU (checks included;
-docs/latency.md), so a 6-line block of ~60 tokens holds the request for a second or more, and the search behind an empty answer (`redecode.search`) has
+docs/latency.md), so a 6-line block of ~60 tokens holds the request for a second or more, and the search behind an empty answer (`request.search_again`) has
 been seen to take 2.7 s. Once the budget runs out, the decoding loop ends at the longest stop
 it has reached that ends a complete line and passes the same whole-file checks as any stop
 (`loop._Decoding.budget_stop`); the rest is decoded in the background from where it stopped

@@ -12,8 +12,9 @@ own order; it then decodes as usual, under a stop policy that reads the rest of 
 file: a line may end only where the file can go on (a block header the deeper lines need, a
 closing bracket, a dedent), so the following lines steer its last steps. Its text goes through
 the offer search like the first pass's; the first pass that offers something is the answer
-(`redecode`). Where the following lines can only be a block's body, the passes start with a
-token that begins a header the check says fits there (`header_steering.py`), in the model's order.
+(`request.search_again`, over `Tries`). Where the following lines can only be a block's body,
+the passes start with a token that begins a header the check says fits there
+(`header_steering.py`), in the model's order.
 
 Bounded: at most `TRIES` passes, and all of them together generate at most the request's token
 limit (the search at most doubles a request's decoding work, and only for answers that would
