@@ -69,6 +69,11 @@ def stop_tokens(vocab) -> frozenset[int]:
     return frozenset(int(i) for i in vocab.eos) | frozenset(vocab.special)
 
 
+def _worth_showing(result: CompletionResult) -> bool:
+    """A suggestion the user may type through: some text, not cut short by a cancellation."""
+    return bool(result.text) and result.stop_reason != StopReason.CANCELLED
+
+
 class CompletionEngine:
     """A loaded model and mask store, serving completions one at a time. `prompt_cache` and
     `passes`: where the prompts and the decoding passes run when not here (a team server's
@@ -175,7 +180,8 @@ class CompletionEngine:
             done = time.perf_counter()
             result = replace(result, figures=replace(result.figures, engine_ms=round((done - started) * 1000, 2),
                                                      times_ms=times.split((done - arrived) * 1000)))
-            if rest_of_file is not None and result.text and result.stop_reason != StopReason.CANCELLED:
+            made_now = rest_of_file is not None  # not typed through an earlier suggestion
+            if made_now and _worth_showing(result):
                 self.shown.keep(request.document, Shown(request.before, request.after, result, opts, request.mode,
                                                         request.max_tokens, rest_of_file))
             return result

@@ -55,8 +55,11 @@ class Request:
 
     req: CompletionRequest
     opts: EngineOptions
+    before: str  # the document split at the cursor
+    after: str
     compiled: object  # the compiled grammar of the document's target version
     prompt: Prompt  # its ids, the healed bytes backed off
+    heal: bytes  # the prompt's healed bytes, which the first tokens spell again
     cache_key: str  # the key of the prompt's KV cache (`windows.request_window`)
     matcher: GrammarMatcher | None  # None: unconstrained
     recovery: object | None  # how a syntax error before the cursor was skipped
@@ -68,18 +71,6 @@ class Request:
     cancel: Cancel
     guide: IdentifierGuide | None = None  # names that exist (None: off or not ready)
     times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes
-
-    @property
-    def before(self) -> str:
-        return self.req.before
-
-    @property
-    def after(self) -> str:
-        return self.req.after
-
-    @property
-    def heal(self) -> bytes:
-        return self.prompt.healed
 
 
 def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, cancel: Cancel,
@@ -128,15 +119,16 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
     compiled = parts.grammars.for_document(req.document, opts)
     prompt, cache_key = request_window(parts, req, opts)
     heal = prompt.healed
-    before_b = req.before.encode()
+    before, after = req.text[: req.cursor], req.text[req.cursor :]
+    before_b = before.encode()
     mode = req.mode or opts.mode
     sampler = Sampler(opts.temperature, opts.top_p, opts.seed)
     max_tokens = req.max_tokens or opts.max_tokens
     if not opts.constrained:
         held = lexeme_before(compiled, before_b)
-        rest = RestOfFile.build(req.before, req.after, mode, parts.scanner, held, heal, 0)
-        return Request(req, opts, compiled, prompt, cache_key, None, None, held, 0, rest, sampler, max_tokens, cancel,
-                       times=times)
+        rest = RestOfFile.build(before, after, mode, parts.scanner, held, heal, 0)
+        return Request(req, opts, before, after, compiled, prompt, heal, cache_key, None, None, held, 0, rest, sampler,
+                       max_tokens, cancel, times=times)
     parser = parts.documents.parser(req.document, compiled)
     try:
         matcher = grammar_matcher(parts, compiled, before_b, prompt, opts, parser)
@@ -149,13 +141,13 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
     held = before_b[st.lexeme_start : len(before_b) - len(heal)]
     depth = st.configs[0].depth if st.configs else 0
     try:
-        rest = RestOfFile.build(req.before, req.after, mode, parts.scanner, held, heal, depth, parser, parsed_before)
+        rest = RestOfFile.build(before, after, mode, parts.scanner, held, heal, depth, parser, parsed_before)
     except (ParseError, LexError) as e:
         log.info("no completion: the text before the cursor does not parse with its typed part (%s)", e)
         return StopReason.NO_CONTINUATION
     guide = names_guide(parts, req, opts, compiled, before_b[: len(before_b) - len(heal)])
-    return Request(req, opts, compiled, prompt, cache_key, matcher, recovery, held, depth, rest, sampler, max_tokens,
-                   cancel, guide, times)
+    return Request(req, opts, before, after, compiled, prompt, heal, cache_key, matcher, recovery, held, depth, rest,
+                   sampler, max_tokens, cancel, guide, times)
 
 
 def steer(r: Request) -> FirstLine:
@@ -201,12 +193,17 @@ def search_again(parts: EngineParts, r: Request, first: Pass, steering, shape: F
     vocab = parts.tokenizer.vocab
     tries = Tries.after(first, r.compiled.tokens, vocab.by_bytes, len(r.heal), parts.stop_tokens, r.max_tokens,
                         steered=steering is not None)
-    while tries is not None and tries.open and not (r.cancel() or r.req.budget.expired()):
+    while tries is not None and tries.open and not stopped(r):
         p = redecode_pass(parts, r, tries, steering, shape)
         if p.offer.cut > 0:
             return replace(p, offer=replace(p.offer, path="redecode"))
         tries = tries.then(p, r.compiled.tokens, vocab.by_bytes)
     return first
+
+
+def stopped(r: Request) -> bool:
+    """The request was cancelled, or its latency budget has run out."""
+    return r.cancel() or r.req.budget.expired()
 
 
 def redecode_pass(parts: EngineParts, r: Request, tries: Tries, steering, shape: FirstLine) -> Pass:

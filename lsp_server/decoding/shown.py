@@ -68,9 +68,8 @@ def typed_through(shown: Shown, before: str, after: str) -> str | None:
         return text
     if typed == text and _line_ended(shown, before, after):
         return ""
-    if not typed or len(typed) >= len(text) or not text.startswith(typed):
-        return None
-    return text[len(typed) :]
+    typed_a_proper_start = typed and len(typed) < len(text) and text.startswith(typed)
+    return text[len(typed) :] if typed_a_proper_start else None
 
 
 def _line_ended(shown: Shown, before: str, after: str) -> bool:

@@ -58,7 +58,8 @@ class RestOfFile:
         `parsed_before` does not parse)."""
         ctx = cursor_context(before, after, mode)
         cursor_depth = scanner.depth_after(held + heal, depth)
-        if ctx.mode == "multi" and (cursor_depth > 0 or scanner.inside_string(held + heal)):
+        in_brackets_or_string = cursor_depth > 0 or scanner.inside_string(held + heal)
+        if ctx.mode == "multi" and in_brackets_or_string:
             # inside brackets or a string, lines end where the physical line does
             ctx = replace(ctx, mode="single")
         line_before = before[before.rfind("\n") + 1 :]
