@@ -141,6 +141,7 @@ class SyntaxlockServer(LanguageServer):
         """The end of the session, however it ended: telemetry saved, the engine stopped."""
         self.telemetry.flush()
         self.contexts.shutdown()
+        self.suggester.close()
         self.host.shutdown()
 
     # --- context blocks (decoding/repo_context) ----------------------------------------------
