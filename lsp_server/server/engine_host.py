@@ -167,7 +167,7 @@ class EngineHost:
                 start = False
             else:
                 engine = None
-                same = self._engine is not None and self._active is not None and not self._active.needs_reload(options)
+                same = self._loaded_for(options)
                 if same:
                     self._active = options  # takes effect with the next completion
                 start = not same and not self._loading
@@ -192,7 +192,7 @@ class EngineHost:
                 if not self._enabled or options is None:
                     self._loading = False
                     return
-                if self._engine is not None and self._active is not None and not self._active.needs_reload(options):
+                if self._loaded_for(options):
                     self._active = options
                     self._loading = False
                     return
@@ -215,8 +215,9 @@ class EngineHost:
                 if not self._enabled or desired is None:
                     self._loading = False
                     return
-                if error is None and (gen == self._gen or not options.needs_reload(desired)):
-                    # loaded; settings that came meanwhile and need no reload just apply
+                # loaded, and still what is wanted: settings that came meanwhile and need no reload just apply
+                wanted = gen == self._gen or not options.needs_reload(desired)
+                if error is None and wanted:
                     old, self._engine, self._active = self._engine, engine, desired
                     self._loading = False
                     gen = self._gen
@@ -242,6 +243,10 @@ class EngineHost:
             else:
                 self._set_status(Status("error", f"cannot load model {options.model!r}: {error}", None), gen)
             return
+
+    def _loaded_for(self, options: EngineOptions) -> bool:
+        """An engine is loaded that `options` can use without a reload (under `_lock`)."""
+        return self._engine is not None and self._active is not None and not self._active.needs_reload(options)
 
     def _describe_short(self) -> str:
         d = self.describe()
@@ -313,7 +318,8 @@ class EngineHost:
         (`cancel()` turns true: the engine stops between decoder layers and keeps what it
         computed). Its result, or None when it did not run."""
         engine, options = self._engine, self._active
-        if engine is None or options is None or self._foreground:
+        ready_and_idle = engine is not None and options is not None and not self._foreground
+        if not ready_and_idle:
             return None
         loop = asyncio.get_running_loop()
 
