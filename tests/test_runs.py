@@ -132,7 +132,8 @@ async def test_a_newer_request_supersedes_the_older_one_in_the_suggester(suggest
     await asyncio.sleep(0)
     assert s.runs.latest("file:///a.py") is first  # the same request: it joins the run
     newer = asyncio.ensure_future(s.suggest("file:///a.py", types.Position(1, 4), None, None))
-    assert await older is None and await again is None  # at once, the engine not yet stopped
+    await until(lambda: older.done() and again.done(), what="the superseded requests to be answered")
+    assert older.result() is None and again.result() is None
     assert first.signal.superseded and telemetry.stats()["superseded"] == 1
     await until(lambda: engine.cancelled == ["file:///a.py"], what="the engine to stop the older run")
     engine.go.set()
@@ -146,7 +147,8 @@ async def test_a_change_supersedes_only_its_documents_run(suggester):
     in_b = asyncio.ensure_future(s.suggest("file:///b.py", types.Position(0, 4), None, None))
     await until(lambda: s.runs.latest("file:///b.py") is not None, what="both runs")
     s.changed("file:///a.py")
-    assert await in_a is None
+    await until(in_a.done, what="the superseded request to be answered")
+    assert in_a.result() is None
     assert s.runs.latest("file:///a.py").signal.superseded and not s.runs.latest("file:///b.py").stopped()
     engine.go.set()
     got = await in_b
