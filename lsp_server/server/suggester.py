@@ -3,8 +3,8 @@
 One suggestion serves both `textDocument/inlineCompletion` and `textDocument/completion`:
 requests for the same document, version, position and selected item share one engine run (an
 editor that asks for both while typing gets one computation), and a request that differs
-supersedes the run still going for that document (`runs.Runs`: one run per document). A suggestion is only returned for the
-document version the request was made on. Each request has the latency budget of the settings
+supersedes the run still going for that document (`runs.Runs`: one run per document). A
+suggestion is only returned for the document version the request was made on. Each request has the latency budget of the settings
 (`latencyBudgetMs`, from when it arrived): an answer the budget cut is continued in the
 background (`WorkAhead.continued`).
 """
