@@ -15,6 +15,7 @@ import pytest
 from lsp_server.decoding.results import CompletionRequest, CompletionResult, Figures
 from lsp_server.server.documents import MAX_DOCUMENT_BYTES, DocumentError, DocumentStore
 from lsp_server.server.engine_host import EngineHost, Status
+from lsp_server.server.runs import Runs, StopSignal
 from lsp_server.options import EngineOptions
 from lsp_server.server.settings import ENGINE_KEYS, ServerOptions
 from lsp_server.server.telemetry import Telemetry, read_totals
@@ -214,31 +215,34 @@ async def test_host_superseding_and_cancellation():
     host.configure(EngineOptions(model="m"))
     await until(lambda: host.ready)
     req = CompletionRequest.at("x = ", 0, 4, document="u")
-    # a newer ticket for the same document stops the older run within a step
-    t1 = host.ticket("u", 1)
-    first = asyncio.ensure_future(host.complete(req, t1))
+    runs = Runs()
+
+    def complete(stop):
+        return host.complete(req, stop)
+
+    # a newer run of the same document stops the older one within a step
+    r1 = runs.start("u", 1, complete)
     await until(lambda: loaded[0].started == 1, what="the first run to begin")
-    t2 = host.ticket("u", 2)
-    assert t1.superseded and t1.stopped() and not t2.stopped()
-    r1 = await first
-    assert r1.stop_reason == "cancelled" and r1.figures.tokens_generated < 50
+    r2 = runs.start("u", 2, complete)
+    assert r1.signal.superseded and r1.stopped() and not r2.stopped()
+    first = await r1.task
+    assert first.stop_reason == "cancelled" and first.figures.tokens_generated < 50
     # another document is not touched
-    other = host.ticket("v", 1)
-    assert not t2.stopped() and not other.stopped()
-    r2 = await host.complete(req, t2)
-    assert r2.text == "x"
-    # cancelling the awaiting task stops its ticket
-    t3 = host.ticket("u", 3)
-    task = asyncio.ensure_future(host.complete(req, t3))
+    other = runs.start("v", 1, lambda stop: asyncio.sleep(0))
+    assert not r2.stopped() and not other.stopped()
+    assert (await r2.task).text == "x"
+    # cancelling the awaiting task stops its run
+    stop = StopSignal()
+    task = asyncio.ensure_future(host.complete(req, stop))
     await until(lambda: loaded[0].started == 3, what="the third run to begin")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert t3.stopped() and not t3.superseded
+    assert stop.is_set() and not stop.superseded
     await until(lambda: loaded[0].ran[-1][0] == "cancelled")
     # options that need no reload reach the next run without a new engine
     host.configure(EngineOptions(model="m", max_tokens=9))
-    await host.complete(req, host.ticket("u", 4))
+    await host.complete(req, StopSignal())
     assert loaded[0].ran[-1] == ("done", 9) and len(loaded) == 1
     host.forget("u")
     assert loaded[0].forgotten == ["u"]
@@ -246,31 +250,39 @@ async def test_host_superseding_and_cancellation():
 
 
 async def test_a_request_joins_a_run_only_when_it_asks_the_same_and_can_be_answered():
-    """`Job.answers`: the same key, not stopped, and running or done with a result that was not
-    cut by the budget; `Job.running`: started, not finished, not stopped."""
-    from lsp_server.server.engine_host import Ticket
-    from lsp_server.server.suggester import Job
+    """`joins`: the same request, not stopped, and running or done with a result that was not
+    cut by the budget; `Run.running`: not finished, not stopped."""
+    from lsp_server.server.suggester import joins
 
-    def job(result=None, done=True, key=("k",)):
-        j = Job(key, Ticket("u", 1), "x = ")
-        loop = asyncio.get_running_loop()
-        j.task = loop.create_future()
+    gate = asyncio.Event()
+
+    async def run_of(result=None, done=True, asks=("k",)):
+        async def work(stop):
+            if not done:
+                await gate.wait()
+            return result
+
+        run = Runs().start("u", asks, work)
         if done:
-            j.task.set_result(result)
-        return j
+            await run.task
+        return run
 
     answer = CompletionResult("1", 4, 4, "eos", "single", True)
-    assert job(answer).answers(("k",)) and not job(answer).answers(("other",))
-    assert not job(None).answers(("k",))  # stopped or failed: no result to give again
-    assert not job(dataclasses.replace(answer, budget_cut=True)).answers(("k",))
-    running = job(done=False)
-    assert running.answers(("k",)) and running.running()
-    running.ticket.stop()
-    assert not running.answers(("k",)) and not running.running()
-    cancelled = job(done=False)
+    assert joins(await run_of(answer), ("k",)) and not joins(await run_of(answer), ("other",))
+    assert not joins(None, ("k",))
+    assert not joins(await run_of(None), ("k",))  # stopped or failed: no result to give again
+    assert not joins(await run_of(dataclasses.replace(answer, budget_cut=True)), ("k",))
+    running = await run_of(done=False)
+    assert joins(running, ("k",)) and running.running()
+    running.stop()
+    assert not joins(running, ("k",)) and not running.running()
+    cancelled = await run_of(done=False)
     cancelled.task.cancel()
-    assert not cancelled.answers(("k",)) and not cancelled.running()
-    assert not job(answer).running()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled.task
+    assert not joins(cancelled, ("k",)) and not cancelled.running()
+    assert not (await run_of(answer)).running()
+    gate.set()
 
 
 def test_cli_serve_arguments():

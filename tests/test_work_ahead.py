@@ -17,6 +17,7 @@ from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, w
 from lsp_server.model.prompt_cache import MB, PromptCache
 from lsp_server.options import EngineOptions
 from lsp_server.server.engine_host import EngineHost
+from lsp_server.server.runs import StopSignal
 from lsp_server.server.work_ahead import after_enter, end_of_insert, parse_cursor
 
 from scripted_model import CountingCache, ScriptedRuntime
@@ -288,7 +289,7 @@ async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
     job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
     await asyncio.to_thread(engines[0].started.wait, 10)
     req = CompletionRequest.at("x = ", 0, 4, document="u")
-    result = await host.complete(req, host.ticket("u", 1))
+    result = await host.complete(req, StopSignal())
     assert result.text == "x"
     assert await job == "stopped" and engines[0].prefills == ["stopped"]
     assert idle == [True]  # the work-ahead hears that the requests are done
@@ -296,7 +297,7 @@ async def test_background_work_stops_for_a_request_and_never_runs_beside_one():
     gate = threading.Event()
     engines[0].complete = lambda r, cancel, options=None: gate.wait(10) and CompletionResult(
         "y", 4, 4, "line-end", "single", True)
-    running = asyncio.ensure_future(host.complete(req, host.ticket("u", 2)))
+    running = asyncio.ensure_future(host.complete(req, StopSignal()))
     await until(lambda: host.busy, what="the request to be queued")
     assert await host.background(lambda e, o, c: e.prefill(None, c, o), "u") is None
     gate.set()
@@ -340,10 +341,10 @@ async def test_a_typed_through_answer_does_not_wait_for_background_work():
     host, engines = await ready_host(TypingEngine)
     job = asyncio.ensure_future(host.background(lambda e, o, c: e.prefill(None, c, o), "u"))
     await asyncio.to_thread(engines[0].started.wait, 10)
-    result = await host.complete(CompletionRequest.at("x = ", 0, 4, document="u"), host.ticket("u", 1))
+    result = await host.complete(CompletionRequest.at("x = ", 0, 4, document="u"), StopSignal())
     assert result.text == "rest" and result.typed_through == 2
     assert not job.done() and engines[0].prefills == []  # still running, not stopped
-    other = await host.complete(CompletionRequest.at("x = 1", 0, 5, document="u"), host.ticket("u", 2))
+    other = await host.complete(CompletionRequest.at("x = 1", 0, 5, document="u"), StopSignal())
     assert other.text == "x"  # the model's path: it stopped the background job
     assert await job == "stopped"
     host.shutdown()

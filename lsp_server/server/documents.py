@@ -94,6 +94,11 @@ class DocumentStore:
     def get(self, uri: str) -> Document | None:
         return self._docs.get(uri)
 
+    def usable(self, uri: str) -> Document | None:
+        """The open document, unless it was refused (too large, not UTF-8, ...)."""
+        doc = self._docs.get(uri)
+        return None if doc is None or doc.refused else doc
+
     def describe(self) -> dict[str, dict]:
         return {uri: doc.describe() for uri, doc in self._docs.items()}
 

@@ -1,19 +1,19 @@
 """The engine's home in the server: background loading, one completion at a time on a worker
-thread, cancellation and superseding.
+thread, stopping.
 
     host = EngineHost(on_status)              # on_status(Status) may be called from any thread
     host.configure(options, enabled=True)     # loads (or reloads) in the background
-    ticket = host.ticket(uri, version)        # stops the previous ticket of the same document
-    result = await host.complete(request, ticket)   # None: not ready, or stopped before it ran
+    result = await host.complete(request, stop)   # None: not ready, or stopped before it ran
 
     done = await host.background(job, uri)    # work ahead: job(engine, options, cancel) when idle
 
-A ticket is stopped by the client (`$/cancelRequest` cancels the awaiting task, which stops its
-ticket) or by a newer request for the same document (`superseded`). Background work (a prefill
-or a prefetch made ahead of the user) runs only while no request is queued or running, and a
-request stops it at once (its `cancel()` turns true), so the request waits at most for one
-decoder layer of it. The engine polls the ticket
-between decoding steps, so a stopped request ends within one step. While a new model loads, the
+A request runs with the stop signal of its run (`runs.py`: the suggester's run of the document,
+stopped by the client's `$/cancelRequest` or superseded by a newer request); cancelling the task
+that awaits `complete` stops it too. Background work (a prefill or a prefetch made ahead of the
+user) runs only while no request is queued or running, one job at a time (a new one supersedes
+the previous), and a request stops it at once (its `cancel()` turns true), so the request waits
+at most for one decoder layer of it. The engine polls the stop signal between decoding steps, so
+a stopped request ends within one step. While a new model loads, the
 previous engine keeps answering; if the new one fails to load, the previous one stays and the
 status says why.
 """
@@ -24,18 +24,19 @@ import asyncio
 import gc
 import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from collections.abc import Callable
 
-from ..decoding.engine import CompletionRequest, CompletionResult
+from ..decoding.results import CompletionRequest, CompletionResult
 from ..model.memory_parts import (array_bytes, heap_usage, mapped_parts, model_bytes, parse_cache_lines,
                                   process_memory)
 from ..options import EngineOptions
+from .runs import CANCELLED, Runs, StopSignal
 
 log = logging.getLogger(__name__)
 
+BACKGROUND = "background work"  # the one key of the host's background runs: one job at a time
 STATES = ("loading", "ready", "error", "disabled")
 
 
@@ -48,29 +49,6 @@ class Status:
 
     def to_json(self) -> dict:
         return {"state": self.state, "message": self.message, "percentage": self.percentage}
-
-
-class Ticket:
-    """One completion request's right to run; `stopped()` is the engine's cancel callback."""
-
-    __slots__ = ("uri", "version", "superseded", "stopped_at", "started_at", "_stop")
-
-    def __init__(self, uri: str, version: int | None) -> None:
-        self.uri = uri
-        self.version = version
-        self.superseded = False
-        self.stopped_at: float | None = None  # time.perf_counter() of the stop
-        self.started_at: float | None = None  # time.perf_counter() when the worker thread took it up
-        self._stop = threading.Event()
-
-    def stop(self, superseded: bool = False) -> None:
-        if not self._stop.is_set():
-            self.superseded = superseded
-            self.stopped_at = time.perf_counter()
-            self._stop.set()
-
-    def stopped(self) -> bool:
-        return self._stop.is_set()
 
 
 Loader = Callable[[EngineOptions, Callable[[str, float | None], None]], object]
@@ -134,9 +112,8 @@ class EngineHost:
         self._loading = False
         self._status = Status("loading", "starting", None)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="syntaxlock-complete")
-        self._tickets: dict[str, Ticket] = {}
         self._foreground = 0  # requests queued or running (changed on the event loop only)
-        self._background: Ticket | None = None  # the background job queued or running
+        self._background = Runs()  # the background job queued or running, under BACKGROUND
         self._idle_listeners: list[Callable[[], None]] = []
 
     # --- state -------------------------------------------------------------------------------
@@ -190,7 +167,7 @@ class EngineHost:
                 start = False
             else:
                 engine = None
-                same = self._engine is not None and self._active is not None and not self._active.needs_reload(options)
+                same = self._loaded_for(options)
                 if same:
                     self._active = options  # takes effect with the next completion
                 start = not same and not self._loading
@@ -215,7 +192,7 @@ class EngineHost:
                 if not self._enabled or options is None:
                     self._loading = False
                     return
-                if self._engine is not None and self._active is not None and not self._active.needs_reload(options):
+                if self._loaded_for(options):
                     self._active = options
                     self._loading = False
                     return
@@ -238,8 +215,9 @@ class EngineHost:
                 if not self._enabled or desired is None:
                     self._loading = False
                     return
-                if error is None and (gen == self._gen or not options.needs_reload(desired)):
-                    # loaded; settings that came meanwhile and need no reload just apply
+                # loaded, and still what is wanted: settings that came meanwhile and need no reload just apply
+                wanted = gen == self._gen or not options.needs_reload(desired)
+                if error is None and wanted:
                     old, self._engine, self._active = self._engine, engine, desired
                     self._loading = False
                     gen = self._gen
@@ -266,29 +244,22 @@ class EngineHost:
                 self._set_status(Status("error", f"cannot load model {options.model!r}: {error}", None), gen)
             return
 
+    def _loaded_for(self, options: EngineOptions) -> bool:
+        """An engine is loaded that `options` can use without a reload (under `_lock`)."""
+        return self._engine is not None and self._active is not None and not self._active.needs_reload(options)
+
     def _describe_short(self) -> str:
         d = self.describe()
         return f"model {d['model']} on {d['device']}"
 
     # --- completions -------------------------------------------------------------------------
-    def ticket(self, uri: str, version: int | None) -> Ticket:
-        """A ticket for a new request on `uri`; the previous one of that document is superseded."""
-        new = Ticket(uri, version)
-        old = self._tickets.get(uri)
-        self._tickets[uri] = new
-        if old is not None:
-            old.stop(superseded=True)
-        return new
-
-    def release(self, ticket: Ticket) -> None:
-        if self._tickets.get(ticket.uri) is ticket:
-            del self._tickets[ticket.uri]
-
-    async def complete(self, request: CompletionRequest, ticket: Ticket) -> CompletionResult | None:
-        """Run the request on the worker thread. None when no engine is ready or the ticket was
-        stopped before the engine started; asyncio cancellation stops the ticket."""
+    async def complete(self, request: CompletionRequest, stop: StopSignal,
+                       on_start: Callable[[], None] = lambda: None) -> CompletionResult | None:
+        """Run the request on the worker thread (`on_start()` there when the thread takes it up)
+        until `stop` is set. None when no engine is ready or it was stopped before the engine
+        started; asyncio cancellation stops it."""
         engine, options = self._engine, self._active
-        if engine is None or ticket.stopped():
+        if engine is None or stop.is_set():
             return None
         # the rest of a suggestion being typed through needs no model: answered here, at once,
         # not behind the worker's background chunk
@@ -298,22 +269,21 @@ class EngineHost:
             return typed
 
         def work() -> CompletionResult | None:
-            ticket.started_at = time.perf_counter()
-            if ticket.stopped():
+            on_start()
+            if stop.is_set():
                 return None
-            result = engine.complete(request, cancel=ticket.stopped, options=options)
+            result = engine.complete(request, cancel=stop.is_set, options=options)
             self._engine_health(engine)
             return result
 
         self._foreground += 1
-        if self._background is not None:
-            self._background.stop()  # the request comes first
+        self.stop_background()  # the request comes first
         try:
             fut = asyncio.get_running_loop().run_in_executor(self._executor, work)
             try:
                 return await fut
             except asyncio.CancelledError:
-                ticket.stop()
+                stop.stop(CANCELLED)
                 raise
         finally:
             self._foreground -= 1
@@ -348,32 +318,26 @@ class EngineHost:
         (`cancel()` turns true: the engine stops between decoder layers and keeps what it
         computed). Its result, or None when it did not run."""
         engine, options = self._engine, self._active
-        if engine is None or options is None or self._foreground:
+        ready_and_idle = engine is not None and options is not None and not self._foreground
+        if not ready_and_idle:
             return None
-        if self._background is not None:
-            self._background.stop()
-        ticket = self._background = Ticket(uri, None)
+        loop = asyncio.get_running_loop()
 
-        def cancel() -> bool:
-            return ticket.stopped() or self._foreground > 0
+        def work(stop: StopSignal):
+            def cancel() -> bool:
+                return stop.is_set() or self._foreground > 0
 
-        def work():
-            if cancel():
-                return None
-            return job(engine, options, cancel)
+            return None if cancel() else job(engine, options, cancel)
 
+        run = self._background.start(BACKGROUND, uri, lambda stop: loop.run_in_executor(self._executor, work, stop))
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+            return await run.task
         except asyncio.CancelledError:
-            ticket.stop()
+            run.signal.stop(CANCELLED)  # the task is cancelled (done): the worker thread's job is not
             raise
-        finally:
-            if self._background is ticket:
-                self._background = None
 
     def stop_background(self) -> None:
-        if self._background is not None:
-            self._background.stop()
+        self._background.stop(BACKGROUND)
 
     def cache_report(self) -> dict:
         """The KV caches held: documents, megabytes, tokens reused and computed so far."""
@@ -400,9 +364,7 @@ class EngineHost:
         return out
 
     def forget(self, uri: str) -> None:
-        ticket = self._tickets.pop(uri, None)
-        if ticket is not None:
-            ticket.stop()
+        """The document closed: the engine drops what it keeps for it."""
         engine = self._engine
         if engine is not None:
             try:
@@ -414,8 +376,5 @@ class EngineHost:
         with self._lock:
             self._gen += 1
             self._enabled = False
-        for t in list(self._tickets.values()):
-            t.stop()
-        self._tickets.clear()
         self.stop_background()
         self._executor.shutdown(wait=False, cancel_futures=True)

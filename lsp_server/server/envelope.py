@@ -61,6 +61,11 @@ def usable_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def _answerable_request(m: Any) -> bool:
+    """A batch's item that a rejection can answer: a request with a usable id."""
+    return isinstance(m, dict) and "method" in m and usable_id(m.get("id"))
+
+
 def read_envelopes(body: bytes) -> list[Envelope | Rejection]:
     """The message in `body` (one item), or the errors that answer it."""
     try:
@@ -74,7 +79,7 @@ def read_envelopes(body: bytes) -> list[Envelope | Rejection]:
     if isinstance(value, list):
         if not value:
             return [Rejection(INVALID_REQUEST, "Invalid Request: an empty array", None)]
-        ids = [m["id"] for m in value if isinstance(m, dict) and "method" in m and usable_id(m.get("id"))]
+        ids = [m["id"] for m in value if _answerable_request(m)]
         why = "Invalid Request: batches are not part of LSP"
         return [Rejection(INVALID_REQUEST, why, i) for i in ids] or [Rejection(INVALID_REQUEST, why, None)]
     if not isinstance(value, dict):
@@ -97,7 +102,8 @@ def envelope_of(data: dict[str, Any]) -> Envelope | Rejection:
     if data.get("jsonrpc") != JSONRPC_VERSION:
         have = repr(data["jsonrpc"])[:40] if "jsonrpc" in data else "missing"
         return reject(f"jsonrpc must be {JSONRPC_VERSION!r}, not {have}")
-    if has_id and not good_id and not (is_response and msg_id is None):
+    null_response_id = is_response and msg_id is None  # JSON-RPC's answer to a message it could not read
+    if has_id and not good_id and not null_response_id:
         return reject(f"an id must be an integer or a string, not {json.dumps(msg_id)[:40]}")
     if is_response:
         if not has_id:
@@ -107,6 +113,7 @@ def envelope_of(data: dict[str, Any]) -> Envelope | Rejection:
         return reject("no method")
     if not isinstance(data["method"], str):
         return reject(f"the method must be a string, not {json.dumps(data['method'])[:40]}")
-    if "params" in data and data["params"] is not None and not isinstance(data["params"], (dict, list)):
+    params = data.get("params")
+    if params is not None and not isinstance(params, (dict, list)):
         return reject("params must be an object or an array")
     return Envelope(Kind.REQUEST if has_id else Kind.NOTIFICATION, data, msg_id if has_id else None)

@@ -120,9 +120,10 @@ class FrameParser:
         out: list[Event] = []
         while self._step(out):
             pass
-        if self._in_body and self._worth_parsing() and _complete_json(self._buf):
-            # the whole message is here but its Content-Length asks for more (or was unusable):
-            # take it now rather than wait for bytes that may never come
+        # the whole message is here but its Content-Length asks for more (or was unusable):
+        # take it now rather than wait for bytes that may never come
+        whole_message_here = self._in_body and self._worth_parsing() and _complete_json(self._buf)
+        if whole_message_here:
             body = bytes(self._buf)
             self._buf.clear()
             out.append(Frame(body, self._problem or (
@@ -139,9 +140,11 @@ class FrameParser:
         buf, c = self._buf, self._counted
         self._depth += buf.count(b"{", c) + buf.count(b"[", c) - buf.count(b"}", c) - buf.count(b"]", c)
         self._counted = n = len(buf)
-        if not _ends_like_json(buf) or (self._expected is not None and self._expected - n <= _LINE_END_SLACK):
+        may_get_its_line_end = self._expected is not None and self._expected - n <= _LINE_END_SLACK
+        if not _ends_like_json(buf) or may_get_its_line_end:
             return False
-        if n > _SMALL_BODY and (self._depth != 0 or n < 2 * self._checked_at):
+        unbalanced_or_soon = self._depth != 0 or n < 2 * self._checked_at
+        if n > _SMALL_BODY and unbalanced_or_soon:
             return False
         self._checked_at = n
         return True
@@ -194,7 +197,8 @@ class FrameParser:
         start = max(0, self._scanned - _ANCHOR_MAX)
         stop = len(buf) if self._expected is None else min(len(buf), self._expected + _ANCHOR_MAX)
         m = find_anchor(buf, start, stop)
-        if m is not None and (self._expected is None or m.start() < self._expected):
+        header_in_body = m is not None and (self._expected is None or m.start() < self._expected)
+        if header_in_body:
             body = bytes(buf[: m.start()])
             del buf[: m.start()]
             problem = self._problem or f"Content-Length {self._expected} runs into the next frame's header"

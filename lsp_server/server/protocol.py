@@ -129,6 +129,10 @@ class RobustProtocol(LanguageServerProtocol):
         if r.answer:
             self.send_error(r.id, r.code, r.message + where)
 
+    def _takes_notification(self, method: str) -> bool:
+        """Notifications are handled while the server runs; exit at any time."""
+        return method == types.EXIT or self.lifecycle is Lifecycle.RUNNING
+
     def send_error(self, msg_id, code: int, message: str) -> None:
         if msg_id is None:  # lsprotocol's converter would leave out a null id, which JSON-RPC requires
             self._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
@@ -149,7 +153,7 @@ class RobustProtocol(LanguageServerProtocol):
                 self.send_error(env.id, INVALID_REQUEST,
                                 f"Invalid Request: {method} after shutdown (only exit is handled now)")
                 return
-        elif env.kind is Kind.NOTIFICATION and method != types.EXIT and self.lifecycle is not Lifecycle.RUNNING:
+        elif env.kind is Kind.NOTIFICATION and not self._takes_notification(method):
             log.info("dropped the notification %s: the server is %s", method, self.lifecycle.value)
             return
         message = self._structure(env)

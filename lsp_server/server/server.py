@@ -30,6 +30,7 @@ from ..decoding.repo_context import RepoContexts
 from . import transport
 from .documents import DocumentError, DocumentStore
 from .engine_host import EngineHost, Status
+from .load_progress import LoadProgress
 from .protocol import RobustProtocol
 from .suggester import Received, Suggester, completion_items, inline_items
 from .settings import SECTION, ServerOptions
@@ -118,9 +119,7 @@ class SyntaxlockServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pending_problems: list[str] = []
         self._last_status: Status | None = None
-        self._progress_token: str | None = None
-        self._progress_created = False
-        self._progress_seq = 0
+        self.load_progress = LoadProgress(self, last_status=lambda: self._last_status)
 
     # --- the session ---------------------------------------------------------------------------
     def start_io(self, stdin=None, stdout=None) -> int:
@@ -141,14 +140,15 @@ class SyntaxlockServer(LanguageServer):
         """The end of the session, however it ended: telemetry saved, the engine stopped."""
         self.telemetry.flush()
         self.contexts.shutdown()
+        self.suggester.close()
         self.host.shutdown()
 
     # --- context blocks (decoding/repo_context) ----------------------------------------------
     def context_ahead(self, uri: str, line: int | None = None) -> None:
         """Make the document's context block for the cursor at `line` (the last one reported
         when None) on the contexts' thread, unless it is made."""
-        doc = self.documents.get(uri)
-        if doc is None or doc.refused or not self.options.enabled:
+        doc = self.documents.usable(uri)
+        if doc is None or not self.options.enabled:
             return
         if line is None:
             line = self._context_lines.get(uri, 0)
@@ -228,13 +228,12 @@ class SyntaxlockServer(LanguageServer):
             kind = types.MessageType.Error if status.state == "error" else types.MessageType.Info
             pct = f" ({status.percentage}%)" if status.percentage is not None and status.state == "loading" else ""
             self.report(f"syntaxlock {status.state}: {status.message}{pct}", kind)
-        if status.state == "error" and (last is None or last.message != status.message):
-            self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
-        elif status.reverted is not None:
+        new_error = status.state == "error" and (last is None or last.message != status.message)
+        if new_error or status.reverted is not None:
             self.show(f"syntaxlock: {status.message}", types.MessageType.Error)
         # the work-done progress before the status too: a client that sees "ready" has seen the
         # progress end (unless it had not yet answered the progress token's creation)
-        self._progress(status)
+        self.load_progress.update(status)
         try:
             self.protocol.notify(STATUS_NOTIFICATION, status.to_json())
         except Exception:
@@ -244,51 +243,6 @@ class SyntaxlockServer(LanguageServer):
         item = getattr(getattr(getattr(self.client_capabilities, "text_document", None), "completion", None),
                        "completion_item", None)
         return types.MarkupKind.Markdown in (getattr(item, "documentation_format", None) or ())
-
-    def _supports_progress(self) -> bool:
-        caps = self.protocol.client_capabilities if hasattr(self.protocol, "client_capabilities") else None
-        window = getattr(caps, "window", None)
-        return bool(getattr(window, "work_done_progress", False))
-
-    def _progress(self, status: Status) -> None:
-        """Mirror loading in `$/progress` work-done reports (when the client supports them)."""
-        if not self._supports_progress():
-            return
-        if status.state == "loading":
-            if self._progress_token is None:
-                self._progress_seq += 1
-                token = self._progress_token = f"syntaxlock-load-{self._progress_seq}"
-                self._progress_created = False
-                asyncio.ensure_future(self._create_progress(token))
-            elif self._progress_created:
-                self.work_done_progress.report(
-                    self._progress_token,
-                    types.WorkDoneProgressReport(message=status.message, percentage=status.percentage),
-                )
-        elif self._progress_token is not None:
-            token, created = self._progress_token, self._progress_created
-            self._progress_token = None
-            if created:
-                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=status.message))
-
-    async def _create_progress(self, token: str) -> None:
-        try:
-            await self.work_done_progress.create_async(token)
-        except Exception as e:
-            log.info("the client refused a progress token: %s", e)
-            if self._progress_token == token:
-                self._progress_token = None
-            return
-        status = self._last_status or Status("loading", "loading")
-        self.work_done_progress.begin(
-            token,
-            types.WorkDoneProgressBegin(title="syntaxlock", message=status.message, percentage=status.percentage or 0,
-                                        cancellable=False),
-        )
-        if self._progress_token == token:
-            self._progress_created = True
-        else:  # loading finished before the client answered
-            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=status.message))
 
 
 # --- feature handlers ------------------------------------------------------------------------

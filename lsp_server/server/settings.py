@@ -50,6 +50,21 @@ SERVER_FLOAT_RANGES = {"context_share": (0.0, MAX_SHARE)}
 _INT_FIELDS = {"max_tokens", "context_tokens", "first_window_tokens", "seed", "cache_memory_mb"}
 
 
+def _whole_float(value) -> bool:
+    """JSON's 32.0: an integer a client meant (not 1e300, which is none)."""
+    return isinstance(value, float) and value.is_integer() and abs(value) <= 2**53
+
+
+def _int_in(value, lo: int, hi: int) -> bool:
+    """An integer (not a bool) from `lo` to `hi`."""
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _number_in(value, lo: float, hi: float) -> bool:
+    """A number (not a bool) from `lo` to `hi`."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     enabled: bool = True  # False: no engine loaded, no completions (state "disabled")
@@ -96,10 +111,10 @@ class ServerOptions:
                 name = SERVER_INT_KEYS[key]
                 if value is None:
                     value = getattr(ServerOptions, name)
-                if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+                if _whole_float(value):
                     value = int(value)
                 lo, hi = SERVER_INT_RANGES[name]
-                if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                if not _int_in(value, lo, hi):
                     problems.append(f"{SECTION}.{key} must be an integer from {lo} to {hi}, not {value!r}; "
                                     f"keeping {getattr(opts, name)!r}")
                     continue
@@ -109,7 +124,7 @@ class ServerOptions:
                 if value is None:
                     value = getattr(ServerOptions, name)
                 lo, hi = SERVER_FLOAT_RANGES[name]
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+                if not _number_in(value, lo, hi):
                     problems.append(f"{SECTION}.{key} must be a number from {lo:g} to {hi:g}, not {value!r}; "
                                     f"keeping {getattr(opts, name)!r}")
                     continue
@@ -118,8 +133,8 @@ class ServerOptions:
                 name = ENGINE_KEYS[key]
                 if value is None:
                     value = getattr(defaults_engine, name)
-                if name in _INT_FIELDS and isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-                    value = int(value)  # JSON's 32.0; not 1e300, which is no integer a client meant
+                if name in _INT_FIELDS and _whole_float(value):
+                    value = int(value)
                 try:
                     engine = opts.engine.updated(**{name: value})
                 except OptionError as e:

@@ -3,8 +3,8 @@
 One suggestion serves both `textDocument/inlineCompletion` and `textDocument/completion`:
 requests for the same document, version, position and selected item share one engine run (an
 editor that asks for both while typing gets one computation), and a request that differs
-supersedes the run still going for that document. A suggestion is only returned for the
-document version the request was made on. Each request has the latency budget of the settings
+supersedes the run still going for that document (`runs.Runs`: one run per document). A
+suggestion is only returned for the document version the request was made on. Each request has the latency budget of the settings
 (`latencyBudgetMs`, from when it arrived): an answer the budget cut is continued in the
 background (`WorkAhead.continued`).
 """
@@ -14,19 +14,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from collections.abc import Callable, Hashable
 
 from lsprotocol import types
 
 from ..decoding.budget import Budget
-from ..decoding.engine import CompletionRequest, CompletionResult
+from ..decoding.results import CompletionRequest, CompletionResult
 from ..decoding.request_times import log_text
 from ..decoding.stopping.decision import StopReason
 from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
 from .documents import DocumentStore
-from .engine_host import EngineHost, Ticket
+from .engine_host import EngineHost
+from .runs import CANCELLED, Run, Runs, StopSignal
 from .telemetry import Telemetry
 from .work_ahead import WorkAhead, end_of_insert
 
@@ -57,32 +58,32 @@ class Suggestion:
     latency_ms: float
 
 
-@dataclass
-class Job:
-    """One engine run, shared by the requests that ask for exactly the same thing."""
+def joins(run: Run | None, asks: Hashable) -> bool:
+    """Whether a request that asks `asks` joins `run` instead of starting one: the same request,
+    not stopped, still running or done with a result to give again."""
+    if run is None or run.asks != asks or run.stopped():
+        return False
+    return not run.task.done() or gave_a_whole_answer(run.task)
 
-    key: tuple
-    ticket: Ticket
-    engine_text: str  # the document as the engine reads it ("\n" line ends): the result's offsets are in it
-    task: asyncio.Task | None = None
-    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set when superseded or forgotten
-    waiters: int = 0
-    counted: bool = False  # its superseding was counted
-    suggestion: Suggestion | None = None
 
-    def running(self) -> bool:
-        """Its run has started and neither finished nor been stopped."""
-        return not self.ticket.stopped() and self.task is not None and not self.task.done()
+def gave_a_whole_answer(task: asyncio.Future) -> bool:
+    """A finished run's task has an answer to give again: not a failed or stopped run (None), not
+    one the budget cut (the engine has its continuation, or is making it)."""
+    if task.cancelled():
+        return False
+    result = task.result()
+    return result is not None and not result.budget_cut
 
-    def answers(self, key: tuple) -> bool:
-        """Whether a request for `key` joins this run instead of starting one: the same request,
-        not stopped, still running or done with a result to give again (not a failed run, and not
-        one the budget cut: the engine has its continuation, or is making it)."""
-        if self.key != key or self.ticket.stopped():
-            return False
-        if not self.task.done():
-            return True
-        return not self.task.cancelled() and self.task.result() is not None and not self.task.result().budget_cut
+
+def no_answer(result: CompletionResult | None, stop: StopSignal) -> bool:
+    """The run gives no answer: stopped before the engine started it (or none was ready), while
+    it decoded, or just after."""
+    return result is None or result.stop_reason == StopReason.CANCELLED or stop.is_set()
+
+
+def lf_offset(text: str, offset: int) -> int:
+    """`offset` in `text` as an offset in the text with "\n" line ends (as the engine reads it)."""
+    return offset if text.find("\r", 0, offset) < 0 else len(to_lf(text[:offset]))
 
 
 def _pos(p: tuple[int, int]) -> types.Position:
@@ -103,7 +104,9 @@ class Suggester:
         self.enabled = enabled  # the user's setting, read at each request
         self.work_ahead = work_ahead
         self.budget_ms = budget_ms  # the user's latency budget, read at each request (0: none)
-        self._jobs: dict[str, Job] = {}
+        self.runs = Runs(superseded=self._superseded)  # the engine run of each document
+        self._waiting: Counter[int] = Counter()  # requests waiting per run (its ticket)
+        self._made: dict[str, tuple[int, Suggestion]] = {}  # per document: the latest suggestion, its run's ticket
         self._shown: OrderedDict[str, tuple[str, str, Suggestion]] = OrderedDict()  # id -> (uri, text, s)
 
     def accepted(self, sid) -> tuple[str, str, tuple[int, int], bool] | None:
@@ -123,18 +126,21 @@ class Suggester:
                 end_of_insert((s.range.start.line, s.range.start.character), s.text), s.result.budget_cut)
 
     def forget(self, uri: str) -> None:
-        job = self._jobs.pop(uri, None)
-        if job is not None:
-            job.ticket.stop()
-            job.stopped.set()
+        self.runs.forget(uri)
+        self._made.pop(uri, None)
 
     def changed(self, uri: str) -> None:
         """The document changed: a run for the older version is superseded (its result could
         only be stale)."""
-        job = self._jobs.get(uri)
-        if job is not None and job.running():
-            job.ticket.stop(superseded=True)
-            job.stopped.set()
+        self.runs.supersede(uri)
+
+    def close(self) -> None:
+        """The server stops: every run stops."""
+        self.runs.stop_all()
+
+    def _superseded(self, run: Run) -> None:
+        if self._waiting[run.ticket]:  # the requests waiting for it get no suggestion
+            self.telemetry.count("superseded")
 
     async def suggest(
         self,
@@ -186,41 +192,18 @@ class Suggester:
             cursor = a + len(selected.text)
             shift = len(selected.text) - (b - a)
             sel_range = (a, b)
-        key = (version, cursor, selected.text if selected else None, sel_range)
+        asks = (version, cursor, selected.text if selected else None, sel_range)
+        # the engine reads "\n" line ends and offsets in that text: the one conversion of the document
+        lf = doc.lf_text if selected is None else to_lf(text)
 
-        job = self._jobs.get(uri)
-        if job is None or not job.answers(key):
-            old = job
-            # the engine reads "\n" line ends and offsets in that text: the one conversion of the cursor
-            lf = doc.lf_text if selected is None else to_lf(text)
-            job = Job(key, self.host.ticket(uri, version), lf)  # stops the previous ticket of uri
-            self._jobs[uri] = job
-            if old is not None:
-                old.stopped.set()
-            no_cr = lf is text  # to_lf gives the text itself back where it holds no "\r": same offsets
-            request = CompletionRequest(lf, cursor=cursor if no_cr else len(to_lf(text[:cursor])), document=uri,
+        run = self.runs.latest(uri)
+        if not joins(run, asks):
+            request = CompletionRequest(lf, cursor=lf_offset(text, cursor), document=uri,
                                         workspace=self.documents.workspace(uri),
                                         budget=Budget.of(self.budget_ms(), start=t0))
-            job.task = asyncio.ensure_future(self._run(request, job, t0))
-        job.waiters += 1
-        stop = asyncio.ensure_future(job.stopped.wait())
-        try:
-            # the run's result, or None at once when a newer request supersedes this one
-            await asyncio.wait((job.task, stop), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            job.waiters -= 1
-            if job.waiters == 0 and not job.task.done():
-                job.ticket.stop()
-            self.telemetry.count("cancelled")
-            raise
-        finally:
-            stop.cancel()
-        job.waiters -= 1
-        result = job.task.result() if job.task.done() and not job.stopped.is_set() else None
+            run = self.runs.start(uri, asks, lambda stop: self._run(request, stop, t0))
+        result = await self._outcome(run)
         if result is None:
-            if job.ticket.superseded and not job.counted:
-                job.counted = True
-                self.telemetry.count("superseded")
             return None
         if self.documents.version(uri) != version or self.documents.get(uri) is not doc:
             log.debug("document %s changed while completing: dropping the stale suggestion", uri)
@@ -228,20 +211,47 @@ class Suggester:
         if not result.text:
             return None
         try:
-            return self._suggestion(job, result, doc.text, text, job.engine_text, shift, sel_range, selected, t0)
+            return self._suggestion(run, result, doc.text, text, lf, shift, sel_range, selected, t0)
         except PositionError as e:
             self.report(f"completion in {uri}: the engine's range is outside the text: {e}", types.MessageType.Error)
             return None
 
-    async def _run(self, request: CompletionRequest, job: Job, arrived: float) -> CompletionResult | None:
-        """The engine's run for `request` (which arrived at `arrived`, perf_counter); None when
-        it was stopped or failed (reported)."""
+    async def _outcome(self, run: Run) -> CompletionResult | None:
+        """Wait for the run's result: None at once when the run is stopped (superseded: a newer
+        request or a change), and when it failed. A request cancelled by the client stops the
+        run when no other request waits for it."""
+        self._waiting[run.ticket] += 1
+        stopped = asyncio.ensure_future(run.signal.wait())
+        try:
+            await asyncio.wait((run.task, stopped), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if self._leave(run) == 0:
+                run.stop(CANCELLED)
+            self.telemetry.count("cancelled")
+            raise
+        finally:
+            stopped.cancel()
+        self._leave(run)
+        return run.task.result() if run.task.done() and not run.stopped() else None
+
+    def _leave(self, run: Run) -> int:
+        """A request stops waiting for `run`: how many still wait."""
+        self._waiting[run.ticket] -= 1
+        left = self._waiting[run.ticket]
+        if left <= 0:
+            del self._waiting[run.ticket]
+        return left
+
+    async def _run(self, request: CompletionRequest, stop: StopSignal, arrived: float) -> CompletionResult | None:
+        """The engine's run for `request` (which arrived at `arrived`, perf_counter) until `stop`;
+        None when it was stopped or failed (reported)."""
         joining = time.perf_counter()
+        taken: list[float] = []  # when the worker thread took the request up
         try:
             if self.work_ahead is not None:
                 await self.work_ahead.join(request.document, request.text, request.cursor)
             queued = time.perf_counter()
-            result = await self.host.complete(request, job.ticket)
+            result = await self.host.complete(request, stop, on_start=lambda: taken.append(time.perf_counter()))
         except asyncio.CancelledError:
             return None
         except Exception:
@@ -251,16 +261,13 @@ class Suggester:
                 types.MessageType.Error,
             )
             return None
-        finally:
-            self.host.release(job.ticket)
         # before the engine: a prefetch joined (`WorkAhead.join`), the worker thread busy (a background job's layer)
-        before_the_engine = {"join": (queued - joining) * 1000, "queue": ((job.ticket.started_at or queued) - queued) * 1000}
-        stopped = result is None or result.stop_reason == StopReason.CANCELLED or job.ticket.stopped()
-        if stopped:
-            ticket = job.ticket
-            why = "superseded" if ticket.superseded else "cancelled"
+        before_the_engine = {"join": (queued - joining) * 1000, "queue": ((taken[0] if taken else queued) - queued) * 1000}
+        if no_answer(result, stop):
+            stopped = stop.stopped
+            why = stopped.why if stopped else CANCELLED
             steps = "before it started" if result is None else f"after {result.figures.tokens_generated} decoding steps"
-            lag = (time.perf_counter() - ticket.stopped_at) * 1000 if ticket.stopped_at else 0.0
+            lag = (time.perf_counter() - stopped.at) * 1000 if stopped else 0.0
             self.report(
                 f"completion in {request.document} stopped ({why}) {steps}, {lag:.0f} ms after the stop",
                 types.MessageType.Log,
@@ -289,10 +296,11 @@ class Suggester:
         )
         return result
 
-    def _suggestion(self, job: Job, result: CompletionResult, original: str, text: str, engine_text: str,
+    def _suggestion(self, run: Run, result: CompletionResult, original: str, text: str, engine_text: str,
                     shift: int, sel_range, selected, t0: float) -> Suggestion:
-        if job.suggestion is not None and self.telemetry.pending(job.suggestion.id):
-            return job.suggestion  # the same run, asked for by another request, not yet settled
+        ticket, made = self._made.get(run.document, (None, None))
+        if ticket == run.ticket and self.telemetry.pending(made.id):
+            return made  # the same run, asked for by another request, not yet settled
         eol = line_end_of(original)
         body = result.text if eol == "\n" else result.text.replace("\n", eol)  # the engine writes "\n"
         # the result's offsets are in the engine's "\n" text: the same lines and characters as the client's
@@ -308,15 +316,16 @@ class Suggester:
             rng = types.Range(selected.range.start, _pos(position_of(original, end)))
         latency_ms = (time.perf_counter() - t0) * 1000
         sid = self.telemetry.shown(latency_ms)
-        job.suggestion = Suggestion(sid, insert, rng, result, latency_ms)
-        self._shown[sid] = (job.ticket.uri, original, job.suggestion)
+        made = Suggestion(sid, insert, rng, result, latency_ms)
+        self._made[run.document] = (run.ticket, made)
+        self._shown[sid] = (run.document, original, made)
         while len(self._shown) > SHOWN_KEPT:
             self._shown.popitem(last=False)
         log.info(
             "suggestion %s in %.0f ms (%s, %d tokens): %r",
             sid, latency_ms, result.stop_reason, result.figures.tokens_generated + result.figures.tokens_forced, insert[:80],
         )
-        return job.suggestion
+        return made
 
 
 def inline_items(s: Suggestion | None) -> types.InlineCompletionList:

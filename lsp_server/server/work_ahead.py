@@ -49,7 +49,7 @@ from collections import Counter
 from dataclasses import dataclass
 from collections.abc import Callable
 
-from ..decoding.engine import CompletionRequest
+from ..decoding.results import CompletionRequest
 from ..decoding.stopping.decision import StopReason
 from ..positions import PositionError, offset_at, to_lf, utf16_len
 from .documents import DocumentStore
@@ -144,7 +144,8 @@ class WorkAhead:
         self._cursors[uri] = (line, character)
         self._focus_on(uri)
         doc = self.documents.get(uri)
-        if doc is None or version is not None and doc.version != version:
+        change_on_its_way = doc is not None and version is not None and doc.version != version
+        if doc is None or change_on_its_way:
             return  # not open yet (planned at didOpen), or a change is on its way
         self._plan_prefill(uri, at_once=first)
 
@@ -239,9 +240,9 @@ class WorkAhead:
             self.host.stop_background()
 
     def _plan_prefill(self, uri: str, at_once: bool = False) -> None:
-        doc = self.documents.get(uri)
+        doc = self.documents.usable(uri)
         cursor = self._cursors.get(uri)
-        if doc is None or cursor is None or doc.refused:
+        if doc is None or cursor is None:
             return
         # a prefetch still valid for this text stays first (its prefill comes with it)
         text = doc.lf_text  # as the engine reads it (a request's text too)
@@ -267,25 +268,31 @@ class WorkAhead:
         except RuntimeError:
             return
         first = self._plans[0]
-        delay = 0.0 if at_once or first.urgent or first.work is Work.PREFETCH else self.pause_s
+        no_pause = at_once or first.urgent or first.work is Work.PREFETCH
+        delay = 0.0 if no_pause else self.pause_s
         self._timer = loop.call_later(delay, self._start)
 
     def _start(self) -> None:
         self._timer = None
-        if self._running is not None or self.host.busy or not self._plans:
+        busy = self._running is not None or self.host.busy
+        if busy or not self._plans:
             return
         if not self.enabled() or not self.host.ready:
             self._plans = []
             return
         plan = self._plans[0]
-        doc = self.documents.get(plan.uri)
-        if plan.uri != self.focus or doc is None or doc.refused or not plan.valid(doc.lf_text):
+        if not self._still_wanted(plan):
             self._plans.pop(0)
             self.stats[f"{plan.work.value}_dropped"] += 1
             self._schedule()
             return
         task = asyncio.ensure_future(self._run(plan))
         self._running = (plan, task)
+
+    def _still_wanted(self, plan: Plan) -> bool:
+        """The plan is for the focused document, which is usable and has the text it was made for."""
+        doc = self.documents.usable(plan.uri)
+        return plan.uri == self.focus and doc is not None and plan.valid(doc.lf_text)
 
     async def _run(self, plan: Plan) -> None:
         request = CompletionRequest(plan.text, cursor=plan.cursor, document=plan.uri,
@@ -331,6 +338,10 @@ def _field(obj, name: str):
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def parse_cursor(params) -> tuple[str, int | None, int, int]:
     """(uri, version, line, character) of a `syntaxlock/cursor` notification:
     `{"textDocument": {"uri", "version"?}, "position": {"line", "character"}}` (UTF-16).
@@ -342,8 +353,8 @@ def parse_cursor(params) -> tuple[str, int | None, int, int]:
     version = _field(doc, "version")
     line, character = _field(pos, "line"), _field(pos, "character")
     for name, v in (("line", line), ("character", character)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        if not _is_int(v) or v < 0:
             raise ValueError(f"position.{name} must be an integer >= 0, not {v!r}")
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+    if version is not None and not _is_int(version):
         raise ValueError(f"textDocument.version must be an integer, not {version!r}")
     return uri, version, line, character
