@@ -10,7 +10,7 @@ import threading
 import pytest
 from lsprotocol import types
 
-from lsp_server.decoding.engine import CompletionResult
+from lsp_server.decoding.results import CompletionResult, Figures
 from lsp_server.options import EngineOptions
 from lsp_server.server.documents import DocumentStore
 from lsp_server.server.engine_host import EngineHost
@@ -94,7 +94,7 @@ class HeldEngine:
         pos = request.cursor
         while not cancel():
             if self.go.wait(0.01):
-                return CompletionResult("1", pos, pos, "line-end", "single", True, tokens_generated=1)
+                return CompletionResult("1", pos, pos, "line-end", "single", True, figures=Figures(tokens_generated=1))
         self.cancelled.append(request.document)
         return CompletionResult("", pos, pos, "cancelled", "single", True)
 

@@ -54,6 +54,17 @@ COMPLETION_METHODS = (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.TEXT_DOCUMENT
 RECEIVED: contextvars.ContextVar[Received | None] = contextvars.ContextVar("syntaxlock_received", default=None)
 
 
+def _to_the_user(method: str):
+    """A protocol handler of `method` that passes it to the server's own feature (pygls' would
+    feed its workspace, which this server does not use)."""
+
+    @lsp_method(method)
+    def handler(self, params):
+        yield from self._user(method, params)
+
+    return handler
+
+
 class SyntaxlockProtocol(RobustProtocol):
     """The robust protocol (framing, envelopes, lifecycle: `protocol`) with three changes:
     positions are always UTF-16; documents live in the server's own store (pygls' workspace is
@@ -73,21 +84,10 @@ class SyntaxlockProtocol(RobustProtocol):
         if (handler := self.fm.features.get(method)) is not None:
             yield handler, (params,), None
 
-    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params):
-        yield from self._user(types.TEXT_DOCUMENT_DID_OPEN, params)
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params):
-        yield from self._user(types.TEXT_DOCUMENT_DID_CHANGE, params)
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params):
-        yield from self._user(types.TEXT_DOCUMENT_DID_CLOSE, params)
-
-    @lsp_method(types.TEXT_DOCUMENT_DID_SAVE)
-    def lsp_text_document__did_save(self, params):
-        yield from self._user(types.TEXT_DOCUMENT_DID_SAVE, params)
+    lsp_text_document__did_open = _to_the_user(types.TEXT_DOCUMENT_DID_OPEN)
+    lsp_text_document__did_change = _to_the_user(types.TEXT_DOCUMENT_DID_CHANGE)
+    lsp_text_document__did_close = _to_the_user(types.TEXT_DOCUMENT_DID_CLOSE)
+    lsp_text_document__did_save = _to_the_user(types.TEXT_DOCUMENT_DID_SAVE)
 
     def _handle_request(self, msg_id, method_name: str, params: Any):
         if method_name in COMPLETION_METHODS:
@@ -364,24 +364,27 @@ def on_exit(ls: SyntaxlockServer, params: None) -> None:
     ls.close()
 
 
-def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
-    ok = bool(args) and ls.telemetry.accepted(args[0])
+def _counted(ls: SyntaxlockServer, what: str, count, args) -> bool:
+    """The editor's report that the suggestion `args[0]` was `what` (accepted, dismissed),
+    counted by `count`; False (and a warning) for an id the server never gave."""
+    ok = bool(args) and count(args[0])
     ls.telemetry.flush_every(FLUSH_INTERVAL_S)
     if not ok:
-        ls.report(f"syntaxlock.accepted: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
-        return ok
+        ls.report(f"syntaxlock.{what}: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
+    return ok
+
+
+def cmd_accepted(ls: SyntaxlockServer, *args) -> bool:
+    if not _counted(ls, "accepted", ls.telemetry.accepted, args):
+        return False
     after = ls.suggester.accepted(args[0])
     if after is not None:
         ls.work_ahead.accepted(*after)
-    return ok
+    return True
 
 
 def cmd_dismissed(ls: SyntaxlockServer, *args) -> bool:
-    ok = bool(args) and ls.telemetry.dismissed(args[0])
-    ls.telemetry.flush_every(FLUSH_INTERVAL_S)
-    if not ok:
-        ls.report(f"syntaxlock.dismissed: unknown suggestion id {args[:1]!r}", types.MessageType.Warning)
-    return ok
+    return _counted(ls, "dismissed", ls.telemetry.dismissed, args)
 
 
 def cmd_stats(ls: SyntaxlockServer, *args) -> dict:

@@ -47,6 +47,7 @@ SERVER_INT_RANGES = {"latency_budget_ms": (0, 60_000)}
 # camelCase -> field, and its range (docs/context.md)
 SERVER_FLOAT_KEYS = {"contextShare": "context_share"}
 SERVER_FLOAT_RANGES = {"context_share": (0.0, MAX_SHARE)}
+_SERVER_FIELDS = SERVER_KEYS | SERVER_INT_KEYS | SERVER_FLOAT_KEYS
 _INT_FIELDS = {"max_tokens", "context_tokens", "first_window_tokens", "seed", "cache_memory_mb"}
 
 
@@ -63,6 +64,27 @@ def _int_in(value, lo: int, hi: int) -> bool:
 def _number_in(value, lo: float, hi: float) -> bool:
     """A number (not a bool) from `lo` to `hi`."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _server_value(name: str, value):
+    """`value` as the server-only field `name` holds it (a bool, an integer or a number in its
+    range), None where it is not one."""
+    if name in SERVER_INT_RANGES:
+        value = int(value) if _whole_float(value) else value
+        return value if _int_in(value, *SERVER_INT_RANGES[name]) else None
+    if name in SERVER_FLOAT_RANGES:
+        return float(value) if _number_in(value, *SERVER_FLOAT_RANGES[name]) else None
+    return value if isinstance(value, bool) else None
+
+
+def _what_it_must_be(name: str) -> str:
+    if name in SERVER_INT_RANGES:
+        lo, hi = SERVER_INT_RANGES[name]
+        return f"an integer from {lo} to {hi}"
+    if name in SERVER_FLOAT_RANGES:
+        lo, hi = SERVER_FLOAT_RANGES[name]
+        return f"a number from {lo:g} to {hi:g}"
+    return "true or false"
 
 
 @dataclass(frozen=True)
@@ -97,38 +119,16 @@ class ServerOptions:
         opts = self
         defaults_engine = EngineOptions()
         for key, value in raw.items():
-            if key in SERVER_KEYS:
-                name = SERVER_KEYS[key]
+            if key in _SERVER_FIELDS:
+                name = _SERVER_FIELDS[key]
                 if value is None:
                     value = getattr(ServerOptions, name)
-                if not isinstance(value, bool):
-                    problems.append(
-                        f"{SECTION}.{key} must be true or false, not {value!r}; keeping {getattr(opts, name)!r}"
-                    )
-                    continue
-                opts = replace(opts, **{name: value})
-            elif key in SERVER_INT_KEYS:
-                name = SERVER_INT_KEYS[key]
-                if value is None:
-                    value = getattr(ServerOptions, name)
-                if _whole_float(value):
-                    value = int(value)
-                lo, hi = SERVER_INT_RANGES[name]
-                if not _int_in(value, lo, hi):
-                    problems.append(f"{SECTION}.{key} must be an integer from {lo} to {hi}, not {value!r}; "
+                checked = _server_value(name, value)
+                if checked is None:
+                    problems.append(f"{SECTION}.{key} must be {_what_it_must_be(name)}, not {value!r}; "
                                     f"keeping {getattr(opts, name)!r}")
                     continue
-                opts = replace(opts, **{name: value})
-            elif key in SERVER_FLOAT_KEYS:
-                name = SERVER_FLOAT_KEYS[key]
-                if value is None:
-                    value = getattr(ServerOptions, name)
-                lo, hi = SERVER_FLOAT_RANGES[name]
-                if not _number_in(value, lo, hi):
-                    problems.append(f"{SECTION}.{key} must be a number from {lo:g} to {hi:g}, not {value!r}; "
-                                    f"keeping {getattr(opts, name)!r}")
-                    continue
-                opts = replace(opts, **{name: float(value)})
+                opts = replace(opts, **{name: checked})
             elif key in ENGINE_KEYS:
                 name = ENGINE_KEYS[key]
                 if value is None:

@@ -50,6 +50,13 @@ class TeamAnswer:
     ms: float  # the call's wall time
 
 
+def _unreachable(e: OSError | http.client.HTTPException) -> TeamUnavailable:
+    """The team server's failure a socket or HTTP error says."""
+    if isinstance(e, OSError):
+        return TeamUnavailable(f"cannot reach it ({e.strerror or e})")
+    return TeamUnavailable(f"a broken HTTP answer ({type(e).__name__})")
+
+
 class TeamClient:
     """Calls to one team server (module docstring)."""
 
@@ -107,12 +114,9 @@ class TeamClient:
             except TimeoutError:
                 self._close()
                 raise TeamUnavailable(f"no answer within {timeout * 1000:.0f} ms") from None
-            except OSError as e:
+            except (OSError, http.client.HTTPException) as e:
                 self._close()
-                raise TeamUnavailable(f"cannot reach it ({e.strerror or e})") from None
-            except http.client.HTTPException as e:
-                self._close()
-                raise TeamUnavailable(f"a broken HTTP answer ({type(e).__name__})") from None
+                raise _unreachable(e) from None
             if resp.status in RETRIED and attempt == 0:
                 continue  # a router whose replica died under this request: once more (another replica)
             if resp.status != 200:
@@ -195,12 +199,9 @@ class TeamClient:
                 if attempt == 0 and deadline - time.monotonic() > MIN_TIMEOUT_S:
                     continue
                 raise TeamUnavailable(f"the connection was closed ({type(e).__name__})") from None
-            except OSError as e:
+            except (OSError, http.client.HTTPException) as e:
                 self._close()
-                raise TeamUnavailable(f"cannot reach it ({e.strerror or e})") from None
-            except http.client.HTTPException as e:
-                self._close()
-                raise TeamUnavailable(f"a broken HTTP answer ({type(e).__name__})") from None
+                raise _unreachable(e) from None
             except (ValueError, KeyError, IndexError, TypeError):
                 self._close()
                 raise TeamUnavailable("an answer that is not vLLM's (no token ids: is it vLLM >= 0.10?)") from None
