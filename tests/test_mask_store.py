@@ -248,3 +248,21 @@ def _eos_where_complete(m, tok) -> np.ndarray:
     if m.is_complete():
         out[sorted(tok.vocab.eos)] = True
     return out
+
+
+def test_dead_rows_made_on_demand_are_the_dead_token_masks(compiled_full):
+    """`DeadRows` makes each dead set's row when first read: every row is `dead_token_masks`'
+    row in bits (usable tokens whose first byte ends the lexeme), read-only, and the same
+    object when read again."""
+    from mask_store import bits
+    from mask_store.matcher import DeadRows, dead_token_masks
+
+    compiled, tok = compiled_full
+    rows = DeadRows(compiled.store, tok.vocab, compiled.W)
+    want = dead_token_masks(compiled.store, tok.vocab)
+    assert len(rows) == want.shape[0] > 1
+    for s in range(len(rows)):
+        row = rows[s]
+        assert not row.flags.writeable and row.dtype == np.uint64 and row.shape == (compiled.W,)
+        assert np.array_equal(bits.unpack(row, compiled.V), want[s]), s
+        assert rows[s] is row
