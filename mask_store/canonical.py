@@ -61,7 +61,7 @@ ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as bo
 
 
 def unpack_row(packed: np.ndarray, count: int) -> np.ndarray:
-    """(count,) bool, read-only, from `bits.pack`'s bytes: the masks memoized across requests are
+    """(count,) bool, read-only, from `bits.pack`'s words: the masks memoized across requests are
     kept in bits (here and in `matcher.CompiledGrammar`)."""
     row = bits.unpack(packed, count)
     row.setflags(write=False)
@@ -413,8 +413,11 @@ class CanonicalPairs:
         return RunKind(int(self.tables.kind[state.last]))
 
     def _packed_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
-        """`_compute_row` in bits (what the row cache keeps)."""
-        return bits.pack(self._compute_row(last, kind, ends_ws_run), dtype=np.uint8)
+        """`_compute_row` in bits, (W,) uint64 words as the matcher's masks (what the row cache
+        keeps; read-only)."""
+        row = bits.pack(self._compute_row(last, kind, ends_ws_run))
+        row.setflags(write=False)
+        return row
 
     def _compute_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
         joined = self._joined[kind]
@@ -439,6 +442,13 @@ class CanonicalPairs:
             return self._anything
         return unpack_row(self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN),
                           self.V)
+
+    def allowed_after_bits(self, state: CanonicalState) -> np.ndarray | None:
+        """`allowed_after` in bits: (W,) uint64 words, read-only (`bits`' layout, as the
+        matcher's masks); None where every token is allowed (`unconstrained`)."""
+        if self.unconstrained(state):
+            return None
+        return self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN)
 
     def after(self, state: CanonicalState, token: int) -> CanonicalState:
         """The state once `token` follows."""

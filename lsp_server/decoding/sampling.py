@@ -80,18 +80,40 @@ def masked_logits(logits: torch.Tensor, mask: np.ndarray | None, banned: set[int
     return out
 
 
+# a disallowed token's logit is pushed this far down (float32's largest is ~3.4e38): below any
+# finite logit a model gives, without making it -inf (see `greedy_choice`)
+_FAR = np.float32(3e38)
+
+
 def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int]) -> int | None:
     """The argmax of `masked_logits(logits, mask, banned)` (the first of equal maxima, as
-    `torch.argmax`) without building it: one `np.where` over the logits' own memory (no index
-    list of the allowed tokens, no copy of the row; ~4x faster than gathering them, which was
-    itself a third of masking the whole row). None where no allowed logit is finite."""
+    `torch.argmax`) without building it: the logits plus 0 where allowed and -3e38 elsewhere,
+    computed without a branch per token (a select, `np.where(mask, logits, -inf)`, mispredicts
+    on the grammar's scattered masks: 140 us at 49k tokens, 840 us at 262k, against 30 and
+    160). Where that argmax is an allowed, finite logit it is the select's answer (every
+    allowed logit is itself there, every other lies below it); otherwise (no finite logit
+    allowed, or an infinite or NaN one left out) the select decides (`_select_choice`).
+    None where no allowed logit is finite."""
     allowed = mask[: logits.shape[0]]
     if banned:
         allowed = allowed.copy()
         allowed[[t for t in banned if t < allowed.shape[0]]] = False
-    values = np.where(allowed, logits.detach().float().numpy()[: allowed.shape[0]], -np.inf)
-    best = int(values.argmax())
-    if not np.isfinite(values[best]):
+    values = logits.detach().float().numpy()[: allowed.shape[0]]
+    shifted = np.multiply(allowed.view(np.uint8), _FAR, dtype=np.float32)  # _FAR where allowed, 0 elsewhere
+    shifted -= _FAR
+    with np.errstate(over="ignore", invalid="ignore"):  # a logit beyond ±3e38 overflows (then the select decides)
+        shifted += values
+    best = int(shifted.argmax())
+    if allowed[best] and np.isfinite(values[best]):
+        return best
+    return _select_choice(values, allowed)
+
+
+def _select_choice(values: np.ndarray, allowed: np.ndarray) -> int | None:
+    """`greedy_choice`'s answer by a select over the whole row (None: no allowed logit is finite)."""
+    selected = np.where(allowed, values, -np.inf)
+    best = int(selected.argmax())
+    if not np.isfinite(selected[best]):
         return None
     return best
 
