@@ -30,7 +30,11 @@ def test_the_shifted_argmax_is_the_selects_on_odd_rows():
         logits = rows[1]  # a view of a 2-D tensor, as a verification pass's rows
         mask = rng.random(max(n - int(rng.integers(0, 3)), 1)) < rng.random()
         banned = {int(t) for t in rng.integers(0, n, int(rng.integers(0, 3)))}
-        assert greedy_choice(logits, mask, banned) == _select(logits, mask, banned)
+        want = _select(logits, mask, banned)
+        assert greedy_choice(logits, mask, banned) == want
+        scratch = np.full(n + int(rng.integers(0, 3)), np.nan, dtype=np.float32)  # what it held: no matter
+        assert greedy_choice(logits, mask, banned, scratch) == want
+        assert greedy_choice(logits, mask, banned, scratch[: max(len(mask) - 1, 0)]) == want  # too short: not used
 
 
 def test_the_shifted_argmax_is_the_selects_at_a_real_vocabulary_size():

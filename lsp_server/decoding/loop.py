@@ -158,8 +158,10 @@ class _Decoding:
                  steer: Callable[[int], np.ndarray] | None, names=None, budget: Budget = NO_BUDGET) -> None:
         self.stepper = stepper
         self.matcher = matcher
-        # the words every step's grammar mask is made in (the matcher fills them: one buffer a pass)
+        # the words every step's grammar mask is made in (the matcher fills them), and the room
+        # a greedy choice shifts the logits in (`sampling.greedy_choice`): one of each a pass
         self.buffer = MaskBuffer(matcher.compiled) if matcher is not None else None
+        self.scratch = np.empty(stepper.logits.shape[-1], dtype=np.float32) if stepper is not None else None
         self.token_bytes = token_bytes
         self.stop_tokens = stop_tokens
         self.sampler = sampler
@@ -302,7 +304,7 @@ class _Decoding:
             if forced:
                 token = draft_token
             else:
-                token = choose(self.sampler, row, mask, banned, draft_token if not banned else None, q)
+                token = choose(self.sampler, row, mask, banned, draft_token if not banned else None, q, self.scratch)
             if token is None:
                 return None, self.stop_where_it_can(StopReason.NO_CONTINUATION)
             if token in self.stop_tokens:

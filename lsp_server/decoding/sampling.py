@@ -85,7 +85,8 @@ def masked_logits(logits: torch.Tensor, mask: np.ndarray | None, banned: set[int
 _FAR = np.float32(3e38)
 
 
-def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int]) -> int | None:
+def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int],
+                  scratch: np.ndarray | None = None) -> int | None:
     """The argmax of `masked_logits(logits, mask, banned)` (the first of equal maxima, as
     `torch.argmax`) without building it: the logits plus 0 where allowed and -3e38 elsewhere,
     computed without a branch per token (a select, `np.where(mask, logits, -inf)`, mispredicts
@@ -93,13 +94,17 @@ def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int]) -> i
     160). Where that argmax is an allowed, finite logit it is the select's answer (every
     allowed logit is itself there, every other lies below it); otherwise (no finite logit
     allowed, or an infinite or NaN one left out) the select decides (`_select_choice`).
-    None where no allowed logit is finite."""
+    `scratch`: the caller's float32 room for the shifted row (at least as long as the mask's
+    part of it, reused step after step: a new row each step is a fresh mapping and its page
+    faults where it is large, 1 MB at 262k tokens). None where no allowed logit is finite."""
     allowed = mask[: logits.shape[0]]
     if banned:
         allowed = allowed.copy()
         allowed[[t for t in banned if t < allowed.shape[0]]] = False
     values = logits.detach().float().numpy()[: allowed.shape[0]]
-    shifted = np.multiply(allowed.view(np.uint8), _FAR, dtype=np.float32)  # _FAR where allowed, 0 elsewhere
+    n = allowed.shape[0]
+    room = scratch[:n] if scratch is not None and scratch.shape[0] >= n else None
+    shifted = np.multiply(allowed.view(np.uint8), _FAR, out=room, dtype=np.float32)  # _FAR where allowed, 0 elsewhere
     shifted -= _FAR
     with np.errstate(over="ignore", invalid="ignore"):  # a logit beyond ±3e38 overflows (then the select decides)
         shifted += values
@@ -141,14 +146,16 @@ def bitmask_upload(vocab_size: int, device: torch.device) -> BitmaskUpload:
     return up
 
 
-def choose(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None, q=None) -> int | None:
+def choose(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None, q=None,
+           scratch: np.ndarray | None = None) -> int | None:
     """The token for one position (None: nothing allowed); with a drafted token, speculative
     sampling keeps the target's distribution (greedy: plain argmax). Logits on an accelerator
-    are masked there with the packed bitmask, and a greedy choice is one device→host read."""
+    are masked there with the packed bitmask, and a greedy choice is one device→host read.
+    `scratch`: `greedy_choice`'s room, the caller's (float32, as long as the row)."""
     if row.device.type != "cpu":
         return device_choice(sampler, row, mask, banned, draft, q)
     if sampler.temperature <= 0 and mask is not None:
-        return greedy_choice(row, mask, banned)
+        return greedy_choice(row, mask, banned, scratch)
     logits = masked_logits(row, mask, banned)
     if not torch.isfinite(logits).any():
         return None
