@@ -85,7 +85,7 @@ def contains(words: np.ndarray, token: int) -> bool:
     return bool(int(words[token >> 6]) >> (token & 63) & 1)
 
 
-def test_ids(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def are_set(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """(len(ids),) booleans: which of `ids` are set in 1-D uint64 `words`."""
     i = np.asarray(ids, dtype=np.int64)
     return (words[i >> 6] >> (i & 63).astype(np.uint64) & np.uint64(1)).astype(bool)
@@ -95,8 +95,3 @@ def clear_ids(words: np.ndarray, ids: np.ndarray) -> None:
     """Clear the bits of `ids` in 1-D uint64 `words` in place."""
     i = np.asarray(ids, dtype=np.int64)
     np.bitwise_and.at(words, i >> 6, ~np.left_shift(np.uint64(1), (i & 63).astype(np.uint64)))
-
-
-def count(words: np.ndarray) -> int:
-    """How many bits of `words` are set."""
-    return int(np.bitwise_count(words).sum())

@@ -671,7 +671,7 @@ class GrammarMatcher:
         if self.heal:
             self._drop_dead_ends(words)
         eos = comp.eos
-        end = eos[bits.test_ids(words, eos)]  # the end of sequence: the grammar's to allow (rows leave it alone)
+        end = eos[bits.are_set(words, eos)]  # the end of sequence: the grammar's to allow (rows leave it alone)
         bits.clear_ids(words, eos)
         if words.any():
             bits.set_ids(words, end)
