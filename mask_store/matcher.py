@@ -139,36 +139,24 @@ def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
     return dead[:, first] & usable
 
 
-class DeadRows:
-    """`dead_token_masks`' rows as (W,) uint64 words (read-only), each made the first time it is
-    asked for and kept: a request reads a few of them, while making all of them at load took
-    ~3.7 s for a 262,144-token vocabulary. Shared by a store's compiled grammars (`for_version`);
-    two threads making the same row make equal ones."""
-
-    def __init__(self, store: MaskStore, vocab: Vocabulary, words: int) -> None:
-        V = store.vocab_size
-        spelled = vocab.token_bytes[:V]
-        lengths = np.fromiter(map(len, spelled), dtype=np.int64, count=V)
-        joined = np.frombuffer(b"".join(spelled), dtype=np.uint8)
-        spelt = lengths > 0
-        self._first = np.zeros(V, dtype=np.intp)  # each token's first byte (0: none)
-        self._first[spelt] = joined[(np.cumsum(lengths) - lengths)[spelt]]
-        self._usable = spelt
-        self._usable[[i for i in vocab.special if i < V]] = False
-        self._dead = bits.unpack(store.dead_sets, 256)  # (S, 256)
-        self._words = words
-        self._rows: dict[int, np.ndarray] = {}
-
-    def __len__(self) -> int:
-        return self._dead.shape[0]
-
-    def __getitem__(self, s: int) -> np.ndarray:
-        row = self._rows.get(s)
-        if row is None:
-            row = bits.pack(self._dead[s][self._first] & self._usable, self._words)
-            row.setflags(write=False)
-            self._rows[s] = row
-        return row
+def dead_token_words(store: MaskStore, vocab: Vocabulary, words: int) -> np.ndarray:
+    """`dead_token_masks` in bits, (dead sets, `words`) uint64, read-only, made one dead set at a
+    time: all of them as booleans first took ~3 s for a 262,144-token vocabulary (a 127 MB
+    array), row by row 0.25 s."""
+    V = store.vocab_size
+    spelled = vocab.token_bytes[:V]
+    lengths = np.fromiter(map(len, spelled), dtype=np.int64, count=V)
+    joined = np.frombuffer(b"".join(spelled), dtype=np.uint8)
+    usable = lengths > 0
+    first = np.zeros(V, dtype=np.intp)  # each token's first byte (0: none)
+    first[usable] = joined[(np.cumsum(lengths) - lengths)[usable]]
+    usable[[i for i in vocab.special if i < V]] = False
+    dead = bits.unpack(store.dead_sets, 256)  # (S, 256)
+    out = np.zeros((dead.shape[0], words), dtype=np.uint64)
+    for s in range(dead.shape[0]):
+        out[s] = bits.pack(dead[s][first] & usable, words)
+    out.setflags(write=False)
+    return out
 
 
 class CompiledGrammar:
@@ -183,7 +171,7 @@ class CompiledGrammar:
         lexer: LexerAutomaton | None = None,
         cache_size: int = 4096,
         canonical: CanonicalPairs | None = None,
-        _dead_masks: DeadRows | None = None,  # `for_version`: the same store's
+        _dead_masks: np.ndarray | None = None,  # `for_version`: the same store's
     ) -> None:
         self.store = store
         self.vocab = vocab
@@ -214,10 +202,10 @@ class CompiledGrammar:
             for k in range(store.sparse_start.shape[0] - 1)
         ]
         self._negated = store.sparse_negated.astype(bool).tolist()  # ids left out, not allowed
-        # per dead set, (W,) words: the tokens whose first byte ends a lexeme in it; the store's,
-        # whatever the version, each made when first read (`DeadRows`)
+        # (S, W) words: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
+        # the version (in bits: 2.9 MB, where booleans took 23 MB)
         self.W = store.dense.shape[1]
-        self._dead_masks = _dead_masks if _dead_masks is not None else DeadRows(store, vocab, self.W)
+        self._dead_masks = _dead_masks if _dead_masks is not None else dead_token_words(store, vocab, self.W)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
         self._cache_size = cache_size
