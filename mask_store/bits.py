@@ -78,3 +78,20 @@ def set_ids(words: np.ndarray, ids: np.ndarray) -> None:
     b = np.zeros(words.shape[0] * 64, dtype=bool)
     b[ids] = True
     words |= pack(b, words.shape[0])
+
+
+def contains(words: np.ndarray, token: int) -> bool:
+    """Whether bit `token` of 1-D uint64 `words` is set."""
+    return bool(int(words[token >> 6]) >> (token & 63) & 1)
+
+
+def are_set(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """(len(ids),) booleans: which of `ids` are set in 1-D uint64 `words`."""
+    i = np.asarray(ids, dtype=np.int64)
+    return (words[i >> 6] >> (i & 63).astype(np.uint64) & np.uint64(1)).astype(bool)
+
+
+def clear_ids(words: np.ndarray, ids: np.ndarray) -> None:
+    """Clear the bits of `ids` in 1-D uint64 `words` in place."""
+    i = np.asarray(ids, dtype=np.int64)
+    np.bitwise_and.at(words, i >> 6, ~np.left_shift(np.uint64(1), (i & 63).astype(np.uint64)))

@@ -61,7 +61,7 @@ ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as bo
 
 
 def unpack_row(packed: np.ndarray, count: int) -> np.ndarray:
-    """(count,) bool, read-only, from `bits.pack`'s bytes: the masks memoized across requests are
+    """(count,) bool, read-only, from `bits.pack`'s words: the masks memoized across requests are
     kept in bits (here and in `matcher.CompiledGrammar`)."""
     row = bits.unpack(packed, count)
     row.setflags(write=False)
@@ -270,10 +270,11 @@ def _check_table(tokenizer, texts, kind, head, contraction, reachable, digits_is
         raise CanonicalUnsupported("the pre-tokenizer cuts pairs unlike GPT-2's regex: " + "; ".join(bad[:3]))
 
 
-def build_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
+def build_tables(tokenizer, vocab: Vocabulary, text: str | None = None) -> CanonicalTables:
     """The tables of a `tokenizers.Tokenizer` (CanonicalUnsupported if it is not byte-level
-    BPE with GPT-2's pre-tokenizer, or its merges are not in an order BPE can use)."""
-    spec = json.loads(tokenizer.to_str())
+    BPE with GPT-2's pre-tokenizer, or its merges are not in an order BPE can use); `text`:
+    its `to_str()` where the caller has it (a second at 262k tokens)."""
+    spec = json.loads(tokenizer.to_str() if text is None else text)
     digits = _supported(spec)
     V = vocab.size
     L, R, out = _merge_ids(spec)  # per merge: its left and right parts and the token it makes
@@ -412,8 +413,11 @@ class CanonicalPairs:
         return RunKind(int(self.tables.kind[state.last]))
 
     def _packed_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
-        """`_compute_row` in bits (what the row cache keeps)."""
-        return bits.pack(self._compute_row(last, kind, ends_ws_run), dtype=np.uint8)
+        """`_compute_row` in bits, (W,) uint64 words as the matcher's masks (what the row cache
+        keeps; read-only)."""
+        row = bits.pack(self._compute_row(last, kind, ends_ws_run))
+        row.setflags(write=False)
+        return row
 
     def _compute_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
         joined = self._joined[kind]
@@ -438,6 +442,13 @@ class CanonicalPairs:
             return self._anything
         return unpack_row(self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN),
                           self.V)
+
+    def allowed_after_bits(self, state: CanonicalState) -> np.ndarray | None:
+        """`allowed_after` in bits: (W,) uint64 words, read-only (`bits`' layout, as the
+        matcher's masks); None where every token is allowed (`unconstrained`)."""
+        if self.unconstrained(state):
+            return None
+        return self._row(state.last, self._kind(state), state.continuation is Continuation.ENDS_WHITESPACE_RUN)
 
     def after(self, state: CanonicalState, token: int) -> CanonicalState:
         """The state once `token` follows."""
@@ -485,18 +496,41 @@ class CanonicalPairs:
 # ---------------------------------------------------------------------------------- cache
 
 
-def tables_path(tokenizer) -> Path:
-    key = cache.content_hash(tokenizer.to_str(), code_hash(), str(FORMAT_VERSION))
+def tables_path(tokenizer, text: str | None = None) -> Path:
+    """The cached tables' file, keyed by the tokenizer's whole serialization (`text`: its
+    `to_str()` where the caller has it) and the code that builds them."""
+    key = cache.content_hash(tokenizer.to_str() if text is None else text, code_hash(), str(FORMAT_VERSION))
     return cache.cache_dir() / "canonical" / f"canonical-{key}.npz"
 
 
+_MODEL_OPTIONS = ("dropout", "byte_fallback", "continuing_subword_prefix", "end_of_word_suffix", "ignore_merges")
+
+
+def spec_outline(tokenizer) -> dict:
+    """The parts of a `tokenizers.Tokenizer`'s spec that `_supported` reads (the model's type and
+    options, the pre-tokenizer, the normalizer), without serializing its vocabulary and merges:
+    `to_str()` and its parse take ~3 s for a 262k SentencePiece vocabulary, which `_supported`
+    then refuses."""
+    model = tokenizer.model
+    options = {k: getattr(model, k) for k in _MODEL_OPTIONS if hasattr(model, k)}
+    out: dict = {"model": {"type": type(model).__name__, **options}}
+    for part in ("pre_tokenizer", "normalizer"):
+        component = getattr(tokenizer, part)
+        out[part] = None if component is None else json.loads(component.__getstate__())
+    return out
+
+
 def load_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
-    """The tables of a tokenizer, from the cache or built (about a second) and cached."""
-    path = tables_path(tokenizer)
+    """The tables of a tokenizer, from the cache or built (about a second) and cached;
+    CanonicalUnsupported, before anything is serialized, where its outline says so
+    (`spec_outline`)."""
+    _supported(spec_outline(tokenizer))
+    text = tokenizer.to_str()
+    path = tables_path(tokenizer, text)
     data = cache.read_npz(path)
     if data is not None and set(CanonicalTables.FIELDS) <= set(data) and data["kind"].shape[0] == vocab.size:
         return CanonicalTables(**{f: data[f] for f in CanonicalTables.FIELDS})
-    tables = build_tables(tokenizer, vocab)
+    tables = build_tables(tokenizer, vocab, text)
     cache.write_npz(path, **{f: getattr(tables, f) for f in CanonicalTables.FIELDS})
     return tables
 

@@ -139,6 +139,26 @@ def dead_token_masks(store: MaskStore, vocab: Vocabulary) -> np.ndarray:
     return dead[:, first] & usable
 
 
+def dead_token_words(store: MaskStore, vocab: Vocabulary, words: int) -> np.ndarray:
+    """`dead_token_masks` in bits, (dead sets, `words`) uint64, read-only, made one dead set at a
+    time: all of them as booleans first took ~3 s for a 262,144-token vocabulary (a 127 MB
+    array), row by row 0.25 s."""
+    V = store.vocab_size
+    spelled = vocab.token_bytes[:V]
+    lengths = np.fromiter(map(len, spelled), dtype=np.int64, count=V)
+    joined = np.frombuffer(b"".join(spelled), dtype=np.uint8)
+    usable = lengths > 0
+    first = np.zeros(V, dtype=np.intp)  # each token's first byte (0: none)
+    first[usable] = joined[(np.cumsum(lengths) - lengths)[usable]]
+    usable[[i for i in vocab.special if i < V]] = False
+    dead = bits.unpack(store.dead_sets, 256)  # (S, 256)
+    out = np.zeros((dead.shape[0], words), dtype=np.uint64)
+    for s in range(dead.shape[0]):
+        out[s] = bits.pack(dead[s][first] & usable, words)
+    out.setflags(write=False)
+    return out
+
+
 class CompiledGrammar:
     """A mask store made ready to serve: immutable after construction, shared by all requests;
     its memos are `memo`'s (one `GrammarMemo`), its per-request counts the matchers'."""
@@ -185,7 +205,7 @@ class CompiledGrammar:
         # (S, W) words: tokens whose first byte ends a lexeme in each dead set; the store's, whatever
         # the version (in bits: 2.9 MB, where booleans took 23 MB)
         self.W = store.dense.shape[1]
-        self._dead_masks = _dead_masks if _dead_masks is not None else bits.pack(dead_token_masks(store, vocab), self.W)
+        self._dead_masks = _dead_masks if _dead_masks is not None else dead_token_words(store, vocab, self.W)
         self.eos = np.array(sorted(vocab.eos), dtype=np.int64)
         self.tokens = vocab.token_bytes
         self._cache_size = cache_size
@@ -195,7 +215,7 @@ class CompiledGrammar:
         """What the masks memoized across requests hold (configurations' masks and the canonical
         rows, both in bits), for the server's memory report."""
         rows = self.canonical.row_cache_info().currsize if self.canonical is not None else 0
-        return sum(m.nbytes for m in list(self.memo.masks.entries.values())) + rows * -(-self.V // 8)
+        return sum(m.nbytes for m in list(self.memo.masks.entries.values())) + rows * self.W * 8
 
     def for_version(self, python_version) -> CompiledGrammar:
         """The same store serving another target Python version (`grammar_tools.parsing.versions`):
@@ -527,6 +547,18 @@ class CompiledGrammar:
         return self.recognizer.can_end(c.node, after_newline=x == self.NL)  # a newline was fed when announced
 
 
+class MaskBuffer:
+    """Memory a caller lends `GrammarMatcher.fill_next_token_mask` and reuses at every step of
+    a decoding: `words`, the mask in bits ((W,) uint64, `bits`' layout), and `spare`, where the
+    grammar's mask is kept while the canonical one is made from it. Each fill overwrites both."""
+
+    __slots__ = ("words", "spare")
+
+    def __init__(self, compiled: CompiledGrammar) -> None:
+        self.words = np.zeros(compiled.W, dtype=np.uint64)
+        self.spare = np.zeros(compiled.W, dtype=np.uint64)
+
+
 def _dedupe(configs: list[Config]) -> list[Config]:
     if len(configs) < 2:
         return configs
@@ -583,60 +615,79 @@ class GrammarMatcher:
 
     # ------------------------------------------------------------------ queries
 
-    def next_token_mask(self) -> np.ndarray:
-        """Bool array over the vocabulary: True for the tokens that may come next. Does not
-        change the matcher."""
-        comp = self.compiled
-        if not self.configs:
-            return np.zeros(comp.V, dtype=bool)
-        words = [comp.config_bits(c) for c in self.configs]
-        mask = bits.unpack(words[0] if len(words) == 1 else np.bitwise_or.reduce(words, axis=0), comp.V)
-        if self.heal:
-            allowed = np.zeros(comp.V, dtype=bool)
-            allowed[comp.vocab.tokens_compatible_with(self.heal)] = True
-            mask &= allowed
-        elif self.is_complete():
-            mask[comp.eos] = True
-        if self.canonical.active:
-            return self._canonical(mask)
-        return mask
+    def next_token_mask(self, out: MaskBuffer | None = None) -> np.ndarray:
+        """Bool array over the vocabulary: True for the tokens that may come next
+        (`fill_next_token_mask` unpacked once; `out`: the caller's buffer for its words, reused
+        step after step, else one made for this call). Does not change the matcher."""
+        words = self.fill_next_token_mask(out if out is not None else MaskBuffer(self.compiled))
+        return bits.unpack(words, self.compiled.V)
 
-    def _canonical(self, grammar_mask: np.ndarray) -> np.ndarray:
-        """The grammar's mask AND the canonical pairs after the last token; the grammar's
-        mask alone (counted) where that leaves no token but the end of sequence while the
-        grammar has others."""
+    def fill_next_token_mask(self, out: MaskBuffer) -> np.ndarray:
+        """The tokens that may come next written into the caller's `out.words` ((W,) uint64,
+        `bits`' layout; returned), as XGrammar fills a caller's bitmask: the configurations'
+        memoized words ORed, then healing, the end of sequence and canonical tokenization
+        applied in words (64 tokens a word), nothing allocated per step for the mask. Does
+        not change the matcher."""
+        comp = self.compiled
+        words = out.words
+        if not self.configs:
+            words.fill(0)
+            return words
+        np.copyto(words, comp.config_bits(self.configs[0]))
+        for c in self.configs[1:]:
+            np.bitwise_or(words, comp.config_bits(c), out=words)
+        if self.heal:
+            allowed = np.zeros(comp.W, dtype=np.uint64)
+            bits.set_ids(allowed, comp.vocab.tokens_compatible_with(self.heal))
+            words &= allowed
+        elif self.is_complete():
+            bits.set_ids(words, comp.eos)
+        if self.canonical.active:
+            self._canonical(words, out.spare)
+        return words
+
+    def _canonical(self, words: np.ndarray, grammar: np.ndarray) -> None:
+        """The grammar's mask `words` ANDed, in place, with the canonical pairs after the last
+        token; left the grammar's alone (counted) where that leaves no token but the end of
+        sequence while the grammar has others. `grammar`: room for a copy of the grammar's."""
         comp = self.compiled
         self.counts.canonical_masks += 1
-        mask = grammar_mask & comp.canonical.allowed_after(self.canonical)
+        np.copyto(grammar, words)
+        row = comp.canonical.allowed_after_bits(self.canonical)
+        if row is not None:
+            words &= row
         if self.heal:
-            self._drop_dead_ends(mask)
-        end = mask[comp.eos]  # the end of sequence: the grammar's to allow (rows leave it alone)
-        mask[comp.eos] = False
-        if mask.any():
-            mask[comp.eos] = end
-            return mask
-        mask[comp.eos] = True
-        if not (grammar_mask & ~mask).any():  # the grammar allows no more than the end either
-            mask[comp.eos] = end
-            return mask
+            self._drop_dead_ends(words)
+        eos = comp.eos
+        end = eos[bits.are_set(words, eos)]  # the end of sequence: the grammar's to allow (rows leave it alone)
+        bits.clear_ids(words, eos)
+        if words.any():
+            bits.set_ids(words, end)
+            return
+        bits.set_ids(words, eos)
+        if not (grammar & ~words).any():  # the grammar allows no more than the end either
+            bits.clear_ids(words, eos)
+            bits.set_ids(words, end)
+            return
         self.counts.canonical_fallbacks += 1  # nothing but the end left: the grammar decides alone
-        return grammar_mask
+        np.copyto(words, grammar)
 
-    def _drop_dead_ends(self, mask: np.ndarray) -> None:
+    def _drop_dead_ends(self, words: np.ndarray) -> None:
         """While healing: a token spelling only part of the healed bytes must leave a rest that
-        tokens can go on spelling canonically after it. `\\n\\n   ` for a healed
-        `\\n\\n        ` leaves five spaces that, after a whitespace run, only a lone space may
-        start, after which the run must end; `un` for `undeclar` leaves `declar`, which every
-        token would merge across (`und` `ecl` `ared`): taken, each would be followed by fallbacks.
-        The tokenizer's own spelling of the healed bytes always goes on, so it is never dropped
-        (the grammar is not asked about the rest; `CompiledGrammar.heal_goes_on` searches, memoized
-        by state and rest across requests)."""
+        tokens can go on spelling canonically after it (cleared in the mask's `words`).
+        `\\n\\n   ` for a healed `\\n\\n        ` leaves five spaces that, after a whitespace
+        run, only a lone space may start, after which the run must end; `un` for `undeclar`
+        leaves `declar`, which every token would merge across (`und` `ecl` `ared`): taken, each
+        would be followed by fallbacks. The tokenizer's own spelling of the healed bytes always
+        goes on, so it is never dropped (the grammar is not asked about the rest;
+        `CompiledGrammar.heal_goes_on` searches, memoized by state and rest across requests)."""
         comp = self.compiled
         pairs, heal, by = comp.canonical, self.heal, comp.vocab.by_bytes
         for k in range(1, len(heal)):
             t = by.get(heal[:k])
-            if t is not None and mask[t] and not comp.heal_goes_on(pairs.after(self.canonical, t), heal[k:]):
-                mask[t] = False
+            if t is not None and bits.contains(words, t) and not comp.heal_goes_on(pairs.after(self.canonical, t),
+                                                                                   heal[k:]):
+                bits.clear_ids(words, [t])
 
     def is_complete(self) -> bool:
         """The text so far can end here: statements closed, brackets balanced."""

@@ -241,6 +241,48 @@ def test_unsupported_tokenizers_are_refused_with_the_reason():
         C.build_tables(wp, Vocabulary.from_tokenizer(wp))
 
 
+
+def _verdict(spec: dict) -> str:
+    try:
+        return f"supported, digits alone: {C._supported(spec)}"
+    except C.CanonicalUnsupported as e:
+        return str(e)
+
+
+def test_the_outline_gives_the_full_specs_verdict():
+    """`load_tables` refuses from `spec_outline` before serializing the tokenizer: the outline's
+    verdict (and reason) is the whole spec's, for supported and refused tokenizers alike."""
+    import json
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    whitespace = _train_small()
+    whitespace.pre_tokenizer = pre_tokenizers.Whitespace()
+    metaspace = _train_small()
+    metaspace.pre_tokenizer = pre_tokenizers.Metaspace()
+    normalized = _train_small()
+    normalized.normalizer = normalizers.NFC()
+    spm = Tokenizer(models.BPE({"<unk>": 0, "a": 1, "\u2581": 2}, [], unk_token="<unk>", byte_fallback=True))
+    spm.normalizer = normalizers.Replace(" ", "\u2581")
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tokenizers = [load_tokenizer("default").tokenizer, _train_small(), whitespace, metaspace, normalized, spm, wp]
+    verdicts = [_verdict(C.spec_outline(t)) for t in tokenizers]
+    assert verdicts == [_verdict(json.loads(t.to_str())) for t in tokenizers]
+    assert verdicts[0].startswith("supported") and verdicts[1].startswith("supported")
+    assert sum(v.startswith("supported") for v in verdicts) == 2  # the others are refused, each for its reason
+
+
+def test_refused_tokenizers_are_refused_before_serializing(monkeypatch):
+    from tokenizers import Tokenizer, models
+
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    serialized = []
+    monkeypatch.setattr(C, "tables_path", lambda *a, **k: serialized.append(a) or 1 / 0)
+    with pytest.raises(C.CanonicalUnsupported, match="not BPE"):
+        C.load_tables(wp, Vocabulary.from_tokenizer(wp))
+    assert serialized == []
+
+
 # ---------------------------------------------------------------------------------- in the matcher
 
 

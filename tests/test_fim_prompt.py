@@ -137,3 +137,23 @@ def test_a_model_whose_tokenizer_starts_texts_with_a_start_token_gets_it_first(t
         p = build_prompt(starts, DOC[:CUT], DOC[CUT:] if fim_tokens else "", 64, fim_tokens)
         assert p.ids == [151643] + before.ids
         assert p.prefix == before.prefix and p.prefix_start == before.prefix_start + 1
+
+
+def test_fim_spellings_are_looked_up_as_the_whole_vocabulary_has_them(tok):
+    """`find_fim` looks each marker's spelling up alone (`_Spellings`): the ids the whole
+    vocabulary (added tokens included) gives, for every marker of every style, ordinary tokens,
+    added ones and spellings that are no token."""
+    from lsp_server.model.runtime import FIM_CONTEXT, FIM_STYLES, _Spellings
+
+    whole = tok.tokenizer.get_vocab(with_added_tokens=True)
+    one = _Spellings(tok.tokenizer)
+    spellings = {s for marks in FIM_STYLES.values() for s in marks} | {s for c in FIM_CONTEXT.values() for s in c}
+    spellings |= {"def", "Ġreturn", "<|endoftext|>", "no such token at all"}
+    assert any(s not in whole for s in spellings) and any(s in whole for s in spellings)
+    for s in sorted(spellings):
+        assert (s in one, one.get(s)) == (s in whole, whole.get(s)), s
+        if s in whole:
+            assert one[s] == whole[s]
+        else:
+            with pytest.raises(KeyError):
+                one[s]

@@ -69,3 +69,19 @@ def test_a_strided_array_packs_as_its_copy():
     cols = rng.integers(0, 2, size=(256, 6)).astype(bool)
     assert np.array_equal(bits.pack(cols.T), bits.pack(np.ascontiguousarray(cols.T)))
     assert np.array_equal(bits.pack(cols[::2].T, dtype=np.int32), bits.pack(np.ascontiguousarray(cols[::2].T), dtype=np.int32))
+
+
+def test_bits_are_read_and_cleared_one_by_one_as_the_booleans_say():
+    """`contains`, `are_set` and `clear_ids` read and clear the bits `pack` set (the matcher's
+    masks made in words: the end of sequence, healing's dead ends), repeated ids included."""
+    rng = np.random.default_rng(35)
+    for n in (1, 63, 64, 65, 1000):
+        want = rng.random(n) < 0.5
+        w = bits.pack(want).copy()
+        ids = rng.integers(0, n, size=20)
+        assert [bits.contains(w, int(t)) for t in range(n)] == want.tolist()
+        assert np.array_equal(bits.are_set(w, ids), want[ids])
+        bits.clear_ids(w, np.concatenate([ids, ids[:3]]))
+        want[ids] = False
+        assert np.array_equal(bits.unpack(w, n), want)
+    assert bits.are_set(bits.pack(np.ones(70, dtype=bool)), np.array([], dtype=np.int64)).shape == (0,)

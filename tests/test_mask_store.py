@@ -248,3 +248,17 @@ def _eos_where_complete(m, tok) -> np.ndarray:
     if m.is_complete():
         out[sorted(tok.vocab.eos)] = True
     return out
+
+
+def test_dead_token_words_made_row_by_row_are_the_dead_token_masks(compiled_full):
+    """`dead_token_words` packs one dead set at a time: every row is `dead_token_masks`' row in
+    bits (usable tokens whose first byte ends the lexeme), read-only; the compiled grammar's."""
+    from mask_store import bits
+    from mask_store.matcher import dead_token_masks, dead_token_words
+
+    compiled, tok = compiled_full
+    rows = dead_token_words(compiled.store, tok.vocab, compiled.W)
+    want = dead_token_masks(compiled.store, tok.vocab)
+    assert rows.shape == (want.shape[0], compiled.W) and want.shape[0] > 1 and not rows.flags.writeable
+    assert np.array_equal(bits.unpack(rows, compiled.V), want)
+    assert np.array_equal(compiled._dead_masks, rows)

@@ -13,8 +13,10 @@ import numpy as np
 
 
 def forced_token(mask: np.ndarray, stop_tokens: set[int]) -> int | None:
-    """The only token `mask` allows, or None when it allows none, several, or only a stop token."""
-    allowed = np.flatnonzero(mask)
-    if allowed.size == 1 and int(allowed[0]) not in stop_tokens:
-        return int(allowed[0])
-    return None
+    """The only token `mask` allows, or None when it allows none, several, or only a stop token.
+    Counted, not listed: the step's mask usually allows thousands (listing them took 30-50 us
+    at 49k tokens, 250 us at 262k; counting 5 and 20)."""
+    if np.count_nonzero(mask) != 1:
+        return None
+    token = int(np.argmax(mask))
+    return None if token in stop_tokens else token

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from mask_store.matcher import GrammarMatcher
+from mask_store.matcher import GrammarMatcher, MaskBuffer
 
 from ..model.device_timing import ForwardClock
 from ..model.kv_cache import ForwardCancelled, rewind
@@ -158,6 +158,10 @@ class _Decoding:
                  steer: Callable[[int], np.ndarray] | None, names=None, budget: Budget = NO_BUDGET) -> None:
         self.stepper = stepper
         self.matcher = matcher
+        # the words every step's grammar mask is made in (the matcher fills them), and the room
+        # a greedy choice shifts the logits in (`sampling.greedy_choice`): one of each a pass
+        self.buffer = MaskBuffer(matcher.compiled) if matcher is not None else None
+        self.scratch = np.empty(stepper.logits.shape[-1], dtype=np.float32) if stepper is not None else None
         self.token_bytes = token_bytes
         self.stop_tokens = stop_tokens
         self.sampler = sampler
@@ -184,7 +188,7 @@ class _Decoding:
             return None
         self.stepper.launch()  # CUDA: step t's forward runs while its mask is computed
         t0 = time.perf_counter()
-        mask = self.matcher.next_token_mask()
+        mask = self.matcher.next_token_mask(self.buffer)
         self.out.mask_ms.append((time.perf_counter() - t0) * 1000)
         self.stepper.overlap.masked(self.out.mask_ms[-1])
         if self.steer is not None:
@@ -300,7 +304,7 @@ class _Decoding:
             if forced:
                 token = draft_token
             else:
-                token = choose(self.sampler, row, mask, banned, draft_token if not banned else None, q)
+                token = choose(self.sampler, row, mask, banned, draft_token if not banned else None, q, self.scratch)
             if token is None:
                 return None, self.stop_where_it_can(StopReason.NO_CONTINUATION)
             if token in self.stop_tokens:

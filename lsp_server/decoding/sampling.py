@@ -80,18 +80,52 @@ def masked_logits(logits: torch.Tensor, mask: np.ndarray | None, banned: set[int
     return out
 
 
-def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int]) -> int | None:
+# a disallowed token's logit is pushed this far down (float32's largest is ~3.4e38): below any
+# finite logit a model gives, without making it -inf (see `greedy_choice`)
+_FAR = np.float32(3e38)
+
+
+def greedy_choice(logits: torch.Tensor, mask: np.ndarray, banned: set[int],
+                  scratch: np.ndarray | None = None) -> int | None:
     """The argmax of `masked_logits(logits, mask, banned)` (the first of equal maxima, as
-    `torch.argmax`) without building it: one `np.where` over the logits' own memory (no index
-    list of the allowed tokens, no copy of the row; ~4x faster than gathering them, which was
-    itself a third of masking the whole row). None where no allowed logit is finite."""
+    `torch.argmax`) without building it, in two tries:
+    - the row's own argmax: where the grammar allows it (and it is finite) it is the answer (no
+      logit is above it, none equal before it): one pass over the row, and the model's first
+      choice is usually one the grammar allows;
+    - else the logits plus 0 where allowed and -3e38 elsewhere, made without a branch per
+      token (a select, `np.where(mask, logits, -inf)`, mispredicts on the grammar's scattered
+      masks: 140 us at 49k tokens, 840 us at 262k, against 30 and 160): where its argmax is an
+      allowed, finite logit it is the select's answer (every allowed logit is itself there,
+      every other lies below it); otherwise (no finite logit allowed, or an infinite or NaN
+      one left out) the select decides (`_select_choice`).
+    `scratch`: the caller's float32 room for the shifted row (at least as long as the mask's
+    part of it, reused step after step: a new row each step is a fresh mapping and its page
+    faults where it is large, 1 MB at 262k tokens). None where no allowed logit is finite."""
     allowed = mask[: logits.shape[0]]
     if banned:
         allowed = allowed.copy()
         allowed[[t for t in banned if t < allowed.shape[0]]] = False
-    values = np.where(allowed, logits.detach().float().numpy()[: allowed.shape[0]], -np.inf)
+    values = logits.detach().float().numpy()[: allowed.shape[0]]
     best = int(values.argmax())
-    if not np.isfinite(values[best]):
+    if allowed[best] and np.isfinite(values[best]):  # the model's own first choice is allowed: it is the answer
+        return best
+    n = allowed.shape[0]
+    room = scratch[:n] if scratch is not None and scratch.shape[0] >= n else None
+    shifted = np.multiply(allowed.view(np.uint8), _FAR, out=room, dtype=np.float32)  # _FAR where allowed, 0 elsewhere
+    shifted -= _FAR
+    with np.errstate(over="ignore", invalid="ignore"):  # a logit beyond ±3e38 overflows (then the select decides)
+        shifted += values
+    best = int(shifted.argmax())
+    if allowed[best] and np.isfinite(values[best]):
+        return best
+    return _select_choice(values, allowed)
+
+
+def _select_choice(values: np.ndarray, allowed: np.ndarray) -> int | None:
+    """`greedy_choice`'s answer by a select over the whole row (None: no allowed logit is finite)."""
+    selected = np.where(allowed, values, -np.inf)
+    best = int(selected.argmax())
+    if not np.isfinite(selected[best]):
         return None
     return best
 
@@ -119,14 +153,16 @@ def bitmask_upload(vocab_size: int, device: torch.device) -> BitmaskUpload:
     return up
 
 
-def choose(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None, q=None) -> int | None:
+def choose(sampler: Sampler, row: torch.Tensor, mask, banned: set[int], draft: int | None = None, q=None,
+           scratch: np.ndarray | None = None) -> int | None:
     """The token for one position (None: nothing allowed); with a drafted token, speculative
     sampling keeps the target's distribution (greedy: plain argmax). Logits on an accelerator
-    are masked there with the packed bitmask, and a greedy choice is one device→host read."""
+    are masked there with the packed bitmask, and a greedy choice is one device→host read.
+    `scratch`: `greedy_choice`'s room, the caller's (float32, as long as the row)."""
     if row.device.type != "cpu":
         return device_choice(sampler, row, mask, banned, draft, q)
     if sampler.temperature <= 0 and mask is not None:
-        return greedy_choice(row, mask, banned)
+        return greedy_choice(row, mask, banned, scratch)
     logits = masked_logits(row, mask, banned)
     if not torch.isfinite(logits).any():
         return None
