@@ -256,19 +256,6 @@ ALWAYS_INLINE __m256 unit_into(__m256 acc, const Unit *w, const uint8_t *r, int 
     return acc;
 }
 
-/* unit_into with P = S * da given (the same product, computed for several rows at once) */
-ALWAYS_INLINE __m256 unit_into_p(__m256 acc, const Unit *w, const uint8_t *r, int K, int u, const int f, __m256 P) {
-    __m256i x = _mm256_loadu_si256((const __m256i *)ROW_CODES(r, u));
-    if (f == W_Q8_0) x = _mm256_sign_epi8(x, w->sign);
-    __m256i I = _mm256_madd_epi16(_mm256_maddubs_epi16(w->codes, x), _mm256_set1_epi16(1));
-    const int shift = unit_offset_shift(f);
-    if (shift) I = _mm256_add_epi32(I, _mm256_sll_epi32(_mm256_loadu_si256((const __m256i *)ROW_NLS(r, K, u)),
-                                                        _mm_cvtsi32_si128(shift)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), P, acc);
-    if (unit_has_min(f)) acc = _mm256_fmadd_ps(_mm256_loadu_ps(ROW_LSD(r, K, u)), _mm256_set1_ps(w->m), acc);
-    return acc;
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 /* Two units (u, u + 1; u even) of a weight row, decoded together into 512-bit registers: the
  * low half of each the unit u, the high half unit u + 1. With VNNI, Q8_0's codes are the
@@ -403,7 +390,7 @@ ALWAYS_INLINE __m512 pair_into(__m512 acc, const Pair *w, const uint8_t *r, int 
  * of 8), into the rows' accumulators at acc + 16 i (lanes 0-7: the even units', 8-15: the odd
  * units'), loaded and stored back */
 ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
-                            float *accs, const float *das, const int f, const int mt) {
+                            float *accs, const int f, const int mt) {
     __m512 acc[INT8_GROUP];
     for (int i = 0; i < mt; i++) acc[i] = _mm512_loadu_ps(accs + 16 * i);
     int u = u0;
@@ -425,7 +412,7 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
 }
 #else
 ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
-                            float *accs, const float *das, const int f, const int mt) {
+                            float *accs, const int f, const int mt) {
     __m256 acc[INT8_GROUP][2];
     for (int i = 0; i < mt; i++) {
         acc[i][0] = _mm256_loadu_ps(accs + 16 * i);
@@ -436,23 +423,6 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
     /* two units a step (u0 is even), so that acc[i][0] and acc[i][1] are named at compile time
      * and stay in registers (indexed by u & 1 they lived on the stack: each unit's FMAs waited
      * on a store and a reload); the same operations in the same order */
-    if (f != W_Q6_K && mt > 1) {
-        /* one scale for the unit's 8 lanes (all formats but Q6_K): S * da for the mt rows in
-         * one product (their da side by side in `das`, 4 a unit), then broadcast from memory,
-         * instead of a product per row: the same products, fewer of the FP pipes' operations */
-        float P[8] __attribute__((aligned(32)));
-        for (; u + 2 <= u1; u += 2) {
-            if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
-            Unit a = decode_unit(wrow, f, u, &h);
-            Unit b = decode_unit(wrow, f, u + 1, &h);
-            _mm256_store_ps(P, _mm256_mul_ps(_mm256_insertf128_ps(a.scale, _mm256_castps256_ps128(b.scale), 1),
-                                             _mm256_loadu_ps(das + 4 * (u - u0))));
-            for (int i = 0; i < mt; i++) {
-                acc[i][0] = unit_into_p(acc[i][0], &a, acts + i * stride, K, u, f, _mm256_broadcast_ss(P + i));
-                acc[i][1] = unit_into_p(acc[i][1], &b, acts + i * stride, K, u + 1, f, _mm256_broadcast_ss(P + 4 + i));
-            }
-        }
-    }
     for (; u + 2 <= u1; u += 2) {
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
         Unit a = decode_unit(wrow, f, u, &h);
@@ -533,7 +503,7 @@ ALWAYS_INLINE Unit decode_unit(const uint8_t *row, const int f, int u, const Hea
 }
 
 ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
-                            float *accs, const float *das, const int f, const int mt) {
+                            float *accs, const int f, const int mt) {
     Header h;
     int L = K / 4;
     for (int u = u0; u < u1; u++) {
@@ -557,19 +527,19 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
 
 /* int_tile compiled for each quantized format (f a constant in each copy) */
 ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, int u0, int u1,
-                                 float *accs, const float *das, const int f, int mt) {
+                                 float *accs, const int f, int mt) {
     switch (mt) {
-    case 1: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 1); break;
-    case 2: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 2); break;
-    case 3: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 3); break;
+    case 1: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 1); break;
+    case 2: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 2); break;
+    case 3: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 3); break;
 #if INT8_GROUP > 4
-    case 4: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 4); break;
-    case 5: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 5); break;
-    case 6: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 6); break;
-    case 7: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 7); break;
-    default: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 8); break;
+    case 4: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 4); break;
+    case 5: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 5); break;
+    case 6: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 6); break;
+    case 7: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 7); break;
+    default: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 8); break;
 #else
-    default: int_tile(acts, stride, wrow, K, u0, u1, accs, das, f, 4); break;
+    default: int_tile(acts, stride, wrow, K, u0, u1, accs, f, 4); break;
 #endif
     }
 }
@@ -588,7 +558,6 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
     int64_t stride = ACT_BYTES(K), rb = row_bytes(f, K);
     int groups = (M + INT8_GROUP - 1) / INT8_GROUP, U = K / QK;
     float accs[INT8_OUTPUTS][INT8_GROUP * 16];
-    float das[4 * (INT8_CHUNK_BYTES / 128) + 8] __attribute__((aligned(32))); /* 4 floats a unit of a chunk (int_tile) */
     for (int g = 0, m0 = 0; g < groups; g++) {
         int mt = (M - m0) / (groups - g);
         const uint8_t *a = acts + m0 * stride;
@@ -596,12 +565,6 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
         for (int n = n0; n < n1; n++) memset(accs[n - n0], 0, sizeof(float) * 16 * (size_t)mt);
         for (int u0 = 0; u0 < U; u0 += chunk) {
             int u1 = u0 + chunk < U ? u0 + chunk : U;
-#if defined(KERNEL_X86) && INT8_GROUP == 4
-            /* the rows' da side by side, 4 a unit (0 past the group's rows): int_tile's S * da */
-            for (int u = u0; u < u1; u++)
-                for (int i = 0; i < 4; i++)
-                    das[4 * (u - u0) + i] = i < mt ? ((const float *)(a + i * stride + K))[K / 4 + 8 * u] : 0.0f;
-#endif
             int64_t at = unit_block(w, f, u0) - w, piece = unit_block(w, f, u1 - 1) - w + format_bytes(f) - at;
             for (int n = n0; n < n1; n++) {
                 const uint8_t *wrow = w + (int64_t)n * rb;
@@ -611,14 +574,14 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
                 if (next)
                     for (int64_t off = 0; off < piece; off += 64) __builtin_prefetch(next + off);
                 switch (f) {
-                case W_Q4_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q4_0, mt); break;
-                case W_Q4_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q4_1, mt); break;
-                case W_Q5_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q5_0, mt); break;
-                case W_Q5_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q5_1, mt); break;
-                case W_Q8_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q8_0, mt); break;
-                case W_Q4_K: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q4_K, mt); break;
-                case W_Q5_K: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q5_K, mt); break;
-                default: int_tile_rows(a, stride, wrow, K, u0, u1, acc, das, W_Q6_K, mt); break;
+                case W_Q4_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_0, mt); break;
+                case W_Q4_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_1, mt); break;
+                case W_Q5_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q5_0, mt); break;
+                case W_Q5_1: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q5_1, mt); break;
+                case W_Q8_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q8_0, mt); break;
+                case W_Q4_K: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_K, mt); break;
+                case W_Q5_K: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q5_K, mt); break;
+                default: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q6_K, mt); break;
                 }
             }
         }
