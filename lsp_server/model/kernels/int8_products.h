@@ -419,10 +419,23 @@ ALWAYS_INLINE void int_tile(const uint8_t *acts, int64_t stride, const uint8_t *
         acc[i][1] = _mm256_loadu_ps(accs + 16 * i + 8);
     }
     Header h;
-    for (int u = u0; u < u1; u++) {
+    int u = u0;
+    /* two units a step (u0 is even), so that acc[i][0] and acc[i][1] are named at compile time
+     * and stay in registers (indexed by u & 1 they lived on the stack: each unit's FMAs waited
+     * on a store and a reload); the same operations in the same order */
+    for (; u + 2 <= u1; u += 2) {
         if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
         Unit a = decode_unit(wrow, f, u, &h);
-        for (int i = 0; i < mt; i++) acc[i][u & 1] = unit_into(acc[i][u & 1], &a, acts + i * stride, K, u, f);
+        Unit b = decode_unit(wrow, f, u + 1, &h);
+        for (int i = 0; i < mt; i++) {
+            acc[i][0] = unit_into(acc[i][0], &a, acts + i * stride, K, u, f);
+            acc[i][1] = unit_into(acc[i][1], &b, acts + i * stride, K, u + 1, f);
+        }
+    }
+    if (u < u1) { /* an odd last unit (even: acc[i][0]) */
+        if (is_kquant(f) && u % 8 == 0) kquant_header(unit_block(wrow, f, u), f, &h);
+        Unit a = decode_unit(wrow, f, u, &h);
+        for (int i = 0; i < mt; i++) acc[i][0] = unit_into(acc[i][0], &a, acts + i * stride, K, u, f);
     }
     for (int i = 0; i < mt; i++) {
         _mm256_storeu_ps(accs + 16 * i, acc[i][0]);
