@@ -224,7 +224,7 @@ class CompletionEngine:
     def prompt(self, request: CompletionRequest, options: EngineOptions | None = None):
         """The request's prompt in its full window (`windows.prompt_in_window`), kept as the
         document's anchor; call under the engine's lock."""
-        return prompt_in_window(self.parts, request, options or self.options)
+        return prompt_in_window(self.parts, request, request.before, request.after, options or self.options)
 
     def _parse_ahead(self, request: CompletionRequest, opts: EngineOptions, healed: int) -> None:
         """The text before the cursor (less the healed bytes) through the document's parser."""

@@ -117,9 +117,9 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
     completion must respect and the names guide; a StopReason when the text before the cursor
     does not parse."""
     compiled = parts.grammars.for_document(req.document, opts)
-    prompt, cache_key = request_window(parts, req, opts)
-    heal = prompt.healed
     before, after = req.text[: req.cursor], req.text[req.cursor :]
+    prompt, cache_key = request_window(parts, req, before, after, opts)
+    heal = prompt.healed
     before_b = before.encode()
     mode = req.mode or opts.mode
     sampler = Sampler(opts.temperature, opts.top_p, opts.seed)

@@ -29,13 +29,14 @@ def first_window_key(document: str) -> str:
     return document + "\x00first-window"
 
 
-def prompt_in_window(parts: EngineParts, request: CompletionRequest, opts: EngineOptions,
+def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str, after: str, opts: EngineOptions,
                      first_window: bool = False) -> Prompt:
-    """The prompt of a request in a window of `context_tokens` (`first_window`: a short first
-    window of `first_window_tokens`), the window kept as the document's next anchor."""
+    """The prompt of a request (its document split at the cursor: `before`, `after`) in a window
+    of `context_tokens` (`first_window`: a short first window of `first_window_tokens`), the
+    window kept as the document's next anchor."""
     budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if first_window else (opts.context_tokens,
                                                                                         WINDOW_STEP)
-    prompt = build_prompt(parts.tokenizer, request.before, request.after, budget, parts.fim,
+    prompt = build_prompt(parts.tokenizer, before, after, budget, parts.fim,
                           heal=opts.constrained, anchor=parts.documents.anchor(request.document, first_window),
                           heal_pretoken=parts.canonical_on(opts), workspace=request.workspace, step=step,
                           context=request.workspace.block)
@@ -48,10 +49,11 @@ def _may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
     return request.short_first and bool(limit) and limit < opts.context_tokens
 
 
-def request_window(parts: EngineParts, request: CompletionRequest, opts: EngineOptions) -> tuple[Prompt, str]:
+def request_window(parts: EngineParts, request: CompletionRequest, before: str, after: str,
+                   opts: EngineOptions) -> tuple[Prompt, str]:
     """(the request's prompt, the key of its KV cache): the full window, or the short first one
     (module docstring)."""
-    full = prompt_in_window(parts, request, opts)
+    full = prompt_in_window(parts, request, before, after, opts)
     if not _may_be_short(request, opts):
         return full, request.document
     cache = parts.prompt_cache
@@ -59,7 +61,7 @@ def request_window(parts: EngineParts, request: CompletionRequest, opts: EngineO
     if missing <= opts.first_window_tokens:
         cache.forget(first_window_key(request.document))  # served by the full window now
         return full, request.document
-    short = prompt_in_window(parts, request, opts, first_window=True)
+    short = prompt_in_window(parts, request, before, after, opts, first_window=True)
     key = first_window_key(request.document)
     if cache.missing(key, short.ids) >= missing:
         return full, request.document
