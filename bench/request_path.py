@@ -29,7 +29,7 @@ def _module(frame) -> str | None:
     return name if name.split(".")[0] in PACKAGES else None
 
 
-def trace(fn) -> dict:
+def trace(fn, list_edges: bool = False) -> dict:
     """Run `fn()` under a profile hook; the project's cross-module call edges it made."""
     edges: set[tuple[str, str, str, str]] = set()
 
@@ -56,18 +56,23 @@ def trace(fn) -> dict:
     for src, f, dst, g in edges:
         entering[dst].add((src, f, g))
     per_module = {m: len(e) for m, e in sorted(entering.items(), key=lambda kv: -len(kv[1]))}
-    return {
+    out = {
         "modules_entered": len(entering),
         "cross_module_edges": len(edges),
         "re_entries": sum(n - 1 for n in per_module.values()),
         "entries_by_module": per_module,
     }
+    if list_edges:
+        out["edges_by_module"] = {m: sorted(f"{src}.{f} -> {g}" for src, f, g in entering[m])
+                                  for m in per_module}
+    return out
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--file", default=str(ROOT / "examples" / "hottest_day.py"))
+    ap.add_argument("--edges", action="store_true", help="also list each module's entering edges")
     args = ap.parse_args(argv)
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
@@ -79,7 +84,7 @@ def main(argv=None) -> dict:
     engine.complete(CompletionRequest(text, cursor=cursor, document="file:///warm.py", short_first=False))
     request = CompletionRequest(text, cursor=cursor, document="file:///traced.py", short_first=False)
     result = {}
-    out = trace(lambda: result.update(r=engine.complete(request)))
+    out = trace(lambda: result.update(r=engine.complete(request)), list_edges=args.edges)
     out = {"benchmark": "request_path", "file": str(args.file), "completion": result["r"].text,
            "stop_reason": str(result["r"].stop_reason), **out}
     print(json.dumps(out, indent=1))
