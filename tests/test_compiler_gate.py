@@ -11,7 +11,7 @@ import ast
 from grammar_tools.parsing import cpython_check
 from grammar_tools.parsing.cpython_check import compiles
 from lsp_server.decoding.compiler_gate import refused_where_written
-from lsp_server.decoding.stopping.decision import StopReason
+from lsp_server.decoding.stopping.policy import StopReason
 
 ASYNC = "async def rows(source):\n    |\n\n\nprint(rows)\n"
 KWARGS = "result = dict(\n    |\n    key=2,\n)\n"

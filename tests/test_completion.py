@@ -12,7 +12,7 @@ import pytest
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 from lsp_server.positions import offset_at, position_of
-from lsp_server.decoding.stopping.context import cursor_context
+from lsp_server.decoding.stopping.rest_of_file import cursor_context
 
 from completion_support import accept, complete_at_marker, scripted_engine, stdlib_cuts
 from corpus_support import ROOT, STDLIB
@@ -120,7 +120,7 @@ def test_continuation_lines_after_the_cursor_are_checked_to_their_end(compiled):
 
 
 def test_the_next_line_of_code_deeper_continues_the_statement():
-    from lsp_server.decoding.stopping.context import continues_deeper
+    from lsp_server.decoding.stopping.rest_of_file import continues_deeper
 
     assert continues_deeper("\n\n        # c\n        b,\n    z = 1\n", 4)
     assert not continues_deeper("\n    z = 1\n", 4) and not continues_deeper("\n\n", 4)
@@ -248,7 +248,7 @@ def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, lau
     stepper, the forward passes it asked for)."""
     from lsp_server.decoding.loop import ModelStepper, decode
     from lsp_server.decoding.sampling import Sampler
-    from lsp_server.decoding.stopping.line_scanner import LineScanner
+    from lsp_server.decoding.stopping.rest_of_file import LineScanner
     from lsp_server.decoding.stopping.policy import StopPolicy
     from lsp_server.decoding.stopping.rest_of_file import RestOfFile
     from mask_store.matcher import GrammarMatcher

@@ -42,7 +42,7 @@ def test_load_takes_the_static_path_with_graphs(engine):
 
 def test_greedy_completions_are_deterministic_and_valid(engine):
     from grammar_tools.parsing.cpython_check import compiles
-    from lsp_server.decoding.stopping.decision import StopReason
+    from lsp_server.decoding.stopping.policy import StopReason
 
     a = engine.complete(request("file:///a.py"), options=replace(engine.options, speculative=False))
     b = engine.complete(request("file:///b.py"), options=replace(engine.options, speculative=False))

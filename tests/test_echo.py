@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
-from lsp_server.decoding.stopping.echo import following_text
+from lsp_server.decoding.stopping.rest_of_file import following_text
 from lsp_server.options import EngineOptions
 
 from scripted_model import ScriptedRuntime

@@ -13,7 +13,7 @@ from grammar_tools.parsing.cpython_check import compiles
 from lsp_server.decoding import header_steering, redecode
 from lsp_server.decoding.budget import NO_BUDGET, Budget
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
-from lsp_server.decoding.stopping.decision import StopReason
+from lsp_server.decoding.stopping.policy import StopReason
 from lsp_server.options import EngineOptions
 from lsp_server.server.settings import ServerOptions
 

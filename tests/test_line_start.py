@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
-from lsp_server.decoding.stopping.context import cursor_context
-from lsp_server.decoding.stopping.decision import StopReason
+from lsp_server.decoding.stopping.rest_of_file import cursor_context
+from lsp_server.decoding.stopping.policy import StopReason
 from lsp_server.options import EngineOptions
 
 from cpython_oracle import compiles
@@ -132,7 +132,7 @@ def shape_at(compiled, doc: str):
     """What the rest of the file lets the first line be at the `|` of `doc`."""
     from grammar_tools.parsing.incremental import PrefixParser
     from lsp_server.decoding.header_steering import first_line
-    from lsp_server.decoding.stopping.line_scanner import LineScanner
+    from lsp_server.decoding.stopping.rest_of_file import LineScanner
     from lsp_server.decoding.stopping.rest_of_file import RestOfFile
 
     comp, _ = compiled
@@ -150,7 +150,7 @@ CUT_TRY = "def f():\n|    except ValueError:\n        pass\n"
 
 def test_the_first_line_is_shaped_by_what_the_rest_of_the_file_requires(compiled):
     from lsp_server.decoding.header_steering import Fit
-    from lsp_server.decoding.stopping.context import Start
+    from lsp_server.decoding.stopping.rest_of_file import Start
 
     # column 0 of a loop's body: a statement fits at the body's indentation only
     shape = shape_at(compiled, LOOP.replace("        result += item", "|        result += item"))

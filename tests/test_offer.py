@@ -11,8 +11,7 @@ from grammar_tools.parsing.cpython_check import compiles
 from grammar_tools.parsing.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.offer import choose_offer, offered_text
-from lsp_server.decoding.stopping.rest_of_file import RestOfFile
-from lsp_server.decoding.stopping.line_scanner import LineScanner
+from lsp_server.decoding.stopping.rest_of_file import RestOfFile, LineScanner
 from lsp_server.options import EngineOptions
 
 from corpus_support import STDLIB, read_source

@@ -75,7 +75,7 @@ def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compile
 def rest_at(compiled, doc: str):
     """The rest of the file at the `|` of `doc`, as a constrained request builds it."""
     from grammar_tools.parsing.incremental import PrefixParser
-    from lsp_server.decoding.stopping.line_scanner import LineScanner
+    from lsp_server.decoding.stopping.rest_of_file import LineScanner
     from lsp_server.decoding.stopping.rest_of_file import RestOfFile
 
     comp, _ = compiled

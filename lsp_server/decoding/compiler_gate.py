@@ -28,7 +28,7 @@ from dataclasses import replace
 from grammar_tools.parsing.cpython_check import refused_lines
 
 from .results import CompletionResult
-from .stopping.decision import StopReason
+from .stopping.policy import StopReason
 
 log = logging.getLogger(__name__)
 

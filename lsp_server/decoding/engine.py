@@ -44,8 +44,8 @@ from .parts import EngineParts, GrammarVersions
 from .request_times import RequestTimes
 from .results import STOP_REASONS, Cancel, CompletionRequest, CompletionResult, nothing
 from .shown import Shown, ShownAnswers
-from .stopping.decision import StopReason
-from .stopping.line_scanner import LineScanner
+from .stopping.policy import StopReason
+from .stopping.rest_of_file import LineScanner
 from .windows import first_window_key, prompt_in_window
 
 __all__ = ["STOP_REASONS", "CompletionEngine", "CompletionRequest", "CompletionResult", "Prefilled",

@@ -21,8 +21,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .stopping.context import Start, opens_block
-from .stopping.rest_of_file import RestOfFile
+from .stopping.rest_of_file import Start, opens_block, RestOfFile
 
 # a header for each keyword that opens a block, the check's probe
 PROBES = {

@@ -31,8 +31,7 @@ from ..model.mask_overlap import MaskOverlap
 from .budget import NO_BUDGET, Budget
 from .fast_forward import forced_token
 from .sampling import Sampler, choose
-from .stopping.decision import Decision, Stop, StopReason, Verdict
-from .stopping.policy import StopPolicy
+from .stopping.policy import Decision, Stop, StopReason, Verdict, StopPolicy
 
 MAX_REJECTS = 4  # tokens banned at one step before the completion ends where it can
 

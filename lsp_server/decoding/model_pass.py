@@ -25,11 +25,8 @@ from .speculation.draft_model import DraftModel
 from .speculation.lookup import PromptLookup
 from .speculation.speculator import Speculator
 from .speculation.stats import SpeculationStats
-from .stopping.context import Start
-from .stopping.decision import StopReason
-from .stopping.line_scanner import LineScanner
-from .stopping.policy import StopPolicy
-from .stopping.rest_of_file import offered_text
+from .stopping.rest_of_file import Start, LineScanner, offered_text
+from .stopping.policy import StopReason, StopPolicy
 
 if TYPE_CHECKING:
     from .request import Request

@@ -20,8 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .stopping.line_scanner import LineScanner
-from .stopping.rest_of_file import RestOfFile, offered_text
+from .stopping.rest_of_file import LineScanner, RestOfFile, offered_text
 
 PATHS = ("model", "earlier-stop", "later-stop", "redecode", "empty", "unchecked")
 MAX_CHECKS = 64  # cuts tried at most per request

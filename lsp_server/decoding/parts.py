@@ -12,7 +12,7 @@ from .document_state import DocumentStates
 from .header_steering import HeaderStarts
 from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
-from .stopping.line_scanner import LineScanner
+from .stopping.rest_of_file import LineScanner
 
 
 class GrammarVersions:

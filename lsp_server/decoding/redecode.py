@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .offer import Offer
-from .stopping.decision import StopReason
+from .stopping.policy import StopReason
 from .stopping.rest_of_file import RestOfFile
 
 if TYPE_CHECKING:  # loop.py imports torch, which loads after threads.py set its environment

@@ -42,7 +42,7 @@ from .redecode import Pass, Tries, ended_where_valid
 from .request_times import RequestTimes
 from .results import Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
-from .stopping.decision import Stop, StopReason
+from .stopping.policy import Stop, StopReason
 from .stopping.rest_of_file import RestOfFile
 from .windows import request_window
 

@@ -19,7 +19,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from ..options import EngineOptions
 from ..positions import PositionError, offset_at
 from .budget import NO_BUDGET, Budget
-from .stopping.decision import StopReason
+from .stopping.policy import StopReason
 from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 Cancel = Callable[[], bool]  # polled by the request's steps: True stops it

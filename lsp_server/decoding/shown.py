@@ -22,9 +22,8 @@ from ..options import EngineOptions
 from ..target_version import target_version
 from .request_times import RequestTimes
 from .results import NO_FIGURES, CompletionRequest, CompletionResult
-from .stopping.context import cursor_context
-from .stopping.decision import StopReason
-from .stopping.rest_of_file import RestOfFile
+from .stopping.rest_of_file import cursor_context, RestOfFile
+from .stopping.policy import StopReason
 
 KEPT = 8  # documents whose last suggestion is kept
 

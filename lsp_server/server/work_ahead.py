@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 from ..decoding.results import CompletionRequest
-from ..decoding.stopping.decision import StopReason
+from ..decoding.stopping.policy import StopReason
 from ..positions import PositionError, offset_at, to_lf, utf16_len
 from .documents import DocumentStore
 from .engine_host import EngineHost

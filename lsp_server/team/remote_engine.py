@@ -34,10 +34,8 @@ from ..decoding.loop import DecodeOutcome
 from ..decoding.model_pass import pass_offer
 from ..decoding.offer import EMPTY
 from ..decoding.redecode import Pass
-from ..decoding.stopping.context import Start
-from ..decoding.stopping.decision import Stop, StopReason, Verdict
-from ..decoding.stopping.line_scanner import LineScanner
-from ..decoding.stopping.policy import StopPolicy
+from ..decoding.stopping.rest_of_file import Start, LineScanner
+from ..decoding.stopping.policy import Stop, StopReason, Verdict, StopPolicy
 from ..model.runtime import find_fim
 from ..options import EngineOptions
 from .client import TeamClient, TeamUnavailable

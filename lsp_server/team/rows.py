@@ -33,9 +33,8 @@ import numpy as np
 
 from mask_store.matcher import CompiledGrammar, GrammarMatcher
 
-from ..decoding.stopping.decision import Stop, Verdict
-from ..decoding.stopping.line_scanner import LineScanner
-from ..decoding.stopping.policy import StopPolicy
+from ..decoding.stopping.policy import Stop, Verdict, StopPolicy
+from ..decoding.stopping.rest_of_file import LineScanner
 from .wire import TeamArgs, TeamArgsError
 
 log = logging.getLogger(__name__)

@@ -34,9 +34,7 @@ from grammar_tools.parsing.recognizer import Node
 
 from mask_store.canonical import CanonicalState, Continuation
 
-from ..decoding.stopping.context import CursorContext, Start
-from ..decoding.stopping.echo import FollowingText
-from ..decoding.stopping.rest_of_file import RestOfFile
+from ..decoding.stopping.rest_of_file import CursorContext, Start, FollowingText, RestOfFile
 
 XARGS_KEY = "syntaxlock"  # the one key of `vllm_xargs` this project uses
 VERSION = 1  # of the wire format: a server refuses another
