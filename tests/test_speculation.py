@@ -10,8 +10,8 @@ import torch
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
-from lsp_server.decoding.speculation.acceptance import choose_gamma, expected_speedup, speculative_choice
-from lsp_server.decoding.speculation.lookup import PromptLookup
+from lsp_server.decoding.sampling import speculative_choice
+from lsp_server.decoding.speculation.speculator import PromptLookup, choose_gamma, expected_speedup
 
 from scripted_model import ScriptedRuntime
 from completion_support import stdlib_cuts
@@ -123,7 +123,7 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_mo
     """Whether drafting pays is decided from forward costs measured as it runs, which differ from
     machine to machine: here a verification costs what one step costs (as on a GPU), so drafts are
     made on every machine and their answers are checked against plain decoding."""
-    from lsp_server.decoding.speculation.stats import SpeculationStats
+    from lsp_server.decoding.speculation.speculator import SpeculationStats
 
     monkeypatch.setattr(SpeculationStats, "verify_ratio", lambda self, gamma: 1.0)
     # a window of ~256 tokens: a new window holds at most REFILL_SHARE of contextTokens (prompt.window)
@@ -138,7 +138,7 @@ def test_greedy_speculation_is_token_for_token_identical_on_a_tiny_model(tiny_mo
 
 def test_lookup_acceptance_is_kept_per_match_length():
     from lsp_server.decoding.speculation.speculator import Draft, Speculator
-    from lsp_server.decoding.speculation.stats import SpeculationStats
+    from lsp_server.decoding.speculation.speculator import SpeculationStats
 
     assert PromptLookup().propose_with_length([5, 6, 7, 1, 5, 6, 7], 2) == ([1, 5], 3)
     assert PromptLookup().propose_with_length([1, 2, 3], 2) == ([], 0)
@@ -286,7 +286,7 @@ def test_declined_proposals_keep_the_estimates_alive():
     target goes on writing what the lookup proposes, drafting resumes within a few steps."""
     from lsp_server.decoding.sampling import Sampler
     from lsp_server.decoding.speculation.speculator import Speculator
-    from lsp_server.decoding.speculation.stats import SpeculationStats
+    from lsp_server.decoding.speculation.speculator import SpeculationStats
 
     stats = SpeculationStats(forward_ms={n: 10.0 + 2.5 * (n - 1) for n in range(1, 11)})
     start = stats.source("lookup")
@@ -307,7 +307,7 @@ def test_the_cost_of_drafting_leaves_out_the_lookup_paid_at_every_step():
     to them, it grew while nothing was drafted and kept the chooser from drafting again)."""
     from lsp_server.decoding.sampling import Sampler
     from lsp_server.decoding.speculation.speculator import Speculator
-    from lsp_server.decoding.speculation.stats import SpeculationStats
+    from lsp_server.decoding.speculation.speculator import SpeculationStats
 
     stats = SpeculationStats(forward_ms={n: 10.0 + 2.5 * (n - 1) for n in range(1, 11)})
     stats.source("lookup").rejections = 50  # α ~0.02: nothing pays, no draft is made
@@ -325,7 +325,7 @@ def test_speculation_resumes_after_a_bad_start_and_greedy_output_stays_the_same(
     holds), so drafting pays again once α is known to be high. The scripted model writes the
     file's own text, which the lookup proposes from the rest of the document: drafts are made
     again, and the answers are plain decoding's."""
-    from lsp_server.decoding.speculation.stats import SpeculationStats
+    from lsp_server.decoding.speculation.speculator import SpeculationStats
 
     monkeypatch.setattr(SpeculationStats, "verify_ratio", lambda self, gamma: 1.2 if gamma else 1.0)
     monkeypatch.setattr(SpeculationStats, "cost_ratio", lambda self, name: 0.0)
@@ -388,7 +388,7 @@ def test_a_draft_ends_where_the_steered_mask_refuses_its_token():
     decided under the steered mask."""
     from lsp_server.decoding.sampling import Sampler
     from lsp_server.decoding.speculation.speculator import Speculator
-    from lsp_server.decoding.speculation.stats import SpeculationStats
+    from lsp_server.decoding.speculation.speculator import SpeculationStats
 
     class Fork:
         def fork(self):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from lsp_server.decoding.speculation.acceptance import MAX_GAMMA
+from lsp_server.decoding.speculation.speculator import MAX_GAMMA
 from lsp_server.model.hf_cache import GrowingCache
 from lsp_server.model.kv_cache import ForwardCancelled, rewind
 from lsp_server.model.runtime import ModelRuntime

@@ -29,8 +29,7 @@ from ..model.device_timing import ForwardClock
 from ..model.kv_cache import ForwardCancelled, rewind
 from ..model.mask_overlap import MaskOverlap
 from .budget import NO_BUDGET, Budget
-from .fast_forward import forced_token
-from .sampling import Sampler, choose
+from .sampling import forced_token, Sampler, choose
 from .stopping.policy import Decision, Stop, StopReason, Verdict, StopPolicy
 
 MAX_REJECTS = 4  # tokens banned at one step before the completion ends where it can

@@ -22,9 +22,7 @@ from .offer import EMPTY, Offer, choose_offer
 from .prompt import lookup_reference
 from .redecode import Pass
 from .speculation.draft_model import DraftModel
-from .speculation.lookup import PromptLookup
-from .speculation.speculator import Speculator
-from .speculation.stats import SpeculationStats
+from .speculation.speculator import PromptLookup, Speculator, SpeculationStats
 from .stopping.rest_of_file import Start, LineScanner, offered_text
 from .stopping.policy import StopReason, StopPolicy
 

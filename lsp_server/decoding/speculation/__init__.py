@@ -1,3 +1,2 @@
-"""Speculative decoding under the grammar: draft sources (`lookup`, `draft_model`), the
-acceptance maths and γ chooser (`acceptance`), learnt estimates (`stats`), and the `Speculator`
-that builds grammar-checked drafts (`speculator`)."""
+"""Speculative decoding under the grammar: the `Speculator`, its prompt lookup, acceptance maths
+and learnt estimates (`speculator`), and the draft model source (`draft_model`)."""
