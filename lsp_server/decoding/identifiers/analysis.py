@@ -7,7 +7,7 @@ incomplete code, follows imports into the environment and typeshed, and never ru
     scope.receivers[b"os"].closed            # True: nothing but these attributes can follow `os.`
 
 The cursor's line is analysed as its indentation and `pass`, so one analysis serves every text that
-differs from it only on that line (the user typing there): `line_key(text, line)`.
+differs from it only on that line (the user typing there): `analyses.line_key(text, line)`.
 
 Closed receivers (where decoding may mask what leaves every attribute): a module that defines no
 module-level `__getattr__`; a class of this file (and `self`/`cls` in its methods) with no bases
@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import builtins
 import enum
-import hashlib
 import keyword
 import os
 import re
@@ -128,13 +127,6 @@ class ScopeAnalysis:
     wanted: Names = field(default_factory=lambda: Names(()))  # read where nothing binds them, and a binding at
     # the cursor would bind them (`unbound.unbound_at`): what the cursor's line may be about to bind (favoured
     # at sure binding places, parameters and a statement's start)
-
-
-def line_key(text: str, line: int) -> str:
-    """What an analysis at `line` depends on: the document without that line, and the line's number."""
-    lines = text.split("\n")
-    rest = "\n".join(lines[:line] + lines[line + 1 :])
-    return f"{line}:" + hashlib.blake2b(rest.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def analyse(text: str, line: int, path: str | None = None, memo: dict | None = None,
