@@ -75,7 +75,7 @@ from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
-from lsp_server.decoding.request_times import parts_in  # noqa: E402
+from lsp_server.decoding.results import parts_in  # noqa: E402
 from lsp_server.positions import offset_at  # noqa: E402
 from lsp_server.server.work_ahead import after_enter  # noqa: E402
 

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from lsp_server.decoding import header_steering
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
     from lsp_server.decoding.request import prepare
-    from lsp_server.decoding.request_times import RequestTimes
+    from lsp_server.decoding.results import RequestTimes
     from lsp_server.options import EngineOptions
 
     engine = CompletionEngine.load(EngineOptions(model=args.model, temperature=0.0))

@@ -1,4 +1,4 @@
-"""The compiler's last word on an answer (lsp_server/decoding/compiler_gate.py): what parses but
+"""The compiler's last word on an answer (lsp_server/decoding/request.py, `compiler_checked`): what parses but
 CPython refuses where the answer wrote it is not offered; a refusal elsewhere in the file is the
 file's own and refuses nothing."""
 
@@ -10,7 +10,7 @@ import ast
 
 from grammar_tools.parsing import cpython_check
 from grammar_tools.parsing.cpython_check import compiles
-from lsp_server.decoding.compiler_gate import refused_where_written
+from lsp_server.decoding.request import refused_where_written
 from lsp_server.decoding.stopping.policy import StopReason
 
 ASYNC = "async def rows(source):\n    |\n\n\nprint(rows)\n"

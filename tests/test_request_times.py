@@ -12,7 +12,7 @@ import pytest
 from lsprotocol import types
 
 from lsp_server.decoding.engine import CompletionRequest
-from lsp_server.decoding.request_times import PARTS, parts_in
+from lsp_server.decoding.results import PARTS, parts_in
 from lsp_server.options import EngineOptions
 from lsp_server.server.documents import DocumentStore
 from lsp_server.server.engine_host import EngineHost

@@ -41,8 +41,7 @@ from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
 from .model_pass import ModelPasses
 from .parts import EngineParts, GrammarVersions
-from .request_times import RequestTimes
-from .results import STOP_REASONS, Cancel, CompletionRequest, CompletionResult, nothing
+from .results import RequestTimes, STOP_REASONS, Cancel, CompletionRequest, CompletionResult, nothing
 from .shown import Shown, ShownAnswers
 from .stopping.policy import StopReason
 from .stopping.rest_of_file import LineScanner

@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..model.prompt_cache import PromptCache
-from .budget import NO_BUDGET, Budget
+from .results import NO_BUDGET, Budget
 from .identifiers.later_lines import first_unbound_line, line_start
 from .loop import ModelStepper, decode
 from .offer import EMPTY, Offer, choose_offer

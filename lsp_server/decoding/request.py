@@ -9,11 +9,32 @@ answer that keeps the file valid out.
                     text (`EngineParts.passes`: model_pass.ModelPasses, or a team server's)
     search again    nothing offered: passes from the step where validity was lost (`redecode.py`)
     assemble        the answer (text, replace range, stop reason, offer path) and its figures
-    compiler gate   CPython's compiler over the file with the answer (`compiler_gate.py`)
+    compiler gate   CPython's compiler over the file with the answer (`compiler_checked`, below)
 
 Each step reads the one `Request` value `prepare` made; the request's time goes to its parts
 (`RequestTimes`, request_times.py). The caller (`CompletionEngine.complete`) holds the engine's
 lock, and serves typed-through answers before it gets here (shown.py).
+
+The compiler gate, the last check of an answer: CPython's compiler, where the grammar cannot see.
+
+The grammar and the edit check decide every stop and every offer, so an offered answer parses.
+CPython's compiler refuses a few files that parse: checks made after the parse, in the compiler
+and the symbol table (a keyword argument given twice, `yield from` or `return value` in an
+`async def` generator, `nonlocal` of a name no enclosing function has, a `*` target twice). No
+grammar holds them (they need names compared across a statement, or the kind of the enclosing
+function), so the file with the answer is compiled once, before it is offered (the project's one
+oracle, `grammar_tools.parsing.cpython_check`; ~1 ms for 400 lines, ~10 ms for 3,500), and an
+answer the compiler refuses *where it was written* is not offered.
+
+Which refusals: only those made after the file parsed (`refused_lines(..., after_parse=True)`).
+What the parser refuses is the grammar's business, per target version, and this interpreter may
+be older than the version a document targets (a 3.12 f-string is no error there): a file this
+interpreter cannot parse is left to the grammar's verdict. Where: the refusal's lines must touch
+the lines the answer wrote, or the line after them (a keyword argument the answer repeats from
+the line below is reported there), or anywhere when the file *without* the answer compiles:
+then the refusal can only be the answer's (a keyword argument it repeats from three lines below
+is reported three lines below). Otherwise a refusal elsewhere is the file's own (`return` outside
+a function further down) and refuses nothing here.
 """
 
 from __future__ import annotations
@@ -23,6 +44,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from grammar_tools.lexing.lexer_automaton import START, LexError
+from grammar_tools.parsing.cpython_check import refused_lines
 from grammar_tools.parsing.incremental import ParseError
 from grammar_tools.parsing.versions import format_version
 from mask_store import canonical as canonical_tokenization
@@ -30,7 +52,6 @@ from mask_store.matcher import GrammarMatcher, MaskCounts
 
 from ..model.prompt_cache import PrefillCancelled
 from ..options import EngineOptions
-from .compiler_gate import compiler_checked
 from .header_steering import FREE, FirstLine, Fit, first_line
 from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
@@ -39,8 +60,7 @@ from .offer import EMPTY
 from .parts import EngineParts
 from .prompt import Prompt
 from .redecode import Pass, Tries, ended_where_valid
-from .request_times import RequestTimes
-from .results import Cancel, CompletionRequest, CompletionResult, Figures, nothing
+from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
 from .stopping.policy import Stop, StopReason
 from .stopping.rest_of_file import RestOfFile
@@ -278,7 +298,7 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
 
 def compiler_gate(r: Request, result: CompletionResult) -> CompletionResult:
     """`result`, or nothing where CPython's compiler refuses the file with it where it was
-    written (constrained mode: compiler_gate.py); its time is the request's `gate` part."""
+    written (constrained mode: `compiler_checked`); its time is the request's `gate` part."""
     if not r.opts.constrained:
         return result
     t = time.perf_counter()
@@ -326,3 +346,34 @@ def lexeme_before(compiled, before: bytes) -> bytes:
         return before[s:]
     except LexError:
         return b""
+
+
+# ---------------------------------------------------------------------------- the compiler gate
+
+
+def refused_where_written(before: str, answer: str, after: str) -> str | None:
+    """CPython's message when it refuses `before + answer + after` on the lines the answer wrote
+    or the line after them, or anywhere when `before + after` compiles; None when the file
+    compiles or the refusal is the file's own (module docstring)."""
+    refused = refused_lines(before + answer + after, "<completion>", after_parse=True)
+    if refused is None:
+        return None
+    message, line, end_line = refused
+    first = before.count("\n") + 1
+    last = first + answer.count("\n") + 1
+    where_written = line <= last and end_line >= first  # the answer's lines or the line after them
+    if where_written or refused_lines(before + after, "<document>") is None:
+        return f"{message} (line {line})"
+    return None
+
+
+def compiler_checked(result: CompletionResult, before: str, after: str) -> CompletionResult:
+    """`result`, or no completion (stop reason `compiler`) when CPython's compiler refuses the
+    file with it where it was written (`refused_where_written`)."""
+    if not result.text:
+        return result
+    refusal = refused_where_written(before, result.text, after[result.end - result.start :])
+    if refusal is None:
+        return result
+    log.info("not offered: the compiler refuses %r: %s", result.text[:60], refusal)
+    return replace(result, text="", end=result.start, stop_reason=StopReason.COMPILER)

@@ -1,5 +1,6 @@
-"""What goes in and out of the engine: the request, the answer an editor needs, and the
-request's figures apart from it.
+"""What goes in and out of the engine: the request (with its latency budget, `Budget`), the answer
+an editor needs, and the request's figures apart from it (with where its time went,
+`RequestTimes`).
 
     request = CompletionRequest(text, cursor=120, document="file:///a.py")
     result = engine.complete(request)
@@ -9,18 +10,142 @@ request's figures apart from it.
 The answer (`CompletionResult`) is what the server turns into an inline item and what the work
 ahead decides on (a budget cut, a short first window); the figures (`Figures`) are for logs,
 telemetry and benchmarks. `CompletionResult.to_json` gives both in one flat record.
+
+The latency budget (`Budget`): the time after which a completion offers what it has.
+
+    budget = Budget.of(250, start=received_at)      # 250 ms from when the request arrived
+    budget.expired()                                 # asked between decoding steps
+    budget.for_line(decoding_started)                # a line's: 250 ms of decoding at least
+    NO_BUDGET.expired()                              # always False (background work, tools)
+
+Why: decoding costs 15-21 ms per generated token on a 2-core CPU (checks included;
+docs/latency.md), so a 6-line block of ~60 tokens holds the request for a second or more, and the search behind an empty answer (`request.search_again`) has
+been seen to take 2.7 s. Once the budget runs out, the decoding loop ends at the longest stop
+it has reached that ends a complete line and passes the same whole-file checks as any stop
+(`loop._Decoding.budget_stop`); the rest is decoded in the background from where it stopped
+(`CompletionRequest.resume`) and served when the user accepts or types on. A budget ends at
+a complete line: with no complete line yet, decoding goes on to the first one until the line
+itself has had the budget's span of decoding (`for_line`: from when decoding started, so that a
+request that waited for its prompt still gets a whole line in most cases); then the longest cut
+of the line that keeps the file valid is offered (single-line answers: a lexeme boundary, no
+bracket of its own left open), and its rest too is decoded in the background.
+
+The clock is injected so that tests drive the budget without timing: a fake clock, or one that
+counts the model's steps.
+
+Where a request's time in the engine went (`RequestTimes`): named parts that add up to its wall
+time.
+
+    times = RequestTimes()
+    times.add("model", ms)            # each part measured where it is spent
+    parts = times.split(total_ms)     # {"lock": ..., ..., "unaccounted": total - the parts}
+
+The parts (`PARTS`), each measured once, none inside another:
+- `lock`: waiting for the engine, which serves one request at a time (`CompletionEngine._lock`:
+  a prefill or another request holds it);
+- `setup`: before the prompt is run: the prompt built and tokenized, the text before the cursor
+  parsed (the grammar matcher), the names guide made, the first line's steering;
+- `prefill`: the prompt through the model (what the KV cache did not hold), every pass's;
+- `model`: the decoding passes' forward passes (speculation's verifications included);
+- `mask`: the grammar's masks of every step (the drafted positions' included);
+- `checks`: edits checked against the whole rest of the file (`Compatibility.ms`: its set-up,
+  the stop policy's checks and the offer's search);
+- `names`: the names guide reshaping steps (`IdentifierGuide.shape`) and the names cut of a
+  multi-line answer (pyflakes over the file; the checks it asks are `checks`);
+- `gate`: CPython's compiler over the file with the answer (`request.compiler_checked`);
+- `unaccounted`: the rest of the wall time: sampling, the stop policy's line scanning,
+  drafting, building the result, and a thread switch or a collection that held the interpreter
+  meanwhile (those land in whichever part was running). On CUDA, where `model` is the device's
+  time and the masks are computed while it runs (loop.py), the two overlap: there the rest may
+  come out below zero by the overlap.
+
+Why: a warm request's p90 (issue 44: 387 ms on a machine that decodes at 14 ms per token) must
+be split before it can be cut; `bench/lsp_latency.py` reads the parts off the server's log.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 
 from ..options import EngineOptions
 from ..positions import PositionError, offset_at
-from .budget import NO_BUDGET, Budget
 from .stopping.policy import StopReason
 from .workspace_context import NO_CONTEXT, WorkspaceContext
+
+
+# ---------------------------------------------------------------------------- the latency budget
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Expires when `clock()` reaches `deadline` (seconds on that clock; None: never); `span`:
+    how long it was (seconds on that clock), what `for_line` gives a line."""
+
+    deadline: float | None = None
+    clock: Clock = field(default=time.perf_counter, compare=False, repr=False)
+    span: float = 0.0
+
+    @classmethod
+    def of(cls, ms: float, start: float | None = None, clock: Clock = time.perf_counter) -> Budget:
+        """`ms` milliseconds from `start` (default: now) on `clock`; 0 or less: no budget."""
+        if ms <= 0:
+            return NO_BUDGET
+        return cls((clock() if start is None else start) + ms / 1000, clock, ms / 1000)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
+    def for_line(self, start: float | None = None) -> Budget:
+        """The budget of a line whose decoding starts at `start` (default: now, on the same
+        clock): this one's deadline, or its span after `start` when that is later."""
+        if self.deadline is None:
+            return self
+        begun = self.clock() if start is None else start
+        return Budget(max(self.deadline, begun + self.span), self.clock, self.span)
+
+
+NO_BUDGET = Budget()
+
+
+# ---------------------------------------------------------------------------- where the time went
+
+PARTS = ("lock", "setup", "prefill", "model", "mask", "checks", "names", "gate")
+LOGGED = re.compile(r"parts \(ms\): ((?:\w+=-?[\d.]+ ?)+)")
+
+
+class RequestTimes:
+    """The milliseconds of one request's parts, added as they are measured."""
+
+    def __init__(self) -> None:
+        self.ms = dict.fromkeys(PARTS, 0.0)
+
+    def add(self, part: str, ms: float) -> None:
+        self.ms[part] += ms
+
+    def split(self, total_ms: float) -> dict[str, float]:
+        """The parts, and `unaccounted` = `total_ms` (the request's wall time in the engine, its
+        wait for the lock included) less their sum."""
+        return {part: round(ms, 2) for part, ms in self.ms.items()} | {
+            "unaccounted": round(total_ms - sum(self.ms.values()), 2)}
+
+
+def log_text(parts: dict[str, float]) -> str:
+    """`parts` as the server's log gives them (`parts_in` reads them back)."""
+    return "parts (ms): " + " ".join(f"{part}={ms:.2f}" for part, ms in parts.items())
+
+
+def parts_in(line: str) -> dict[str, float] | None:
+    """The parts a log line gives (`log_text`), None where it gives none."""
+    m = LOGGED.search(line)
+    return None if m is None else {part: float(ms) for part, ms in (kv.split("=") for kv in m.group(1).split())}
+
+
+# ---------------------------------------------------------------------------- the request and its answer
 
 Cancel = Callable[[], bool]  # polled by the request's steps: True stops it
 
@@ -84,7 +209,7 @@ class Figures:
     names_shaped: int = 0  # steps whose logits or mask it reshaped
     names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
-    gate_ms: float = 0.0  # spent in the compiler gate after decoding (`compiler_gate.compiler_checked`)
+    gate_ms: float = 0.0  # spent in the compiler gate after decoding (`request.compiler_checked`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
     times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: request_times.py
 

@@ -20,8 +20,7 @@ from grammar_tools.parsing.versions import format_version
 
 from ..options import EngineOptions
 from ..target_version import target_version
-from .request_times import RequestTimes
-from .results import NO_FIGURES, CompletionRequest, CompletionResult
+from .results import RequestTimes, NO_FIGURES, CompletionRequest, CompletionResult
 from .stopping.rest_of_file import cursor_context, RestOfFile
 from .stopping.policy import StopReason
 

@@ -20,9 +20,7 @@ from collections.abc import Callable, Hashable
 
 from lsprotocol import types
 
-from ..decoding.budget import Budget
-from ..decoding.results import CompletionRequest, CompletionResult
-from ..decoding.request_times import log_text
+from ..decoding.results import Budget, CompletionRequest, CompletionResult, log_text
 from ..decoding.stopping.policy import StopReason
 from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
 from .documents import DocumentStore
