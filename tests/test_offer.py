@@ -1,6 +1,6 @@
 """Checked before offered (issue 17): no completion is offered unless the document with it
 applied has no new syntax error, the whole rest of the file read; when the model's stop fails,
-an earlier stop, then a later one, then nothing (`lsp_server.decoding.offer`)."""
+an earlier stop, then a later one, then nothing (`lsp_server.decoding.model_pass`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 from grammar_tools.parsing.cpython_check import compiles
 from grammar_tools.parsing.incremental import PrefixParser
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
-from lsp_server.decoding.offer import choose_offer, offered_text
+from lsp_server.decoding.model_pass import choose_offer, offered_text
 from lsp_server.decoding.stopping.rest_of_file import RestOfFile, LineScanner
 from lsp_server.options import EngineOptions
 

@@ -1,6 +1,6 @@
 """Search, don't give up (issue 17): when no cut of the model's text keeps the file valid, the
 engine decodes again from the step where validity was lost with the model's next-best tokens
-there (`lsp_server.decoding.redecode`), and only then answers nothing."""
+there (`lsp_server.decoding.model_pass`), and only then answers nothing."""
 
 from __future__ import annotations
 

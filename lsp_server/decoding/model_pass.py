@@ -1,35 +1,258 @@
 """One decoding pass with the local model: from the prompt's logits, masked steps under a fresh
-stop policy (`loop.decode`, with speculation when on), then the offer search over its text.
+stop policy (`loop.decode`, with speculation when on), then the offer search over its text
+(`choose_offer`); and what the passes after it replay and avoid when nothing was offered
+(`Tries`: search, don't give up).
 
 A request runs one pass, and more when the offer search finds nothing and the search goes on
 (`request.search_again`). A team server's engine runs its passes there instead
 (`team.remote_engine.TeamPasses`), with the same `run` signature.
+
+The offer search. Checked before offered: the text a completion offers is the one the stop policy chose only if
+the document with it applied passes the edit check; otherwise the search for one that does, in
+the model's own order, within a budget of checks:
+
+1. `model`: the policy's stop, as offered (trailing blanks stripped), passes;
+2. `earlier-stop`: the longest cut of the generated text before it that passes (line ends,
+   lexeme boundaries, and inside its strings before a newline or the closing quotes);
+3. `later-stop`: in what the model generated past the stop, the nearest line end after it that
+   passes, else the longest cut of the line that follows the stop;
+4. `redecode`: (the engine, `request.search_again` over `Tries`) the text of a new decoding pass from the step where
+   validity was lost, with the model's next-best tokens there, searched the same way;
+5. `empty`: nothing passes (or nothing was generated).
+
+(Within a pass, the next-best tokens at a step are also tried: the stop policy rejects a token
+that ends a line where the file can't go on, and the loop samples another.)
+
+Search, don't give up: when no cut of what the model wrote keeps the file valid (the offer
+search found none), decode again from the step where validity was lost with the
+model's next-best tokens there, before answering nothing.
+
+The step is the one where the completion's first byte was chosen (the tokens before it re-create
+the healed text): no cut of the text passed the check, not even of its first line, so the
+completion went wrong with its first token (a `return` where the lines after the cursor are a
+block's body and need its header, code where they are a docstring's text). Each new pass takes
+the tokens before that step again, and there the best token the earlier passes did not take (nor
+a shorter spelling of its start: `retur` is not another choice than `return`), in the model's
+own order; it then decodes as usual, under a stop policy that reads the rest of the
+file: a line may end only where the file can go on (a block header the deeper lines need, a
+closing bracket, a dedent), so the following lines steer its last steps. Its text goes through
+the offer search like the first pass's; the first pass that offers something is the answer
+(`request.search_again`, over `Tries`). Where the following lines can only be a block's body,
+the passes start with a token that begins a header the check says fits there
+(`header_steering.py`), in the model's order.
+
+Bounded: at most `TRIES` passes, and all of them together generate at most the request's token
+limit (the search at most doubles a request's decoding work, and only for answers that would
+otherwise be empty); a cancellation ends it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 from ..model.prompt_cache import PromptCache
-from .results import NO_BUDGET, Budget
 from .identifiers.later_lines import first_unbound_line, line_start
-from .loop import ModelStepper, decode
-from .offer import EMPTY, Offer, choose_offer
+from .loop import DecodeOutcome, ModelStepper, decode
 from .prompt import lookup_reference
-from .redecode import Pass
+from .results import NO_BUDGET, Budget
 from .speculation.draft_model import DraftModel
-from .speculation.speculator import PromptLookup, Speculator, SpeculationStats
-from .stopping.rest_of_file import Start, LineScanner, offered_text
-from .stopping.policy import StopReason, StopPolicy
+from .speculation.speculator import PromptLookup, SpeculationStats, Speculator
+from .stopping.policy import StopPolicy, StopReason
+from .stopping.rest_of_file import LineScanner, RestOfFile, Start, offered_text
 
 if TYPE_CHECKING:
     from .request import Request
 
 log = logging.getLogger(__name__)
+# ---------------------------------------------------------------------------- the offer search
+
+PATHS = ("model", "earlier-stop", "later-stop", "redecode", "empty", "unchecked")
+MAX_CHECKS = 64  # cuts tried at most per request
+BUDGET_MS = 40.0  # and for at most this long (the first check always runs)
+
+
+@dataclass(frozen=True)
+class Offer:
+    cut: int  # bytes of the completion offered (0: none)
+    path: str  # which of PATHS gave it
+    checks: int  # cuts checked
+    ms: float  # time spent checking
+
+
+EMPTY = Offer(0, "empty", 0, 0.0)
+
+
+def _cuts(scanner: LineScanner, held: bytes, completion: bytes, depth: int) -> tuple[list[int], list[int]]:
+    """The candidate cuts of `completion`: its line ends (newlines, inside brackets too), and
+    all of them with its lexeme boundaries, the points inside its strings where the file's text
+    may close them (`LineScanner.string_cuts`) and its end, each sorted."""
+    scan = scanner.line_ends(held + completion, depth)
+    k = len(held)
+    ends: set[int] = set()
+    cuts = {len(completion)}
+    if scan is not None:
+        lines, bounds = scan
+        ends = {e.cut - k for e in lines if e.cut > k}
+        cuts |= ends | {b - k for b, _ in bounds if b > k}
+        cuts |= {c - k for c in scanner.string_cuts(held + completion) if c > k}
+    ok = range(1, len(completion) + 1)
+    return sorted(c for c in ends if c in ok), sorted(c for c in cuts if c in ok)
+
+
+def choose_offer(rest: RestOfFile, scanner: LineScanner, held: bytes, completion: bytes,
+                 depth: int, cut: int, later: bool = True) -> Offer:
+    """The cut of `completion` (the generated bytes after the cursor; `held` the open lexeme
+    before it, at bracket `depth`) to offer, the policy having chosen `cut`; `later`: whether
+    cuts past it may be offered (not where the text past it repeats the file: an echo stop).
+    Each candidate is asked of the request's `RestOfFile` (the file stays valid, the existing
+    text intact)."""
+    if rest.compat is None:
+        return Offer(cut, "unchecked" if cut else "empty", 0, 0.0)
+    strip = not rest.ctx.infix
+    t0 = time.perf_counter()
+    checks = 0
+    first = offered_text(completion, cut, strip)
+    if first:
+        checks += 1
+        if rest.keeps_valid(first):
+            return Offer(cut, "model", checks, (time.perf_counter() - t0) * 1000)
+    ends, cuts = _cuts(scanner, held, completion, depth)
+    order = [(c, "earlier-stop") for c in reversed(cuts) if c < cut]
+    # later: the next line ends first (where a completion stops naturally), then the longest
+    # cut of the line after the stop
+    if later:
+        order += [(c, "later-stop") for c in ends if c > cut]
+        line_end = min((c for c in ends if c > cut), default=len(completion))
+        order += [(c, "later-stop") for c in reversed(cuts) if cut < c < line_end]
+    seen = {first}
+    for c, path in order:
+        text = offered_text(completion, c, strip)
+        if not text or text in seen:
+            continue
+        if checks >= MAX_CHECKS or (time.perf_counter() - t0) * 1000 > BUDGET_MS:
+            break
+        seen.add(text)
+        checks += 1
+        if rest.keeps_valid(text):
+            return Offer(c, path, checks, (time.perf_counter() - t0) * 1000)
+    return Offer(0, "empty", checks, (time.perf_counter() - t0) * 1000)
+
+
+# ---------------------------------------------------------------------------- search again
+
+TRIES = 3  # next-best tokens tried at the step where validity was lost
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One decoding pass and what the offer search made of it."""
+
+    outcome: DecodeOutcome
+    offer: Offer
+    speculator: object | None = None  # the pass's Speculator, when speculation ran (its statistics)
+
+
+def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
+    """The index in `tokens` of the step that chose the completion's first byte: the tokens
+    before it re-create the `healed` bytes (len(tokens) if none went past them)."""
+    n = 0
+    for i, t in enumerate(tokens):
+        n += len(token_bytes[t])
+        if n > healed:
+            return i
+    return len(tokens)
+
+
+def code_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
+    """The index in `tokens` of the step that chose the completion's first code (its first
+    byte past the `healed` ones that is not blank; len(tokens) if none did)."""
+    written = b""
+    for i, t in enumerate(tokens):
+        written += token_bytes[t]
+        if written[healed:].strip():
+            return i
+    return len(tokens)
+
+
+def same_start(token: bytes, by_bytes: Mapping[bytes, int]) -> set[int]:
+    """The tokens spelling `token`'s bytes or a shorter start of them with code in it (`retur`
+    for `return`): another spelling of the same text is not another choice."""
+    out = set()
+    for k in range(1, len(token) + 1):
+        t = by_bytes.get(token[:k])
+        if t is not None and token[:k].strip():
+            out.add(t)
+    return out
+
+
+def ended_where_valid(first: Pass, healed: int, rest: RestOfFile) -> bool:
+    """Whether the model's own answer was "nothing here": its first pass ended the line (a
+    newline or its end) before writing any code past the `healed` bytes, and the file is valid
+    without a completion (the end of a complete line, as after accepting a suggestion). That
+    answer fits the file, so there is nothing to search past: forcing its next-best start
+    there writes what the model did not want (a trailing comment, a `+ ...` on a done line)."""
+    text = first.outcome.generated[healed:]
+    return not text.split(b"\n", 1)[0].strip() and rest.compat is not None and rest.keeps_valid(b"")
+
+
+@dataclass(frozen=True)
+class Tries:
+    """Where the search stands: the next pass replays `replay` (the tokens before the `step`
+    where validity was lost) and bans `avoid` there; all passes together may still generate
+    `budget` tokens, in at most `left` passes (`request.search_again` runs them)."""
+
+    step: int
+    replay: tuple[int, ...]
+    avoid: frozenset[int]
+    budget: int
+    left: int
+
+    @classmethod
+    def after(cls, first: Pass, token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int], healed: int,
+              stop_tokens: frozenset[int], max_tokens: int, steered: bool = False) -> Tries:
+        """The first re-decoding pass after `first`. `steered`: the passes are steered as the
+        first was (`header_steering.first_line`): its newline and indentation led to an
+        indentation that fits, so the search restarts at its first code (the first choice that
+        wrote more than blanks is the one banned)."""
+        tokens = first.outcome.tokens
+        step = (code_step if steered else restart_step)(tokens, token_bytes, healed)
+        # the model's choice at the step (and its shorter spellings); it ended there (nothing
+        # past the healed text): its end
+        if step < len(tokens):
+            avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
+        else:
+            avoid = frozenset(stop_tokens)
+        return cls(step, tuple(tokens[:step]), avoid, max_tokens, TRIES)
+
+    @property
+    def open(self) -> bool:
+        """A pass and tokens left for it."""
+        return self.left > 0 and self.budget > 0
+
+    @property
+    def limit(self) -> int:
+        """The next pass's token limit (the replayed tokens included)."""
+        return len(self.replay) + self.budget
+
+    def then(self, p: Pass, token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int]) -> Tries | None:
+        """After pass `p`, which offered nothing: the next pass, its choice at the step banned
+        too; None when the search is over (cancelled, no other token at the step)."""
+        tokens = p.outcome.tokens
+        budget = self.budget - (len(tokens) - len(self.replay))
+        if p.outcome.stop.reason == StopReason.CANCELLED or len(tokens) <= self.step:
+            return None
+        t = tokens[self.step]
+        return Tries(self.step, self.replay, self.avoid | same_start(token_bytes[t], by_bytes) | {t}, budget,
+                     self.left - 1)
+
+
+# ---------------------------------------------------------------------------- one pass
+
 
 
 def pass_offer(r: Request, scanner: LineScanner, outcome) -> Offer:

@@ -56,10 +56,9 @@ from .header_steering import FREE, FirstLine, Fit, first_line
 from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
 from .loop import DecodeOutcome
-from .offer import EMPTY
+from .model_pass import EMPTY, Pass, Tries, ended_where_valid
 from .parts import EngineParts
 from .prompt import Prompt
-from .redecode import Pass, Tries, ended_where_valid
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
 from .stopping.policy import Stop, StopReason

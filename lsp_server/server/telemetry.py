@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from ..decoding.offer import PATHS as OFFER_PATHS  # which step of the validity search gave a completion
+from ..decoding.model_pass import PATHS as OFFER_PATHS  # which step of the validity search gave a completion
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,7 @@ from mask_store.loading import load_compiled
 from ..decoding.results import NO_BUDGET, Budget
 from ..decoding.engine import CompletionEngine, stop_tokens
 from ..decoding.loop import DecodeOutcome
-from ..decoding.model_pass import pass_offer
-from ..decoding.offer import EMPTY
-from ..decoding.redecode import Pass
+from ..decoding.model_pass import pass_offer, EMPTY, Pass
 from ..decoding.stopping.rest_of_file import Start, LineScanner
 from ..decoding.stopping.policy import Stop, StopReason, Verdict, StopPolicy
 from ..model.runtime import find_fim
