@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from grammar_tools.parsing.cpython_check import compiles
-from lsp_server.decoding import header_steering, redecode
+from lsp_server.decoding import header_steering, model_pass
 from lsp_server.decoding.results import NO_BUDGET, Budget
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.stopping.policy import StopReason
@@ -154,7 +154,7 @@ def test_the_search_behind_an_empty_answer_stops_with_the_budget(compiled, monke
     spent = Budget(1.0, clock=lambda: 2.0)  # gone before the search
     r = engine().complete(CompletionRequest(text, cursor=off, budget=spent))
     assert (r.text, r.budget_cut) == ("", True)
-    assert redecode.TRIES > 0
+    assert model_pass.TRIES > 0
 
 
 def test_the_setting_and_its_bounds():

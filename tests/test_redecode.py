@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.decoding import header_steering, redecode
+from lsp_server.decoding import header_steering, model_pass
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions
 
@@ -53,10 +53,10 @@ def test_empty_when_no_choice_fits(compiled):
 
 def test_the_restart_step_is_the_first_past_the_healed_text():
     token_bytes = [b"\n", b"    ", b"\n    ", b"for", b" x"]
-    assert redecode.restart_step([2, 3, 4], token_bytes, healed=5) == 1
-    assert redecode.restart_step([0, 1, 3], token_bytes, healed=5) == 2
-    assert redecode.restart_step([0, 1], token_bytes, healed=5) == 2  # nothing past it: the next step
-    assert redecode.restart_step([3, 4], token_bytes, healed=0) == 0
+    assert model_pass.restart_step([2, 3, 4], token_bytes, healed=5) == 1
+    assert model_pass.restart_step([0, 1, 3], token_bytes, healed=5) == 2
+    assert model_pass.restart_step([0, 1], token_bytes, healed=5) == 2  # nothing past it: the next step
+    assert model_pass.restart_step([3, 4], token_bytes, healed=0) == 0
 
 
 def test_a_line_the_model_ends_where_it_is_complete_is_not_searched_past(compiled):
