@@ -39,7 +39,7 @@ def test_without_redecoding_that_answer_is_empty(compiled, monkeypatch):
     monkeypatch.setattr(header_steering, "needed_headers", lambda rest: ())
     r, _ = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n")
     assert (r.text, r.offer_path) == ("for item in items:", "redecode")
-    monkeypatch.setattr(redecode, "TRIES", 0)
+    monkeypatch.setattr(model_pass, "TRIES", 0)
     r, _ = complete(compiled, LOOP, "return result\n    return result\n", "for item in items:\n")
     assert (r.text, r.offer_path) == ("", "empty")
 

@@ -14,7 +14,7 @@ from grammar_tools.parsing.versions import NEWEST, VersionError
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions, OptionError
 from lsp_server.server.settings import ServerOptions
-from lsp_server.target_version import (
+from lsp_server.decoding.parts import (
     document_path,
     pinned_version,
     project_version,

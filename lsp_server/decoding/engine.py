@@ -35,17 +35,15 @@ from ..model.prompt_cache import PrefillCancelled, PromptCache
 from ..model.runtime import ModelLoadError, load_model
 from ..options import EngineOptions
 from . import request as one_request
-from .document_state import DocumentStates
+from .parts import DocumentStates, EngineParts, GrammarVersions, first_window_key, prompt_in_window
 from .header_steering import HeaderStarts
 from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
 from .model_pass import ModelPasses
-from .parts import EngineParts, GrammarVersions
 from .results import RequestTimes, STOP_REASONS, Cancel, CompletionRequest, CompletionResult, nothing
 from .shown import Shown, ShownAnswers
 from .stopping.policy import StopReason
 from .stopping.rest_of_file import LineScanner
-from .windows import first_window_key, prompt_in_window
 
 __all__ = ["STOP_REASONS", "CompletionEngine", "CompletionRequest", "CompletionResult", "Prefilled",
            "first_window_key"]

@@ -1,19 +1,228 @@
 """The parts of a loaded engine that a request uses, made once when the engine is made
-(`CompletionEngine.__init__`) and read by every step of `request.complete`.
+(`CompletionEngine.__init__`) and read by every step of `request.complete`: the compiled grammar
+of the Python version each document targets (`GrammarVersions`, `target_version`), what the
+engine keeps per document (`DocumentStates`) and the request's prompt window (`request_window`).
+
+The Python version a document targets (`target_version`): what its masks allow (`grammar_tools.parsing.versions`).
+
+    target_version("3.9", "file:///p/a.py")   # (3, 9): the `pythonVersion` setting wins
+    target_version(None, "file:///p/a.py")    # from /p/pyproject.toml or /p/.python-version, upward
+    target_version(None, "untitled:1")        # (3, 14): no file, the newest
+
+Without the setting, the nearest directory from the document's upward that says it decides: its
+`pyproject.toml`'s `requires-python` lower bound (code must parse on the oldest Python the
+project supports), else its `.python-version` file (pyenv, uv: the interpreter the project runs
+on). A `pyproject.toml` without `requires-python`, or with one that doesn't parse, says nothing
+and the search goes on upward. A version outside 3.8-3.14 is brought to the nearest end of it
+(`>=3.6` reads as 3.8); nothing found anywhere means the newest.
+
+The files are read again only when their modification time or size changed.
+
+What the engine keeps per document between requests (`DocumentStates`) (besides the KV caches, which the
+prompt cache keeps under its own memory limit): the prefix parser of the text before the cursor,
+which the next request continues from, and where its prompt windows started last, so that the
+next prompt starts there again while it fits (its KV cache is then reused).
+
+The request's prompt window (`request_window`): the full window of `context_tokens`, or on a first request a
+short one of the lines nearest the cursor.
+
+The full window starts where the document's last one did while it fits (`DocumentStates`
+anchors), so the KV cache keeps serving it. When that cache lacks more than
+`first_window_tokens` of it (the first request in a document, a jump far from the cached
+prompt, work ahead that has not got far yet) and the request may be answered from a short one,
+the prompt is the lines nearest the cursor in at most that many tokens, with a KV cache of its
+own (`first_window_key`) kept while the user types on; the full window is left to the work ahead
+(`CompletionResult.short_window`). The first answer then costs a short window's prefill on any
+machine, not a whole one's. The grammar reads the whole document either way: only the model's
+prompt is short.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import re
+import stat
+import tomllib
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.parsing.versions import NEWEST, OLDEST, PythonVersion, format_version, parse_version
 
 from ..options import EngineOptions
-from ..target_version import target_version
-from .document_state import DocumentStates
 from .header_steering import HeaderStarts
 from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
+from .prompt import FIRST_WINDOW_STEP, WINDOW_STEP, Prompt, build_prompt
+from .results import CompletionRequest
 from .stopping.rest_of_file import LineScanner
 
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- the version a document targets
+
+
+PYPROJECT = "pyproject.toml"
+PYTHON_VERSION_FILE = ".python-version"
+_PINNED = re.compile(r"^\s*(?:[A-Za-z]+-?)?(\d+)\.(\d+)")  # "3.12.1", "3.12", "pypy3.10", "cpython-3.13"
+_HIGHEST_MINOR = 40  # minors probed when reading a specifier (3.0 .. 3.40)
+
+
+def target_version(setting: str | None, document: str) -> PythonVersion:
+    """The version that `document` (a file URI, a path, or a name of no file) targets: the
+    setting when given (`EngineOptions.python_version`, checked when set), else the project's."""
+    if setting:
+        return parse_version(setting)
+    path = document_path(document)
+    found = project_version(path) if path is not None else None
+    return found[0] if found else NEWEST
+
+
+def document_path(document: str) -> Path | None:
+    """The file of a document key: `file:` URIs and absolute paths; None for anything else
+    (`untitled:1`, a test's "d")."""
+    if document.startswith("file:"):
+        parsed = urlparse(document)
+        path = unquote(parsed.path)
+        if parsed.netloc and parsed.netloc != "localhost":
+            path = f"//{parsed.netloc}{path}"
+        return Path(path)
+    p = Path(document)
+    return p if p.is_absolute() else None
+
+
+def project_version(path: Path) -> tuple[PythonVersion, Path] | None:
+    """The version the project around `path` declares, and the file that says it; None when
+    no directory from `path`'s upward has a `requires-python` or a `.python-version`."""
+    for directory in path.parents if not path.is_dir() else (path, *path.parents):
+        for name, reader in ((PYPROJECT, requires_python_floor), (PYTHON_VERSION_FILE, pinned_version)):
+            f = directory / name
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            version = _read(str(f), st.st_mtime_ns, st.st_size, reader)
+            if version is not None:
+                return version, f
+    return None
+
+
+@lru_cache(maxsize=256)
+def _read(path: str, mtime_ns: int, size: int, reader) -> PythonVersion | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    version = reader(text)
+    log.info("%s: Python %s", path, "not stated" if version is None else format_version(version))
+    return version
+
+
+def requires_python_floor(pyproject: str) -> PythonVersion | None:
+    """The oldest supported version that a `pyproject.toml`'s `requires-python` allows (any
+    patch release of it), clamped to 3.8-3.14; None without one, or when it doesn't parse."""
+    try:
+        spec = tomllib.loads(pyproject).get("project", {}).get("requires-python")
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return None
+    if not isinstance(spec, str):
+        return None
+    try:
+        allowed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return None
+    for minor in range(_HIGHEST_MINOR + 1):
+        # a minor is allowed when one of its releases is: `>3.8` allows 3.8.1
+        if any(allowed.contains(f"3.{minor}.{patch}", prereleases=True) for patch in range(0, 30)):
+            return _clamped((3, minor))
+    return None
+
+
+def pinned_version(text: str) -> PythonVersion | None:
+    """The first version a `.python-version` file names ("3.12.1" -> (3, 12)), clamped to
+    3.8-3.14; None when it names none (`system`)."""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        m = _PINNED.match(line)
+        if m and m.group(1) == "3":
+            return _clamped((3, int(m.group(2))))
+    return None
+
+
+def _clamped(version: PythonVersion) -> PythonVersion:
+    return max(OLDEST, min(NEWEST, version))
+
+
+# ---------------------------------------------------------------------------- each document's state
+
+KEPT = 64  # documents whose state is kept
+PARSERS_KEPT = 8  # of those, the most recent keep their parser (a parser holds its document's parse)
+
+
+@dataclass(frozen=True)
+class DocumentState:
+    parser: PrefixParser | None = None
+    window_line: int | None = None  # where the full prompt window started last
+    first_window_line: int | None = None  # and the short first window (`windows.request_window`)
+
+
+NEW = DocumentState()
+
+
+class DocumentStates:
+    """Each document's `DocumentState`, the most recent `KEPT` documents'; used under the
+    engine's lock."""
+
+    def __init__(self) -> None:
+        self._states: OrderedDict[str, DocumentState] = OrderedDict()
+
+    def get(self, document: str) -> DocumentState:
+        return self._states.get(document, NEW)
+
+    def parser(self, document: str, compiled) -> PrefixParser:
+        """The document's prefix parser for `compiled`'s grammar (a new one on first use, or
+        when the document's target version changed)."""
+        state = self.get(document)
+        p = state.parser
+        if p is None or p.recognizer is not compiled.recognizer:
+            p = PrefixParser(compiled.recognizer, compiled.lexer)
+            self._put(document, replace(state, parser=p))
+        else:
+            self._put(document, state)
+        return p
+
+    def anchor(self, document: str, first_window: bool) -> int | None:
+        """The line the document's last prompt window (`first_window`: short first window) started at."""
+        state = self.get(document)
+        return state.first_window_line if first_window else state.window_line
+
+    def keep_anchor(self, document: str, first_window: bool, prompt: Prompt) -> None:
+        field = "first_window_line" if first_window else "window_line"
+        self._put(document, replace(self.get(document), **{field: prompt.window_line}))
+
+    def forget(self, document: str) -> None:
+        self._states.pop(document, None)
+
+    def _put(self, document: str, state: DocumentState) -> None:
+        self._states[document] = state
+        self._states.move_to_end(document)
+        while len(self._states) > KEPT:
+            self._states.popitem(last=False)
+        if len(self._states) > PARSERS_KEPT:  # one document leaves the most recent ones per put
+            leaving = list(self._states)[-PARSERS_KEPT - 1]
+            self._states[leaving] = replace(self._states[leaving], parser=None)
+
+
+# ---------------------------------------------------------------------------- the engine's parts
 
 class GrammarVersions:
     """The compiled grammar per Python version a document targets: the loaded store with that
@@ -51,3 +260,51 @@ class EngineParts:
         (its prompts then back off the whole last pre-token: build_prompt's `heal_pretoken`;
         every target version's grammar shares the one tokenizer's pairs)."""
         return opts.canonical and opts.constrained and self.grammars.newest.canonical is not None
+
+
+# ---------------------------------------------------------------------------- the prompt window
+
+def first_window_key(document: str) -> str:
+    """The prompt cache's key for a document's short first window."""
+    return document + "\x00first-window"
+
+
+def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str, after: str, opts: EngineOptions,
+                     first_window: bool = False) -> Prompt:
+    """The prompt of a request (its document split at the cursor: `before`, `after`) in a window
+    of `context_tokens` (`first_window`: a short first window of `first_window_tokens`), the
+    window kept as the document's next anchor."""
+    budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if first_window else (opts.context_tokens,
+                                                                                        WINDOW_STEP)
+    prompt = build_prompt(parts.tokenizer, before, after, budget, parts.fim,
+                          heal=opts.constrained, anchor=parts.documents.anchor(request.document, first_window),
+                          heal_pretoken=parts.canonical_on(opts), workspace=request.workspace, step=step,
+                          context=request.workspace.block)
+    parts.documents.keep_anchor(request.document, first_window, prompt)
+    return prompt
+
+
+def _may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
+    limit = opts.first_window_tokens
+    return request.short_first and bool(limit) and limit < opts.context_tokens
+
+
+def request_window(parts: EngineParts, request: CompletionRequest, before: str, after: str,
+                   opts: EngineOptions) -> tuple[Prompt, str]:
+    """(the request's prompt, the key of its KV cache): the full window, or the short first one
+    (module docstring)."""
+    full = prompt_in_window(parts, request, before, after, opts)
+    if not _may_be_short(request, opts):
+        return full, request.document
+    cache = parts.prompt_cache
+    missing = cache.missing(request.document, full.ids)
+    if missing <= opts.first_window_tokens:
+        cache.forget(first_window_key(request.document))  # served by the full window now
+        return full, request.document
+    short = prompt_in_window(parts, request, before, after, opts, first_window=True)
+    key = first_window_key(request.document)
+    if cache.missing(key, short.ids) >= missing:
+        return full, request.document
+    log.info("first window: %d prompt tokens (the full window lacks %d of %d)", len(short.ids), missing,
+             len(full.ids))
+    return short, key

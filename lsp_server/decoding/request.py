@@ -57,13 +57,12 @@ from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
 from .loop import DecodeOutcome
 from .model_pass import EMPTY, Pass, Tries, ended_where_valid
-from .parts import EngineParts
+from .parts import EngineParts, request_window
 from .prompt import Prompt
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
 from .stopping.policy import Stop, StopReason
 from .stopping.rest_of_file import RestOfFile
-from .windows import request_window
 
 log = logging.getLogger(__name__)
 

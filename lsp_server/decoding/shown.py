@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from grammar_tools.parsing.versions import format_version
 
 from ..options import EngineOptions
-from ..target_version import target_version
+from ..decoding.parts import target_version
 from .results import RequestTimes, NO_FIGURES, CompletionRequest, CompletionResult
 from .stopping.rest_of_file import cursor_context, RestOfFile
 from .stopping.policy import StopReason
