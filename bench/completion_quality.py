@@ -172,7 +172,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
     work ahead leaves it), or with `first_request` as the first request in the document (a
     short first window: `windows.request_window`); `budget_ms`: the request's latency budget
     (0: none)."""
-    from lsp_server.decoding.results import Budget
+    from lsp_server.decoding.budget import Budget
     from lsp_server.decoding.engine import CompletionRequest
     from lsp_server.decoding.prompt import FIRST_WINDOW_STEP, WINDOW_STEP, build_prompt
 

@@ -11,7 +11,7 @@ import pytest
 
 from grammar_tools.parsing.cpython_check import compiles
 from lsp_server.decoding import header_steering, model_pass
-from lsp_server.decoding.results import NO_BUDGET, Budget
+from lsp_server.decoding.budget import NO_BUDGET, Budget
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.stopping.policy import StopReason
 from lsp_server.options import EngineOptions

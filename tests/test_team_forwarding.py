@@ -12,7 +12,7 @@ import pytest
 from scripted_model import ScriptedRuntime
 from team_support import StandIn
 
-from lsp_server.decoding.results import Budget
+from lsp_server.decoding.budget import Budget
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.options import EngineOptions, OptionError
 from lsp_server.server.engine_host import EngineHost

@@ -28,7 +28,7 @@ from mask_store.matcher import GrammarMatcher, MaskBuffer
 from ..model.device_timing import ForwardClock
 from ..model.kv_cache import ForwardCancelled, rewind
 from ..model.mask_overlap import MaskOverlap
-from .results import NO_BUDGET, Budget
+from .budget import NO_BUDGET, Budget
 from .sampling import forced_token, Sampler, choose
 from .stopping.policy import Decision, Stop, StopReason, Verdict, StopPolicy
 

@@ -59,7 +59,7 @@ from ..model.prompt_cache import PromptCache
 from .identifiers.later_lines import first_unbound_line, line_start
 from .loop import DecodeOutcome, ModelStepper, decode
 from .prompt import lookup_reference
-from .results import NO_BUDGET, Budget
+from .budget import NO_BUDGET, Budget
 from .speculation.draft_model import DraftModel
 from .speculation.speculator import PromptLookup, SpeculationStats, Speculator
 from .stopping.policy import StopPolicy, StopReason

@@ -20,7 +20,8 @@ from collections.abc import Callable, Hashable
 
 from lsprotocol import types
 
-from ..decoding.results import Budget, CompletionRequest, CompletionResult, log_text
+from ..decoding.results import CompletionRequest, CompletionResult, log_text
+from ..decoding.budget import Budget
 from ..decoding.stopping.policy import StopReason
 from ..positions import PositionError, line_end_of, offset_at, position_of, to_lf
 from .documents import DocumentStore

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from mask_store.loading import load_compiled
 
-from ..decoding.results import NO_BUDGET, Budget
+from ..decoding.budget import NO_BUDGET, Budget
 from ..decoding.engine import CompletionEngine, stop_tokens
 from ..decoding.loop import DecodeOutcome
 from ..decoding.model_pass import pass_offer, EMPTY, Pass
