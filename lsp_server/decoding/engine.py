@@ -166,21 +166,16 @@ class CompletionEngine:
         while not self._lock.acquire(timeout=0.05):
             if cancel():
                 return nothing(request, StopReason.CANCELLED, opts)
-        started = time.perf_counter()
-        times = RequestTimes()
-        times.add("lock", (started - arrived) * 1000)
+        times = RequestTimes(arrived, time.perf_counter())
         try:
             result = self.shown.answer(request, opts)
-            rest_of_file = None
+            made = None  # the request made now (not typed through an earlier suggestion)
             if result is None:
-                result, rest_of_file = one_request.complete(self.parts, request, opts, cancel, times)
-            done = time.perf_counter()
-            result = replace(result, figures=replace(result.figures, engine_ms=round((done - started) * 1000, 2),
-                                                     times_ms=times.split((done - arrived) * 1000)))
-            made_now = rest_of_file is not None  # not typed through an earlier suggestion
-            if made_now and _worth_showing(result):
-                self.shown.keep(request.document, Shown(request.before, request.after, result, opts, request.mode,
-                                                        request.max_tokens, rest_of_file))
+                result, made = one_request.complete(self.parts, request, opts, cancel, times)
+            result = times.stamped(result)
+            if made is not None and _worth_showing(result):
+                self.shown.keep(request.document, Shown(made.before, made.after, result, opts, request.mode,
+                                                        request.max_tokens, made.rest))
             return result
         finally:
             self._lock.release()

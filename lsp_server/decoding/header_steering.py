@@ -206,6 +206,12 @@ class HeaderStarts:
         return self.steer(shape.keywords, shape.widths, {at: np.array(sorted(ts)) for at, ts in paths.items()},
                           len(heal), len(_line(shape.start, 0)))
 
+    def steering(self, rest: RestOfFile, before: str, heal: bytes, encode: Callable[[str], list[int]]):
+        """What the rest of the file lets the first line be (`first_line`) and that line's
+        steering (`HeaderStarts.first_line`; None: not shaped): a request's one question here."""
+        shape = first_line(rest, before)
+        return shape, self.first_line(shape, heal, encode)
+
     def steer(self, keywords: Sequence[bytes], widths: Sequence[int],
               blanks: Mapping[int, np.ndarray] = MappingProxyType({}), healed: int = 0, line_from: int = 0):
         """What the decoding loop's steered steps allow: given the healed bytes still to

@@ -61,7 +61,7 @@ from .loop import DecodeOutcome, ModelStepper, decode
 from .prompt import lookup_reference
 from .budget import NO_BUDGET, Budget
 from .speculation.draft_model import DraftModel
-from .speculation.speculator import PromptLookup, SpeculationStats, Speculator
+from .speculation.speculator import SpeculationStats, Speculator
 from .stopping.policy import StopPolicy, StopReason
 from .stopping.rest_of_file import LineScanner, RestOfFile, Start, offered_text
 
@@ -265,7 +265,7 @@ def pass_offer(r: Request, scanner: LineScanner, outcome) -> Offer:
         return offer
     t, checked = time.perf_counter(), r.rest.check_ms
     offer = names_cut(r, scanner, completion, offer)
-    r.times.add("names", (time.perf_counter() - t) * 1000 - (r.rest.check_ms - checked))
+    r.spent("names", (time.perf_counter() - t) * 1000 - (r.rest.check_ms - checked))
     return offer
 
 
@@ -308,8 +308,8 @@ class ModelPasses:
         if not r.opts.speculative:
             return None
         reference = partial(lookup_reference, self.runtime.tokenizer, r.before, r.after, r.prompt)
-        return Speculator(self.spec_stats, list(r.prompt.ids), self.stop_tokens, PromptLookup(reference=reference),
-                          draft_model=self.draft_model)
+        return Speculator(self.spec_stats, list(r.prompt.ids), self.stop_tokens, draft_model=self.draft_model,
+                          reference=reference)
 
     def run(self, r: Request, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
             budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
@@ -326,8 +326,8 @@ class ModelPasses:
                              steer=steer, names=r.guide, budget=budget)
         finally:
             self.prompt_cache.release(r.cache_key, stepper.past, len(r.prompt.ids))
-            r.times.add("model", sum(stepper.forward_ms))
-        r.times.add("mask", sum(outcome.mask_ms))
+            r.spent("model", sum(stepper.forward_ms))
+        r.spent("mask", sum(outcome.mask_ms))
         log.debug("generated %r (healed %r), stop %s", outcome.generated, r.heal, outcome.stop)
         if outcome.stop.reason == StopReason.CANCELLED:
             return Pass(outcome, EMPTY, speculator)

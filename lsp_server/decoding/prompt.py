@@ -75,6 +75,7 @@ class Prompt:
     prefix_start: int = 0  # where the prefix text's ids start in `ids`
     context_files: tuple[str, ...] = ()  # the other documents the prompt holds, by name
     context_sections: tuple[str, ...] = ()  # the context block's sections it holds ("definitions:pkg/util.py")
+    canonical: bool = False  # built for canonical tokenization (`heal_pretoken`): the grammar matcher follows it
 
     @property
     def prefix(self) -> list[int]:
@@ -234,7 +235,7 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
     prompt = Prompt(ids, len(ids), text, w.truncated, healed_ids, healed, w.start, w.line,
-                    context_sections=sections)
+                    context_sections=sections, canonical=heal_pretoken)
     if not as_files and block_ids:
         prompt = replace(prompt, ids=block_ids + prompt.ids, prefix_start=len(block_ids))
     if fim is not None:

@@ -3,7 +3,8 @@ answer that keeps the file valid out.
 
     prepare         the prompt window (with token healing), the grammar matcher after the text
                     before the cursor, the rest of the file every step asks about, the names guide
-    steer           what the rest of the file lets the first line be (`header_steering.first_line`)
+    steer           what the rest of the file lets the first line be, and the steering of its first
+                    tokens (`HeaderStarts.steering`)
     prefill         the prompt through the model (what the document's KV cache does not hold)
     decode          one pass: masked steps under the stop policy, then the offer search over its
                     text (`EngineParts.passes`: model_pass.ModelPasses, or a team server's)
@@ -52,7 +53,7 @@ from mask_store.matcher import GrammarMatcher, MaskCounts
 
 from ..model.prompt_cache import PrefillCancelled
 from ..options import EngineOptions
-from .header_steering import FREE, FirstLine, Fit, first_line
+from .header_steering import FREE, FirstLine, Fit
 from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
 from .loop import DecodeOutcome
@@ -88,24 +89,29 @@ class Request:
     max_tokens: int
     cancel: Cancel
     guide: IdentifierGuide | None = None  # names that exist (None: off or not ready)
-    times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes
+    times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes (`spent`)
+
+    def spent(self, part: str, ms: float) -> None:
+        """`ms` of the request's time went to `part` (results.PARTS): every step's time goes
+        through here."""
+        self.times.add(part, ms)
 
 
 def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, cancel: Cancel,
-             times: RequestTimes) -> tuple[CompletionResult, RestOfFile | None]:
-    """The answer at the request's cursor, and the rest of the file it was made for (None: the
-    request ended before reading it); `times` gets the parts of its time but the lock's."""
+             times: RequestTimes) -> tuple[CompletionResult, Request | None]:
+    """The answer at the request's cursor, and the request it was made for (its document split
+    at the cursor, the rest of the file; None: the request ended before reading the rest of the
+    file); `times` gets the parts of its time but the lock's."""
     t0 = time.perf_counter()
     r = prepare(parts, req, opts, cancel, times)
     if isinstance(r, StopReason):
         times.add("setup", (time.perf_counter() - t0) * 1000)
         return nothing(req, r, opts), None
-    shape = steer(r)
+    shape, steering = steer(parts, r)
     if shape.fit is Fit.NOTHING:
         log.info("no completion: nothing fits the rest of the file at the cursor")
         setup_done(r, t0)
-        return nothing(req, StopReason.NO_CONTINUATION, opts), r.rest
-    steering = parts.header_starts.first_line(shape, r.heal, parts.tokenizer.encode)
+        return nothing(req, StopReason.NO_CONTINUATION, opts), r
     checked = setup_done(r, t0)
     try:
         logits, past, reused = prefill(parts, r)
@@ -119,10 +125,11 @@ def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, ca
     if searched:
         chosen = search_again(parts, r, chosen, steering, shape)
     decode_ms = (time.perf_counter() - t1) * 1000
-    times.add("checks", r.rest.check_ms - checked)
-    times.add("names", r.guide.stats["ms"] if r.guide else 0.0)
-    result = assemble(r, chosen, reused, prompt_ms, decode_ms, budget_cut(r, chosen, searched))
-    return compiler_gate(r, result), r.rest
+    checks = r.rest.check_ms
+    r.spent("checks", checks - checked)
+    r.spent("names", r.guide.stats["ms"] if r.guide else 0.0)
+    result = assemble(r, chosen, reused, prompt_ms, decode_ms, checks, budget_cut(r, chosen, searched))
+    return compiler_gate(r, result), r
 
 
 # ---------------------------------------------------------------------------- the steps
@@ -149,7 +156,7 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
                        max_tokens, cancel, times=times)
     parser = parts.documents.parser(req.document, compiled)
     try:
-        matcher = grammar_matcher(parts, compiled, before_b, prompt, opts, parser)
+        matcher = grammar_matcher(compiled, before_b, prompt, parser)
     except (ParseError, LexError) as e:
         log.info("no completion: the text before the cursor does not parse (%s)", e)
         return StopReason.NO_CONTINUATION
@@ -168,17 +175,20 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
                    sampler, max_tokens, cancel, guide, times)
 
 
-def steer(r: Request) -> FirstLine:
-    """What the rest of the file lets the first line be: where its first code goes, or nothing fits."""
-    return first_line(r.rest, r.before) if r.matcher is not None else FREE
+def steer(parts: EngineParts, r: Request) -> tuple[FirstLine, object]:
+    """What the rest of the file lets the first line be (where its first code goes, or nothing
+    fits), and the steering of its first tokens (None: free; `HeaderStarts.steering`)."""
+    if r.matcher is None:
+        return FREE, None
+    return parts.header_starts.steering(r.rest, r.before, r.heal, parts.tokenizer.encode)
 
 
 def setup_done(r: Request, t0: float) -> float:
     """The request's set-up took from `t0` till now: its whole-file checks so far (their
     set-up, the first line's steering) counted as checks, the rest as set-up; the checks' ms."""
     checks = r.rest.check_ms
-    r.times.add("checks", checks)
-    r.times.add("setup", (time.perf_counter() - t0) * 1000 - checks)
+    r.spent("checks", checks)
+    r.spent("setup", (time.perf_counter() - t0) * 1000 - checks)
     return checks
 
 
@@ -189,7 +199,7 @@ def prefill(parts: EngineParts, r: Request):
     try:
         return parts.prompt_cache.prefill(r.cache_key, r.prompt.ids, r.cancel, r.opts.cache_memory_mb)
     finally:
-        r.times.add("prefill", (time.perf_counter() - t) * 1000)
+        r.spent("prefill", (time.perf_counter() - t) * 1000)
 
 
 def worth_searching(r: Request, first: Pass) -> bool:
@@ -232,9 +242,9 @@ def redecode_pass(parts: EngineParts, r: Request, tries: Tries, steering, shape:
     except PrefillCancelled:
         return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
     t = time.perf_counter()
-    matcher = grammar_matcher(parts, r.compiled, r.before.encode(), r.prompt, r.opts,
+    matcher = grammar_matcher(r.compiled, r.before.encode(), r.prompt,
                               parts.documents.parser(r.req.document, r.compiled), r.matcher.counts)
-    r.times.add("setup", (time.perf_counter() - t) * 1000)
+    r.spent("setup", (time.perf_counter() - t) * 1000)
     return parts.passes.run(r, matcher, logits, past, tries.replay, tries.avoid, tries.limit, steering,
                             start=shape.start)
 
@@ -245,16 +255,14 @@ def budget_cut(r: Request, chosen: Pass, searched: bool) -> bool:
         searched and chosen.offer.path == "empty" and r.req.budget.expired())
 
 
-def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float,
+def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float, check_ms: float,
              cut: bool) -> CompletionResult:
     """The answer of the chosen pass: the text offered, its replace range and stop, and the
-    request's figures."""
+    request's figures (`check_ms`: the whole-file checks' time, `RestOfFile.check_ms`)."""
     req, rest = r.req, r.rest
     outcome, offer = chosen.outcome, chosen.offer
     completion = outcome.generated[len(r.heal) :]
-    offered = rest.offered(completion, offer.cut)
-    no_op = rest.changes_nothing(offered)  # an item that changes nothing is never offered
-    body = "" if no_op else offered.decode("utf-8", errors="replace")
+    body, no_op = rest.answer(completion, offer.cut)  # an item that changes nothing is never offered
     log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
               offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
     covered = rest.ctx.covered
@@ -271,7 +279,7 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
         speculation=chosen.speculator.to_json() if chosen.speculator else None,
         canonical=r.matcher is not None and r.matcher.canonical.active,
         canonical_fallbacks=r.matcher.counts.canonical_fallbacks if r.matcher else 0,
-        check_ms=rest.check_ms,
+        check_ms=check_ms,
         names_ready=guide is not None,
         names_shaped=guide.stats["shaped"] if guide else 0,
         names_masked=guide.stats["masked"] if guide else 0,
@@ -302,7 +310,7 @@ def compiler_gate(r: Request, result: CompletionResult) -> CompletionResult:
     t = time.perf_counter()
     result = compiler_checked(result, r.before, r.after)
     ms = (time.perf_counter() - t) * 1000
-    r.times.add("gate", ms)
+    r.spent("gate", ms)
     return replace(result, figures=replace(result.figures, gate_ms=round(ms, 2)))
 
 
@@ -316,22 +324,21 @@ def names_guide(parts: EngineParts, req: CompletionRequest, opts: EngineOptions,
     mode = IdentifierMode(opts.identifiers)
     if mode is IdentifierMode.OFF or not parts.guides_names:
         return None
-    scope = parts.names.ready(req.document, req.text, req.line)
+    scope = parts.names.ready_or_started(req.document, req.text, req.line)
     if scope is None:
-        parts.names.request(req.document, req.text, req.line)
         return None
     return IdentifierGuide(mode, scope, parts.identifier_tokens, compiled, before)
 
 
-def grammar_matcher(parts: EngineParts, compiled, before: bytes, prompt: Prompt, opts: EngineOptions, parser,
-                    counts: MaskCounts | None = None) -> GrammarMatcher:
+def grammar_matcher(compiled, before: bytes, prompt: Prompt, parser, counts: MaskCounts | None = None) -> GrammarMatcher:
     """The grammar matcher after the text before the cursor, the prompt's healed bytes still to
     re-create (raises ParseError/LexError when that text does not parse), in canonical
-    tokenization's state after the prompt's tokens kept (OFF when it does not apply)."""
+    tokenization's state after the prompt's tokens kept (OFF where the prompt was not built for it:
+    `Prompt.canonical`)."""
     heal = prompt.healed
     pairs = compiled.canonical
     canonical = (pairs.state_after(prompt.prefix, canonical_tokenization.START)
-                 if parts.canonical_on(opts) and pairs is not None else canonical_tokenization.OFF)
+                 if prompt.canonical and pairs is not None else canonical_tokenization.OFF)
     return GrammarMatcher.from_prefix(compiled, before[: len(before) - len(heal)], heal=heal, parser=parser,
                                       canonical=canonical, counts=counts)
 

@@ -43,8 +43,9 @@ be split before it can be cut; `bench/lsp_latency.py` reads the parts off the se
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
-from dataclasses import KW_ONLY, asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields, replace
 
 from ..options import EngineOptions
 from ..positions import PositionError, offset_at
@@ -60,10 +61,14 @@ LOGGED = re.compile(r"parts \(ms\): ((?:\w+=-?[\d.]+ ?)+)")
 
 
 class RequestTimes:
-    """The milliseconds of one request's parts, added as they are measured."""
+    """The milliseconds of one request's parts, added as they are measured. `arrived`: when the
+    request reached the engine, `started`: when it held the engine's lock (`time.perf_counter`
+    seconds; the wait between them is the `lock` part), which `stamped` measures from."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrived: float = 0.0, started: float = 0.0) -> None:
         self.ms = dict.fromkeys(PARTS, 0.0)
+        self.ms["lock"] = (started - arrived) * 1000
+        self.arrived, self.started = arrived, started
 
     def add(self, part: str, ms: float) -> None:
         self.ms[part] += ms
@@ -73,6 +78,14 @@ class RequestTimes:
         wait for the lock included) less their sum."""
         return {part: round(ms, 2) for part, ms in self.ms.items()} | {
             "unaccounted": round(total_ms - sum(self.ms.values()), 2)}
+
+
+    def stamped(self, result: CompletionResult) -> CompletionResult:
+        """`result` with the request's time in the engine till now: `engine_ms` since it held
+        the lock, and the wall time since it arrived split into the parts (`times_ms`)."""
+        done = time.perf_counter()
+        return replace(result, figures=replace(result.figures, engine_ms=round((done - self.started) * 1000, 2),
+                                               times_ms=self.split((done - self.arrived) * 1000)))
 
 
 def log_text(parts: dict[str, float]) -> str:

@@ -86,6 +86,14 @@ class NameAnalyses:
             self._pending[uri] = (key, future)
             return future
 
+    def ready_or_started(self, uri: str, text: str, line: int) -> ScopeAnalysis | None:
+        """The analysis when it is ready (a request's); else None, and it is started for the
+        requests to come (`request`): a request never waits for it."""
+        scope = self.ready(uri, text, line)
+        if scope is None:
+            self.request(uri, text, line)
+        return scope
+
     def wait(self, uri: str, text: str, line: int, timeout: float) -> ScopeAnalysis | None:
         """The analysis, made now if need be (for one-shot callers: the CLI, benchmarks)."""
         return self.request(uri, text, line).result(timeout)

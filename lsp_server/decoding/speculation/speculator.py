@@ -277,11 +277,12 @@ class Speculator:
     """Builds grammar-checked drafts from the best source for the current estimates."""
 
     def __init__(self, stats: SpeculationStats, context: list[int], stop_tokens: set[int],
-                 lookup: PromptLookup | None = None, draft_model: DraftModel | None = None) -> None:
+                 lookup: PromptLookup | None = None, draft_model: DraftModel | None = None,
+                 reference: Callable[[], list[int]] | None = None) -> None:
         self.stats = stats
         self.context = context  # prompt ids; accepted tokens are appended by the decoder
         self.stop_tokens = stop_tokens
-        self.lookup = lookup or PromptLookup()
+        self.lookup = lookup or PromptLookup(reference=reference)  # `reference`: the rest of the document's ids
         self.draft_model = draft_model
         self.request = {"drafts": 0, "drafted": 0, "accepted": 0, "probed": 0, "probe_hits": 0}
         self.steps: dict[str, StepTally] = {}  # by draft key, and "plain"

@@ -411,6 +411,14 @@ class RestOfFile:
             return b""
         return text + self.tail if text else text
 
+    def answer(self, completion: bytes, cut: int) -> tuple[str, bool]:
+        """The answer's text for the first `cut` bytes of `completion` (`offered`, decoded), and
+        whether it changes nothing (`changes_nothing`: then its text is empty)."""
+        text = self.offered(completion, cut)
+        if self.changes_nothing(text):
+            return "", True
+        return text.decode("utf-8", errors="replace"), False
+
     @property
     def check_ms(self) -> float:
         """Time spent checking edits against the whole file (set-up and checks)."""
