@@ -1,4 +1,4 @@
-"""The compiler's last word on an answer (lsp_server/decoding/request.py, `compiler_checked`): what parses but
+"""The compiler's last word on an answer (lsp_server/decoding/request.py, `compiler_gate`): what parses but
 CPython refuses where the answer wrote it is not offered; a refusal elsewhere in the file is the
 file's own and refuses nothing."""
 

@@ -41,7 +41,7 @@ from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
 from .model_pass import ModelPasses
 from .results import RequestTimes, STOP_REASONS, Cancel, CompletionRequest, CompletionResult, nothing
-from .shown import Shown, ShownAnswers
+from .shown import ShownAnswers
 from .stopping.policy import StopReason
 from .stopping.rest_of_file import LineScanner
 
@@ -174,8 +174,7 @@ class CompletionEngine:
                 result, made = one_request.complete(self.parts, request, opts, cancel, times)
             result = times.stamped(result)
             if made is not None and _worth_showing(result):
-                self.shown.keep(request.document, Shown(made.before, made.after, result, opts, request.mode,
-                                                        request.max_tokens, made.rest))
+                self.shown.keep_made(request, made, result, opts)
             return result
         finally:
             self._lock.release()

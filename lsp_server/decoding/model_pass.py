@@ -5,7 +5,8 @@ stop policy (`loop.decode`, with speculation when on), then the offer search ove
 
 A request runs one pass, and more when the offer search finds nothing and the search goes on
 (`request.search_again`). A team server's engine runs its passes there instead
-(`team.remote_engine.TeamPasses`), with the same `run` signature.
+(`team.remote_engine.TeamPasses`), with the same `run` signature. `r` is the request's
+`request.Request` (not imported: request.py imports this module).
 
 The offer search. Checked before offered: the text a completion offers is the one the stop policy chose only if
 the document with it applied passes the edit check; otherwise the search for one that does, in
@@ -53,7 +54,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
 
 from ..model.prompt_cache import PromptCache
 from .identifiers.later_lines import first_unbound_line, line_start
@@ -64,9 +64,6 @@ from .speculation.draft_model import DraftModel
 from .speculation.speculator import SpeculationStats, Speculator
 from .stopping.policy import StopPolicy, StopReason
 from .stopping.rest_of_file import LineScanner, RestOfFile, Start, offered_text
-
-if TYPE_CHECKING:
-    from .request import Request
 
 log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------- the offer search
@@ -255,7 +252,7 @@ class Tries:
 
 
 
-def pass_offer(r: Request, scanner: LineScanner, outcome) -> Offer:
+def pass_offer(r, scanner: LineScanner, outcome) -> Offer:
     """The offer search over a pass's text (`offer.choose_offer`), then, when a names guide
     decoded it, the names cut (`names_cut`); its checks are counted as checks, the rest as names."""
     completion = outcome.generated[len(r.heal) :]
@@ -269,7 +266,7 @@ def pass_offer(r: Request, scanner: LineScanner, outcome) -> Offer:
     return offer
 
 
-def names_cut(r: Request, scanner: LineScanner, completion: bytes, offer: Offer) -> Offer:
+def names_cut(r, scanner: LineScanner, completion: bytes, offer: Offer) -> Offer:
     """`offer`, or the longest cut before the first of its later lines that reads a name bound
     nowhere it can be read and that passes the offer's checks (identifiers/later_lines.py);
     `offer` itself where no such cut passes, or the names analysis is not ready."""
@@ -303,7 +300,7 @@ class ModelPasses:
         self.spec_stats = SpeculationStats()  # α and forward costs, learnt across requests
         self.draft_model = DraftModel(draft_runtime) if draft_runtime is not None else None
 
-    def _speculator(self, r: Request) -> Speculator | None:
+    def _speculator(self, r) -> Speculator | None:
         """A speculator for one decoding pass (None: speculation off)."""
         if not r.opts.speculative:
             return None
@@ -311,7 +308,7 @@ class ModelPasses:
         return Speculator(self.spec_stats, list(r.prompt.ids), self.stop_tokens, draft_model=self.draft_model,
                           reference=reference)
 
-    def run(self, r: Request, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
+    def run(self, r, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
             budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
         """One decoding pass from the prompt (after `replay`, `avoid` banned at the next step:
         redecode.py), stopped by a fresh `StopPolicy` over the request's rest of the file (`start`:

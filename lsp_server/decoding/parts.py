@@ -289,6 +289,17 @@ def _may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
     return request.short_first and bool(limit) and limit < opts.context_tokens
 
 
+def request_document(parts: EngineParts, request: CompletionRequest, before: str, after: str,
+                     opts: EngineOptions) -> tuple[object, Prompt, str, PrefixParser | None]:
+    """What the engine keeps for a request's document, as the request reads it: the compiled
+    grammar of the Python version it targets, the request's prompt and the key of its KV cache
+    (`request_window`), and (constrained) the document's parser."""
+    compiled = parts.grammars.for_document(request.document, opts)
+    prompt, cache_key = request_window(parts, request, before, after, opts)
+    parser = parts.documents.parser(request.document, compiled) if opts.constrained else None
+    return compiled, prompt, cache_key, parser
+
+
 def request_window(parts: EngineParts, request: CompletionRequest, before: str, after: str,
                    opts: EngineOptions) -> tuple[Prompt, str]:
     """(the request's prompt, the key of its KV cache): the full window, or the short first one

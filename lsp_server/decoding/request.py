@@ -8,12 +8,12 @@ answer that keeps the file valid out.
     prefill         the prompt through the model (what the document's KV cache does not hold)
     decode          one pass: masked steps under the stop policy, then the offer search over its
                     text (`EngineParts.passes`: model_pass.ModelPasses, or a team server's)
-    search again    nothing offered: passes from the step where validity was lost (`redecode.py`)
+    search again    nothing offered: passes from the step where validity was lost (`Tries`)
     assemble        the answer (text, replace range, stop reason, offer path) and its figures
-    compiler gate   CPython's compiler over the file with the answer (`compiler_checked`, below)
+                    after CPython's compiler over the file with it (`compiler_gate`, below)
 
 Each step reads the one `Request` value `prepare` made; the request's time goes to its parts
-(`RequestTimes`, request_times.py). The caller (`CompletionEngine.complete`) holds the engine's
+(`Request.spent`, `RequestTimes`). The caller (`CompletionEngine.complete`) holds the engine's
 lock, and serves typed-through answers before it gets here (shown.py).
 
 The compiler gate, the last check of an answer: CPython's compiler, where the grammar cannot see.
@@ -58,7 +58,7 @@ from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
 from .loop import DecodeOutcome
 from .model_pass import EMPTY, Pass, Tries, ended_where_valid
-from .parts import EngineParts, request_window
+from .parts import EngineParts, request_document
 from .prompt import Prompt
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
@@ -110,9 +110,9 @@ def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, ca
     shape, steering = steer(parts, r)
     if shape.fit is Fit.NOTHING:
         log.info("no completion: nothing fits the rest of the file at the cursor")
-        setup_done(r, t0)
+        setup_done(r, t0, r.rest.check_ms)
         return nothing(req, StopReason.NO_CONTINUATION, opts), r
-    checked = setup_done(r, t0)
+    checked = setup_done(r, t0, r.rest.check_ms)
     try:
         logits, past, reused = prefill(parts, r)
     except PrefillCancelled:
@@ -128,8 +128,7 @@ def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, ca
     checks = r.rest.check_ms
     r.spent("checks", checks - checked)
     r.spent("names", r.guide.stats["ms"] if r.guide else 0.0)
-    result = assemble(r, chosen, reused, prompt_ms, decode_ms, checks, budget_cut(r, chosen, searched))
-    return compiler_gate(r, result), r
+    return assemble(r, chosen, reused, prompt_ms, decode_ms, checks, budget_cut(r, chosen, searched)), r
 
 
 # ---------------------------------------------------------------------------- the steps
@@ -141,9 +140,8 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
     grammar matcher after the text before the cursor (constrained), the rest of the file the
     completion must respect and the names guide; a StopReason when the text before the cursor
     does not parse."""
-    compiled = parts.grammars.for_document(req.document, opts)
     before, after = req.text[: req.cursor], req.text[req.cursor :]
-    prompt, cache_key = request_window(parts, req, before, after, opts)
+    compiled, prompt, cache_key, parser = request_document(parts, req, before, after, opts)
     heal = prompt.healed
     before_b = before.encode()
     mode = req.mode or opts.mode
@@ -154,7 +152,6 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
         rest = RestOfFile.build(before, after, mode, parts.scanner, held, heal, 0)
         return Request(req, opts, before, after, compiled, prompt, heal, cache_key, None, None, held, 0, rest, sampler,
                        max_tokens, cancel, times=times)
-    parser = parts.documents.parser(req.document, compiled)
     try:
         matcher = grammar_matcher(compiled, before_b, prompt, parser)
     except (ParseError, LexError) as e:
@@ -170,7 +167,7 @@ def prepare(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, can
     except (ParseError, LexError) as e:
         log.info("no completion: the text before the cursor does not parse with its typed part (%s)", e)
         return StopReason.NO_CONTINUATION
-    guide = names_guide(parts, req, opts, compiled, before_b[: len(before_b) - len(heal)])
+    guide = names_guide(parts, req, before.count("\n"), opts, compiled, before_b[: len(before_b) - len(heal)])
     return Request(req, opts, before, after, compiled, prompt, heal, cache_key, matcher, recovery, held, depth, rest,
                    sampler, max_tokens, cancel, guide, times)
 
@@ -183,10 +180,9 @@ def steer(parts: EngineParts, r: Request) -> tuple[FirstLine, object]:
     return parts.header_starts.steering(r.rest, r.before, r.heal, parts.tokenizer.encode)
 
 
-def setup_done(r: Request, t0: float) -> float:
-    """The request's set-up took from `t0` till now: its whole-file checks so far (their
-    set-up, the first line's steering) counted as checks, the rest as set-up; the checks' ms."""
-    checks = r.rest.check_ms
+def setup_done(r: Request, t0: float, checks: float) -> float:
+    """The request's set-up took from `t0` till now: its whole-file checks so far (`checks` ms:
+    their set-up, the first line's steering) counted as checks, the rest as set-up; `checks`."""
     r.spent("checks", checks)
     r.spent("setup", (time.perf_counter() - t0) * 1000 - checks)
     return checks
@@ -257,8 +253,9 @@ def budget_cut(r: Request, chosen: Pass, searched: bool) -> bool:
 
 def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float, check_ms: float,
              cut: bool) -> CompletionResult:
-    """The answer of the chosen pass: the text offered, its replace range and stop, and the
-    request's figures (`check_ms`: the whole-file checks' time, `RestOfFile.check_ms`)."""
+    """The answer of the chosen pass: the text offered (unless CPython's compiler refuses it:
+    `compiler_gate`), its replace range and stop, and the request's figures (`check_ms`: the
+    whole-file checks' time, `RestOfFile.check_ms`)."""
     req, rest = r.req, r.rest
     outcome, offer = chosen.outcome, chosen.offer
     completion = outcome.generated[len(r.heal) :]
@@ -266,6 +263,11 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
     log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
               offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
     covered = rest.ctx.covered
+    end = req.cursor + len(covered) if body or not covered else req.cursor
+    stop = StopReason.ECHO if no_op else outcome.stop.reason
+    refused, gate_ms = compiler_gate(r, body, end - req.cursor)
+    if refused:
+        body, end, stop = "", req.cursor, StopReason.COMPILER
     guide = r.guide
     figures = Figures(
         tokens_generated=outcome.sampled,
@@ -284,12 +286,13 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
         names_shaped=guide.stats["shaped"] if guide else 0,
         names_masked=guide.stats["masked"] if guide else 0,
         names_ms=round(guide.stats["ms"], 2) if guide else 0.0,
+        gate_ms=round(gate_ms, 2),
     )
     return CompletionResult(
         text=body,
         start=req.cursor,
-        end=req.cursor + len(covered) if body or not covered else req.cursor,
-        stop_reason=StopReason.ECHO if no_op else outcome.stop.reason,
+        end=end,
+        stop_reason=stop,
         mode=rest.ctx.mode,
         constrained=r.opts.constrained,
         offer_path=offer.path,
@@ -302,29 +305,30 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
     )
 
 
-def compiler_gate(r: Request, result: CompletionResult) -> CompletionResult:
-    """`result`, or nothing where CPython's compiler refuses the file with it where it was
-    written (constrained mode: `compiler_checked`); its time is the request's `gate` part."""
+def compiler_gate(r: Request, answer: str, covered: int) -> tuple[bool, float]:
+    """Whether CPython's compiler refuses the file with `answer` (in place of the `covered`
+    characters after the cursor) where it was written (constrained mode: `refused_by_compiler`),
+    and the ms it took, the request's `gate` part."""
     if not r.opts.constrained:
-        return result
+        return False, 0.0
     t = time.perf_counter()
-    result = compiler_checked(result, r.before, r.after)
+    refused = refused_by_compiler(answer, r.before, r.after[covered:])
     ms = (time.perf_counter() - t) * 1000
     r.spent("gate", ms)
-    return replace(result, figures=replace(result.figures, gate_ms=round(ms, 2)))
+    return refused, ms
 
 
 # ---------------------------------------------------------------------------- what prepare uses
 
 
-def names_guide(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, compiled,
+def names_guide(parts: EngineParts, req: CompletionRequest, line: int, opts: EngineOptions, compiled,
                 before: bytes) -> IdentifierGuide | None:
-    """The names guide of this request when its analysis is ready (else None, and the
-    analysis is started for the requests to come: the request never waits for it)."""
+    """The names guide of this request (its cursor on `line`) when its analysis is ready (else
+    None, and the analysis is started for the requests to come: the request never waits for it)."""
     mode = IdentifierMode(opts.identifiers)
     if mode is IdentifierMode.OFF or not parts.guides_names:
         return None
-    scope = parts.names.ready_or_started(req.document, req.text, req.line)
+    scope = parts.names.ready_or_started(req.document, req.text, line)
     if scope is None:
         return None
     return IdentifierGuide(mode, scope, parts.identifier_tokens, compiled, before)
@@ -372,13 +376,13 @@ def refused_where_written(before: str, answer: str, after: str) -> str | None:
     return None
 
 
-def compiler_checked(result: CompletionResult, before: str, after: str) -> CompletionResult:
-    """`result`, or no completion (stop reason `compiler`) when CPython's compiler refuses the
-    file with it where it was written (`refused_where_written`)."""
-    if not result.text:
-        return result
-    refusal = refused_where_written(before, result.text, after[result.end - result.start :])
+def refused_by_compiler(answer: str, before: str, after: str) -> bool:
+    """Whether CPython's compiler refuses the file `before + answer + after` where the answer was
+    written (`refused_where_written`; then it is not offered: stop reason `compiler`)."""
+    if not answer:
+        return False
+    refusal = refused_where_written(before, answer, after)
     if refusal is None:
-        return result
-    log.info("not offered: the compiler refuses %r: %s", result.text[:60], refusal)
-    return replace(result, text="", end=result.start, stop_reason=StopReason.COMPILER)
+        return False
+    log.info("not offered: the compiler refuses %r: %s", answer[:60], refusal)
+    return True

@@ -29,7 +29,7 @@ The parts (`PARTS`), each measured once, none inside another:
   the stop policy's checks and the offer's search);
 - `names`: the names guide reshaping steps (`IdentifierGuide.shape`) and the names cut of a
   multi-line answer (pyflakes over the file; the checks it asks are `checks`);
-- `gate`: CPython's compiler over the file with the answer (`request.compiler_checked`);
+- `gate`: CPython's compiler over the file with the answer (`request.compiler_gate`);
 - `unaccounted`: the rest of the wall time: sampling, the stop policy's line scanning,
   drafting, building the result, and a thread switch or a collection that held the interpreter
   meanwhile (those land in whichever part was running). On CUDA, where `model` is the device's
@@ -163,7 +163,7 @@ class Figures:
     names_shaped: int = 0  # steps whose logits or mask it reshaped
     names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
-    gate_ms: float = 0.0  # spent in the compiler gate after decoding (`request.compiler_checked`)
+    gate_ms: float = 0.0  # spent in the compiler gate after decoding (`request.compiler_gate`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
     times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: request_times.py
 

@@ -15,14 +15,18 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from grammar_tools.parsing.versions import format_version
 
 from ..options import EngineOptions
-from ..decoding.parts import target_version
-from .results import RequestTimes, NO_FIGURES, CompletionRequest, CompletionResult
-from .stopping.rest_of_file import cursor_context, RestOfFile
+from .parts import target_version
+from .results import NO_FIGURES, CompletionRequest, CompletionResult, RequestTimes
 from .stopping.policy import StopReason
+from .stopping.rest_of_file import RestOfFile, cursor_context
+
+if TYPE_CHECKING:
+    from .request import Request
 
 KEPT = 8  # documents whose last suggestion is kept
 
@@ -114,6 +118,13 @@ class ShownAnswers:
             self._shown.move_to_end(document)
             while len(self._shown) > KEPT:
                 self._shown.popitem(last=False)
+
+    def keep_made(self, request: CompletionRequest, made: Request, result: CompletionResult,
+                  opts: EngineOptions) -> None:
+        """Keep `result`, made now for `request` (`made`: its document split at the cursor and
+        the rest of the file), for typing through it."""
+        self.keep(request.document, Shown(made.before, made.after, result, opts, request.mode, request.max_tokens,
+                                          made.rest))
 
     def forget(self, document: str) -> None:
         with self._lock:

@@ -4,7 +4,7 @@ acceptance maths that chooses it, and what it learns across requests.
 Draft sources (each draft is checked against the grammar at every position: a token the mask
 forbids ends the draft):
 - grammar-forced tokens: the mask allows a single token (α = 1, c = 0); the decoder takes them
-  without the model, in or out of a draft (`sampling.forced_token`);
+  without the model, in or out of a draft (`loop.forced_token`);
 - prompt lookup (`PromptLookup`, the source that costs nothing: code repeats its names and
   patterns): continue the longest recent n-gram of the text so far from where it occurs earlier
   in the prompt or the output, else in the rest of the document (the text after the cursor, and
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..sampling import forced_token
+from ..loop import forced_token
 from .draft_model import DraftModel
 
 
@@ -401,8 +401,12 @@ class Speculator:
         self.request["drafted"] += agreed + int(disagreed)
         self.request["accepted"] += agreed
 
-    def record_step(self, draft: Draft | None, tokens: int, seconds: float) -> None:
-        """A decoding step ended: `tokens` committed in `seconds` (a draft's or a plain step's)."""
+    def record_step(self, draft: Draft | None, tokens: int, seconds: float, token: int | None = None) -> None:
+        """A decoding step ended: `tokens` committed in `seconds` (a draft's or a plain step's;
+        a plain step's `token`, the target's own: the trial of the proposal declined there,
+        `observe`)."""
+        if draft is None:
+            self.observe(token)
         tally = self.steps.setdefault(draft.key if draft else "plain", StepTally())
         tally.steps += 1
         tally.tokens += tokens

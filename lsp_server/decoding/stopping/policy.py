@@ -60,7 +60,7 @@ _DESCRIPTIONS = {
     StopReason.ECHO: "the completion stopped where it began to repeat the text after the cursor (the file's next "
                      "lines, the rest of the line), or it was that text already",
     StopReason.COMPILER: "CPython's compiler refuses the file with the completion where it was written (a check "
-                         "made after the parse: `request.compiler_checked`); nothing is offered",
+                         "made after the parse: decoding/request.py); nothing is offered",
     StopReason.BUDGET: "the latency budget ran out: the complete lines so far are offered, the rest is decoded in "
                        "the background (decoding/budget.py)",
 }
