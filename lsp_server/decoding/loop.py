@@ -47,6 +47,9 @@ def forced_token(mask: np.ndarray, stop_tokens: set[int]) -> int | None:
     return None if token in stop_tokens else token
 
 
+UNDECIDED = Stop(0, StopReason.MAX_TOKENS)  # a pass's stop until one is decided
+
+
 @dataclass
 class DecodeOutcome:
     tokens: list[int]  # accepted tokens (healing tokens included), in order
@@ -179,7 +182,7 @@ class _Decoding:
         self.max_tokens = max_tokens
         self.cancel = cancel
         self.speculator = speculator
-        self.out = DecodeOutcome([], b"", Stop(0, StopReason.MAX_TOKENS))
+        self.out = DecodeOutcome([], b"", UNDECIDED)
         self.generated = bytearray()
         self.avoid: set[int] | None = set(avoid) if avoid else None  # banned at the first position decided after the replay
         self.steer = steer  # the steps after the replay take tokens it allows until one writes more than blanks
@@ -355,32 +358,31 @@ class _Decoding:
             self.stepper.feed(token)
         return token, decision
 
-    def speculate(self, draft) -> Stop | None:
+    def speculate(self, draft) -> tuple[Stop | None, tuple[int, bool] | None]:
         """Verify a whole draft with one forward pass: the positions it got right are kept, the
-        first it got wrong takes the model's own token (a Stop when one ended the completion)."""
-        speculator, out = self.speculator, self.out
+        first it got wrong takes the model's own token (a Stop when one ended the completion);
+        and what the verification found (`Speculator.record`: verified positions agreed, the
+        run ended on a disagreement; None: not counted)."""
+        out = self.out
         rows = self.stepper.verify(draft.tokens)
         kept, agreed = 0, 0
         n = len(draft.tokens)
         for j in range(n + 1):
             if len(out.tokens) >= self.max_tokens:
-                return self.stop_where_it_can(StopReason.MAX_TOKENS)
+                return self.stop_where_it_can(StopReason.MAX_TOKENS), None
             d = draft.tokens[j] if j < n else None
             is_forced = j < n and draft.forced[j]
             m = draft.masks[j] if self.matcher is not None else None
             token, decision = self.position(rows[j], m, d, draft.qs[j] if j < n else None, is_forced)
             if isinstance(decision, Stop):
-                if j < n and not is_forced:
-                    speculator.record(draft, agreed, token != d)
-                return decision
+                return decision, (agreed, token != d) if j < n and not is_forced else None
             if j < n and token == d:
                 kept += 1
                 agreed += 0 if is_forced else 1
                 continue
-            speculator.record(draft, agreed, j < n)
             self.stepper.keep(kept, token)
-            return None
-        return None
+            return None, (agreed, j < n)
+        return None, None
 
     def replayed(self, replay: Sequence[int]) -> bool:
         """Take an earlier pass's tokens again (False: the policy did not go on after one)."""
@@ -434,8 +436,9 @@ class _Decoding:
                     speculator.record_step(None, len(out.tokens) - step_tokens, time.perf_counter() - step_start, token)
             else:
                 out.mask_ms.extend(draft.mask_ms)  # the drafted positions' masks, computed while drafting
-                decision = self.speculate(draft)
-                speculator.record_step(draft, len(out.tokens) - step_tokens, time.perf_counter() - step_start)
+                decision, verified = self.speculate(draft)
+                speculator.record_step(draft, len(out.tokens) - step_tokens, time.perf_counter() - step_start,
+                                       verified=verified)
             if isinstance(decision, Stop):
                 return decision
             if self.budget.expired():

@@ -401,12 +401,15 @@ class Speculator:
         self.request["drafted"] += agreed + int(disagreed)
         self.request["accepted"] += agreed
 
-    def record_step(self, draft: Draft | None, tokens: int, seconds: float, token: int | None = None) -> None:
+    def record_step(self, draft: Draft | None, tokens: int, seconds: float, token: int | None = None,
+                    verified: tuple[int, bool] | None = None) -> None:
         """A decoding step ended: `tokens` committed in `seconds` (a draft's or a plain step's;
         a plain step's `token`, the target's own: the trial of the proposal declined there,
-        `observe`)."""
+        `observe`; a draft's `verified`: what its verification found, `record`)."""
         if draft is None:
             self.observe(token)
+        elif verified is not None:
+            self.record(draft, *verified)
         tally = self.steps.setdefault(draft.key if draft else "plain", StepTally())
         tally.steps += 1
         tally.tokens += tokens
