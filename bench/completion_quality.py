@@ -170,7 +170,7 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         canonical: bool = True, first_request: bool = False, budget_ms: float = 0.0) -> dict:
     """One cut point's completion: after the document's full prompt window was computed (as the
     work ahead leaves it), or with `first_request` as the first request in the document (a
-    short first window: `windows.request_window`); `budget_ms`: the request's latency budget
+    short first window: `parts.request_window`); `budget_ms`: the request's latency budget
     (0: none)."""
     from lsp_server.decoding.budget import Budget
     from lsp_server.decoding.engine import CompletionRequest
@@ -211,14 +211,14 @@ def run(engine, cut: dict, constrained: bool, max_tokens: int, speculative: bool
         "mask_ms": r.figures.mask_ms,
         "latency_ms": latency,
         "stop": r.stop_reason,
-        "offer_path": r.offer_path,  # which step of the validity search gave the text (decoding/offer.py)
+        "offer_path": r.offer_path,  # which step of the validity search gave the text (decoding/model_pass.py: `choose_offer`)
         "short_window": r.short_window,
         "check_ms": r.figures.check_ms,  # the whole-file checks' time in the request
         "policy": r.mode,  # the engine's stopping mode: single-line or multi-line
         "text": r.text,
         "speculation": (r.figures.speculation or {}).get("request"),
         "names_ready": r.figures.names_ready,  # the names guide shaped this request's steps (its analysis was ready)
-        "times_ms": r.figures.times_ms,  # the request's parts (model, mask, checks, names...: request_times.py)
+        "times_ms": r.figures.times_ms,  # the request's parts (model, mask, checks, names...: results.RequestTimes)
         "noncanonical": noncanonical(engine.tokenizer, kept, r.token_ids),
         "canonical_fallbacks": r.figures.canonical_fallbacks,
         "token_ids": r.token_ids,
@@ -378,7 +378,7 @@ def acceptance(rows: list[dict]) -> dict:
 
 
 def by_offer_path(rows: list[dict]) -> dict:
-    """`acceptance` per offer path (decoding/offer.py: which step of the validity search gave
+    """`acceptance` per offer path (decoding/model_pass.py, `choose_offer`: which step of the validity search gave
     the text), and over all rows."""
     paths: dict[str, list[dict]] = {}
     for r in rows:

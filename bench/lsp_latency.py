@@ -330,7 +330,7 @@ def where_the_time_went(log: str, asked: list[dict], phase: str = "warm") -> dic
     `slowest_tenth_mean_ms`, where the p90 goes). Parts: `client`
     (the request's time in the client), `outside_the_engine` (client less the parts below: the
     pipe, the event loop, the answer written), `join` (a prefetch it joined), `queue` (the
-    engine's worker thread busy), then the engine's parts (decoding/request_times.py: they add up
+    engine's worker thread busy), then the engine's parts (decoding/results.py, `RequestTimes`: they add up
     to its wall time, `unaccounted` the rest)."""
     lines, rows = log_lines(log), []
     for a in asked:

@@ -57,7 +57,7 @@ class EngineOptions:
     # documents' full windows (~30 MB each with SmolLM2-135M's float16 cache on the CPU; docs/memory.md)
     cache_memory_mb: int = 96
     # the Python the documents target ("3.8".."3.14"): the syntax the masks allow; None: each
-    # document's project says (target_version.py), else the newest
+    # document's project says (decoding/parts.py: `target_version`), else the newest
     python_version: str | None = None
     # names that exist (decoding/identifiers, docs/identifiers.md): off | bias | constrain
     identifiers: str = "constrain"

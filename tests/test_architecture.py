@@ -64,7 +64,7 @@ def test_imports_flow_from_the_server_to_the_grammar():
 
 
 # lsp_server's layers, lowest first: a module may import its own layer and those before it. The
-# shared modules (options, positions, target_version, allocator, threads) are read by every
+# shared modules (options, positions, allocator, threads) are read by every
 # layer; the team client drives the decoding with a remote model and is loaded by the server's
 # engine host; the command line starts the server or the engine
 LSP_LAYERS = ("shared", "model", "decoding", "team", "server", "cli")

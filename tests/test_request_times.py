@@ -1,4 +1,4 @@
-"""Every millisecond of a request in the engine in a named part (decoding/request_times.py): the
+"""Every millisecond of a request in the engine in a named part (decoding/results.py: `RequestTimes`): the
 parts are measured where they are spent, none inside another, so they add up to the request's
 wall time with a remainder that is never negative; the wait for the engine is its own part."""
 

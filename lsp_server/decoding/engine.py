@@ -213,7 +213,7 @@ class CompletionEngine:
             self._lock.release()
 
     def prompt(self, request: CompletionRequest, options: EngineOptions | None = None):
-        """The request's prompt in its full window (`windows.prompt_in_window`), kept as the
+        """The request's prompt in its full window (`parts.prompt_in_window`), kept as the
         document's anchor; call under the engine's lock."""
         return prompt_in_window(self.parts, request, request.before, request.after, options or self.options)
 

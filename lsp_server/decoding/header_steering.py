@@ -4,7 +4,7 @@ the body of an `except` whose header was cut away), every completion that keeps 
 writes a block header there; where they are the rest of a string whose first line was cut (a
 docstring's text and its closing quotes), it opens that string. Which headers fit is asked of the whole-file check itself: a header
 alone at the cursor, its body the lines that follow (`if x:` fits below a statement, `except:`
-after a `try` body, `else:` after an `if` body...). The re-decoding (`redecode.py`) then starts
+after a `try` body, `else:` after an `if` body...). The re-decoding (`model_pass.Tries`) then starts
 with a token that begins one of the headers that fit, the model's own order among them. At a
 line start of existing code whose header was cut away (`line_start_headers`), the header is
 probed, and steered to, at the indentations of the lines above that are no shallower than the

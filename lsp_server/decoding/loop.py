@@ -145,7 +145,7 @@ def decode(
 ) -> DecodeOutcome:
     """Generate until the policy stops, the model ends, the guard or a cancellation.
 
-    A re-decoding (`redecode.py`) first takes the `replay` tokens an earlier pass accepted (fed
+    A re-decoding (`model_pass.Tries`) first takes the `replay` tokens an earlier pass accepted (fed
     to the model with the next forward pass, not asked for), and the step after them may not
     take a token of `avoid` (the earlier passes' choices there): the model's next-best, among
     the tokens `steer(room, written)` allows when given (`room`: the healed bytes still to

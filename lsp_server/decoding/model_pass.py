@@ -253,7 +253,7 @@ class Tries:
 
 
 def pass_offer(r, scanner: LineScanner, outcome) -> Offer:
-    """The offer search over a pass's text (`offer.choose_offer`), then, when a names guide
+    """The offer search over a pass's text (`choose_offer`), then, when a names guide
     decoded it, the names cut (`names_cut`); its checks are counted as checks, the rest as names."""
     completion = outcome.generated[len(r.heal) :]
     offer = choose_offer(r.rest, scanner, r.held + r.heal, completion, r.depth, outcome.stop.cut,
@@ -311,7 +311,7 @@ class ModelPasses:
     def run(self, r, matcher, logits, past, replay=(), avoid=frozenset(), limit=None, steer=None,
             budget: Budget = NO_BUDGET, start: Start = Start.CURSOR_LINE) -> Pass:
         """One decoding pass from the prompt (after `replay`, `avoid` banned at the next step:
-        redecode.py), stopped by a fresh `StopPolicy` over the request's rest of the file (`start`:
+        `Tries`), stopped by a fresh `StopPolicy` over the request's rest of the file (`start`:
         where the steering puts the first code, `FirstLine.start`), and the offer search over its text."""
         stepper = ModelStepper(partial(self.runtime.forward, cancel=r.cancel), logits, past,
                                on_forward=self.spec_stats.record_forward)

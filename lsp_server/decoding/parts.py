@@ -172,7 +172,7 @@ PARSERS_KEPT = 8  # of those, the most recent keep their parser (a parser holds 
 class DocumentState:
     parser: PrefixParser | None = None
     window_line: int | None = None  # where the full prompt window started last
-    first_window_line: int | None = None  # and the short first window (`windows.request_window`)
+    first_window_line: int | None = None  # and the short first window (`request_window`)
 
 
 NEW = DocumentState()

@@ -79,7 +79,7 @@ class Request:
     compiled: object  # the compiled grammar of the document's target version
     prompt: Prompt  # its ids, the healed bytes backed off
     heal: bytes  # the prompt's healed bytes, which the first tokens spell again
-    cache_key: str  # the key of the prompt's KV cache (`windows.request_window`)
+    cache_key: str  # the key of the prompt's KV cache (`parts.request_window`)
     matcher: GrammarMatcher | None  # None: unconstrained
     recovery: object | None  # how a syntax error before the cursor was skipped
     held: bytes  # the open lexeme before the cursor (healed bytes left out)
@@ -211,7 +211,7 @@ def worth_searching(r: Request, first: Pass) -> bool:
 
 
 def search_again(parts: EngineParts, r: Request, first: Pass, steering, shape: FirstLine) -> Pass:
-    """Search, don't give up (redecode.py): passes from the step where validity was lost,
+    """Search, don't give up (`model_pass.Tries`): passes from the step where validity was lost,
     steered as the first pass was; the first that offers something, else `first`. No new pass
     once the request's budget has run out (a pass started is finished)."""
     vocab = parts.tokenizer.vocab

@@ -115,7 +115,7 @@ class CompletionRequest:
     workspace: WorkspaceContext = NO_CONTEXT  # other open documents (for models that read them)
     budget: Budget = NO_BUDGET  # the request's latency budget (decoding/budget.py)
     resume: tuple[int, ...] = ()  # the tokens of an answer the budget cut, decoded on from (background)
-    # may be answered from a short first window (`windows.request_window`); False: work ahead,
+    # may be answered from a short first window (`parts.request_window`); False: work ahead,
     # which has the time to compute the full window (and is there to compute it)
     short_first: bool = True
 
@@ -165,7 +165,7 @@ class Figures:
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
     gate_ms: float = 0.0  # spent in the compiler gate after decoding (`request.compiler_gate`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
-    times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: request_times.py
+    times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: `RequestTimes`
 
 
 NO_FIGURES = Figures()

@@ -10,7 +10,7 @@ one step replaced is the decoding pass (`TeamPasses.run`): instead of the local 
 to the team server with the prompt's ids and the grammar's starting point (`wire.TeamArgs`);
 its tokens are then replayed here through the matcher and the stop policy *with* the
 whole-file checks, so the stop, the offer and the result are made exactly as a local pass
-makes them from the same tokens. A re-decoding pass of the offer search (`redecode.py`) is one
+makes them from the same tokens. A re-decoding pass of the offer search (`model_pass.Tries`) is one
 more call, with the earlier pass's tokens to replay and its choice to avoid.
 
 No model, no KV cache, no names analysis and no speculation run here (docs/team.md says what

@@ -16,7 +16,7 @@ the first tokens must spell it again), the canonical-tokenization state after th
 target Python version, and what the stop policy needs of the text after the cursor without
 reading the whole file (the cursor's context: mode, infix, auto-closed brackets, the
 following lines the echo rule compares with; the whole-file validity checks stay on the local
-server). `replay`/`avoid` serve the local offer search's re-decoding passes (`redecode.py`).
+server). `replay`/`avoid` serve the local offer search's re-decoding passes (`model_pass.Tries`).
 
 Hashes of the grammar (lexer automaton) and the tokenizer travel too: a server whose mask
 store was built for another grammar or tokenizer refuses the request (HTTP 400) instead of

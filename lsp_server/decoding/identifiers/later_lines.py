@@ -7,7 +7,7 @@ with it is read as a whole: `first_unbound_line` gives the first of the completi
 that reads a name bound nowhere it can be read (pyflakes' "undefined name", which follows scopes
 and the names the completion itself binds), and the engine offers the completion cut before that
 line, as a completion tool is expected to: the longest cut whose names resolve that passes the
-same checks as any answer (`offer.choose_offer`: the stop policy and the whole-file check).
+same checks as any answer (`model_pass.choose_offer`: the stop policy and the whole-file check).
 
 pyflakes is the checker behind flake8 and ruff's F821; it reads the tree and never runs the code.
 """
