@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..model.prompt_cache import PromptCache
+from ..model.kv_cache import PromptCache
 from .budget import NO_BUDGET, Budget
 from .identifiers.later_lines import first_unbound_line, line_start
 from .loop import ModelStepper, decode
