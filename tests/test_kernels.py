@@ -37,12 +37,12 @@ def test_without_kernels_the_tests_that_need_them_skip(monkeypatch, tmp_path):
     """No compiler: `load` gives None, and a kernel test is skipped with the reason, not
     passed; a build the CPU can't run is refused with the instructions it lacks."""
     monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))  # nothing built or loaded there yet
-    monkeypatch.setattr(library, "_compiler", lambda: None)
+    monkeypatch.setattr(build, "_compiler", lambda: None)
     assert build.load("portable") is None
     assert "no C compiler" in build.unavailable("portable")
     with pytest.raises(pytest.skip.Exception, match="no C compiler"):
         kernels_of("portable")
-    monkeypatch.setattr(library, "cpu_flags", lambda: frozenset({"neon"}))  # an ARM laptop
+    monkeypatch.setattr(build, "cpu_flags", lambda: frozenset({"neon"}))  # an ARM laptop
     assert build.runnable_isas() == ("portable",) and build.chosen_isa() == "portable"
     assert "lacks AVX2/F16C/FMA" in build.unavailable("avx2")
     assert "lacks AVX2/AVX512F/F16C/FMA" in build.unavailable("avx512")
@@ -527,9 +527,8 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
     for name, layers in stacks.items():
         one, each = _filled_cache(2, 5, torch.float16, d=16), _filled_cache(2, 5, torch.float16, d=16)
         h1, h2 = call["h"].clone(), call["h"].clone()
-        kernels.decoder_layers(h1, kernels.layer_stack(layers), cos, sin, one)
-        for layer, kv in zip(layers, each.layers):
-            kernels.append_layer(h2, layer, cos, sin, kv)
+        _layers_in_one_call(kernels, h1, kernels.layer_stack(layers), cos, sin, one)
+        _layer_by_layer(kernels, h2, layers, cos, sin, each)
         assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :8], each.k[:, :, :8])
         out[name] = (h1, one.k[:, :, :8].clone(), one.v[:, :, :8].clone())
     assert not torch.equal(out["blocks"][0], out["half"][0])  # the int8 products: not the float16 bits
@@ -541,7 +540,7 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
     stack = kernels.layer_stack(stacks["blocks"])
     for i in range(3):
         h = call["h"][:, i : i + 1].clone()
-        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        _layers_in_one_call(kernels, h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], out["blocks"][0][0, i]), i
 
 
