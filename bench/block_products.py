@@ -160,10 +160,10 @@ def main(argv=None) -> int:
         use_fair_threads()
     import torch
 
-    from lsp_server.model.kernels import library
+    from lsp_server.model.kernels import build, library
     from lsp_server.model.kernels.block_weights import WeightFormat
 
-    kernels = library.load()
+    kernels = build.load()
     if kernels is None:
         print(json.dumps({"error": "the kernels can't be built here"}))
         return 1

@@ -462,7 +462,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
-    from lsp_server.model.kernels.library import load as load_kernels
+    from lsp_server.model.kernels.build import load as load_kernels
     from lsp_server.options import EngineOptions
 
     if args.oracle:

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     from lsp_server.model.cpu_decoder import CpuDecoder, load_cpu_decoder
     from lsp_server.model.kv_cache import rewind
     from lsp_server.model.memory_parts import model_bytes
-    from lsp_server.model.prompt_cache import PromptCache
+    from lsp_server.model.kv_cache import PromptCache
     from lsp_server.model.runtime import load_model
 
     runtime = load_model(args.model)
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     fused = {m: m.__dict__["forward"] for m in runtime.model.modules() if "forward" in m.__dict__}
     ids = runtime.tokenizer.tokenizer.encode((STDLIB / "typing.py").read_text()).ids
     ids = ids[: args.context + 16]
-    from lsp_server.model.kernels.library import load
+    from lsp_server.model.kernels.build import load
 
     kernels = load()
     report = {"model": runtime.name, "context": args.context, "threads": torch.get_num_threads(),

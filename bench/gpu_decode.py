@@ -193,7 +193,7 @@ def main(argv=None) -> dict:
     import torch
 
     from lsp_server.decoding.engine import CompletionEngine
-    from lsp_server.model.mask_overlap import TOTALS
+    from lsp_server.model.step_timing import TOTALS
     from lsp_server.options import EngineOptions
     from mask_store.model_files import resolve_model, tokenizer_json
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/prefill_products.py [--rows 128] [--reps 20] [--spin]
 
-One chunk of a prompt (`prompt_cache.PREFILL_CHUNK` rows) times each of a SmolLM2-135M decoder
+One chunk of a prompt (`kv_cache.PREFILL_CHUNK` rows) times each of a SmolLM2-135M decoder
 layer's seven projections (q, k, v, o, gate, up, down: their shapes from the default model's
 config), summed over the seven, p50 of `--reps`, in three ways:
 - `half_kernel`: what the prefill runs, float32 rows times the float16 weights (`half_matmul`);
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         use_fair_threads()
     import torch
 
-    from lsp_server.model.kernels.library import cpu_flags, load
+    from lsp_server.model.kernels.build import cpu_flags, load
 
     kernels = load()
     if kernels is None:

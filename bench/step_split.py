@@ -38,9 +38,9 @@ def main() -> int:
             return r
         return g
 
-    from lsp_server.model.kernels import library
+    from lsp_server.model.kernels import build
 
-    kern = library.load()
+    kern = build.load()
     kern._layers = timed("c_layers", kern._layers)
     kern._matmul = timed("c_matmul", kern._matmul)
     kern._attention = timed("c_attention", kern._attention)

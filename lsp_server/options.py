@@ -21,7 +21,7 @@ INT_RANGES = {
     "first_window_tokens": (0, 131072),
     # torch's generator takes 64 bits; JSON clients (JavaScript numbers) hold integers exactly to 2^53 - 1
     "seed": (0, 2**53 - 1),
-    # the documents' KV caches: ~60 MB each for a full 1,024-token window (prompt_cache.py)
+    # the documents' KV caches: ~60 MB each for a full 1,024-token window (kv_cache.PromptCache)
     "cache_memory_mb": (16, 1 << 20),
 }
 # temperature: 0 is greedy; below MIN_TEMPERATURE the logits divided by it overflow float32

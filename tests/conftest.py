@@ -83,13 +83,13 @@ def compiled(compiled_full):
 
 @pytest.fixture
 def model_kernels():
-    """The build of the CPU kernels that the models use here (`library.load()`); the test is
+    """The build of the CPU kernels that the models use here (`build.load()`); the test is
     skipped, with the reason, where they can't be loaded."""
-    from lsp_server.model.kernels import library
+    from lsp_server.model.kernels import build
 
-    kernels = library.load()
+    kernels = build.load()
     if kernels is None:
-        pytest.skip(f"the kernels can't be loaded here: {library.unavailable()}")
+        pytest.skip(f"the kernels can't be loaded here: {build.unavailable()}")
     return kernels
 
 

@@ -2,7 +2,7 @@
 build this machine can run (avx512, avx2, portable), and under AddressSanitizer the sanitized
 builds in their place (see test_kernels.test_kernel_tests_pass_under_address_sanitizer: its
 subprocess names them in SANITIZED_ENV, and importing this module makes them the ones
-`library.load` gives)."""
+`build.load` gives)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,24 @@ import os
 import numpy as np
 import pytest
 
-from lsp_server.model.kernels import library
+from lsp_server.model.kernels import build, library
 
 SANITIZED_ENV = "SYNTAXLOCK_TEST_SANITIZED_KERNELS"
 SANITIZED: dict[str, library.DecodeKernels] = {}
 if os.environ.get(SANITIZED_ENV):
     for _isa, _path in json.loads(os.environ[SANITIZED_ENV]).items():
         SANITIZED[_isa] = library.DecodeKernels(ctypes.CDLL(_path), _isa)
-        library._loaded[library._load_key(_isa)[0]] = SANITIZED[_isa]
+        build._loaded[build._load_key(_isa)[0]] = SANITIZED[_isa]
 
 
 def kernels_of(isa: str) -> library.DecodeKernels:
     """The build `isa` of the kernels; the test is skipped (with the reason) where it can't be
     loaded here."""
-    if isa not in library.runnable_isas():
+    if isa not in build.runnable_isas():
         pytest.skip(f"this CPU can't run the {isa} build")
-    kernels = library.load(isa)
+    kernels = build.load(isa)
     if kernels is None:
-        pytest.skip(f"the kernels can't be loaded here: {library.unavailable(isa)}")
+        pytest.skip(f"the kernels can't be loaded here: {build.unavailable(isa)}")
     return kernels
 
 

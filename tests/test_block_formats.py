@@ -30,7 +30,7 @@ import torch
 from gguf import GGMLQuantizationType, quants
 from kernel_support import kernels_of, random_blocks
 
-from lsp_server.model.kernels import boundary, library
+from lsp_server.model.kernels import boundary, build, library
 from lsp_server.model.kernels.block_weights import BlockFormatError, BlockMatrix, WeightFormat
 
 FORMATS = [f.name for f in WeightFormat if f is not WeightFormat.F16]
@@ -38,7 +38,7 @@ QUANTIZED = [f.name for f in WeightFormat if f.quantized]
 KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
 
 
-@pytest.fixture(params=list(library.ISAS))
+@pytest.fixture(params=list(build.ISAS))
 def kernels(request) -> library.DecodeKernels:
     """Each build of the kernels this machine runs, in turn."""
     return kernels_of(request.param)
@@ -217,7 +217,7 @@ def _layer_weights(kernels, formats, seed):
 
 def test_a_layer_mixing_formats_as_a_q4_k_m_file_does(kernels):
     """`decoder_layers` over layers whose projections mix every format: the bits of
-    `append_layer` layer by layer, a row alone the bits it gets among others, and close to the
+    `decoder_layer` layer by layer, a row alone the bits it gets among others, and close to the
     same layers with float16 copies of the values (the int8 products' rounding, float16's)."""
     from lsp_server.model.kv_cache import CpuCache
 
@@ -227,20 +227,27 @@ def test_a_layer_mixing_formats_as_a_q4_k_m_file_does(kernels):
     cos, sin = torch.cos(torch.randn(1, 3, 64, generator=gen)), torch.sin(torch.randn(1, 3, 64, generator=gen))
 
     def cache():
-        c = CpuCache(3, torch.float16)
+        c = CpuCache(3, torch.float16, 2, 64)
         g = torch.Generator().manual_seed(9)
-        for kv in c.layers:
-            kv.write(torch.randn(1, 2, 6, 64, generator=g), torch.randn(1, 2, 6, 64, generator=g))
+        with c.write(6) as (_, k, v):
+            for i in range(3):
+                k[i : i + 1, :, :6] = torch.randn(1, 2, 6, 64, generator=g)
+                v[i : i + 1, :, :6] = torch.randn(1, 2, 6, 64, generator=g)
         return c
+
+    def in_one_call(h, stack, cos, sin, c):
+        with c.write(h.shape[1]) as (past, keys, values):
+            kernels.decoder_layers(h, stack, cos, sin, keys, values, past)
 
     out = []
     for which in (0, 1):
         layers = [p[which] for p in pairs]
         one, each = cache(), cache()
         h1, h2 = h0.clone(), h0.clone()
-        kernels.decoder_layers(h1, kernels.layer_stack(layers), cos, sin, one)
-        for layer, kv in zip(layers, each.layers):
-            kernels.append_layer(h2, layer, cos, sin, kv)
+        in_one_call(h1, kernels.layer_stack(layers), cos, sin, one)
+        with each.write(3) as (past, keys, values):
+            for i, layer in enumerate(layers):
+                kernels.decoder_layer(h2, layer, cos, sin, keys[i : i + 1], values[i : i + 1], past)
         assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :9], each.k[:, :, :9])
         out.append(h1)
     change = (out[0] - h0).norm() / (out[1] - h0).norm()  # what the layers added, int8 against float16
@@ -251,7 +258,7 @@ def test_a_layer_mixing_formats_as_a_q4_k_m_file_does(kernels):
     stack, rows = kernels.layer_stack([p[0] for p in pairs]), cache()
     for i in range(3):
         h = h0[:, i : i + 1].clone()
-        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        in_one_call(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], out[0][0, i]), i
 
 

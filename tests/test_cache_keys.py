@@ -166,23 +166,23 @@ def test_converted_weights_and_tokenizer_keys(monkeypatch):
 
 
 def test_kernel_build_key(monkeypatch, tmp_path):
-    from lsp_server.model.kernels import library
+    from lsp_server.model.kernels import build
 
-    if library._compiler() is None:
+    if build._compiler() is None:
         pytest.skip("no C compiler (gcc or cc) on PATH")
     import re
 
-    included = {name for p in library.SOURCES for name in re.findall(r'#include "([^"]+)"', p.read_text())}
-    assert included <= {p.name for p in library.SOURCES}  # the key covers every file the build reads
-    before = library.build_target(tmp_path, isa="avx2")
-    assert len({library.build_target(tmp_path, isa=isa) for isa in library.ISAS}) == 3
-    assert library.build_target(tmp_path, isa="avx2", sanitize=True) != before
-    for i, source in enumerate(library.SOURCES):  # every file the build compiles: the .c and its headers
+    included = {name for p in build.SOURCES for name in re.findall(r'#include "([^"]+)"', p.read_text())}
+    assert included <= {p.name for p in build.SOURCES}  # the key covers every file the build reads
+    before = build.build_target(tmp_path, isa="avx2")
+    assert len({build.build_target(tmp_path, isa=isa) for isa in build.ISAS}) == 3
+    assert build.build_target(tmp_path, isa="avx2", sanitize=True) != before
+    for i, source in enumerate(build.SOURCES):  # every file the build compiles: the .c and its headers
         edited = tmp_path / source.name
         edited.write_bytes(source.read_bytes() + b"\n/* edited */\n")
         with monkeypatch.context() as m:
-            m.setattr(library, "SOURCES", library.SOURCES[:i] + (edited,) + library.SOURCES[i + 1:])
-            assert library.build_target(tmp_path, isa="avx2") != before, source.name
+            m.setattr(build, "SOURCES", build.SOURCES[:i] + (edited,) + build.SOURCES[i + 1:])
+            assert build.build_target(tmp_path, isa="avx2") != before, source.name
     # another compiler, or another version of this one
-    monkeypatch.setattr(library, "compiler_identity", lambda cc: "gcc (Other) 99.1")
-    assert library.build_target(tmp_path, isa="avx2") != before
+    monkeypatch.setattr(build, "compiler_identity", lambda cc: "gcc (Other) 99.1")
+    assert build.build_target(tmp_path, isa="avx2") != before

@@ -367,7 +367,7 @@ def test_a_cancelled_prefill_finishes_its_chunk_and_a_request_reuses_all_of_it(t
     waits for one chunk at most, and everything computed is kept for the request (nothing is
     thrown away: see PromptCache.prefill); a request's prompt likewise keeps the chunk it was
     running when it was superseded."""
-    from lsp_server.model.prompt_cache import AHEAD_CHUNK, PREFILL_CHUNK
+    from lsp_server.model.kv_cache import AHEAD_CHUNK, PREFILL_CHUNK
 
     runtime = tiny_engine.runtime
     doc, i = _long_document()

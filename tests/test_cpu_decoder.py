@@ -20,7 +20,7 @@ import torch
 
 from lsp_server.model.architectures import spec_from_config
 from lsp_server.model.cpu_decoder import CpuDecoder, Unsupported, load_cpu_decoder
-from lsp_server.model.kv_cache import ForwardCancelled, StopBetweenLayers, rewind
+from lsp_server.model.kv_cache import ForwardCancelled, rewind
 from lsp_server.model.memory_parts import _is_mapped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def _reference(wdir: Path, kernels):
     """transformers' classes with our float16 weights, row attention and fused layers."""
     from lsp_server.model.half_model import load_half_model
     from lsp_server.model.kernels.fused_layers import use_fused_layers
-    from lsp_server.model.kernels.library import use_row_attention
+    from lsp_server.model.kernels.fused_layers import use_row_attention
 
     model = load_half_model(wdir, kernels)
     use_row_attention(model)
@@ -181,15 +181,14 @@ def test_a_short_pass_runs_every_layer_in_one_call_with_the_bits_of_single_steps
 
 def test_a_cancelled_pass_leaves_the_cache_as_it_was(tiny_model_dir, model_kernels):
     model = load_cpu_decoder(tiny_model_dir, model_kernels)
-    stopper = StopBetweenLayers(model)
-    assert stopper.layers == len(model.layers) == 2
+    assert len(model.layers) == 2
     ids = torch.randint(0, 49152, (1, 100), generator=torch.Generator().manual_seed(7))
     calls = iter([False, True])  # stopped before the second layer
     with torch.inference_mode():
         past = model(ids[:, :60]).cache
         with pytest.raises(ForwardCancelled):
-            stopper.run(lambda: next(calls), lambda: model(ids[:, 60:], cache=past), past)
-        assert [kv.get_seq_length() for kv in past.layers] == [60, 60]
+            model(ids[:, 60:], cache=past, cancel=lambda: next(calls))
+        assert past.get_seq_length() == 60
         got = model(ids[:, 60:], cache=past).logits[0, -1]
         want = model(ids[:, 60:], cache=model(ids[:, :60]).cache).logits[0, -1]  # never cancelled
     assert torch.equal(got, want)

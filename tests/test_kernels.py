@@ -20,14 +20,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lsp_server.model.kernels import library
+from lsp_server.model.kernels import build, library
 from lsp_server.model.kernels.boundary import KernelArgumentError
 from lsp_server.model.kernels.half_weights import use_half_weights
 
 from kernel_support import SANITIZED, SANITIZED_ENV, kernels_of
 
 
-@pytest.fixture(params=list(library.ISAS))
+@pytest.fixture(params=list(build.ISAS))
 def kernels(request) -> library.DecodeKernels:
     """Each build of the kernels this machine runs, in turn."""
     return kernels_of(request.param)
@@ -37,15 +37,15 @@ def test_without_kernels_the_tests_that_need_them_skip(monkeypatch, tmp_path):
     """No compiler: `load` gives None, and a kernel test is skipped with the reason, not
     passed; a build the CPU can't run is refused with the instructions it lacks."""
     monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))  # nothing built or loaded there yet
-    monkeypatch.setattr(library, "_compiler", lambda: None)
-    assert library.load("portable") is None
-    assert "no C compiler" in library.unavailable("portable")
+    monkeypatch.setattr(build, "_compiler", lambda: None)
+    assert build.load("portable") is None
+    assert "no C compiler" in build.unavailable("portable")
     with pytest.raises(pytest.skip.Exception, match="no C compiler"):
         kernels_of("portable")
-    monkeypatch.setattr(library, "cpu_flags", lambda: frozenset({"neon"}))  # an ARM laptop
-    assert library.runnable_isas() == ("portable",) and library.chosen_isa() == "portable"
-    assert "lacks AVX2/F16C/FMA" in library.unavailable("avx2")
-    assert "lacks AVX2/AVX512F/F16C/FMA" in library.unavailable("avx512")
+    monkeypatch.setattr(build, "cpu_flags", lambda: frozenset({"neon"}))  # an ARM laptop
+    assert build.runnable_isas() == ("portable",) and build.chosen_isa() == "portable"
+    assert "lacks AVX2/F16C/FMA" in build.unavailable("avx2")
+    assert "lacks AVX2/AVX512F/F16C/FMA" in build.unavailable("avx512")
 
 
 def test_the_build_is_chosen_by_the_cpu_or_forced(monkeypatch):
@@ -53,16 +53,16 @@ def test_the_build_is_chosen_by_the_cpu_or_forced(monkeypatch):
     the CPU runs; a forced name that is no build is refused with the reason."""
     monkeypatch.delenv("SYNTAXLOCK_KERNELS", raising=False)
     monkeypatch.delenv("SYNTAXLOCK_NO_AVX512", raising=False)
-    assert library.chosen_isa() == library.runnable_isas()[0]
+    assert build.chosen_isa() == build.runnable_isas()[0]
     monkeypatch.setenv("SYNTAXLOCK_KERNELS", "portable")
-    assert library.chosen_isa() == "portable"
-    forced = library.load()
-    assert forced is None or (forced.isa == "portable" and forced is library.load("portable"))
+    assert build.chosen_isa() == "portable"
+    forced = build.load()
+    assert forced is None or (forced.isa == "portable" and forced is build.load("portable"))
     monkeypatch.setenv("SYNTAXLOCK_KERNELS", "neon")
-    assert library.load() is None and "is not a build" in library.unavailable()
+    assert build.load() is None and "is not a build" in build.unavailable()
     monkeypatch.delenv("SYNTAXLOCK_KERNELS")
     monkeypatch.setenv("SYNTAXLOCK_NO_AVX512", "1")
-    assert library.chosen_isa() == ("avx2" if "avx2" in library.runnable_isas() else "portable")
+    assert build.chosen_isa() == ("avx2" if "avx2" in build.runnable_isas() else "portable")
 
 
 def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows(kernels):
@@ -80,8 +80,8 @@ def test_the_kernel_gives_each_row_the_same_bits_whatever_the_number_of_rows(ker
 
 
 def test_the_builds_are_the_ones_asked_for(kernels):
-    assert kernels.isa in library.ISAS
-    assert kernels is library.load(kernels.isa)
+    assert kernels.isa in build.ISAS
+    assert kernels is build.load(kernels.isa)
 
 
 def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir, model_kernels):
@@ -90,11 +90,12 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir,
     from transformers import AutoModelForCausalLM
 
     from lsp_server.model.hf_cache import GrowingCache
+    from lsp_server.model.kernels.fused_layers import use_row_attention
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     reference = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     use_half_weights(model, model_kernels)
-    assert library.use_row_attention(model)
+    assert use_row_attention(model)
     ids = torch.randint(0, model.config.vocab_size, (1, 60), generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
         past = model(ids[:, :50], past_key_values=GrowingCache(), use_cache=True).past_key_values
@@ -201,18 +202,32 @@ def _stack_of(kernels, n_layers: int, **change):
 def _filled_cache(n_layers: int, past: int, dtype, kv_heads=2, d=8):
     from lsp_server.model.kv_cache import CpuCache
 
-    cache = CpuCache(n_layers, dtype)
+    cache = CpuCache(n_layers, dtype, kv_heads, d)
     torch.manual_seed(9)
-    for kv in cache.layers:
-        kv.write(torch.randn(1, kv_heads, past, d), torch.randn(1, kv_heads, past, d))
+    with cache.write(past) as (_, k, v):
+        for i in range(n_layers):
+            k[i, :, :past], v[i, :, :past] = torch.randn(kv_heads, past, d), torch.randn(kv_heads, past, d)
     return cache
+
+
+def _layers_in_one_call(kernels, h, stack, cos, sin, cache) -> None:
+    """`decoder_layers` for the rows of `h` after the positions `cache` (a `CpuCache`) holds."""
+    with cache.write(h.shape[1]) as (past, keys, values):
+        kernels.decoder_layers(h, stack, cos, sin, keys, values, past)
+
+
+def _layer_by_layer(kernels, h, layers, cos, sin, cache) -> None:
+    """`decoder_layer` for each layer in turn, over the layer's slice of `cache`."""
+    with cache.write(h.shape[1]) as (past, keys, values):
+        for i, layer in enumerate(layers):
+            kernels.decoder_layer(h, layer, cos, sin, keys[i : i + 1], values[i : i + 1], past)
 
 
 @pytest.mark.parametrize("d", [8, 32])  # 32: the products rope the heads themselves
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
 def test_decoder_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels, dtype, d):
     """`decoder_layers` (every layer of a pass in one call and one parallel region) computes what
-    `append_layer` computes layer by layer: the same rows, the same cache, for both element
+    `decoder_layer` computes layer by layer: the same rows, the same cache, for both element
     types of the cache; and a row alone gets the bits it gets among others."""
     layers, stack = _stack_of(kernels, 3, d=d)
     _, call = _layer(q_len=3, past=5, d=d)
@@ -220,16 +235,15 @@ def test_decoder_layers_in_one_call_give_the_bits_of_one_call_per_layer(kernels,
     one = _filled_cache(3, 5, dtype, d=d)
     each = _filled_cache(3, 5, dtype, d=d)
     h1, h2 = call["h"].clone(), call["h"].clone()
-    kernels.decoder_layers(h1, stack, cos, sin, one)
-    for layer, kv in zip(layers, each.layers):
-        kernels.append_layer(h2, layer, cos, sin, kv)
+    _layers_in_one_call(kernels, h1, stack, cos, sin, one)
+    _layer_by_layer(kernels, h2, layers, cos, sin, each)
     assert torch.equal(h1, h2) and not torch.equal(h1, call["h"])
-    assert one.k.dtype == dtype and [kv.get_seq_length() for kv in one.layers] == [8, 8, 8]
+    assert one.k.dtype == dtype and one.get_seq_length() == each.get_seq_length() == 8
     assert torch.equal(one.k[:, :, :8], each.k[:, :, :8]) and torch.equal(one.v[:, :, :8], each.v[:, :, :8])
     rows = _filled_cache(3, 5, dtype, d=d)
     for i in range(3):  # the same rows one at a time
         h = call["h"][:, i : i + 1].clone()
-        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        _layers_in_one_call(kernels, h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], h1[0, i]), i
 
 
@@ -244,8 +258,8 @@ def test_a_layer_rounds_the_positions_it_writes_as_pytorch_does(kernels):
     wide._k[:, :, :5], wide._v[:, :, :5] = wide._k[:, :, :5].half().float(), wide._v[:, :, :5].half().float()
     half = SimpleNamespace(_k=wide._k.half(), _v=wide._v.half())
     h_wide, h_half = call["h"].clone(), call["h"].clone()
-    kernels.decoder_layer(h_wide, layer, call["cos"], call["sin"], wide, 5)
-    kernels.decoder_layer(h_half, layer, call["cos"], call["sin"], half, 5)
+    kernels.decoder_layer(h_wide, layer, call["cos"], call["sin"], wide._k, wide._v, 5)
+    kernels.decoder_layer(h_half, layer, call["cos"], call["sin"], half._k, half._v, 5)
     assert torch.equal(half._k[:, :, 5:7], wide._k[:, :, 5:7].half())
     assert torch.equal(half._v[:, :, 5:7], wide._v[:, :, 5:7].half())
     assert torch.allclose(h_half, h_wide, rtol=2e-3, atol=2e-3) and not torch.equal(half._k[:, :, 5:7].float(),
@@ -297,10 +311,10 @@ def _layer(q_len=2, past=5, cap=8, e=32, heads=4, kv_heads=2, d=8, ffn=40, **cha
     half = lambda *shape: (torch.randn(*shape) * 0.1).half()  # noqa: E731
     weights = [half(heads * d, e), half(kv_heads * d, e), half(kv_heads * d, e), half(e, heads * d),
                half(ffn, e), half(ffn, e), half(e, ffn)]
-    kv = SimpleNamespace(_k=torch.zeros(1, kv_heads, cap, d), _v=torch.zeros(1, kv_heads, cap, d))
     constant = dict(in_norm=torch.ones(e), post_norm=torch.ones(e), eps=1e-5, weights=weights, heads=heads,
                     kv_heads=kv_heads, head_dim=d, ffn=ffn, scale=d ** -0.5)
-    call = dict(h=torch.randn(1, q_len, e), cos=torch.ones(1, q_len, d), sin=torch.zeros(1, q_len, d), kv=kv, past=past)
+    call = dict(h=torch.randn(1, q_len, e), cos=torch.ones(1, q_len, d), sin=torch.zeros(1, q_len, d),
+                k_buf=torch.zeros(1, kv_heads, cap, d), v_buf=torch.zeros(1, kv_heads, cap, d), past=past)
     return ({**constant, **{k: v for k, v in change.items() if k in constant}},
             {**call, **{k: v for k, v in change.items() if k in call}})
 
@@ -311,7 +325,7 @@ def test_decoder_layer_refuses_what_it_cannot_read_or_write(kernels):
     before = call["h"].clone()
     kernels.decoder_layer(layer=layer, **call)  # the layer runs: rows updated, the two new positions written
     assert not torch.equal(call["h"], before)
-    assert call["kv"]._k[0, :, 5:7].abs().sum() > 0 and call["kv"]._k[0, :, 7:].abs().sum() == 0
+    assert call["k_buf"][0, :, 5:7].abs().sum() > 0 and call["k_buf"][0, :, 7:].abs().sum() == 0
     weights = constant["weights"]
     checked_once = {
         "q projection": dict(weights=[weights[0].float()] + weights[1:]),
@@ -324,10 +338,10 @@ def test_decoder_layer_refuses_what_it_cannot_read_or_write(kernels):
     }
     for argument, change in checked_once.items():
         _refused(lambda change=change: kernels.layer_weights(**_layer(**change)[0]), argument)
-    strided = SimpleNamespace(_k=torch.zeros(1, 2, 8, 16)[..., :8], _v=torch.zeros(1, 2, 8, 16)[..., :8])
+    strided = dict(k_buf=torch.zeros(1, 2, 8, 16)[..., :8], v_buf=torch.zeros(1, 2, 8, 16)[..., :8])
     checked_each_call = {
         "key buffer": dict(past=7),  # 7 + 2 positions in a buffer of 8
-        "value buffer": dict(kv=SimpleNamespace(_k=torch.zeros(1, 2, 8, 8), _v=torch.zeros(1, 2, 6, 8))),
+        "value buffer": dict(v_buf=torch.zeros(1, 2, 6, 8)),
         "cos": dict(cos=torch.ones(1, 3, 8)),
         "sin": dict(sin=torch.zeros(1, 2, 8).double()),
         "hidden states": dict(h=torch.randn(1, 32, 2).transpose(1, 2)),
@@ -335,7 +349,7 @@ def test_decoder_layer_refuses_what_it_cannot_read_or_write(kernels):
     }
     for argument, change in checked_each_call.items():
         _refused(lambda change=change: kernels.decoder_layer(layer=layer, **_layer(**change)[1]), argument)
-    _refused(lambda: kernels.decoder_layer(layer=layer, **{**_layer()[1], "kv": strided}), "key buffer")
+    _refused(lambda: kernels.decoder_layer(layer=layer, **{**_layer()[1], **strided}), "key buffer")
     _refused(lambda: kernels.decoder_layer(layer=constant, **_layer()[1]), "layer")  # not checked weights
     layer.weights[3].set_(torch.zeros(32, 16).half())  # a projection replaced after the check
     _refused(lambda: kernels.decoder_layer(layer=layer, **_layer()[1]), "layer")
@@ -347,20 +361,21 @@ def test_decoder_layers_refuses_what_it_cannot_read_or_write(kernels):
     layers, stack = _stack_of(kernels, 2)
     _, call = _layer(q_len=2, past=5)
     args = dict(h=call["h"].clone(), cos=call["cos"], sin=call["sin"])
-    kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args)  # it runs
+
+    def run(n_layers=2, **change):
+        cache = _filled_cache(n_layers, 5, torch.float16)
+        cache.make_room(7)
+        kernels.decoder_layers(**{"stack": stack, "keys": cache.k, "values": cache.v, "past": 5, **args, **change})
+
+    run()  # it runs
     _refused(lambda: kernels.layer_stack([]), "layers")
     _refused(lambda: kernels.layer_stack([layers[0], _stack_of(kernels, 1, ffn=48)[0][0]]), "layers")  # sizes differ
-    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(3, 5, torch.float16), **args), "cache")
-    uneven = _filled_cache(2, 5, torch.float16)
-    uneven.layers[1].crop(-1)  # a layer holding fewer positions
-    _refused(lambda: kernels.decoder_layers(stack=stack, cache=uneven, **args), "cache")
-    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
-                                          **{**args, "cos": torch.ones(1, 3, 8)}), "cos")
-    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16),
-                                          **{**args, "h": torch.randn(1, 2, 16)}), "hidden states")
+    _refused(lambda: run(n_layers=3), "keys")  # another number of layers than the stack's
+    _refused(lambda: run(cos=torch.ones(1, 3, 8)), "cos")
+    _refused(lambda: run(h=torch.randn(1, 2, 16)), "hidden states")
     keys, values = torch.zeros(2, 2, 8, 8).half(), torch.zeros(2, 2, 8, 8).half()
     check = dict(h=args["h"], hidden=32, layers=2, kv_heads=2, head_dim=8, table=0, cos=args["cos"], sin=args["sin"],
-                 keys=keys, values=values, past=5)
+                 keys=keys, values=values, past=5, threads=1)
     boundary.check_layers_call(**check)  # what the call above passed
     for argument, change in {
         "cos": dict(table=1),  # a layer reading a second table that the pass does not give
@@ -374,14 +389,14 @@ def test_decoder_layers_refuses_what_it_cannot_read_or_write(kernels):
              "keys")  # not C-ordered
     _refused(lambda: boundary.check_layers_call(**{**check, "values": torch.zeros(2, 2, 9, 8).half()}), "values")
     layers[1].weights[6].set_(torch.zeros(32, 40).half())  # a projection replaced after the check
-    _refused(lambda: kernels.decoder_layers(stack=stack, cache=_filled_cache(2, 5, torch.float16), **args), "stack")
+    _refused(run, "stack")
 
 
 # ---------------------------------------------------------------- AddressSanitizer
 
 
 def _asan_runtime() -> str:
-    cc = library._compiler()
+    cc = build._compiler()
     if cc is None:
         pytest.skip("no C compiler (gcc or cc) on PATH")
     path = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
@@ -395,7 +410,7 @@ def sanitized_builds(tmp_path_factory) -> dict[str, str]:
     """Every build this machine runs, compiled once with AddressSanitizer (a minute each)."""
     out_dir = tmp_path_factory.mktemp("asan")
     try:
-        return {isa: str(library.build(out_dir, isa=isa, sanitize=True)) for isa in library.runnable_isas()}
+        return {isa: str(build.build(out_dir, isa=isa, sanitize=True)) for isa in build.runnable_isas()}
     except RuntimeError as e:
         pytest.skip(f"the kernels can't be built with AddressSanitizer: {e}")
 
@@ -441,7 +456,7 @@ def test_kernel_tests_pass_under_address_sanitizer(sanitized_builds):
     assert "AddressSanitizer" not in out, out
     assert r.returncode == 0, out
     assert "PASSED tests/test_kernels.py::test_the_asan_builds_are_loaded" in r.stdout, out
-    if set(builds) == set(library.ISAS):  # every build ran: nothing skipped
+    if set(builds) == set(build.ISAS):  # every build ran: nothing skipped
         assert "skipped" not in r.stdout.strip().splitlines()[-1], out
 
 
@@ -450,8 +465,8 @@ def test_the_asan_builds_are_loaded():
     if not SANITIZED:
         pytest.skip("only under AddressSanitizer (test_kernel_tests_pass_under_address_sanitizer)")
     for isa, kernels in SANITIZED.items():
-        assert library.load(isa) is kernels
-    assert library.load() in SANITIZED.values()
+        assert build.load(isa) is kernels
+    assert build.load() in SANITIZED.values()
 
 
 # ---------------------------------------------------------------- weights in GGUF blocks
@@ -512,9 +527,8 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
     for name, layers in stacks.items():
         one, each = _filled_cache(2, 5, torch.float16, d=16), _filled_cache(2, 5, torch.float16, d=16)
         h1, h2 = call["h"].clone(), call["h"].clone()
-        kernels.decoder_layers(h1, kernels.layer_stack(layers), cos, sin, one)
-        for layer, kv in zip(layers, each.layers):
-            kernels.append_layer(h2, layer, cos, sin, kv)
+        _layers_in_one_call(kernels, h1, kernels.layer_stack(layers), cos, sin, one)
+        _layer_by_layer(kernels, h2, layers, cos, sin, each)
         assert torch.equal(h1, h2) and torch.equal(one.k[:, :, :8], each.k[:, :, :8])
         out[name] = (h1, one.k[:, :, :8].clone(), one.v[:, :, :8].clone())
     assert not torch.equal(out["blocks"][0], out["half"][0])  # the int8 products: not the float16 bits
@@ -526,7 +540,7 @@ def test_a_layer_with_block_weights_stays_within_int8_rounding_of_the_float16_la
     stack = kernels.layer_stack(stacks["blocks"])
     for i in range(3):
         h = call["h"][:, i : i + 1].clone()
-        kernels.decoder_layers(h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
+        _layers_in_one_call(kernels, h, stack, cos[:, i : i + 1].contiguous(), sin[:, i : i + 1].contiguous(), rows)
         assert torch.equal(h[0, 0], out["blocks"][0][0, i]), i
 
 

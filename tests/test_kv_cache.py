@@ -1,13 +1,15 @@
-"""`GrowingLayer`: positions written in chunks come back as written, across the buffer's
-growth, and the buffer's spare room stays bounded (it grew by doubling: up to twice the
-positions held)."""
+"""The KV caches: `GrowingLayer`'s positions written in chunks come back as written, across the
+buffer's growth, and the buffer's spare room stays bounded (it grew by doubling: up to twice the
+positions held); `CpuCache` likewise, a pass entering it once (`CpuCache.write`); `PromptCache`
+makes a prompt's room before its chunks."""
 
 from __future__ import annotations
 
 import torch
 
 from lsp_server.model.hf_cache import GrowingCache
-from lsp_server.model.kv_cache import GROW_STEP, SPARE, cache_bytes, rewind
+from lsp_server.model.kv_cache import (GROW_STEP, SPARE, CpuCache, ForwardCancelled, PromptCache, cache_bytes,
+                                       drop_last, grown_capacity, position_bytes, rewind)
 
 HEADS, DIM = 3, 8
 
@@ -57,53 +59,68 @@ def test_rewind_keeps_the_first_positions_and_writing_goes_on_after_them():
     assert torch.equal(layer.keys[..., 120:, :], k) and layer.get_seq_length() == 130
 
 
+def _write(cache, n: int, scale=lambda i: 1) -> None:
+    """A pass of `n` positions through `CpuCache.write`: layer i gets _chunk * scale(i) (+ 0.3,
+    not a float16 value: rounded when stored) as keys, its negation as values."""
+    with cache.write(n) as (past, k, v):
+        for i in range(k.shape[0]):
+            chunk = _chunk(n, past) * scale(i) + 0.3
+            k[i : i + 1, :, past : past + n], v[i : i + 1, :, past : past + n] = chunk, -chunk
+
+
 def test_a_cpu_cache_keeps_every_layer_in_two_tensors_across_growth():
     """`CpuCache`: each layer's positions come back as written (float16: rounded as PyTorch
-    rounds) across the growth of the shared buffers, cropping moves one layer's mark, and the
-    views follow the marks."""
-    from lsp_server.model.kv_cache import CpuCache
-
+    rounds) across the growth of the shared buffers; `rewind` moves the one fill mark, and
+    writing goes on after it."""
     for dtype in (torch.float32, torch.float16):
-        cache = CpuCache(3, dtype)
-        written = []
-        for i, layer in enumerate(cache.layers):
-            k = _chunk(100, 0) * (i + 1) + 0.3  # not a float16 value: rounded when stored
-            layer.write(k, -k)
-            written.append(k)
+        cache = CpuCache(3, dtype, HEADS, DIM)
+        scale = lambda i: i + 1  # noqa: E731
+        _write(cache, 100, scale)
         first = cache.k
-        for i, layer in enumerate(cache.layers):  # grows the shared buffers once, for every layer
-            k = _chunk(300, 100) * (i + 1) + 0.3
-            layer.write(k, -k)
-            written[i] = torch.cat([written[i], k], dim=2)
+        _write(cache, 300, scale)  # grows the shared buffers once, for every layer
         assert cache.k is not first and cache.k.shape[:2] == (3, HEADS) and cache.k.dtype == dtype
-        for i, layer in enumerate(cache.layers):
-            assert layer._k.data_ptr() == cache.k[i].data_ptr()
-            assert torch.equal(layer.keys, written[i].to(dtype)) and torch.equal(layer.values, -written[i].to(dtype))
-        cache.layers[1].crop(-50)
-        assert [layer.get_seq_length() for layer in cache.layers] == [400, 350, 400]
-        assert not cache.lengths_agree(400) and cache.layers[1].keys.shape[2] == 350
+        assert cache.get_seq_length() == 400 and cache.capacity() == grown_capacity(400)
+        for i in range(3):
+            written = _chunk(400, 0) * (i + 1) + 0.3
+            assert torch.equal(cache.k[i : i + 1, :, :400], written.to(dtype))
+            assert torch.equal(cache.v[i : i + 1, :, :400], -written.to(dtype))
         rewind(cache, 350)
-        cache.extend(2)
-        assert cache.lengths_agree(352) and cache.layers[2].values.shape[2] == 352
+        assert cache.get_seq_length() == 350
+        _write(cache, 2)
+        assert cache.get_seq_length() == 352 and torch.equal(cache.k[0:1, :, 350:352], (_chunk(2, 350) + 0.3).to(dtype))
+        drop_last(cache, 2)
+        assert cache.get_seq_length() == 350
         assert cache_bytes(cache) == 2 * cache.k.numel() * cache.k.element_size()
+        assert position_bytes(cache) == 2 * 3 * HEADS * DIM * cache.k.element_size()
+
+
+def test_a_pass_that_raises_adds_nothing_to_a_cpu_cache():
+    """A pass stopped between layers (`ForwardCancelled` inside `CpuCache.write`) leaves the
+    cache holding what it held before, whichever layers wrote."""
+    cache = CpuCache(2, torch.float16, HEADS, DIM)
+    _write(cache, 10)
+    try:
+        with cache.write(5) as (past, k, v):
+            k[0:1, :, past : past + 5] = 1.0  # the first layer wrote
+            raise ForwardCancelled()
+    except ForwardCancelled:
+        pass
+    assert cache.get_seq_length() == 10
 
 
 def test_a_dropped_cpu_cache_is_freed_without_the_cyclic_collector():
-    """A document's cache evicted from the prompt cache goes at once: its layers don't point
-    back at it (a cycle kept every evicted cache's buffers until the cyclic collector ran)."""
+    """A document's cache evicted from the prompt cache goes at once: nothing in it points back
+    at it (a cycle kept every evicted cache's buffers until the cyclic collector ran)."""
     import gc
     import weakref
-
-    from lsp_server.model.kv_cache import CpuCache
 
     enabled = gc.isenabled()
     gc.disable()
     try:
-        cache = CpuCache(2, torch.float16)
-        for layer in cache.layers:
-            layer.write(_chunk(10, 0), _chunk(10, 0))
+        cache = CpuCache(2, torch.float16, HEADS, DIM)
+        _write(cache, 10)
         gone = weakref.ref(cache.k)
-        del cache, layer
+        del cache
         assert gone() is None
     finally:
         if enabled:
@@ -114,31 +131,24 @@ def test_room_made_ahead_keeps_the_positions_and_grows_once():
     """`make_room` before a prompt: an empty cache gets its buffers at once (the capacity the
     prompt would have grown to), chunks written after it land in them, and a cache that holds
     positions keeps them when it grows."""
-    from lsp_server.model.kv_cache import CpuCache, grown_capacity
-
     cache = CpuCache(3, torch.float16, HEADS, DIM)
     cache.make_room(1000)
     assert cache.capacity() == grown_capacity(1000) and cache.get_seq_length() == 0
     first = cache.k
-    done = 0
     for n in (128, 128, 128, 500):
-        for layer in cache.layers:
-            layer.write(_chunk(n, done), -_chunk(n, done))
-        done += n
-    assert cache.k is first  # no growth: every chunk fitted the room made
-    assert torch.equal(cache.layers[2].keys, _chunk(done, 0).half())
+        _write(cache, n)
+    done = cache.get_seq_length()
+    assert cache.k is first and done == 884  # no growth: every chunk fitted the room made
+    assert torch.equal(cache.k[2:3, :, :done], (_chunk(done, 0) + 0.3).half())
     cache.make_room(2000)
     assert cache.capacity() == grown_capacity(2000) and cache.k is not first
-    assert torch.equal(cache.layers[1].values, -_chunk(done, 0).half()) and cache.lengths_agree(done)
-    CpuCache(3).make_room(1000)  # without the heads' shape: nothing to do until the first write
+    assert torch.equal(cache.v[1:2, :, :done], -(_chunk(done, 0) + 0.3).half()) and cache.get_seq_length() == done
 
 
 def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
     """`PromptCache.prefill` sizes a new cache for the whole prompt before the first chunk: every
     chunk writes into the same buffers (no growth, no copy), and a longer prompt on the same
     document grows them once."""
-    from lsp_server.model.kv_cache import CpuCache, grown_capacity
-    from lsp_server.model.prompt_cache import PromptCache
 
     class Runtime:
         prefill_chunk = 4
@@ -150,9 +160,7 @@ def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
             return CpuCache(2, torch.float16, HEADS, DIM)
 
         def forward(self, ids, past, keep=1, cancel=None):
-            start = past.get_seq_length()
-            for layer in past.layers:
-                layer.write(_chunk(len(ids), start), -_chunk(len(ids), start))
+            _write(past, len(ids))
             self.buffers.append(past.k.data_ptr())
             return torch.zeros(1, 8), past
 
@@ -160,8 +168,8 @@ def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
     cache = PromptCache(runtime)
     _, past, _ = cache.prefill("doc", list(range(300)))
     assert len(runtime.buffers) == 75 and len(set(runtime.buffers)) == 1
-    assert past.capacity() == grown_capacity(300) and past.lengths_agree(300)
+    assert past.capacity() == grown_capacity(300) and past.get_seq_length() == 300
     _, again, reused = cache.prefill("doc", list(range(300)) + list(range(500)))
     assert again is past and reused == 300 and past.capacity() == grown_capacity(800)
     assert len(set(runtime.buffers[75:])) == 1  # grown once, before the new chunks
-    assert torch.equal(past.layers[1].keys, _chunk(800, 0).half())
+    assert torch.equal(past.k[1:2, :, :800], (_chunk(800, 0) + 0.3).half())

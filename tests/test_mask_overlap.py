@@ -12,7 +12,7 @@ PREFIX, SCRIPT = b"x = y if z els", b"x = y if z else compute(a, b) + 1\n"
 def test_early_launch_gives_the_same_tokens_and_tallies_the_overlap(compiled):
     plain, plain_stepper, plain_calls = scripted_decode(compiled, PREFIX, SCRIPT, 24, launch_early=False)
     early, stepper, calls = scripted_decode(compiled, PREFIX, SCRIPT, 24, launch_early=True)
-    tally, plain_tally = stepper.overlap, plain_stepper.overlap
+    tally, plain_tally = stepper.timing, plain_stepper.timing
     assert early.tokens == plain.tokens and early.generated == plain.generated and early.forced >= 1
     assert plain_tally.overlapped_ms == 0 and plain_tally.masks == tally.masks > 0
     assert 0 < tally.overlapped_ms <= tally.total_ms and 0 < tally.share <= 1

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from lsp_server.decoding.sampling import Sampler, choose, device_choice, masked_logits
-from lsp_server.model.device_timing import ForwardClock
-from lsp_server.model.mask_overlap import MaskOverlap
+from lsp_server.model.step_timing import StepTiming
 from lsp_server.model.token_bitmask import (BitmaskUpload, apply_token_bitmask_inplace, masked_argmax, pack_mask,
                                             words_for)
 
@@ -89,17 +88,23 @@ def test_sampler_keeps_one_seeded_generator_per_device():
 
 def test_cpu_clock_and_overlap_tally():
     seen = []
-    clock = ForwardClock(torch.device("cpu"), lambda n, ms: seen.append((n, ms)))
-    clock.begin()
-    clock.end(3)
-    clock.finish()
+    clock = StepTiming(torch.device("cpu"), lambda n, ms: seen.append((n, ms)))
+    with clock.forward(3):
+        pass
+    clock.close()
     assert len(seen) == 1 and seen[0][0] == 3 and seen[0][1] >= 0
-    tally = MaskOverlap(torch.device("cpu"), launch_early=True)
+    tally = StepTiming(torch.device("cpu"), lambda n, ms: None, launch_early=True)
+    assert tally.may_launch
     tally.launched()
     tally.masked(2.0)
     tally.masked(1.0)  # no pass in flight
+    tally.step(forced=True)  # a forced token waits for the next: no pass launched ahead
+    assert not tally.may_launch
+    tally.step(forced=False)
+    assert tally.may_launch
     assert tally.enabled and tally.overlapped_ms == 2.0 and tally.total_ms == 3.0 and tally.to_json()["masks"] == 2
-    assert not MaskOverlap(torch.device("cpu")).enabled  # a CPU forward is synchronous: no early launch
+    cpu = StepTiming(torch.device("cpu"), lambda n, ms: None)
+    assert not cpu.enabled and not cpu.may_launch  # a CPU forward is synchronous: no early launch
 
 
 @pytest.mark.cuda
@@ -112,9 +117,8 @@ def test_on_cuda_the_mask_and_the_draws_stay_on_the_device():
     b = choose(Sampler(0.7, seed=1), row, mask, set())
     assert a == b and mask[a]
     seen = []
-    clock = ForwardClock(torch.device("cuda"), lambda n, ms: seen.append((n, ms)))
-    clock.begin()
-    torch.cuda._sleep(1_000_000)
-    clock.end(1)
-    clock.finish()
+    clock = StepTiming(torch.device("cuda"), lambda n, ms: seen.append((n, ms)))
+    with clock.forward(1):
+        torch.cuda._sleep(1_000_000)
+    clock.close()
     assert len(seen) == 1 and seen[0][1] > 0

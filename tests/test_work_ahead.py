@@ -14,7 +14,7 @@ import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest, CompletionResult
 from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, window
-from lsp_server.model.prompt_cache import MB, PromptCache
+from lsp_server.model.kv_cache import MB, PromptCache
 from lsp_server.options import EngineOptions
 from lsp_server.server.engine_host import EngineHost
 from lsp_server.server.runs import StopSignal

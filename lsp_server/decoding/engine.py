@@ -31,7 +31,7 @@ from grammar_tools.parsing.incremental import ParseError
 from mask_store.loading import load_compiled
 from mask_store.store import MaskStoreError
 
-from ..model.prompt_cache import PrefillCancelled, PromptCache
+from ..model.kv_cache import PrefillCancelled, PromptCache
 from ..model.runtime import ModelLoadError, load_model
 from ..options import EngineOptions
 from . import request as one_request

@@ -13,7 +13,7 @@ needs it to decide whether the model runs at all, and it costs ~0.3 ms on averag
 for a forward pass of the default model on this CPU. On CUDA, where a forward pass is only
 queued, the pending tokens' pass is launched first and the mask computed while the device runs
 it (`ModelStepper.launch`; not after a fast-forward, so forced runs are still fed together), and
-`MaskOverlap` tallies how much of the mask time that hid (docs/gpu.md).
+`StepTiming` tallies how much of the mask time that hid (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import torch
 
 from mask_store.matcher import GrammarMatcher, MaskBuffer
 
-from ..model.device_timing import ForwardClock
-from ..model.kv_cache import ForwardCancelled, rewind
-from ..model.mask_overlap import MaskOverlap
+from ..model.kv_cache import ForwardCancelled, drop_last
+from ..model.step_timing import StepTiming
 from .budget import NO_BUDGET, Budget
 from .sampling import Sampler, choose
 from .stopping.policy import Decision, Stop, StopReason, Verdict, StopPolicy
@@ -65,7 +64,7 @@ class DecodeOutcome:
 class ModelStepper:
     """The model side of the loop: logits after everything fed so far, tokens waiting to be fed
     with the next forward pass, and the KV cache they grow. Forward passes are timed on the
-    device that runs them (`ForwardClock`: CUDA events, read once the pass is over)."""
+    device that runs them (`StepTiming`: CUDA events, read once the pass is over)."""
 
     def __init__(self, forward: Callable, logits: torch.Tensor, past, on_forward=None,
                  launch_early: bool | None = None) -> None:
@@ -75,9 +74,8 @@ class ModelStepper:
         self.pending: list[int] = []
         self.forward_ms: list[float] = []
         self.on_forward = on_forward  # (tokens fed, ms) for the speculation cost estimates
-        self.clock = ForwardClock(logits.device, self._timed)
         # launch_early None: where the device runs asynchronously (CUDA)
-        self.overlap = MaskOverlap(logits.device, launch_early)
+        self.timing = StepTiming(logits.device, self._timed, launch_early)
 
     def _timed(self, tokens: int, ms: float) -> None:
         self.forward_ms.append(ms)
@@ -91,19 +89,17 @@ class ModelStepper:
         self.pending.pop()
 
     def _run(self, ids: list[int], keep: int = 1) -> torch.Tensor:
-        self.clock.flush()
-        self.clock.begin()
-        logits, self.past = self._forward(ids, self.past, keep)
-        self.clock.end(len(ids))
+        with self.timing.forward(len(ids)):
+            logits, self.past = self._forward(ids, self.past, keep)
         return logits
 
     def launch(self) -> None:
         """On a device that runs asynchronously, start the forward pass over the pending tokens
         now (before the step's mask is computed: the mask work then overlaps it). Pending
         tokens after a fast-forward wait, so forced runs are still fed in one pass."""
-        if self.pending and self.overlap.may_launch:
+        if self.pending and self.timing.may_launch:
             self.current_logits()
-            self.overlap.launched()
+            self.timing.launched()
 
     def current_logits(self) -> torch.Tensor:
         if self.pending:
@@ -114,7 +110,7 @@ class ModelStepper:
     def verify(self, draft: list[int]) -> list[torch.Tensor]:
         """One forward pass over the pending tokens and `draft`: the logits before each drafted
         position and after the last (len(draft) + 1 rows)."""
-        self._base = self.past.get_seq_length() + len(self.pending)
+        self._drafted = len(draft)
         logits = self._run(self.pending + draft, len(draft) + 1)
         rows = list(logits[-len(draft) - 1 :]) if self.pending else [self.logits] + list(logits)
         self.pending = []
@@ -123,7 +119,7 @@ class ModelStepper:
     def keep(self, kept: int, next_token: int | None) -> None:
         """After a verification: keep the first `kept` drafted positions in the cache; the
         token chosen after them is fed with the next pass."""
-        rewind(self.past, self._base + kept)
+        drop_last(self.past, self._drafted - kept)
         self.pending = [] if next_token is None else [next_token]
 
 
@@ -203,7 +199,7 @@ class _Decoding:
         t0 = time.perf_counter()
         mask = self.matcher.next_token_mask(self.buffer)
         self.out.mask_ms.append((time.perf_counter() - t0) * 1000)
-        self.stepper.overlap.masked(self.out.mask_ms[-1])
+        self.stepper.timing.masked(self.out.mask_ms[-1])
         if self.steer is not None:
             steered = self._steered(mask, len(self.generated))
             if steered is not None:
@@ -341,7 +337,7 @@ class _Decoding:
         token = forced_token(mask, self.stop_tokens)
         if token is not None and token in self.take_avoided():  # (nothing avoided: an empty set)
             return Stop(0, StopReason.NO_CONTINUATION)  # the grammar leaves no other token at this step
-        self.stepper.overlap.step(forced=token is not None)
+        self.stepper.timing.step(forced=token is not None)
         if token is None:
             return None
         self.stepper.feed(token)
@@ -403,8 +399,7 @@ class _Decoding:
         except ForwardCancelled:
             out.stop = Stop(0, StopReason.CANCELLED)
         out.generated = bytes(self.generated)
-        self.stepper.clock.finish()
-        self.stepper.overlap.close()
+        self.stepper.timing.close()
         out.forward_ms = self.stepper.forward_ms
         return out
 

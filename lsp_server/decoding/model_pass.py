@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ..model.prompt_cache import PromptCache
+from ..model.kv_cache import PromptCache
 from .identifiers.later_lines import first_unbound_line, line_start
 from .loop import DecodeOutcome, ModelStepper, decode
 from .prompt import lookup_reference

@@ -244,7 +244,7 @@ class GrammarVersions:
 class EngineParts:
     tokenizer: object  # model.tokenizer.LoadedTokenizer
     fim: object | None  # the model's fill-in-the-middle tokens (None: a plain model)
-    prompt_cache: object  # model.prompt_cache.PromptCache: each document's KV cache
+    prompt_cache: object  # model.kv_cache.PromptCache: each document's KV cache
     passes: object  # model_pass.ModelPasses (or the team server's): runs a decoding pass
     grammars: GrammarVersions
     documents: DocumentStates  # each document's parser and prompt anchors

@@ -51,7 +51,7 @@ from grammar_tools.parsing.versions import format_version
 from mask_store import canonical as canonical_tokenization
 from mask_store.matcher import GrammarMatcher, MaskCounts
 
-from ..model.prompt_cache import PrefillCancelled
+from ..model.kv_cache import PrefillCancelled
 from ..options import EngineOptions
 from .header_steering import FREE, FirstLine, Fit
 from .identifiers.guide import IdentifierGuide

@@ -52,7 +52,7 @@ from .architectures import DecoderSpec, FeedForward, Norm, Rotary, Unsupported
 from .kernels.block_weights import BlockMatrix
 from .kernels.half_weights import HALF
 from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, weight_storage
-from .kv_cache import KV_DTYPE, CpuCache, GrowingBuffers
+from .kv_cache import KV_DTYPE, CpuCache, ForwardCancelled
 from .model_weights import MATRIX_ROLES, Weight, gguf_weights, safetensors_weights
 
 __all__ = ["CpuDecoder", "Unsupported", "load_cpu_decoder"]
@@ -62,6 +62,12 @@ def _matrix(t: Weight) -> Weight:
     """A matrix as the kernels multiply by it: a `BlockMatrix` as it is, a float16 tensor the
     file's own where it is float16 (mapped, not copied)."""
     return t if isinstance(t, BlockMatrix) or t.dtype == HALF else t.to(HALF)
+
+
+def project(kernels: DecodeKernels, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ w.T (+ bias) with the kernels' products."""
+    out = kernels.matmul(x, w)
+    return out if bias is None else out + bias
 
 
 def embed_rows(table: Weight, ids: torch.Tensor, kernels: DecodeKernels) -> torch.Tensor:
@@ -126,8 +132,7 @@ class Pass:
 class CpuDecoderLayer(torch.nn.Module):
     """One decoder layer: its matrices (float16, or `BlockMatrix`es: `matrices`, their tensors
     the buffers `w0`..`w6`), biases and norms (float32 buffers), and `fused`, the same as the
-    kernels' `LayerWeights`. A module so that `kv_cache.StopBetweenLayers` can stop a pass
-    before it."""
+    kernels' `LayerWeights`."""
 
     def __init__(self, spec: DecoderSpec, kernels: DecodeKernels, tensors: dict[str, Weight], index: int) -> None:
         super().__init__()
@@ -135,6 +140,7 @@ class CpuDecoderLayer(torch.nn.Module):
         self.kernels = kernels
         self.index = index
         self.window = spec.windows[index]
+        self.table = spec.rotary_table(index)  # which of the pass's rotary tables it reads
         self.groups = spec.num_attention_heads // spec.num_key_value_heads
         p = f"blk.{index}."
         self.matrices = tuple(None if tensors.get(p + role) is None else _matrix(tensors[p + role])
@@ -153,13 +159,11 @@ class CpuDecoderLayer(torch.nn.Module):
             biases=tuple(getattr(self, f"b{i}") for i in (0, 1, 2, 3, 5, 6)),  # q, k, v, o, up, down
             qk_norms=(self.attn_q_norm, self.attn_k_norm), output_norms=(self.attn_post_norm, self.ffn_post_norm),
             kinds=(int(spec.norm), int(spec.feed_forward), int(spec.rotary)), window=self.window,
-            table=spec.rotary_table(index),
+            table=self.table,
         )
 
     def _linear(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        out = self.kernels.matmul(x, self.matrices[i])
-        bias = getattr(self, f"b{i}")
-        return out if bias is None else out + bias
+        return project(self.kernels, x, self.matrices[i], getattr(self, f"b{i}"))
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, p: Pass) -> torch.Tensor:
         """softmax(scale q.k) v over the layer's window: [1, rows, heads * D]."""
@@ -177,9 +181,11 @@ class CpuDecoderLayer(torch.nn.Module):
                                                  attn_mask=mask, dropout_p=0.0, scale=scale, is_causal=False)
         return out.transpose(1, 2).reshape(1, p.rows, -1)
 
-    def forward(self, h: torch.Tensor, p: Pass, kv: GrowingBuffers) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, p: Pass, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """The layer for the pass's rows `h` [1, rows, E]; `keys`/`values` [1, kv_heads, capacity,
+        head_dim], the layer's cache buffers, which get positions p.past .. p.past+rows-1."""
         if p.rows <= MAX_ATTENTION_ROWS and p.past > 0:
-            self.kernels.append_layer(h, self.fused, p.cos, p.sin, kv)  # h updated in place
+            self.kernels.decoder_layer(h, self.fused, p.cos, p.sin, keys, values, p.past)  # h updated in place
             return h
         s = self.spec
         d, eps = s.head_dim, s.norm_eps
@@ -189,11 +195,12 @@ class CpuDecoderLayer(torch.nn.Module):
         v = self._linear(x, 2).view(1, p.rows, -1, d).transpose(1, 2)
         if s.qk_norm:
             q, k = rms_norm(q, self.attn_q_norm, eps), rms_norm(k, self.attn_k_norm, eps)
-        table = s.rotary_table(self.index)
-        cos, sin = p.cos[table][None, None], p.sin[table][None, None]
+        cos, sin = p.cos[self.table][None, None], p.sin[self.table][None, None]
         q, k = rotate(q, cos, sin, s.rotary), rotate(k, cos, sin, s.rotary)
-        keys, values = kv.write(k, v)
-        o = self._linear(self._attention(q, keys, values, p), 3)
+        end = p.past + p.rows
+        keys[:, :, p.past : end] = k  # rounded to the cache's element type
+        values[:, :, p.past : end] = v
+        o = self._linear(self._attention(q, keys[:, :, :end], values[:, :, :end], p), 3)
         h = h + (rms_norm(o, self.attn_post_norm, eps) if s.sandwich_norms else o)
         x = norm(h, self.ffn_norm, self.ffn_norm_bias, eps, s.norm)
         if s.feed_forward is FeedForward.GELU:
@@ -271,27 +278,32 @@ class CpuDecoder(torch.nn.Module):
         return Pass(rows, past, cos, sin, masks)
 
     def forward(self, input_ids: torch.Tensor, cache: CpuCache | None = None, use_cache: bool = True,
-                logits_to_keep: int = 1) -> CpuOutput:
+                logits_to_keep: int = 1, cancel=None) -> CpuOutput:
         """Logits of the last `logits_to_keep` positions (all with 0) of `input_ids` [1, n], fed
-        after `cache` (a new one when None), which the pass extends."""
+        after `cache` (a new one when None), which the pass extends. `cancel()` is asked before
+        each layer computed on its own (not inside the one call of a short pass): when it says
+        so, `ForwardCancelled` is raised and the cache is as it was."""
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"input_ids must have shape [1, n], not {list(input_ids.shape)}")
         if cache is None:
             cache = self.new_cache()
-        p = self._pass(input_ids.shape[1], cache.get_seq_length())
+        rows = input_ids.shape[1]
         h = embed_rows(self.embed_table, input_ids, self.kernels)
         if self.config.embedding_scale != 1.0:
             h = h * self.config.embedding_scale
-        if (self.stack is not None and p.rows <= MAX_ATTENTION_ROWS and p.past > 0
-                and cache.lengths_agree(p.past)):
-            self.kernels.decoder_layers(h, self.stack, p.cos, p.sin, cache)  # h in place
-        else:
-            for layer, kv in zip(self.layers, cache.layers):
-                h = layer(h, p, kv)
+        with cache.write(rows) as (past, keys, values):
+            p = self._pass(rows, past)
+            if self.stack is not None and rows <= MAX_ATTENTION_ROWS and past > 0:
+                self.kernels.decoder_layers(h, self.stack, p.cos, p.sin, keys, values, past)  # h in place
+            else:
+                for i, layer in enumerate(self.layers):
+                    if cancel is not None and cancel():
+                        raise ForwardCancelled()
+                    h = layer(h, p, keys[i : i + 1], values[i : i + 1])
         h = norm(h, self.norm, self.norm_bias, self.config.norm_eps, self.config.norm)
         if logits_to_keep:
             h = h[:, -logits_to_keep:, :]
-        logits = self.kernels.matmul(h, self.head_matrix)
+        logits = project(self.kernels, h, self.head_matrix)
         cap = self.config.final_logit_softcap
         if cap:
             logits = torch.tanh(logits / cap) * cap

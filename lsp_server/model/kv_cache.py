@@ -1,41 +1,39 @@
-"""A KV cache that grows in place, and forward passes that a cancellation stops between layers.
+"""KV caches: the CPU model's (`CpuCache`), the buffers of transformers' cache layers
+(`GrowingBuffers`, `hf_cache`), and the cache of each document's last prompt (`PromptCache`).
 
 transformers' `DynamicCache` concatenates every layer's keys and values with the new ones at
 each forward pass: a decoding step at a 1,000-token context copies the whole cache (60 tensors,
-~14 MB for SmolLM2-135M) to add one position, about a quarter of the step's time on this CPU,
-and a prompt fed in chunks copies it once per chunk. `GrowingBuffers` keeps each layer's keys and
-values in a buffer with spare room (grown in steps of `GROW_STEP` positions when full) and
-writes new positions in place;
-attention reads a view of the filled part. Cropping (rolling back rejected draft tokens, keeping
-only the prompt after a completion) just moves the fill mark.
+~14 MB for SmolLM2-135M) to add one position, about a quarter of the step's time on this CPU.
+Here buffers have spare room (grown in steps of `GROW_STEP` positions when full) and new
+positions are written in place; cropping (rolling back rejected draft tokens, keeping only the
+prompt after a completion) just moves the fill mark (`rewind`, `drop_last`).
 
-`StopBetweenLayers` lets a cancellation stop a forward pass between two decoder layers: a
-prompt of a thousand tokens no longer has to finish a pass before a newer request can run.
-The layers that already ran hold the stopped pass's positions; `rewind` drops them so the cache
-is again exactly what it was before the pass.
+`CpuCache` (the CPU model's, `cpu_decoder`) keeps every layer's keys in one tensor [layers,
+kv_heads, capacity, head_dim] (and the values in another) under one fill mark: the decode
+kernels run all the layers of a short pass in one call over those two tensors. A forward pass
+enters it once, `CpuCache.write`: room for the pass's positions, which count as held only once
+the pass is over, so a pass stopped between two layers (a cancellation: `ForwardCancelled`)
+leaves the cache exactly as it was. Its element type is float16 by default (`KV_DTYPE`): a
+decoding step at 1,000 positions reads the whole cache (46 MB for SmolLM2-135M in float32, 23 MB
+in float16), so half the bytes is half the attention's memory traffic and the KV memory. Keys
+and values are rounded to float16 once, when written (by PyTorch's conversion or the kernels'
+`_mm256_cvtps_ph`, both round to nearest even, so either writer stores the same bits), and every
+reader converts them back exactly: a verification pass still gives each row the bits of single
+steps. The logits differ from a float32 cache's by the rounding (relative 2^-11; docs/latency.md).
 
-Nothing here imports transformers (the CPU model's cache is `CpuCache`); `hf_cache.GrowingCache`
-is the same buffers as a transformers `Cache`, for transformers' model classes (the GPU path,
-architectures `cpu_decoder` does not compute).
-
-`CpuCache` keeps every layer's keys in one tensor [layers, kv_heads, capacity, head_dim] (and the
-values in another), each layer's `CacheLayer` a view of its slice: the decode kernels run all the
-layers of a short pass in one call (`DecodeKernels.decoder_layers`) over those two tensors. Its
-element type is float16 by default (`KV_DTYPE`): a decoding step at 1,000 positions reads the
-whole cache (46 MB for SmolLM2-135M in float32, 23 MB in float16) and the server keeps a prompt's
-cache per document, so half the bytes is half the attention's memory traffic and the KV memory.
-Keys and values are rounded to float16 once, when written (by PyTorch's conversion or the
-kernels' `_mm256_cvtps_ph`, both round to nearest even, so either writer stores the same bits),
-and every reader converts them back exactly: a verification pass still gives each row the bits
-of single steps. The logits differ from a float32 cache's by the keys' and values' rounding
-(relative 2^-11); docs/latency.md has the measured difference.
+`PromptCache` keeps the KV cache of the last prompt of each document: a new request whose prompt
+shares a prefix with it runs only the tokens after the shared part. Documents are kept least
+recently used first out under a memory cap (`memory_mb`, the `cacheMemoryMB` setting):
+SmolLM2-135M holds 23 KB per position on the CPU (30 layers, 3 KV heads of 64 dims, float16), so
+a 1,000-token prompt and its completion take ~29 MB. Before a prompt is computed, documents are
+evicted until it fits beside the others, so the cap bounds the peak as well as what stays.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -55,10 +53,14 @@ def grown_capacity(needed: int) -> int:
     return -(-(needed + SPARE) // GROW_STEP) * GROW_STEP
 
 
+class ForwardCancelled(Exception):
+    """A forward pass was stopped between two layers; the cache is as it was before it."""
+
+
 class GrowingBuffers:
     """One layer's keys and values in a buffer that grows in steps (`GROW_STEP`); `keys`/`values`
-    are views of the filled positions. Plain (no transformers): the CPU model's cache
-    (`CpuCache`); `hf_cache.GrowingLayer` gives it transformers' cache-layer interface."""
+    are views of the filled positions. Plain (no transformers): `hf_cache.GrowingLayer` gives it
+    transformers' cache-layer interface."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -126,103 +128,62 @@ class GrowingBuffers:
         self.is_initialized = False
 
 
-class CacheLayer(GrowingBuffers):
-    """One layer of a `CpuCache`: its buffers are views of the cache's slice for the layer
-    [1, kv_heads, capacity, head_dim], and the cache makes room for all layers at once. Its
-    `keys`/`values` views are made when read: a decoding step moves every layer's fill mark
-    (twice when a draft is rolled back), and making 60 views each time cost ~0.3 ms a step."""
-
-    @property
-    def keys(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[..., : self._len, :]
-
-    @property
-    def values(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[..., : self._len, :]
-
-    def _views(self) -> None:
-        pass  # made when read (the properties)
-
-    def __init__(self, cache: CpuCache, index: int) -> None:
-        super().__init__()
-        # a weak reference: the cache holds its layers, and a cycle would keep a dropped cache's
-        # buffers (an evicted document's, tens of MB) until Python's cyclic collector ran, which
-        # held ~200 MB over 40 requests (docs/memory.md)
-        self._cache = weakref.ref(cache)
-        self._index = index
-
-    def _reserve(self, needed: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self._cache().reserve(needed, key_states.shape[1], key_states.shape[-1])
-
-    def attach(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """The cache moved its buffers: this layer's are now `k`/`v` (positions copied)."""
-        self._k, self._v = k, v
-        self._fill(self._len)
-
-    def reset(self) -> None:
-        self._fill(0)
-        self.is_initialized = False
-
-
 class CpuCache:
-    """The KV cache of the CPU model (`cpu_decoder`): one `CacheLayer` per decoder layer, all of
-    them views of two tensors `k` and `v` [layers, kv_heads, capacity, head_dim] of `dtype`
-    (None until the first write); see the module's doc."""
+    """The KV cache of the CPU model (`cpu_decoder`): every layer's keys and values in two tensors
+    `k` and `v` [layers, kv_heads, capacity, head_dim] of `dtype` (None until room is made), the
+    first `get_seq_length()` positions of each held; see the module's doc."""
 
-    def __init__(self, layers: int, dtype: torch.dtype = KV_DTYPE, kv_heads: int = 0, head_dim: int = 0) -> None:
+    def __init__(self, layers: int, dtype: torch.dtype, kv_heads: int, head_dim: int) -> None:
         if dtype not in (torch.float16, torch.float32):
             raise ValueError(f"a CPU cache holds float16 or float32, not {dtype}")
         self.dtype = dtype
-        self.kv_heads, self.head_dim = kv_heads, head_dim  # 0: known at the first write
+        self.shape = (layers, kv_heads, head_dim)
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
-        self.layers = [CacheLayer(self, i) for i in range(layers)]
+        self._len = 0
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.layers[layer_idx].get_seq_length() if self.layers else 0
+        return self._len
 
     def capacity(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
-    def reserve(self, needed: int, kv_heads: int, head_dim: int) -> None:
-        """Room for `needed` positions in every layer (each layer's positions kept)."""
-        if needed <= self.capacity():
-            if (self.k.shape[1], self.k.shape[3]) != (kv_heads, head_dim):
-                raise ValueError(f"this cache holds {self.k.shape[1]} heads of {self.k.shape[3]}, "
-                                 f"not {kv_heads} of {head_dim}")
-            return
-        shape = (len(self.layers), kv_heads, grown_capacity(needed), head_dim)
-        k, v = torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype)
-        for i, layer in enumerate(self.layers):
-            n = layer.get_seq_length()
-            if n:
-                k[i, :, :n] = self.k[i, :, :n]
-                v[i, :, :n] = self.v[i, :, :n]
-        self.k, self.v = k, v
-        for i, layer in enumerate(self.layers):
-            layer.attach(k[i : i + 1], v[i : i + 1])
-
     def make_room(self, positions: int) -> None:
-        """Room for `positions` in every layer before a prompt's passes write them (the heads'
-        shape given at construction, else nothing done): a prompt computed in chunks then grows
-        its buffers once, not once per chunk, and an empty cache never holds an old and a new
-        buffer of every layer at once (the growth's peak, docs/memory.md)."""
-        if self.kv_heads and self.head_dim and positions > self.capacity():
-            self.reserve(positions, self.kv_heads, self.head_dim)
+        """Room for `positions` in every layer (the positions held kept): a prompt computed in
+        chunks makes room for all of them before the first, so its buffers grow once, not once
+        per chunk, and an empty cache never holds an old and a new buffer at once (the growth's
+        peak, docs/memory.md)."""
+        if positions <= self.capacity():
+            return
+        layers, kv_heads, head_dim = self.shape
+        shape = (layers, kv_heads, grown_capacity(positions), head_dim)
+        k, v = torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype)
+        if self._len:
+            k[:, :, : self._len] = self.k[:, :, : self._len]
+            v[:, :, : self._len] = self.v[:, :, : self._len]
+        self.k, self.v = k, v
 
-    def lengths_agree(self, length: int) -> bool:
-        """Every layer holds `length` positions."""
-        return all(layer._len == length for layer in self.layers)
+    @contextmanager
+    def write(self, rows: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """A forward pass's `rows` new positions: yields (past, k, v), the positions held before
+        and the buffers, with room for positions past .. past+rows-1, which the pass writes in
+        every layer; they count as held once the block ends. A pass that raises (a cancellation
+        between layers) adds nothing, whichever layers it wrote."""
+        past = self._len
+        self.make_room(past + rows)
+        yield past, self.k, self.v
+        self._len = past + rows
 
-    def extend(self, n: int) -> None:
-        """`n` positions were written in place after the filled ones, in every layer."""
-        for layer in self.layers:
-            layer.extend(n)
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last `-tokens_to_remove` positions (transformers' `crop` with a negative count)."""
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count of positions to remove")
+        self._len = max(0, self._len + tokens_to_remove)
 
 
 def rewind(past, length: int) -> None:
-    """Keep the first `length` positions of a cache: each layer on its own (layers may differ
-    in length after a pass stopped between layers), or the whole cache where it has no layers."""
+    """Keep the first `length` positions of a cache: each layer on its own where it has layers
+    (transformers' caches), else the whole cache (`CpuCache`, CUDA's `StaticKV`)."""
     layers = getattr(past, "layers", None)
     for part in layers if layers is not None else [past]:
         extra = part.get_seq_length() - length
@@ -230,68 +191,187 @@ def rewind(past, length: int) -> None:
             part.crop(-extra)
 
 
-class ForwardCancelled(Exception):
-    """A forward pass was stopped between two layers; the cache was rewound to before it."""
+def drop_last(past, n: int) -> None:
+    """Drop a cache's last `n` positions (a verification pass's rejected draft)."""
+    rewind(past, past.get_seq_length() - n)
 
 
-class StopBetweenLayers:
-    """Forward pre-hooks on a model's decoder layers that raise `ForwardCancelled` when the
-    current pass's `cancel()` says so (one Python call per layer: ~1 µs against milliseconds)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self._local = threading.local()
-        self.layers = 0
-        for module in model.modules():
-            if type(module).__name__.endswith("DecoderLayer"):
-                module.register_forward_pre_hook(self._check)
-                self.layers += 1
-
-    def _check(self, module, args) -> None:
-        cancel = getattr(self._local, "cancel", None)
-        if cancel is not None and cancel():
-            raise ForwardCancelled()
-
-    def run(self, cancel: Callable[[], bool] | None, fn: Callable, past):
-        """`fn()` with `cancel` checked before each layer; on a cancellation the cache `past`
-        is rewound to its length before the pass and `ForwardCancelled` raised."""
-        before = past.get_seq_length() if past is not None else 0
-        self._local.cancel = cancel
-        try:
-            return fn()
-        except ForwardCancelled:
-            if past is not None:
-                rewind(past, before)
-            raise
-        finally:
-            self._local.cancel = None
-
-
-def cache_bytes(past) -> int:
-    """The memory a cache holds: its layers' key and value buffers (spare room included), or
-    what the cache says (`nbytes`) when it has no layers."""
+def _buffers(past) -> list[torch.Tensor] | None:
+    """The tensors a cache keeps its keys and values in (spare room included: a `GrowingBuffers`
+    layer's own buffers), or None where it has none to show (it says its `nbytes`)."""
+    if isinstance(past, CpuCache):
+        return [t for t in (past.k, past.v) if t is not None]
     layers = getattr(past, "layers", None)
     if layers is None:
-        return int(getattr(past, "nbytes", 0))
-    total = 0
+        return None
+    out = []
     for layer in layers:
         for name in ("_k", "_v") if isinstance(layer, GrowingBuffers) else ("keys", "values"):
             t = getattr(layer, name, None)
             if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-    return total
+                out.append(t)
+    return out
+
+
+def cache_bytes(past) -> int:
+    """The memory a cache holds: its key and value buffers (spare room included), or what the
+    cache says (`nbytes`)."""
+    buffers = _buffers(past)
+    if buffers is None:
+        return int(getattr(past, "nbytes", 0))
+    return sum(t.numel() * t.element_size() for t in buffers)
 
 
 def position_bytes(past) -> float:
     """The memory one position takes in a cache (all layers' keys and values; 0 when it holds
     none): from its buffers' shapes, or what the cache says (`nbytes`) per position held."""
-    layers = getattr(past, "layers", None)
-    if layers is None:
+    buffers = _buffers(past)
+    if buffers is None:
         held = past.get_seq_length() if hasattr(past, "get_seq_length") else 0
         return getattr(past, "nbytes", 0) / held if held else 0.0
-    total = 0.0
-    for layer in layers:
-        for name in ("_k", "_v") if isinstance(layer, GrowingBuffers) else ("keys", "values"):
-            t = getattr(layer, name, None)
-            if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-2]:
-                total += t.numel() * t.element_size() / t.shape[-2]
-    return total
+    return sum(t.numel() * t.element_size() / t.shape[-2] for t in buffers if t.dim() >= 2 and t.shape[-2])
+
+
+PREFILL_CHUNK = 128  # a request's prompt tokens per forward pass (a chunk once started is finished)
+# work ahead's prompt tokens per forward pass: a chunk once started is finished and kept, so a
+# keystroke waits for at most one chunk (64 tokens: ~70 ms at 1.1 ms per prompt token, ~150 ms
+# at 2.4) and nothing the work ahead computed is ever thrown away (stopping between the layers
+# of 256-token chunks lost up to 255 tokens of work to each keystroke: docs/latency.md)
+AHEAD_CHUNK = 64
+MB = 1 << 20
+
+
+class PrefillCancelled(Exception):
+    """The prompt's forward passes were stopped by a cancellation: the cache holds `computed`
+    positions of the prompt (`reused` of them were there before)."""
+
+    def __init__(self, computed: int, reused: int = 0) -> None:
+        super().__init__(f"prefill cancelled after {computed} tokens")
+        self.computed = computed
+        self.reused = reused
+
+
+@dataclass
+class _Entry:
+    ids: list[int]
+    past: object  # transformers Cache holding len(ids) positions
+    logits: torch.Tensor | None  # logits after the last id (None: not computed, a cancelled prefill)
+
+
+class PromptCache:
+    """The KV cache of the last prompt of each document (LRU over documents, under a memory cap
+    and a count), computed by `runtime` (a `runtime.ModelRuntime`: `forward`, `new_cache`)."""
+
+    def __init__(self, runtime, max_documents: int = 64) -> None:
+        self.runtime = runtime
+        self.max_documents = max_documents
+        self._entries: dict[str, _Entry] = {}  # least recently used first
+        self.stats = {"reused_tokens": 0, "computed_tokens": 0, "evicted": 0}
+        self._bytes_per_position = 0.0  # what a position took in the last document kept
+        # a runtime may fix its own chunk (scripted models take a prompt in one call)
+        self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
+        self.ahead_chunk = int(getattr(runtime, "prefill_chunk", AHEAD_CHUNK))
+
+    def missing(self, key: str, ids: list[int]) -> int:
+        """How many of `ids` a prefill under `key` would run through the model now."""
+        return len(ids) - _reusable(self._entries.get(key), ids)
+
+    def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
+                ahead: bool = False):
+        """(logits after `ids`, a cache holding them, positions reused): reuses the document's
+        cached prefix. The new tokens run in chunks of PREFILL_CHUNK (AHEAD_CHUNK for work
+        `ahead` of a request), and `cancel()` is asked before each chunk: a chunk once started
+        is finished, so a cancelled prefill raises `PrefillCancelled` having lost nothing, and
+        keeps the chunks it finished for the next request on the document (typing on, or the
+        request the prefill was made for, usually shares that prefix). A request superseded by
+        the next keystroke likewise leaves its chunk to the next request, where stopping inside
+        it would lose it (at 8 keys a second no chunk of 128 tokens would ever be finished). The
+        other documents are then evicted, least recently used first, down to `memory_mb` in all."""
+        entry = self._entries.pop(key, None)
+        self._make_room(len(ids), memory_mb)
+        common = _reusable(entry, ids)
+        if entry is not None and common == len(ids) == len(entry.ids):  # the same prompt, its logits kept
+            past, logits = entry.past, entry.logits
+        else:
+            past = None
+            if common > 0:
+                past = entry.past
+                rewind(past, common)
+            if past is None:  # the CPU model's cache, made here to be sized once (None: forward makes one)
+                past = getattr(self.runtime, "new_cache", lambda: None)()
+            make_room = getattr(past, "make_room", None)
+            if make_room is not None:  # the whole prompt's room at once, not a growth per chunk
+                make_room(len(ids))
+            done = common
+            logits = None
+            try:
+                while done < len(ids):
+                    if cancel is not None and cancel():
+                        raise ForwardCancelled()
+                    chunk = ids[done : done + (self.ahead_chunk if ahead else self.chunk)]
+                    out, past = self.runtime.forward(chunk, past)
+                    logits = out[-1]
+                    done += len(chunk)
+            except ForwardCancelled:
+                self.stats["reused_tokens"] += common
+                self.stats["computed_tokens"] += done - common
+                if done > 0 and past is not None:  # logits None: the next request recomputes the last
+                    self._keep(key, _Entry(list(ids[:done]), past, logits), memory_mb)
+                raise PrefillCancelled(done, common) from None
+        self.stats["reused_tokens"] += common
+        self.stats["computed_tokens"] += len(ids) - common
+        self._keep(key, _Entry(list(ids), past, logits), memory_mb)
+        return logits, past, common
+
+    def _make_room(self, positions: int, memory_mb: float | None) -> None:
+        """Before a prompt of `positions` is computed, evict the least recently used documents
+        until it fits beside the rest under the cap (as the documents kept so far took memory
+        per position, spare room not counted): the cap then bounds the peak too (within a
+        growth step), not only what is kept after."""
+        if memory_mb is None or not self._entries or not self._bytes_per_position:
+            return
+        need = positions * self._bytes_per_position
+        while self._entries and self.memory_bytes() + need > memory_mb * MB:
+            self._entries.pop(next(iter(self._entries)))
+            self.stats["evicted"] += 1
+
+    def _keep(self, key: str, entry: _Entry, memory_mb: float | None) -> None:
+        self._bytes_per_position = position_bytes(entry.past) or self._bytes_per_position
+        self._entries[key] = entry
+        cap = None if memory_mb is None else memory_mb * MB
+        while len(self._entries) > 1 and (len(self._entries) > self.max_documents
+                                          or cap is not None and self.memory_bytes() > cap):
+            self._entries.pop(next(iter(self._entries)))
+            self.stats["evicted"] += 1
+
+    def memory_bytes(self) -> int:
+        """The memory the documents' KV caches hold."""
+        return sum(cache_bytes(e.past) for e in list(self._entries.values()))
+
+    def documents(self) -> list[str]:
+        """The documents held, least recently used first."""
+        return list(self._entries)
+
+    def release(self, key: str, past, length: int) -> None:
+        """After decoding with `past`, keep only the prompt's part for the next request."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.past is past:
+            rewind(past, length)
+
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+
+def _reusable(entry: _Entry | None, ids: list[int]) -> int:
+    """The positions of `ids` a prefill finds in `entry`: all of them when it holds exactly
+    `ids` and their logits, else their shared prefix less the last position when that is all
+    of `ids` (its logits must be computed again)."""
+    if entry is None:
+        return 0
+    n = min(len(entry.ids), len(ids))
+    common = 0
+    while common < n and entry.ids[common] == ids[common]:
+        common += 1
+    if common == len(ids) == len(entry.ids) and entry.logits is not None:
+        return common
+    return max(0, min(common, len(ids) - 1))

@@ -27,7 +27,9 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
 import torch
 
 from mask_store.model_files import ModelNotFound, resolve_model
@@ -36,8 +38,9 @@ from mask_store.vocabulary import LoadedTokenizer, load_tokenizer
 from ..allocator import release_freed_memory
 from .converted_weights import ConversionError, weights_dir
 from .cpu_decoder import CpuDecoder, Unsupported, load_cpu_decoder
+from .kernels.build import load as load_kernels
+from .kv_cache import ForwardCancelled, rewind
 from .model_weights import GgufHeaderError, read_gguf
-from .kv_cache import StopBetweenLayers
 from .static_decode import GRAPH_SIZES, CapacityExceeded, StaticDecoder, StaticKV, build_static_decoder
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,39 @@ def cache_keyword(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+class StopBetweenLayers:
+    """Forward pre-hooks on a transformers model's decoder layers that raise `ForwardCancelled`
+    when the current pass's `cancel()` says so (one Python call per layer: ~1 µs against
+    milliseconds). The CPU model (`CpuDecoder`) asks `cancel()` between its layers itself."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._local = threading.local()
+        self.layers = 0
+        for module in model.modules():
+            if type(module).__name__.endswith("DecoderLayer"):
+                module.register_forward_pre_hook(self._check)
+                self.layers += 1
+
+    def _check(self, module, args) -> None:
+        cancel = getattr(self._local, "cancel", None)
+        if cancel is not None and cancel():
+            raise ForwardCancelled()
+
+    def run(self, cancel: Callable[[], bool] | None, fn: Callable, past):
+        """`fn()` with `cancel` checked before each layer; on a cancellation the cache `past`
+        is rewound to its length before the pass and `ForwardCancelled` raised."""
+        before = past.get_seq_length() if past is not None else 0
+        self._local.cancel = cancel
+        try:
+            return fn()
+        except ForwardCancelled:
+            if past is not None:
+                rewind(past, before)
+            raise
+        finally:
+            self._local.cancel = None
+
+
 @dataclass(eq=False)
 class ModelRuntime:
     model: torch.nn.Module
@@ -129,7 +165,7 @@ class ModelRuntime:
     load_seconds: float
     name: str
     lock: threading.Lock = field(default_factory=threading.Lock)
-    stopper: StopBetweenLayers | None = None  # cancellation between decoder layers
+    stopper: StopBetweenLayers | None = None  # cancellation between a transformers model's layers
     static: StaticDecoder | None = None  # CUDA: fixed-shape passes, graphs (static_decode.py)
 
     @property
@@ -166,6 +202,9 @@ class ModelRuntime:
         if past is None:
             past = _new_cache(self.model)
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
+        if isinstance(self.model, CpuDecoder):  # it asks `cancel()` between its layers
+            out = self.model(inp, past, logits_to_keep=keep, cancel=cancel)
+            return out.logits[0].float(), out.cache
 
         def run():
             return self.model(inp, **{self.cache_keyword: past}, use_cache=True, logits_to_keep=keep)
@@ -196,8 +235,7 @@ def _load_transformers(wdir, dev: torch.device, kernels) -> torch.nn.Module:
     hf_logging.disable_progress_bar()  # progress goes to our own log, never to the terminal's stdout
     if kernels is not None:
         from .half_model import load_half_model
-        from .kernels.fused_layers import use_fused_layers
-        from .kernels.library import use_row_attention
+        from .kernels.fused_layers import use_fused_layers, use_row_attention
 
         model = load_half_model(wdir, kernels)
         use_row_attention(model)
@@ -252,8 +290,6 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
         torch.set_num_threads(threads)
     kernels = None
     if half_decode and dev.type == "cpu":
-        from .kernels.library import load as load_kernels
-
         kernels = load_kernels()
     try:
         model = _load_weights(src, dev, kernels, checked)
@@ -271,4 +307,4 @@ def load_model(spec: str | None = None, device: str = "auto", threads: int | Non
         log.info("static decoding path warmed up: %s", static.warm_up(sizes=GRAPH_SIZES))
     release_freed_memory()  # what loading parsed and dropped (the tokenizer's JSON: ~28 MiB) stays resident otherwise
     return ModelRuntime(model, tok, dev, find_fim(tok), time.perf_counter() - t0, src.name,
-                        stopper=StopBetweenLayers(model), static=static)
+                        stopper=None if isinstance(model, CpuDecoder) else StopBetweenLayers(model), static=static)

@@ -35,42 +35,34 @@ SUPER_BLOCK_VALUES = 256  # values per K-quant super-block
 
 class WeightFormat(enum.IntEnum):
     """How a matrix's values are stored: ggml's type numbers (`gguf.GGMLQuantizationType`),
-    which the C kernels' `W_*` constants repeat."""
+    which the C kernels' `W_*` constants repeat; each with its `block_values` (values per block
+    along a row, 1 for the plain float formats) and `block_bytes` (bytes per block): gguf's
+    GGML_QUANT_SIZES. (Attributes, not properties: the kernels' checks read them at every call.)"""
 
-    F32 = 0
-    F16 = 1
-    Q4_0 = 2
-    Q4_1 = 3
-    Q5_0 = 6
-    Q5_1 = 7
-    Q8_0 = 8
-    Q4_K = 12
-    Q5_K = 13
-    Q6_K = 14
-    BF16 = 30
+    def __new__(cls, number: int, values: int, nbytes: int) -> WeightFormat:
+        member = int.__new__(cls, number)
+        member._value_ = number
+        member.block_values = values
+        member.block_bytes = nbytes
+        return member
 
-    @property
-    def block_values(self) -> int:
-        """Values per block along a row (1 for the plain float formats)."""
-        return _LAYOUT[self][0]
-
-    @property
-    def block_bytes(self) -> int:
-        """Bytes per block."""
-        return _LAYOUT[self][1]
+    F32 = (0, 1, 4)
+    F16 = (1, 1, 2)
+    Q4_0 = (2, 32, 18)
+    Q4_1 = (3, 32, 20)
+    Q5_0 = (6, 32, 22)
+    Q5_1 = (7, 32, 24)
+    Q8_0 = (8, 32, 34)
+    Q4_K = (12, 256, 144)
+    Q5_K = (13, 256, 176)
+    Q6_K = (14, 256, 210)
+    BF16 = (30, 1, 2)
 
     @property
     def quantized(self) -> bool:
         """Integer codes under block scales (the kernels' int8 products apply to these)."""
         return self.block_values > 1
 
-
-_LAYOUT = {  # (values, bytes) per block: gguf's GGML_QUANT_SIZES
-    WeightFormat.F32: (1, 4), WeightFormat.F16: (1, 2), WeightFormat.BF16: (1, 2),
-    WeightFormat.Q4_0: (32, 18), WeightFormat.Q4_1: (32, 20), WeightFormat.Q5_0: (32, 22),
-    WeightFormat.Q5_1: (32, 24), WeightFormat.Q8_0: (32, 34),
-    WeightFormat.Q4_K: (256, 144), WeightFormat.Q5_K: (256, 176), WeightFormat.Q6_K: (256, 210),
-}
 
 # the formats a `BlockMatrix` holds (F16 matrices are plain float16 tensors)
 BLOCK_FORMATS = tuple(f for f in WeightFormat if f is not WeightFormat.F16)

@@ -10,10 +10,10 @@ decoder layer's constant arguments (norms, projections, sizes) are checked once,
 
 What the C code assumes (and so what is checked): float32 activations and float16 weights
 (or `BlockMatrix` blocks: uint8 rows of whole blocks of a format it reads) on the CPU, in C
-order where the code walks them as flat arrays; sizes that fit its `int` arguments; reduction
-dimensions a multiple of 8 (its 8-wide loads; of the block's values for block formats); row
-ids of a de-quantization within the matrix; key and value rows of
-`head_dim` contiguous elements, float32 or float16 (`KV_DTYPES`; keys and values of one type,
+order where the code walks them as flat arrays; sizes that fit its `int` arguments (the
+threads too: each check takes the call's count); reduction dimensions a multiple of 8 (its
+8-wide loads; of the block's values for block formats); row ids of a de-quantization within
+the matrix; key and value rows of `head_dim` contiguous elements, float32 or float16 (`KV_DTYPES`; keys and values of one type,
 which the call passes as a flag), each head's rows at one stride; and room in the KV cache
 buffers for every position the layer writes.
 """
@@ -98,13 +98,10 @@ def _rows_of_cache(kernel: str, name: str, t: torch.Tensor, kv_heads: int, head_
     return dtype
 
 
-def check_threads(kernel: str, threads: int) -> None:
-    _size(kernel, "threads", threads)
-
-
-def check_half_matmul(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
+def check_half_matmul(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, threads: int) -> None:
     """y [M, N] = x [M, K] @ w [N, K].T: float32 x and y, float16 w, K a multiple of 8."""
     k = "half_matmul"
+    _size(k, "threads", threads)
     _tensor(k, "x", x, torch.float32, (None, None))
     m, kk = x.shape
     _tensor(k, "w", w, torch.float16, (None, kk))
@@ -115,10 +112,11 @@ def check_half_matmul(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None
     _size(k, "the reduced dimension", kk, multiple=8)
 
 
-def check_block_matmul(x: torch.Tensor, w, y: torch.Tensor) -> None:
+def check_block_matmul(x: torch.Tensor, w, y: torch.Tensor, threads: int) -> None:
     """y [M, N] = x [M, K] @ w.T for a `BlockMatrix` w [N, K]: float32 x and y; w's blocks
     as `BlockMatrix.of` checks them (still so: the blocks tensor is immutable only by use)."""
     k = "weights_matmul"
+    _size(k, "threads", threads)
     _tensor(k, "x", x, torch.float32, (None, None))
     m, kk = x.shape
     if not isinstance(w, BlockMatrix) or w.cols != kk:
@@ -144,10 +142,11 @@ def _block_matrix(kernel: str, name: str, w: BlockMatrix, shape: tuple | None = 
     _size(kernel, f"{name} columns", w.cols)
 
 
-def check_dequantize(w, ids) -> None:
+def check_dequantize(w, ids, threads: int) -> None:
     """`dequantize_matrix`: a `BlockMatrix` as `BlockMatrix.of` checks it, and row ids an int64
     C-ordered [n] tensor of indices in [0, rows) (or None: every row)."""
     k = "dequantize_matrix"
+    _size(k, "threads", threads)
     if not isinstance(w, BlockMatrix):
         raise KernelArgumentError(k, "w", f"must be a BlockMatrix, not {type(w).__name__}")
     _block_matrix(k, "w", w)
@@ -168,10 +167,12 @@ def check_activations(x, block: int = 32) -> None:
     _size(k, "the quantized rows' bytes", 4 * x.shape[0] * x.shape[1])
 
 
-def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> None:
+def check_row_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor,
+                        threads: int) -> None:
     """q [H, Q, D] contiguous; key and value rows [1, Hkv, L, D] (`_rows_of_cache`, one element
     type) with Q <= L; out [1, Q, H, D]; H a multiple of Hkv, D of 8."""
     k = "row_attention"
+    _size(k, "threads", threads)
     _tensor(k, "query", q, torch.float32, (None, None, None))
     heads, q_len, head_dim = q.shape
     if key.dim() != 4:
@@ -272,11 +273,12 @@ def _room(k: str, past: int, q_len: int, buffers) -> None:
 
 
 def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int, table: int, cos: torch.Tensor,
-                     sin: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, past: int) -> None:
+                     sin: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, past: int, threads: int) -> None:
     """What changes from call to call: h [1, Q, E]; cos and sin [T, Q, D]; key and value
     buffers [1, Hkv, capacity, D] (`_rows_of_cache`, one element type and one head stride for
     both) with room for positions past .. past+Q-1."""
     k = "decoder_layer"
+    _size(k, "threads", threads)
     q_len = _rows_call(k, h, hidden, head_dim, table, cos, sin)
     dtype = _rows_of_cache(k, "key buffer", k_buf, kv_heads, head_dim)
     _rows_of_cache(k, "value buffer", v_buf, kv_heads, head_dim, dtype)
@@ -289,11 +291,13 @@ def check_layer_call(h: torch.Tensor, hidden: int, kv_heads: int, head_dim: int,
 
 
 def check_layers_call(h: torch.Tensor, hidden: int, layers: int, kv_heads: int, head_dim: int, table: int,
-                      cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int) -> None:
+                      cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int,
+                      threads: int) -> None:
     """`decoder_layers`: h [1, Q, E]; cos and sin [T, Q, D]; every layer's keys and values in
     two C-ordered tensors [layers, Hkv, capacity, D] of one element type (`KV_DTYPES`) and one
     shape, with room for positions past .. past+Q-1."""
     k = "decoder_layers"
+    _size(k, "threads", threads)
     q_len = _rows_call(k, h, hidden, head_dim, table, cos, sin)
     dtype = _kv_dtype(k, "keys", keys, None)
     _tensor(k, "keys", keys, dtype, (layers, kv_heads, None, head_dim))

@@ -62,6 +62,30 @@ int kernel_isa(void) {
 #endif
 }
 
+/* mt rows of x (from row m0) times nt weight rows (from n0; weight row n at row n - w0 of `w`,
+ * float32 where `f32`, else float16), in vectors of type VT holding W values (weight vectors from
+ * WEIGHTS, at most NTMAX of them); the counts and `f32` are constants at every call site, so
+ * the loops unroll and the accumulators live in registers. The weights' values, not their
+ * storage, decide the result: a float16 weight converted and the same value de-quantized give
+ * the same FMAs. */
+#define DEFINE_TILE(NAME, VT, W, NTMAX, ZERO, LOADX, WEIGHTS, FMADD, HSUM)                                    \
+    ALWAYS_INLINE void NAME(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int n0,    \
+                            const int mt, const int nt, const int f32) {                                      \
+        VT acc[6][NTMAX];                                                                                     \
+        for (int i = 0; i < mt; i++)                                                                          \
+            for (int j = 0; j < nt; j++) acc[i][j] = ZERO();                                                  \
+        for (int k = 0; k < K; k += W) {                                                                      \
+            VT wv[NTMAX];                                                                                     \
+            for (int j = 0; j < nt; j++) wv[j] = WEIGHTS(w, (int64_t)(n0 + j - w0), K, k, f32);               \
+            for (int i = 0; i < mt; i++) {                                                                    \
+                VT xv = LOADX(x + (int64_t)(m0 + i) * K + k);                                                 \
+                for (int j = 0; j < nt; j++) acc[i][j] = FMADD(xv, wv[j], acc[i][j]);                         \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (int i = 0; i < mt; i++)                                                                          \
+            for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = HSUM(acc[i][j]);                 \
+    }
+
 /* 8 weights of row `row` (relative to the weights' first row) from column k: float16 converted,
  * or float32 (a de-quantized panel, or F32 weights) */
 ALWAYS_INLINE v8 weights8(const void *w, int64_t row, int K, int k, const int f32) {
@@ -69,28 +93,7 @@ ALWAYS_INLINE v8 weights8(const void *w, int64_t row, int K, int k, const int f3
     return v8_load_half((const uint16_t *)w + row * K + k);
 }
 
-/* mt rows of x (from row m0) times nt weight rows (from n0; weight row n at row n - w0 of `w`,
- * float32 where `f32`, else float16); the counts and `f32` are constants at every call site, so
- * the loops unroll and the accumulators live in registers. The weights' values, not their
- * storage, decide the result: a float16 weight converted and the same value de-quantized give
- * the same FMAs. */
-ALWAYS_INLINE void tile(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int n0,
-                        const int mt, const int nt, const int f32) {
-    v8 acc[6][4];
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) acc[i][j] = v8_zero();
-    for (int k = 0; k < K; k += 8) {
-        v8 wv[4];
-        for (int j = 0; j < nt; j++)
-            wv[j] = weights8(w, (int64_t)(n0 + j - w0), K, k, f32);
-        for (int i = 0; i < mt; i++) {
-            v8 xv = v8_load(x + (int64_t)(m0 + i) * K + k);
-            for (int j = 0; j < nt; j++) acc[i][j] = v8_fma(xv, wv[j], acc[i][j]);
-        }
-    }
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = v8_hsum(acc[i][j]);
-}
+DEFINE_TILE(tile, v8, 8, 4, v8_zero, v8_load, weights8, v8_fma, v8_hsum)
 
 #ifdef __AVX512F__
 /* With AVX-512 (a build for a CPU that has it): the same tile with 16-wide vectors, for K a
@@ -107,23 +110,7 @@ ALWAYS_INLINE __m512 weights16(const void *w, int64_t row, int K, int k, const i
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + row * K + k)));
 }
 
-ALWAYS_INLINE void tile16(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int n0,
-                          const int mt, const int nt, const int f32) {
-    __m512 acc[6][8];
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 16) {
-        __m512 wv[8];
-        for (int j = 0; j < nt; j++)
-            wv[j] = weights16(w, (int64_t)(n0 + j - w0), K, k, f32);
-        for (int i = 0; i < mt; i++) {
-            __m512 xv = _mm512_loadu_ps(x + (int64_t)(m0 + i) * K + k);
-            for (int j = 0; j < nt; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j++) y[(int64_t)(m0 + i) * N + n0 + j] = hsum16(acc[i][j]);
-}
+DEFINE_TILE(tile16, __m512, 16, 8, _mm512_setzero_ps, _mm512_loadu_ps, weights16, _mm512_fmadd_ps, hsum16)
 #endif
 
 /* `nt` outputs at a time, then one at a time up to n1 */
@@ -132,6 +119,17 @@ ALWAYS_INLINE void tile16(const float *x, const void *w, int w0, float *y, int N
     for (; n < n1; n++) TILE(x, w, w0, y, N, K, m0, n, MT, 1, f32);                 \
     break;
 
+/* the tiles of a row group of mt (1-6) rows: NTm outputs at a time for m rows */
+#define ROW_TILES(TILE, NT1, NT2, NT3, NT4, NT5, NT6) \
+    switch (mt) {                                     \
+    case 1: TILES(TILE, 1, NT1)                       \
+    case 2: TILES(TILE, 2, NT2)                       \
+    case 3: TILES(TILE, 3, NT3)                       \
+    case 4: TILES(TILE, 4, NT4)                       \
+    case 5: TILES(TILE, 5, NT5)                       \
+    default: TILES(TILE, 6, NT6)                      \
+    }
+
 /* one row group (1-6 rows) over outputs [n0, n1): accumulators, the weight vectors and an x
  * vector fill at most the 16 registers (32 with AVX-512) */
 ALWAYS_INLINE void rows_block_of(const float *x, const void *w, int w0, float *y, int N, int K, int m0, int mt,
@@ -139,25 +137,11 @@ ALWAYS_INLINE void rows_block_of(const float *x, const void *w, int w0, float *y
     int n = n0;
 #ifdef __AVX512F__
     if (K % 16 == 0) {
-        switch (mt) {
-        case 1: TILES(tile16, 1, 8)
-        case 2: TILES(tile16, 2, 8)
-        case 3: TILES(tile16, 3, 6)
-        case 4: TILES(tile16, 4, 4)
-        case 5: TILES(tile16, 5, 4)
-        default: TILES(tile16, 6, 4)
-        }
+        ROW_TILES(tile16, 8, 8, 6, 4, 4, 4)
         return;
     }
 #endif
-    switch (mt) {
-    case 1: TILES(tile, 1, 4)
-    case 2: TILES(tile, 2, 4)
-    case 3: TILES(tile, 3, 3)
-    case 4: TILES(tile, 4, 2)
-    case 5: TILES(tile, 5, 2)
-    default: TILES(tile, 6, 2)
-    }
+    ROW_TILES(tile, 4, 4, 3, 2, 2, 2)
 }
 
 /* rows_block_of compiled for each weight storage: float16 rows (w0 = 0) or float32 rows */

@@ -1,4 +1,6 @@
-"""Decoder layers of Llama-family models in one kernel call for decoding steps on the CPU.
+"""transformers' model classes on the CPU with our kernels: decoder layers of Llama-family
+models in one kernel call for decoding steps (`use_fused_layers`), and short passes' attention
+by `row_attention` (`use_row_attention`).
 
 A decoding step of SmolLM2-135M runs ~40 PyTorch operations per layer (norms, three
 projections, rotary embedding, cache update, attention, MLP, residuals): on this 2-core CPU their
@@ -6,7 +8,7 @@ dispatch cost as much as the weights' reading. `use_fused_layers(model)` gives e
 of a Llama model with `half_weights`' float16 weights (and a `GrowingCache`) a forward that
 hands passes of at most `MAX_ATTENTION_ROWS` rows to `library`' `decoder_layer`; prompts,
 other caches and models that aren't plain Llama keep transformers' own code. Cancellation hooks
-(`kv_cache.StopBetweenLayers`) still run before every layer.
+(`runtime.StopBetweenLayers`) still run before every layer.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from functools import partial
 
 import torch
 
-from .library import MAX_ATTENTION_ROWS, DecodeKernels, LayerWeights, load
+from .build import load
 from .half_weights import HalfLinear
+from .library import MAX_ATTENTION_ROWS, DecodeKernels, LayerWeights
 from ..hf_cache import GrowingCache
 from ..kv_cache import GrowingBuffers
 
 log = logging.getLogger(__name__)
+
+ATTENTION_NAME = "syntaxlock_rows"  # the attention implementation registered with transformers
 
 
 def _projections(layer) -> list:
@@ -90,3 +95,43 @@ def use_fused_layers(model: torch.nn.Module) -> int:
             module.forward = partial(_fused_forward, module, kernels, weights, module.forward)
             changed += 1
     return changed
+
+
+def _attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
+                       scaling: float | None = None, **kwargs):
+    """transformers' attention interface: `row_attention` for short causal passes, SDPA else."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kernels = _registered_kernels
+    if (kernels is not None and dropout == 0.0 and kwargs.get("sliding_window") is None
+            and kwargs.get("softcap") is None and getattr(module, "is_causal", True)
+            and kernels.attention_fits(query, key, value)):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return kernels.row_attention(query, key, value, scale), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                  scaling=scaling, **kwargs)
+
+
+_registered_kernels: DecodeKernels | None = None
+
+
+def use_row_attention(model: torch.nn.Module) -> bool:
+    """Route `model`'s attention through `row_attention` for short passes (a CPU float32 model
+    using SDPA); True when it now does."""
+    global _registered_kernels
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    if getattr(config, "sliding_window", None) or getattr(config, "use_sliding_window", False):
+        return False
+    kernels = load()
+    if kernels is None:
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    _registered_kernels = kernels
+    AttentionInterface.register(ATTENTION_NAME, _attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
+    model.set_attn_implementation(ATTENTION_NAME)
+    return True

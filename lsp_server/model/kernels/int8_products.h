@@ -45,17 +45,7 @@
 
 /* unit u (32 values at v) of a row: its codes, lane sums, da (scalar C: every build) */
 static inline void quantize_unit(const float *v, int8_t *q, int32_t *nls, float *dal, float *lsd) {
-    float amax = 0.0f;
-    for (int j = 0; j < QK; j++) {
-        float a = __builtin_fabsf(v[j]);
-        if (!(a <= amax) && amax == amax) amax = a; /* a NaN wins (and stays): the outputs become NaN, as a float product's */
-    }
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int j = 0; j < QK; j++) {
-        float t = round_even(v[j] * id);
-        t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
-        q[j] = (int8_t)(t == t ? (int)t : 0);
-    }
+    float d = quantize_codes(v, QK, q);
     for (int l = 0; l < 8; l++) {
         int s = q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3];
         nls[l] = -s;

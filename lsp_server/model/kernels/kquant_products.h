@@ -51,17 +51,7 @@
 /* one block of 256 values: codes, dx, the 16 sums (scalar C: every build; where a value is not
  * finite, the x86 builds too) */
 static inline void quantize_superblock(const float *v, int8_t *q, float *dx, int16_t *bsums) {
-    float amax = 0.0f;
-    for (int j = 0; j < QKK; j++) {
-        float a = __builtin_fabsf(v[j]);
-        if (!(a <= amax) && amax == amax) amax = a; /* a NaN wins (and stays): the outputs become NaN, as a float product's */
-    }
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int j = 0; j < QKK; j++) {
-        float t = round_even(v[j] * id);
-        t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
-        q[j] = (int8_t)(t == t ? (int)t : 0);
-    }
+    float d = quantize_codes(v, QKK, q);
     *dx = d;
     for (int g = 0; g < 16; g++) {
         int s = 0;
@@ -142,6 +132,20 @@ ALWAYS_INLINE void kquant_scales8(const uint8_t *s, uint64_t *sc, uint64_t *mn) 
 
 ALWAYS_INLINE int kq_has_min(const int f) { return f == W_Q4_K || f == W_Q5_K; }
 
+/* a super-block's float16 d and dmin (Q6_K: none, 0) and, for Q4_K/Q5_K, its scales and
+ * minimums as bytes (kquant_scales8; Q6_K: 0) */
+ALWAYS_INLINE void kq_header(const uint8_t *b, const int f, float *d, float *dmin, uint64_t *sc8, uint64_t *mn8) {
+    if (f == W_Q6_K) {
+        *d = half_at(b + 208);
+        *dmin = 0.0f;
+        *sc8 = *mn8 = 0;
+        return;
+    }
+    *d = half_at(b);
+    *dmin = half_at(b + 2);
+    kquant_scales8(b + 4, sc8, mn8);
+}
+
 #ifdef KERNEL_X86
 /* the 16 int16 weights of O's madd: Q4_K/Q5_K m[g / 2] (each minimum for both its groups of 16),
  * Q6_K the 16 scales */
@@ -151,22 +155,35 @@ ALWAYS_INLINE __m256i kq_group_weights(const uint8_t *b, const int f, uint64_t m
                                  _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
     return _mm256_cvtepu8_epi16(m);
 }
-#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-/* a super-block decoded: the codes of units 2c (low half) and 2c + 1 (high half), the int16
- * scales of their maddubs pairs, O's weights, d and dmin */
+typedef __m512i KCodes; /* the codes of units 2c (low half) and 2c + 1 (high half) */
+#define KQ_VECTORS 4
+#else
+typedef __m256i KCodes; /* the codes of unit u */
+#define KQ_VECTORS 8
+#endif
+
+/* a super-block decoded: its codes, the int16 scales of their maddubs pairs, O's weights, d and dmin */
 typedef struct {
-    __m512i codes[4], scales[4];
+    KCodes codes[KQ_VECTORS], scales[KQ_VECTORS];
     __m256i gw;
     float d, dmin;
 } KBlock;
 
+/* d, dmin and O's weights into k; Q4_K/Q5_K's scales as bytes (kquant_scales8) */
+ALWAYS_INLINE uint64_t kq_head(const uint8_t *b, const int f, KBlock *k) {
+    uint64_t sc8, mn8;
+    kq_header(b, f, &k->d, &k->dmin, &sc8, &mn8);
+    k->gw = kq_group_weights(b, f, mn8);
+    return sc8;
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
+    uint64_t sc8 = kq_head(b, f, k);
     if (f == W_Q6_K) {
-        k->d = half_at(b + 208);
-        k->dmin = 0.0f;
-        k->gw = kq_group_weights(b, f, 0);
         __m512i sc = _mm512_zextsi256_si512(k->gw);
         for (int p = 0; p < 4; p++) { /* units 2p, 2p + 1 = 4 hh + s, s + 1 (s = 2 (p % 2)) */
             int hh = p / 2, nib = p % 2;
@@ -185,11 +202,6 @@ ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
         }
         return;
     }
-    uint64_t sc8, mn8;
-    k->d = half_at(b);
-    k->dmin = half_at(b + 2);
-    kquant_scales8(b + 4, &sc8, &mn8);
-    k->gw = kq_group_weights(b, f, mn8);
     __m512i sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m512i hb = _mm512_setzero_si512();
@@ -210,59 +222,45 @@ ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
     }
 }
 
-/* mt rows (at `acts`, `stride` bytes apart) times one weight row of nb super-blocks: y[i N] */
-ALWAYS_INLINE void kq_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, const int f,
-                           const int mt, float *y, int N) {
-    __m512 acc[KQ_GROUP];
-    __m256 accm[KQ_GROUP];
-    for (int i = 0; i < mt; i++) {
-        acc[i] = _mm512_setzero_ps();
-        accm[i] = _mm256_setzero_ps();
-    }
-    const int bytes = format_bytes(f);
-    for (int b = 0; b < K / QKK; b++) {
-        KBlock k;
-        kq_decode(wrow + (int64_t)b * bytes, f, &k);
-        for (int i = 0; i < mt; i++) {
-            const uint8_t *r = acts + i * stride;
-            const int8_t *x = (const int8_t *)r + QKK * b;
-            __m512i S = _mm512_setzero_si512();
-            for (int c = 0; c < 4; c++) {
-                __m512i P = _mm512_maddubs_epi16(k.codes[c], _mm512_loadu_si512((const void *)(x + 64 * c)));
+/* a row's sums over the super-blocks: S's 16 lanes (d dx applied) and O's 8 (-(dmin dx)) */
+typedef struct {
+    __m512 s;
+    __m256 m;
+} KAcc;
+
+ALWAYS_INLINE void kq_acc_zero(KAcc *a) {
+    a->s = _mm512_setzero_ps();
+    a->m = _mm256_setzero_ps();
+}
+
+/* one row's product with super-block k: its codes x, its 16 sums bs, its scale dx */
+ALWAYS_INLINE void kq_acc_add(KAcc *a, const KBlock *k, const int8_t *x, const int16_t *bs, float dx, const int f) {
+    __m512i S = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++) {
+        __m512i P = _mm512_maddubs_epi16(k->codes[c], _mm512_loadu_si512((const void *)(x + 64 * c)));
 #ifdef __AVX512VNNI__
-                S = _mm512_dpwssd_epi32(S, P, k.scales[c]);
+        S = _mm512_dpwssd_epi32(S, P, k->scales[c]);
 #else
-                S = _mm512_add_epi32(S, _mm512_madd_epi16(P, k.scales[c]));
+        S = _mm512_add_epi32(S, _mm512_madd_epi16(P, k->scales[c]));
 #endif
-            }
-            __m256i O = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(KROW_BSUMS(r, K) + 16 * b)), k.gw);
-            if (f == W_Q6_K) S = _mm512_sub_epi32(S, _mm512_zextsi256_si512(_mm256_slli_epi32(O, 5)));
-            float dx = KROW_D(r, K)[b];
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(k.d * dx), acc[i]);
-            if (kq_has_min(f)) accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(O), _mm256_set1_ps(-(k.dmin * dx)), accm[i]);
-        }
     }
-    for (int i = 0; i < mt; i++) {
-        __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
-        __m256 t = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), hi);
-        if (kq_has_min(f)) t = _mm256_add_ps(t, accm[i]);
-        y[(int64_t)i * N] = v8_hsum(t);
-    }
+    __m256i O = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), k->gw);
+    if (f == W_Q6_K) S = _mm512_sub_epi32(S, _mm512_zextsi256_si512(_mm256_slli_epi32(O, 5)));
+    a->s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(k->d * dx), a->s);
+    if (kq_has_min(f)) a->m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(O), _mm256_set1_ps(-(k->dmin * dx)), a->m);
+}
+
+ALWAYS_INLINE float kq_acc_sum(const KAcc *a, const int f) {
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a->s), 1));
+    __m256 t = _mm256_add_ps(_mm512_castps512_ps256(a->s), hi);
+    if (kq_has_min(f)) t = _mm256_add_ps(t, a->m);
+    return v8_hsum(t);
 }
 #elif defined(KERNEL_X86)
-/* AVX2: a super-block's 8 units of codes and their int16 pair scales, O's weights, d, dmin */
-typedef struct {
-    __m256i codes[8], scales[8];
-    __m256i gw;
-    float d, dmin;
-} KBlock;
-
 ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    uint64_t sc8 = kq_head(b, f, k);
     if (f == W_Q6_K) {
-        k->d = half_at(b + 208);
-        k->dmin = 0.0f;
-        k->gw = kq_group_weights(b, f, 0);
         const int8_t *sc = (const int8_t *)(b + 192);
         for (int t = 0; t < 8; t++) {
             int hh = t / 4, s = t % 4;
@@ -276,11 +274,6 @@ ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
         }
         return;
     }
-    uint64_t sc8, mn8;
-    k->d = half_at(b);
-    k->dmin = half_at(b + 2);
-    kquant_scales8(b + 4, &sc8, &mn8);
-    k->gw = kq_group_weights(b, f, mn8);
     __m256i hb = _mm256_setzero_si256();
     if (f == W_Q5_K) hb = _mm256_loadu_si256((const __m256i *)(b + 16));
     for (int j = 0; j < 8; j++) {
@@ -294,36 +287,30 @@ ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
     }
 }
 
-ALWAYS_INLINE void kq_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, const int f,
-                           const int mt, float *y, int N) {
-    __m256 acc[KQ_GROUP][2], accm[KQ_GROUP];
-    for (int i = 0; i < mt; i++) acc[i][0] = acc[i][1] = accm[i] = _mm256_setzero_ps();
-    const int bytes = format_bytes(f);
-    for (int b = 0; b < K / QKK; b++) {
-        KBlock k;
-        kq_decode(wrow + (int64_t)b * bytes, f, &k);
-        for (int i = 0; i < mt; i++) {
-            const uint8_t *r = acts + i * stride;
-            const int8_t *x = (const int8_t *)r + QKK * b;
-            __m256i S[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            for (int u = 0; u < 8; u++) {
-                __m256i P = _mm256_maddubs_epi16(k.codes[u], _mm256_loadu_si256((const __m256i *)(x + 32 * u)));
-                S[u & 1] = _mm256_add_epi32(S[u & 1], _mm256_madd_epi16(P, k.scales[u]));
-            }
-            __m256i O = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(KROW_BSUMS(r, K) + 16 * b)), k.gw);
-            if (f == W_Q6_K) S[0] = _mm256_sub_epi32(S[0], _mm256_slli_epi32(O, 5));
-            float dx = KROW_D(r, K)[b];
-            __m256 dd = _mm256_set1_ps(k.d * dx);
-            acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[0]), dd, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[1]), dd, acc[i][1]);
-            if (kq_has_min(f)) accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(O), _mm256_set1_ps(-(k.dmin * dx)), accm[i]);
-        }
+typedef struct {
+    __m256 s[2], m;
+} KAcc;
+
+ALWAYS_INLINE void kq_acc_zero(KAcc *a) { a->s[0] = a->s[1] = a->m = _mm256_setzero_ps(); }
+
+ALWAYS_INLINE void kq_acc_add(KAcc *a, const KBlock *k, const int8_t *x, const int16_t *bs, float dx, const int f) {
+    __m256i S[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int u = 0; u < 8; u++) {
+        __m256i P = _mm256_maddubs_epi16(k->codes[u], _mm256_loadu_si256((const __m256i *)(x + 32 * u)));
+        S[u & 1] = _mm256_add_epi32(S[u & 1], _mm256_madd_epi16(P, k->scales[u]));
     }
-    for (int i = 0; i < mt; i++) {
-        __m256 t = _mm256_add_ps(acc[i][0], acc[i][1]);
-        if (kq_has_min(f)) t = _mm256_add_ps(t, accm[i]);
-        y[(int64_t)i * N] = v8_hsum(t);
-    }
+    __m256i O = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), k->gw);
+    if (f == W_Q6_K) S[0] = _mm256_sub_epi32(S[0], _mm256_slli_epi32(O, 5));
+    __m256 dd = _mm256_set1_ps(k->d * dx);
+    a->s[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[0]), dd, a->s[0]);
+    a->s[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[1]), dd, a->s[1]);
+    if (kq_has_min(f)) a->m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(O), _mm256_set1_ps(-(k->dmin * dx)), a->m);
+}
+
+ALWAYS_INLINE float kq_acc_sum(const KAcc *a, const int f) {
+    __m256 t = _mm256_add_ps(a->s[0], a->s[1]);
+    if (kq_has_min(f)) t = _mm256_add_ps(t, a->m);
+    return v8_hsum(t);
 }
 #else /* the portable build: the same integers and float operations in plain C */
 typedef struct {
@@ -334,9 +321,9 @@ typedef struct {
 } KBlock;
 
 ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
+    uint64_t sc8, mn8;
+    kq_header(b, f, &k->d, &k->dmin, &sc8, &mn8);
     if (f == W_Q6_K) {
-        k->d = half_at(b + 208);
-        k->dmin = 0.0f;
         for (int t = 0; t < 8; t++) {
             int hh = t / 4, s = t % 4;
             const uint8_t *l = b + 64 * hh + 32 * (s & 1), *hb = b + 128 + 32 * hh;
@@ -346,10 +333,6 @@ ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
         for (int g = 0; g < 16; g++) k->scales[g] = k->gw[g] = (int8_t)b[192 + g];
         return;
     }
-    uint64_t sc8, mn8;
-    k->d = half_at(b);
-    k->dmin = half_at(b + 2);
-    kquant_scales8(b + 4, &sc8, &mn8);
     for (int j = 0; j < 8; j++) {
         const uint8_t *q = b + (f == W_Q5_K ? 48 : 16) + 32 * (j / 2);
         for (int i = 0; i < 32; i++) {
@@ -362,42 +345,53 @@ ALWAYS_INLINE void kq_decode(const uint8_t *b, const int f, KBlock *k) {
     }
 }
 
+typedef struct {
+    float s[16], m[8];
+} KAcc;
+
+ALWAYS_INLINE void kq_acc_zero(KAcc *a) { memset(a, 0, sizeof *a); }
+
+ALWAYS_INLINE void kq_acc_add(KAcc *a, const KBlock *k, const int8_t *x, const int16_t *bs, float dx, const int f) {
+    int32_t S[16] = {0}, O[8];
+    for (int u = 0; u < 8; u++)
+        for (int l = 0; l < 8; l++) {
+            int at = 32 * u + 4 * l, I = 0;
+            for (int e = 0; e < 4; e++) I += k->codes[at + e] * x[at + e];
+            S[8 * (u & 1) + l] += I * k->scales[at / 16];
+        }
+    for (int l = 0; l < 8; l++) O[l] = bs[2 * l] * k->gw[2 * l] + bs[2 * l + 1] * k->gw[2 * l + 1];
+    if (f == W_Q6_K)
+        for (int l = 0; l < 8; l++) S[l] -= 32 * O[l];
+    float dd = k->d * dx, dm = -(k->dmin * dx);
+    for (int l = 0; l < 16; l++) a->s[l] = FMA((float)S[l], dd, a->s[l]);
+    if (kq_has_min(f))
+        for (int l = 0; l < 8; l++) a->m[l] = FMA((float)O[l], dm, a->m[l]);
+}
+
+ALWAYS_INLINE float kq_acc_sum(const KAcc *a, const int f) {
+    v8 t = v8_add(v8_load(a->s), v8_load(a->s + 8));
+    if (kq_has_min(f)) t = v8_add(t, v8_load(a->m));
+    return v8_hsum(t);
+}
+#endif
+
+/* mt rows (at `acts`, `stride` bytes apart) times one weight row of K / QKK super-blocks, each
+ * decoded once for the rows: y[i N] */
 ALWAYS_INLINE void kq_rows(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, const int f,
                            const int mt, float *y, int N) {
-    float acc[KQ_GROUP][16], accm[KQ_GROUP][8];
-    memset(acc, 0, sizeof acc);
-    memset(accm, 0, sizeof accm);
+    KAcc acc[KQ_GROUP];
+    for (int i = 0; i < mt; i++) kq_acc_zero(&acc[i]);
     const int bytes = format_bytes(f);
     for (int b = 0; b < K / QKK; b++) {
         KBlock k;
         kq_decode(wrow + (int64_t)b * bytes, f, &k);
         for (int i = 0; i < mt; i++) {
             const uint8_t *r = acts + i * stride;
-            const int8_t *x = (const int8_t *)r + QKK * b;
-            const int16_t *bs = KROW_BSUMS(r, K) + 16 * b;
-            int32_t S[16] = {0}, O[8];
-            for (int u = 0; u < 8; u++)
-                for (int l = 0; l < 8; l++) {
-                    int at = 32 * u + 4 * l, I = 0;
-                    for (int e = 0; e < 4; e++) I += k.codes[at + e] * x[at + e];
-                    S[8 * (u & 1) + l] += I * k.scales[at / 16];
-                }
-            for (int l = 0; l < 8; l++) O[l] = bs[2 * l] * k.gw[2 * l] + bs[2 * l + 1] * k.gw[2 * l + 1];
-            if (f == W_Q6_K)
-                for (int l = 0; l < 8; l++) S[l] -= 32 * O[l];
-            float dx = KROW_D(r, K)[b], dd = k.d * dx, dm = -(k.dmin * dx);
-            for (int l = 0; l < 16; l++) acc[i][l] = FMA((float)S[l], dd, acc[i][l]);
-            if (kq_has_min(f))
-                for (int l = 0; l < 8; l++) accm[i][l] = FMA((float)O[l], dm, accm[i][l]);
+            kq_acc_add(&acc[i], &k, (const int8_t *)r + QKK * b, KROW_BSUMS(r, K) + 16 * b, KROW_D(r, K)[b], f);
         }
     }
-    for (int i = 0; i < mt; i++) {
-        v8 t = v8_add(v8_load(acc[i]), v8_load(acc[i] + 8));
-        if (kq_has_min(f)) t = v8_add(t, v8_load(accm[i]));
-        y[(int64_t)i * N] = v8_hsum(t);
-    }
+    for (int i = 0; i < mt; i++) y[(int64_t)i * N] = kq_acc_sum(&acc[i], f);
 }
-#endif
 
 /* kq_rows compiled for each K-quant format and group size (constants in each copy) */
 ALWAYS_INLINE void kq_rows_of(const uint8_t *acts, int64_t stride, const uint8_t *wrow, int K, const int f, int mt,

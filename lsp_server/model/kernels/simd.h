@@ -64,6 +64,24 @@ ALWAYS_INLINE uint16_t float_to_half(float f) {
  * without -ffast-math) */
 ALWAYS_INLINE float round_even(float v) { return (v + 12582912.0f) - 12582912.0f; }
 
+/* n values at v as int8 codes q = round(v / d) (ties to even, within [-127, 127]) under the scale
+ * d = max|v| / 127, which it returns: the activations' quantization of both integer products
+ * (int8_products.h's units of 32, kquant_products.h's blocks of 256), scalar C in every build */
+ALWAYS_INLINE float quantize_codes(const float *v, const int n, int8_t *q) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float a = __builtin_fabsf(v[j]);
+        if (!(a <= amax) && amax == amax) amax = a; /* a NaN wins (and stays): the outputs become NaN, as a float product's */
+    }
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < n; j++) {
+        float t = round_even(v[j] * id);
+        t = t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t;
+        q[j] = (int8_t)(t == t ? (int)t : 0);
+    }
+    return d;
+}
+
 #ifdef KERNEL_X86
 typedef __m256 v8;
 ALWAYS_INLINE v8 v8_zero(void) { return _mm256_setzero_ps(); }
