@@ -22,7 +22,7 @@ and feeds the run only where a row leaves it for another terminal (`GrammarMatch
 from __future__ import annotations
 
 from grammar_tools.parsing import guards as G
-from grammar_tools.parsing.attributes import TARGET_GUARDS
+from grammar_tools.parsing.guard_checks import TARGET_GUARDS
 from grammar_tools.parsing.recognizer import Node, Recognizer
 
 # guards that read the node they are checked on and nothing below it: its attribute, its context

@@ -13,7 +13,7 @@ from grammar_tools.parsing.check import check_source
 from grammar_tools.parsing.cpython_check import compiles
 from grammar_tools.parsing.edit_check import EditCheck
 from grammar_tools.parsing.incremental import ParseError, PrefixParser
-from grammar_tools.parsing.recovery import parse_prefix
+from grammar_tools.parsing.incremental import parse_prefix
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,8 @@ import pytest
 from corpus_support import read_source, stdlib_files
 
 from grammar_tools.parsing.cpython_check import compiles
-from grammar_tools.parsing.incremental import (
-    IncrementalParser,
-    ParseError,
-    PrefixParser,
-    UnexpectedTerminal,
-)
+from grammar_tools.parsing.check import IncrementalParser, UnexpectedTerminal
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
 from grammar_tools.lexing.lexer_automaton import LexError
 
 

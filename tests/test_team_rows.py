@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grammar_tools.parsing.incremental import PrefixParser
-from grammar_tools.parsing.recovery import parse_prefix
+from grammar_tools.parsing.incremental import parse_prefix
 from lsp_server.decoding.stopping.context import Start
 from lsp_server.decoding.stopping.line_scanner import LineScanner
 from lsp_server.decoding.stopping.rest_of_file import RestOfFile

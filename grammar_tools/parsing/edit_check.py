@@ -36,7 +36,7 @@ A document that already has a syntax error after the cursor (the statement being
 does) is read past it the way `_Reference._recover` says: the broken statement is taken as
 `pass`, and parsing goes on at the next line indented no deeper than it. The edited text must
 have no error before it meets that parse; the errors after the meeting point are the same in
-both. Errors before the cursor are the caller's (`recovery.parse_prefix` rewrites the text before
+both. Errors before the cursor are the caller's (`incremental.parse_prefix` rewrites the text before
 the cursor so that it parses; give that text as `before`).
 
 Python's compiler rejects a few things the grammar accepts (`f() = 1`, `def f(a=1, b)`):
@@ -48,7 +48,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from ..grammar import BRACKET_CLOSE, BRACKET_OPEN
 from .incremental import ParseError, PrefixParser, same_configs
 from .indentation import indent_width
 from ..lexing.lexer_automaton import START, LexError
@@ -67,27 +66,6 @@ class Verdict:
     error: int | None = None  # offset in the edited text of its first error (when not ok)
     synced: int | None = None  # offset in the edited text where its parse met the document's
     lexemes: int = 0  # lexemes read after the cursor's (the check's work)
-
-
-def brackets_stay_open(parser: PrefixParser, data: bytes, pos: int, depth: int) -> bool:
-    """Whether `depth` brackets open at `pos` (a lexeme start) are still open at the end of
-    `data`: its lexemes from `pos` on, brackets counted (False where the text does not lex)."""
-    grammar = parser.recognizer.grammar
-    opens = {grammar.term_id[n] for n in BRACKET_OPEN}
-    closes = {grammar.term_id[n] for n in BRACKET_CLOSE}
-    accepting = parser.lexer.accepting_ids
-    try:
-        for _, _, state in parser.lexer.lexemes(data, START, pos, len(data)):
-            terms = accepting[state]
-            if not opens.isdisjoint(terms):
-                depth += 1
-            elif not closes.isdisjoint(terms):
-                depth -= 1
-                if depth <= 0:
-                    return False
-    except LexError:
-        return False
-    return depth > 0
 
 
 class _Reference:
@@ -168,7 +146,7 @@ class _Reference:
         closed: no error within a check's reach shows it."""
         at = self.reached
         if at not in self._open_to_end:
-            self._open_to_end[at] = brackets_stay_open(self.parser, self.data, at, self._last[0].depth)
+            self._open_to_end[at] = self.parser.lexer.brackets_stay_open(self.data, at, self._last[0].depth)
         return self._open_to_end[at]
 
     def clean_through_shallow_line(self, offset: int, col: int, met: int) -> bool:
