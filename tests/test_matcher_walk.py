@@ -1,10 +1,11 @@
 """Runs of unary operators (`- - - -`): the matcher walks them without parser checks
-(`mask_store.operator_runs`), and its masks are those of checking every row on its own."""
+(`mask_store.operator_runs`, in `mask_walk`), and its masks are those of checking every row on its own."""
 
 from __future__ import annotations
 
 import pytest
 
+from mask_store.mask_walk import collect, top_accepted
 from mask_store.matcher import GrammarMatcher
 from mask_store.operator_runs import cycles, in_cycle
 
@@ -81,7 +82,7 @@ def test_walk_gives_the_rows_each_checked_alone(compiled_full, prefix):
     runs = 0
     for group, node, width in _walks(comp, m):
         got: list[int] = []
-        comp.collect(group, node, width, got)
+        collect(comp, group, node, width, got)
         assert sorted(got) == _reference(comp, group, node, width)
         s = comp.store
         rows = range(int(s.group_start[group]), int(s.group_start[group + 1]))
@@ -126,7 +127,7 @@ def test_walk_gives_the_rows_each_checked_alone_in_blocks_and_comprehensions(com
     assert m.configs
     for group, node, width in _walks(comp, m):
         got: list[int] = []
-        comp.collect(group, node, width, got)
+        collect(comp, group, node, width, got)
         assert sorted(got) == _reference(comp, group, node, width), (prefix, group)
 
 
@@ -196,7 +197,7 @@ def test_top_accepted_is_accepted(lexer, version):
     assert len(nodes) > 500
     for node in nodes:
         fresh = Node(node.state, node.parent, node.attr, node.ctx, node.depth, node.indent)
-        assert rec.top_accepted(fresh, memo) == rec._accepted(node, -1), node
+        assert top_accepted(rec, fresh, memo) == rec._accepted(node, -1), node
     kinds = {v >= 0 for v in memo.values()}
     assert kinds == {True, False}  # sets from the top two nodes, and sets that read deeper
 
