@@ -200,12 +200,9 @@ class CompiledGrammar:
         return any(len(tb[u]) >= len(rest) for u in ids) or any(
             self.heal_goes_on(pairs.after(state, u), rest[len(tb[u]) :]) for u in ids)
 
-    def heal_words(self, heal: bytes) -> np.ndarray:
-        """The tokens that start with the healed bytes `heal` or are a prefix of them, as (W,)
-        uint64 words, read-only; memoized across requests (`GrammarMemo`)."""
-        return self.memo.heal_words(heal)
-
     def _heal_words(self, heal: bytes) -> np.ndarray:
+        """The tokens that start with the healed bytes `heal` or are a prefix of them, as (W,)
+        uint64 words, read-only (`memo.heal_words`: memoized across requests)."""
         words = np.zeros(self.W, dtype=np.uint64)
         bits.set_ids(words, self.vocab.tokens_compatible_with(heal))
         words.setflags(write=False)

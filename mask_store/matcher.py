@@ -9,7 +9,7 @@ A matcher holds a set of configurations `(q, node, width)`: NFA state q (a class
 configurations (X, d) that read every token alike, walked from its representative d), the parser
 node after everything announced so far (X included), and the indentation width typed so far
 when the open lexeme is a newline. A token moves each configuration (`advance`: the token's
-bytes through the lexer, `token_lexing.walk`, each lexeme they complete fed to the parser, the
+bytes through the lexer, `walk`, each lexeme they complete fed to the parser, the
 open one announced); `next_token_mask()` ORs the configurations' masks
 (`CompiledGrammar.config_bits`, memoized by parser context), then applies healing, the end of
 sequence and canonical tokenization in words.
@@ -31,13 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grammar_tools.lexing.lexer_automaton import LexError, LexerAutomaton
 from grammar_tools.parsing.incremental import PrefixParser, PrefixState, parse_prefix
+from grammar_tools.parsing.indentation import extend_width
 from grammar_tools.parsing.recognizer import Node
 
 from . import bits
 from .canonical import OFF, CanonicalState
 from .compiled import CompiledGrammar
-from .token_lexing import extend_width, walk
 
 
 @dataclass
@@ -60,6 +61,38 @@ class Config:
 
 
 # ------------------------------------------------------------------ transitions
+
+
+@dataclass(frozen=True)
+class TokenWalk:
+    """A token read from lexer state `d`.
+
+    first_end: offset where the current lexeme ends (None: it grows through the whole token);
+    first_state: the lexer state there (or at the token's end if it doesn't end);
+    lexemes: the complete lexemes after it, as (start, end, state);
+    final_start, final_state: the open lexeme at the token's end (if first_end is not None)."""
+
+    first_end: int | None
+    first_state: int
+    lexemes: tuple[tuple[int, int, int], ...]
+    final_start: int
+    final_state: int
+
+
+def walk(lexer: LexerAutomaton, d: int, data: bytes) -> TokenWalk | None:
+    """Read `data` from state `d` (`LexerAutomaton.lexemes`, as `token_lexing` reads the whole
+    vocabulary); None if the lexer dies (a lexical error)."""
+    lexemes = lexer.lexemes(data, d)
+    try:
+        _, first_end, first_state = next(lexemes)
+        if first_end == len(data):  # the lexeme grows through the whole token
+            lexemes.close()  # (its open lexeme is read no further)
+            return TokenWalk(None, first_state, (), 0, first_state)
+        rest = tuple(lexemes)
+    except LexError:
+        return None
+    final_start, _, final_state = rest[-1]
+    return TokenWalk(first_end, first_state, rest[:-1], final_start, final_state)
 
 
 def start_configs(comp: CompiledGrammar, st: PrefixState, held: bytes) -> list[Config]:
@@ -253,7 +286,7 @@ class GrammarMatcher:
         for c in self.configs[1:]:
             np.bitwise_or(words, comp.config_bits(c), out=words)
         if self.heal:
-            words &= comp.heal_words(self.heal)
+            words &= comp.memo.heal_words(self.heal)
         elif self.is_complete():
             words |= comp.eos_words
         if self.canonical.active:

@@ -144,9 +144,8 @@ def test_the_mask_store_and_stopping_measure_indents_as_the_parser():
     """The mask store's token indents (a newline lexeme's bytes as far as a token goes, or more of
     an open one) and the stop policy's cursor context give the parser's widths: form feeds reset,
     a comment ends the indentation."""
-    from grammar_tools.parsing.indentation import newline_width
+    from grammar_tools.parsing.indentation import extend_width, newline_width
     from lsp_server.decoding.stopping.context import continues_deeper
-    from mask_store.token_lexing import extend_width
 
     for lexeme in (b"\n  \f    ", b"\n\t  ", b"\n    \f", b"\n  # note", b"\n\n\t # c", b"\n \t"):
         assert extend_width(None, lexeme) == newline_width(lexeme), lexeme

@@ -85,7 +85,7 @@ class _Reference:
         self._statements = list(statements)  # the last few statement starts: (offset, configs)
         self._last = configs  # the configurations after the last lexeme read
         self._restart = -1  # where the last recovery restarted (the next one restarts after it)
-        self._run = parser.steps(data, configs, pos, state)
+        self._run = parser.steps(data, configs, pos, state, ends=True)
         self._origin = pos  # where the parse starts
         self._open_to_end: dict[int, bool] = {}  # `_stays_open`, by where the parse had read to
 
@@ -179,8 +179,7 @@ class _Reference:
         try:
             end, configs, newline = next(self._run)
         except StopIteration as stop:
-            state, start = stop.value
-            self.ends = self.parser.can_end_with(self._last, self.data[start:], state)
+            self.ends = stop.value[2]
             self._run, self.reached = None, len(self.data)
             return
         except (ParseError, LexError) as e:
@@ -204,7 +203,7 @@ class _Reference:
         self._new_line(at, configs)
         self.reached = self._restart = at
         self._last = configs
-        self._run = self.parser.steps(self.data, configs, at, START)
+        self._run = self.parser.steps(self.data, configs, at, START, ends=True)
 
     # ------------------------------------------------------------------ recovery
 
@@ -363,8 +362,8 @@ class EditCheck:
         else:
             self._origin = (st.lexeme_start, st.configs, START)
         pos, configs, state = self._origin
-        self.reference = _Reference(parser, before + after, pos, configs, state, parser.last_line(pos),
-                                    parser.last_statements(pos, STATEMENTS_KEPT))
+        line, statements = parser.restart_points(pos, STATEMENTS_KEPT)
+        self.reference = _Reference(parser, before + after, pos, configs, state, line, statements)
         self._known: dict[tuple[bytes, int], Verdict] = {}
         self._kept: dict[int, tuple[int, tuple[Node, ...]] | None] = {}  # per `replaced`: the existing text's first line
         line = before[before.rfind(b"\n") + 1 :]
@@ -410,7 +409,7 @@ class EditCheck:
         pos, configs, state = self._origin
         parser = self.parser
         kept = self._existing_line(replaced)
-        run = parser.steps(data, configs, pos, state)
+        run = parser.steps(data, configs, pos, state, ends=True)
         n = 0
         try:
             while True:
@@ -434,11 +433,11 @@ class EditCheck:
                             return Verdict(True, synced=end, lexemes=n)
                         return Verdict(False, error=end, synced=end, lexemes=n)
         except StopIteration as stop:
-            state, start = stop.value
+            ends = stop.value[2]
         except (ParseError, LexError) as e:
             return Verdict(False, error=e.pos, lexemes=n)
         if cut_short or kept is not None:  # not met within reach, or the existing text's line never reached
             return Verdict(False, error=len(data), lexemes=n)
-        if parser.can_end_with(configs, data[start:], state):
+        if ends:
             return Verdict(True, lexemes=n)
         return Verdict(False, error=len(data), lexemes=n)

@@ -133,7 +133,12 @@ class PrefixParser:
         terms = self.lexer.accepting_ids[state]
         if self._nl in terms:
             width = newline_width(data[start:end])
-            return [n for c in configs if (n := rec.feed_terminal(c, self._nl, width)) is not None]
+            out = []
+            for c in configs:
+                c = rec.feed_terminal(c, self._nl, width)
+                if c is not None:
+                    out.append(c)
+            return out
         if all(t in self._ignored for t in terms):
             return configs
         fields = self.fields
@@ -190,38 +195,40 @@ class PrefixParser:
                 configs = self.feed_lexeme(configs, held, 0, len(held), lexer_state)
         return any(self.recognizer.can_end(c) for c in configs)
 
-    def last_line(self, offset: int) -> tuple[int, tuple[Node, ...]]:
-        """Where the last line of the parsed text whose code starts at or before `offset`
-        starts, and the configurations there (the file's start if no newline came before;
-        statements outside brackets: `last_statements`)."""
+    def restart_points(self, offset: int, n: int):
+        """Where the parsed text can be read again from, at or before `offset`, with the
+        configurations there: the start of the last line whose code starts there (the file's
+        start if no newline came before), and the last `n` statement starts (outside brackets),
+        in order (the file's start if none)."""
+        line = None
+        statements = []
         for cp in reversed(self._checkpoints):
-            if cp.offset <= offset and cp.line:
-                return cp.offset, cp.configs
-        return 0, (self.recognizer.initial(),)
-
-    def last_statements(self, offset: int, n: int) -> list[tuple[int, tuple[Node, ...]]]:
-        """The last `n` statement starts (outside brackets) of the parsed text at or before
-        `offset`, in order, with their configurations (the file's start if none)."""
-        out = []
-        for cp in reversed(self._checkpoints):
-            if len(out) == n:
+            if cp.offset > offset:
+                continue
+            if line is None and cp.line:
+                line = (cp.offset, cp.configs)
+            if len(statements) < n and cp.statement:
+                statements.append((cp.offset, cp.configs))
+            if line is not None and len(statements) == n:
                 break
-            if cp.offset <= offset and cp.statement:
-                out.append((cp.offset, cp.configs))
-        return out[::-1] or [(0, (self.recognizer.initial(),))]
+        if line is None or not statements:
+            start = (0, (self.recognizer.initial(),))
+            line, statements = line or start, statements or [start]
+        return line, statements[::-1]
 
-    def steps(self, data: bytes, configs, pos: int, state: int | None = START):
+    def steps(self, data: bytes, configs, pos: int, state: int | None = START, ends: bool = False):
         """Lex and parse `data` from `pos`, where a lexeme starts in lexer `state` (None: a
         fresh document, after its virtual newline), one lexeme at a time: yields
         `(end, configs, newline)` after each complete lexeme (`newline`: it was a `_NEWLINE`, so
-        the next line's code starts at `end`); returns `(state, start)` of the open lexeme that
-        ends `data`. Raises LexError / ParseError at the first error."""
+        the next line's code starts at `end`); returns `(state, start, may_end)`: the open
+        lexeme that ends `data`, and with `ends` whether the text may end there (`can_end_with`;
+        else None). Raises LexError / ParseError at the first error."""
         acc_ids = self.lexer.accepting_ids
         nl = self._nl
         n = len(data)
         for start, i, lexeme_state in self.lexer.lexemes(data, state, pos, n):
-            if i == n:
-                return lexeme_state, start  # the last lexeme is held back: more text may extend it
+            if i == n:  # the last lexeme is held back: more text may extend it
+                return lexeme_state, start, self.can_end_with(configs, data[start:], lexeme_state) if ends else None
             configs = self.feed_lexeme(configs, data, start, i, lexeme_state)
             if not configs:
                 raise ParseError(start, f"unexpected {data[start:i][:20]!r}")
@@ -238,7 +245,7 @@ class PrefixParser:
                     cps.append(_Checkpoint(end, tuple(configs), newline, newline and configs[0].depth == 0))
                     since = 0
         except StopIteration as stop:
-            state, start = stop.value
+            state, start, _ = stop.value
         except (ParseError, LexError) as e:
             self._data = data[: e.pos]  # checkpoints beyond here are not valid
             raise

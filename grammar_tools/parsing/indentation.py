@@ -38,6 +38,16 @@ def newline_width(lexeme: bytes) -> Width:
     return indent_width(lexeme[lexeme.rfind(b"\n") + 1 :])
 
 
+def extend_width(width: Width | None, part: bytes) -> Width:
+    """(col, altcol) of an open `_NEWLINE` lexeme's indentation (`width` so far, None: none yet)
+    after more of its bytes `part` (as far as a token goes): from `part`'s last line break on,
+    else added to `width`."""
+    i = part.rfind(b"\n")
+    if i >= 0:
+        return indent_width(part[i + 1 :].replace(b"\r", b""))
+    return indent_width(part, width)
+
+
 def line_indent(line: str | bytes) -> int:
     """The column (`col`) where a line's text starts."""
     data = line.encode() if isinstance(line, str) else line
