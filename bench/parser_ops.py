@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import STDLIB, read_source, stats_ms, stats_us, stdlib_files  # noqa: E402
 
+from grammar_tools.parsing.lookahead import accepted  # noqa: E402
 from grammar_tools.parsing.check import IncrementalParser, accepts  # noqa: E402
 from grammar_tools.parsing.incremental import PrefixParser  # noqa: E402
 from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
@@ -66,7 +67,7 @@ def main() -> None:
             accseq_t.append(time.perf_counter() - t1)
             fresh = type(node)(node.state, node.parent, node.attr, node.ctx, node.depth, node.indent)
             t1 = time.perf_counter()
-            rec.accepted(fresh)
+            accepted(rec, fresh)
             accepted_t.append(time.perf_counter() - t1)
             t1 = time.perf_counter()
             snap = ip.snapshot()

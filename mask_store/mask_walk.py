@@ -4,7 +4,7 @@ A configuration's mask is the union of the masks of the rows of its NFA state's 
 terminal sequence the recognizer accepts after the configuration's node (`collect`), walked as
 a trie (`group_trie`) so that a shared prefix is checked once; a run of an operator cycle
 (`operator_runs`) is walked without checks. What may follow a node is memoized on it
-(`Recognizer.accepted`), and for the nodes a walk makes, across walks, by the fields of the
+(`lookahead.accepted`), and for the nodes a walk makes, across walks, by the fields of the
 stack's top two nodes where that is all it depends on (`top_accepted`); the walk's nodes are its
 own (freed when it ends). The compiled grammar (`compiled.CompiledGrammar.config_bits`) walks
 only for a mask it has not memoized: a warm request reads its masks without walking. `comp`,
@@ -13,6 +13,7 @@ the functions' first argument, is that `CompiledGrammar` (its store, recognizer 
 
 from __future__ import annotations
 
+from grammar_tools.parsing.lookahead import accepted, feed_all
 from grammar_tools.parsing.recognizer import Node, Recognizer
 
 from .operator_runs import in_cycle
@@ -76,7 +77,7 @@ def collect(comp, group: int, node: Node, width, out: list[int]) -> None:
         # their top two nodes' fields, across walks, when that is all the set depends on
         acc = p.acc
         if acc is None:
-            acc = rec.accepted(p) if p is node else top_accepted(rec, p, tops)
+            acc = accepted(rec, p) if p is node else top_accepted(rec, p, tops)
         checks += not k
         depth0 = p.depth == 0
         fed = []  # the children whose terminal is fed to p: all at once (`feed_all`)
@@ -115,7 +116,7 @@ def collect(comp, group: int, node: Node, width, out: list[int]) -> None:
                 after = {e: rec.feed(p, e)}
             else:
                 after = {}
-                rec.feed_all(p, [e for e, _ in fed], after)
+                feed_all(rec, p, [e for e, _ in fed], after)
             for e, child in fed:
                 p2 = after[e]
                 if p2 is not None:
@@ -173,7 +174,7 @@ _HIDDEN = _HiddenIndent()
 
 
 def top_accepted(rec: Recognizer, node: Node, memo: dict) -> int:
-    """`rec.accepted(node)`, memoized in `memo` (the caller's, shared by all stacks) by the
+    """`accepted(rec, node)`, memoized in `memo` (the caller's, shared by all stacks) by the
     fields of the node and its parent, their indentation left out, when computing it read
     nothing else: it is computed on copies of the two, their indentation hidden, on a
     bottom, and any read of those raises (`_BelowTop`: then it is computed on the stack
@@ -182,18 +183,18 @@ def top_accepted(rec: Recognizer, node: Node, memo: dict) -> int:
     mostly such, and their sets recur at every position."""
     below = node.parent
     if below is None:
-        return rec.accepted(node)
+        return accepted(rec, node)
     key = (node.state, node.attr, node.ctx, node.depth, below.state, below.attr, below.ctx, below.depth)
     acc = memo.get(key)
     if acc is None:
         top = Node(node.state, Node(below.state, _BOTTOM, below.attr, below.ctx, below.depth, _HIDDEN),
                    node.attr, node.ctx, node.depth, _HIDDEN)
         try:
-            acc = rec.accepted(top)
+            acc = accepted(rec, top)
         except _BelowTop:
             acc = -1  # it reads deeper
         memo[key] = acc
     if acc < 0:
-        return rec.accepted(node)
+        return accepted(rec, node)
     node.acc = acc
     return acc

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .fstring_fields import FieldError
 from .incremental import ParseError, PrefixParser, PrefixState, dedupe
+from .lookahead import accepted
 from .recognizer import ACCEPTED, Node, Recognizer
 from ..lexing.lexer_automaton import LexError
 
@@ -119,7 +120,7 @@ class IncrementalParser:
     def accepted_mask(self) -> int:
         m = 0
         for c in self.configs:
-            m |= self.recognizer.accepted(c)
+            m |= accepted(self.recognizer, c)
         return m
 
     def accepted_terminals(self) -> set[str]:

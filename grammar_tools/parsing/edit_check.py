@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from .incremental import ParseError, PrefixParser, same_configs
 from .indentation import indent_width
 from ..lexing.lexer_automaton import START, LexError
+from .lookahead import accepted
 from .recognizer import Node
 
 
@@ -265,7 +266,7 @@ class _Reference:
         col, alt = indent_width(data[line:pos])
         out = []
         for c in self._last:
-            if not rec.accepted(c) >> rec.INDENT & 1:
+            if not accepted(rec, c) >> rec.INDENT & 1:
                 continue
             for t in (rec.INDENT, pass_id, rec.NEWLINE):
                 c = c and rec.feed(c, t)

@@ -1,93 +1,17 @@
-"""The guards' checks on a stack, and the attribute rules they read.
-
-`guards` names the rule each grammar rule follows (CONST, PASS, GROUP, STAR_EXPR,
-LIST_PARTIAL, LIST_COMPLETE) and where a terminal's shift is guarded; the functions here are the
-rules themselves, written once for both of their users: the recognizer, on the nodes of a
-real stack, and the exploration (`exploration`), on the entries of a frame whose children's
-attributes it knows (where it doesn't, it reasons about the possible values, `semantics`).
-`GuardChecks` is the part of the recognizer that reads a stack to decide a guard: the targets'
-attributes, the context, `await` and the asynchronous comprehensions (their *flows* before
-3.11, `guards`' docstring).
+"""The guards that read a stack further than its top node: `await` and the asynchronous
+comprehensions (their scopes, and before 3.11 the *flows* the shifts and reductions carry:
+`guards`' docstring). `Recognizer._check` decides a guard, here when it is one of these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from . import guards as G
-from .guards import (
-    AS_ITEM,
-    G_DEL,
-    G_NOT_LONE_STAR,
-    G_SINGLE,
-    G_TARGET,
-    HAS_AS,
-    HAS_STAR,
-    LONE_STAR,
-    SINGLE,
-    STAR,
-    STARRED,
-    TARGET,
-)
 from .parse_table import ParseTable
 
 
-def group(inner: int) -> int:
-    """`( x )`: a target or a single target when x is one (a parenthesized `x as y` is not)."""
-    return inner & (TARGET | SINGLE)
-
-
-def starred(operand: int) -> int:
-    """`*x`: a starred target when x is a target (and not itself starred); any `*x` is a
-    LONE_STAR till a comma makes it an element (`of_list` drops it)."""
-    return (STAR if operand & TARGET and not operand & STAR else 0) | LONE_STAR
-
-
-def of_list(complete: bool, children: Iterable[int]) -> int:
-    """A tuple or list (`complete`) or a part of one, from its nonterminal children's
-    attributes (in any order): a target if every child is one, with at most one starred
-    child; a partial list carries its `x as y` items and its star up to the complete one,
-    which holds `x as y` items (HAS_AS: parenthesized with-items) or a starred element."""
-    all_target = True
-    stars = 0
-    as_item = 0
-    for a in children:
-        if not a & (TARGET | STAR):
-            all_target = False
-        if a & STAR:
-            stars += 1
-        if a & HAS_STAR:
-            stars += 1
-        as_item |= a & AS_ITEM
-    attr = (HAS_AS if as_item else 0) if complete else as_item
-    if all_target and stars <= 1:
-        attr |= TARGET
-    if stars:
-        attr |= STARRED if complete else HAS_STAR
-    return attr
-
-
-def target_guard_holds(code: int, attr: int) -> bool:
-    """The guards on the top node's attribute: an assignment target (`x =`, `for x in`, `with
-    … as x`), a single target (`x +=`, `x: int`), a deletable target (`del x`), no starred
-    expression standing alone (`x = *a`)."""
-    if code == G_TARGET:
-        return bool(attr & TARGET)
-    if code == G_SINGLE:
-        return bool(attr & SINGLE)
-    if code == G_DEL:
-        return bool(attr & TARGET) and not attr & (STAR | STARRED)
-    if code == G_NOT_LONE_STAR:
-        return not attr & LONE_STAR
-    raise ValueError(f"guard code {code} does not read an attribute")
-
-
-TARGET_GUARDS = frozenset({G_TARGET, G_SINGLE, G_DEL, G_NOT_LONE_STAR})  # the codes `target_guard_holds` decides
-
-
 class GuardChecks(ParseTable):
-    """The guards' checks of `Recognizer` on its nodes (`_check`), and the flows its shifts and
-    reductions carry (`_shift_flows`, `_reduce_flows`)."""
+    """The scopes of `await` and of asynchronous comprehensions on `Recognizer`'s nodes, and the
+    flows its shifts and reductions carry (`_shift_flows`, `_reduce_flows`)."""
 
     def _shift_flows(self, parent, state: int, t: int) -> int:
         """The flows after shifting `t` from `parent` into `state`."""
@@ -189,34 +113,6 @@ class GuardChecks(ParseTable):
         while n is not None and not (n.state in self.region_open and n.depth == node.depth):
             n = n.parent
         return n
-
-    def _check(self, code: int, arg: int, node) -> bool:
-        if code in TARGET_GUARDS:
-            return target_guard_holds(code, node.attr)
-        if code == G.G_CTX:
-            return bool(node.ctx & arg) if arg > 0 else not node.ctx & -arg
-        if code == G.G_AWAIT:  # arg: where a target starts (never)
-            return not arg and self._await_ok(node)
-        if code == G.G_COMP_ASYNC:  # `async for` in a comprehension
-            if node.state in self.comp_elements and not self._comp_start_ok(node):
-                return False
-            b = self._comp_bracket(node)
-            if b is None:
-                return False
-            return self.region_open[b.state] == G.GENEXP_KIND or self._async_comp_ok(b.parent)
-        if code == G.G_COMP_START:
-            return self._comp_start_ok(node)
-        if code == G.G_AS_IN_WITH:
-            # only in a parenthesis that opens the with statement's item list
-            n = node.parent
-            for _ in range(8):
-                if n is None:
-                    return False
-                if self.accessing[n.state] == "LPAR":
-                    return n.parent is not None and self.accessing[n.parent.state] == "WITH"
-                n = n.parent
-            return False
-        raise AssertionError(code)
 
     def _comp_start_ok(self, node) -> bool:
         """Before 3.11: may a comprehension's `for` follow its element (`node`)? Not if the

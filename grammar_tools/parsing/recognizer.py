@@ -15,21 +15,98 @@ for, by CPython's rules: tab stops of 8, and the width with tabs counted as 1 (`
 agree, else it is a TabError).
 
 `feed_terminal` is the one door of a lexeme's terminal (layout included) for the prefix parser
-and the matcher. `accepted(node)` (the bitset of terminals that may come next) and `feed_cached`
-memoize on the node itself, so a mask computation that asks the same node twice pays once (the
-mask walk also memoizes `accepted` by a stack's top two nodes: `mask_store.mask_walk`). `feed`
-makes a run of one-symbol reductions that pass the attribute on (a name reduced up to `test`) as
-one node (`_unit_chain`); `feed_all` feeds one node several terminals, their common reductions
-made once. The tables are built in `parse_table.py`, the guards' checks are in `guard_checks.py`.
+and the matcher; `feed_cached` memoizes on the node itself. `feed` makes a run of one-symbol
+reductions that pass the attribute on (a name reduced up to `test`) as one node (`_unit_chain`).
+The guards are decided by `_check` (on the attributes below; `await` and the asynchronous
+comprehensions in `guard_checks.py`). The tables are built in `parse_table.py`; which terminals
+may come next is `lookahead.py`'s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from . import guards as G
-from .guard_checks import GuardChecks, group, of_list, starred
+from .guard_checks import GuardChecks
+from .guards import (
+    AS_ITEM,
+    G_DEL,
+    G_NOT_LONE_STAR,
+    G_SINGLE,
+    G_TARGET,
+    HAS_AS,
+    HAS_STAR,
+    LONE_STAR,
+    SINGLE,
+    STAR,
+    STARRED,
+    TARGET,
+)
 
 _MISSING = object()
 _FLOWS = G.FLOWS  # (hot paths: no module lookups)
+
+
+# ---------------------------------------------------------------- attributes
+# The synthesized attribute of a node from its children's, and the guards that read it: `guards`
+# names the rule each grammar rule follows (CONST, PASS, GROUP, STAR_EXPR, LIST_PARTIAL,
+# LIST_COMPLETE); these functions are the rules themselves, written once for both of their users:
+# the recognizer, on the nodes of a real stack, and the exploration (`exploration`), on the
+# entries of a frame whose children's attributes it knows (where it doesn't, it reasons about the
+# possible values, `semantics`).
+
+
+def group(inner: int) -> int:
+    """`( x )`: a target or a single target when x is one (a parenthesized `x as y` is not)."""
+    return inner & (TARGET | SINGLE)
+
+
+def starred(operand: int) -> int:
+    """`*x`: a starred target when x is a target (and not itself starred); any `*x` is a
+    LONE_STAR till a comma makes it an element (`of_list` drops it)."""
+    return (STAR if operand & TARGET and not operand & STAR else 0) | LONE_STAR
+
+
+def of_list(complete: bool, children: Iterable[int]) -> int:
+    """A tuple or list (`complete`) or a part of one, from its nonterminal children's
+    attributes (in any order): a target if every child is one, with at most one starred
+    child; a partial list carries its `x as y` items and its star up to the complete one,
+    which holds `x as y` items (HAS_AS: parenthesized with-items) or a starred element."""
+    all_target = True
+    stars = 0
+    as_item = 0
+    for a in children:
+        if not a & (TARGET | STAR):
+            all_target = False
+        if a & STAR:
+            stars += 1
+        if a & HAS_STAR:
+            stars += 1
+        as_item |= a & AS_ITEM
+    attr = (HAS_AS if as_item else 0) if complete else as_item
+    if all_target and stars <= 1:
+        attr |= TARGET
+    if stars:
+        attr |= STARRED if complete else HAS_STAR
+    return attr
+
+
+def target_guard_holds(code: int, attr: int) -> bool:
+    """The guards on the top node's attribute: an assignment target (`x =`, `for x in`, `with
+    … as x`), a single target (`x +=`, `x: int`), a deletable target (`del x`), no starred
+    expression standing alone (`x = *a`)."""
+    if code == G_TARGET:
+        return bool(attr & TARGET)
+    if code == G_SINGLE:
+        return bool(attr & SINGLE)
+    if code == G_DEL:
+        return bool(attr & TARGET) and not attr & (STAR | STARRED)
+    if code == G_NOT_LONE_STAR:
+        return not attr & LONE_STAR
+    raise ValueError(f"guard code {code} does not read an attribute")
+
+
+TARGET_GUARDS = frozenset({G_TARGET, G_SINGLE, G_DEL, G_NOT_LONE_STAR})  # the codes `target_guard_holds` decides
 
 
 class Node:
@@ -101,6 +178,34 @@ class Recognizer(GuardChecks):
         elif not depth and ctx & _FLOWS:
             ctx &= ~_FLOWS
         return Node(state, parent, attr, ctx, depth, indent)
+    def _check(self, code: int, arg: int, node) -> bool:
+        if code in TARGET_GUARDS:
+            return target_guard_holds(code, node.attr)
+        if code == G.G_CTX:
+            return bool(node.ctx & arg) if arg > 0 else not node.ctx & -arg
+        if code == G.G_AWAIT:  # arg: where a target starts (never)
+            return not arg and self._await_ok(node)
+        if code == G.G_COMP_ASYNC:  # `async for` in a comprehension
+            if node.state in self.comp_elements and not self._comp_start_ok(node):
+                return False
+            b = self._comp_bracket(node)
+            if b is None:
+                return False
+            return self.region_open[b.state] == G.GENEXP_KIND or self._async_comp_ok(b.parent)
+        if code == G.G_COMP_START:
+            return self._comp_start_ok(node)
+        if code == G.G_AS_IN_WITH:
+            # only in a parenthesis that opens the with statement's item list
+            n = node.parent
+            for _ in range(8):
+                if n is None:
+                    return False
+                if self.accessing[n.state] == "LPAR":
+                    return n.parent is not None and self.accessing[n.parent.state] == "WITH"
+                n = n.parent
+            return False
+        raise AssertionError(code)
+
     def feed(self, node: Node, t: int) -> Node | None:
         """The configuration after terminal `t`, or None if `t` can't come next."""
         action = self.action
@@ -162,52 +267,6 @@ class Recognizer(GuardChecks):
                 break
             s = s2
         return s
-
-    def feed_all(self, node: Node, terminals, out: dict) -> None:
-        """`out[t] = feed(node, t)` for every terminal of `terminals`, the reductions that
-        several of them make from the same node made once (a mask walk feeds a node every
-        terminal its trie node goes on with: after a name, `(`, `.`, `[`, `,` ... all reduce the
-        name alike before their ways part)."""
-        action = self.action
-        guard = self.guard
-        unit_pass = self.unit_pass
-        work = [(node, terminals)]
-        while work:
-            node, ts = work.pop()
-            st = node.state
-            row = action[st]
-            groups = None
-            for t in ts:
-                a = row.get(t)
-                if a is None:
-                    out[t] = ACCEPTED if (t == self.END and st == self.end_state) else None
-                    continue
-                if guard:
-                    gd = guard.get(st * 1024 + t)
-                    if gd is not None and not self._check(gd[0], gd[1], node):
-                        out[t] = None
-                        continue
-                if a >= 0:
-                    out[t] = self._shift(node, a, t)
-                    continue
-                r = ~a
-                if unit_pass[r]:  # by where its chain ends (`_unit_chain`): a key >= 0
-                    f = self._chain_end(st, node.parent.state, t, r)
-                    gk = f if f >= 0 else ~r
-                else:
-                    gk = ~r
-                if groups is None:
-                    groups = {gk: [t]}
-                else:
-                    g = groups.get(gk)
-                    if g is None:
-                        groups[gk] = [t]
-                    else:
-                        g.append(t)
-            if groups is not None:
-                for gk, ts2 in groups.items():
-                    t0 = ts2[0]
-                    work.append((self._unit_chain(node, t0, ~row[t0]) if gk >= 0 else self._reduce(node, ~gk), ts2))
 
     def _shift(self, node: Node, a: int, t: int) -> Node | None:
         """`node` shifting terminal `t` into state `a` (its guards passed), or None where the
@@ -348,82 +407,3 @@ class Recognizer(GuardChecks):
         if t in self.ignored:
             return node
         return self.feed_cached(node, t) if cached else self.feed(node, t)
-
-    # ------------------------------------------------------------------ queries
-
-    def accepted(self, node: Node) -> int:
-        """Bitset of the terminals that can come next (INDENT/DEDENT as the table says)."""
-        acc = node.acc
-        if acc is None:
-            acc = node.acc = self._accepted(node, -1)
-        return acc
-
-    def _accepted(self, node: Node, cands: int) -> int:
-        st = node.state
-        result = self.shift_mask[st] & cands
-        guard = self.guard
-        if guard:
-            guarded = self.guarded_mask[st]
-            risky = result if node.attr & G.HAS_AS else result & guarded
-            while risky:
-                low = risky & -risky
-                risky ^= low
-                if not self._shift_ok(node, st, low.bit_length() - 1):
-                    result ^= low
-        else:
-            guarded = 0
-        for r, tmask in self.reduce_groups[st]:
-            sub = tmask & cands
-            if not sub:
-                continue
-            g = sub & guarded
-            if g:
-                while g:  # a guard on the reduction reads this node, as feed() does before reducing
-                    low = g & -g
-                    g ^= low
-                    gd = guard[st * 1024 + low.bit_length() - 1]
-                    if not self._check(gd[0], gd[1], node):
-                        sub ^= low
-                if not sub:
-                    continue
-            # many configurations reduce onto the same deeper node: memoized there by what the
-            # reduced node holds (the ctx: the flows come from the top)
-            if self.unit_pass[r]:  # its node is known without making it: the memo is asked first
-                base = node.parent
-                gs = self.goto[base.state][self.rule_lhs[r]]
-                if self.ctx_effect[gs] is None:
-                    ctx = base.ctx
-                    if not base.depth and ctx & _FLOWS:
-                        ctx &= ~_FLOWS
-                    key = (gs, node.attr, ctx, sub)
-                    red = None
-                else:
-                    red = self._reduce(node, r)
-                    key = (red.state, red.attr, red.ctx, sub)
-            else:
-                red = self._reduce(node, r)
-                base = red.parent
-                key = (red.state, red.attr, red.ctx, sub)
-            memo = base.memo
-            if memo is None:
-                memo = base.memo = {}
-            hit = memo.get(key)
-            if hit is None:
-                if red is None:  # `_reduce`'s common case (the unit rule's node), inline
-                    red = Node(gs, base, node.attr, ctx, base.depth, base.indent)
-                hit = memo[key] = self._accepted(red, sub)
-            result |= hit
-        if cands >> self.END & 1 and st == self.end_state:
-            result |= 1 << self.END
-        return result
-
-    def _shift_ok(self, node: Node, st: int, t: int) -> bool:
-        """The guards of shifting `t` from `node` (whose state `st` shifts it)."""
-        if node.attr & G.HAS_AS and not (t == self.COLON and st in self.with_colon):
-            return False
-        gd = self.guard.get(st * 1024 + t)
-        if gd is not None and not self._check(gd[0], gd[1], node):
-            return False
-        if t in self.bracket_delta and node.depth + self.bracket_delta[t] < 0:
-            return False
-        return not (t == self.DEDENT and not node.indent)
