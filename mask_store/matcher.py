@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grammar_tools.lexing.lexer_automaton import LexError, LexerAutomaton
-from grammar_tools.parsing.incremental import PrefixParser, PrefixState, parse_prefix
-from grammar_tools.parsing.indentation import extend_width
+from grammar_tools.parsing.incremental import PrefixParser, PrefixState, extend_width, parse_prefix
 from grammar_tools.parsing.recognizer import Node
 
 from . import bits

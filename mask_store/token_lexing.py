@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grammar_tools.parsing.indentation import indent_width
+from grammar_tools.parsing.incremental import indent_width
 
 from . import bits
 

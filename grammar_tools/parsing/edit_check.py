@@ -48,8 +48,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from .incremental import ParseError, PrefixParser, same_configs
-from .indentation import indent_width
+from .incremental import ParseError, PrefixParser, indent_width, same_configs
 from ..lexing.lexer_automaton import START, LexError
 from .lookahead import accepted
 from .recognizer import Node

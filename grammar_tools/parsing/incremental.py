@@ -13,12 +13,28 @@ and returns a `PrefixState`:
 - `recovered`: set when a syntax error before the cursor was skipped (see `parse_prefix`).
 
 The parser keeps checkpoints (parser configurations where lines start, and every
-`CHECKPOINT_EVERY` lexemes inside long lines) of the last text it parsed; parsing a new text re-lexes only from the last checkpoint before the first changed
-byte, so typing at the cursor or editing after it costs a line, not the file.
+`CHECKPOINT_EVERY` lexemes inside long lines) of the last text it parsed; parsing a new text
+re-lexes only from the last checkpoint before the first changed byte, so typing at the cursor or
+editing after it costs a line, not the file. `check.IncrementalParser` is the terminal-level API.
 
-`parse_prefix` parses the text before a cursor and, on a syntax error before it, keeps
-completing from a line after the error (below: recovery). `check.IncrementalParser` is the
-terminal-level API over one configuration set.
+Recovery: documents being edited are often broken (an unclosed bracket three functions up, a
+half-typed statement). `parse_prefix` parses the text before the cursor and, on an error,
+restarts from a line after the error that starts a statement enclosing (or leading to) the cursor:
+
+1. the block headers that enclose the cursor are found by indentation (each is the nearest line
+   above with less indentation that ends with `:`);
+2. restart candidates are, in order: those headers that come after the error (outermost first),
+   then the lines after the error at the cursor block's indentation, then the cursor's line;
+3. the headers above the restart line, which may be broken themselves, are replaced by neutral
+   headers of the same kind and indentation (`def _():`, `class _:`, `while _:`, `if _:`), so
+   the parser knows the indent stack and the context (inside a function, a loop...);
+4. the first candidate that parses up to the cursor wins; the result says so (`Recovery`).
+
+Indentation widths, by CPython's tokenizer (the one rule every part uses: `indent_width`): at
+the start of a line (`Parser/tokenizer.c`) CPython counts two widths, `col`, where a tab moves to
+the next multiple of 8, and `altcol`, where a tab counts as one column; a form feed resets both
+to 0 ("for Emacs users"); any other byte ends the indentation. A line is indented consistently
+when both widths order it the same way against the indent stack (else TabError).
 """
 
 from __future__ import annotations
@@ -27,7 +43,6 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from .indentation import indent_width, newline_width
 from .fstring_fields import FieldError, field_checker
 from ..lexing.lexer_automaton import START, LexError, LexerAutomaton, load_lexer_automaton
 from .recognizer import Node, Recognizer
@@ -200,17 +215,14 @@ class PrefixParser:
         configurations there: the start of the last line whose code starts there (the file's
         start if no newline came before), and the last `n` statement starts (outside brackets),
         in order (the file's start if none)."""
-        line = None
-        statements = []
+        line, statements = None, []
         for cp in reversed(self._checkpoints):
-            if cp.offset > offset:
-                continue
-            if line is None and cp.line:
-                line = (cp.offset, cp.configs)
-            if len(statements) < n and cp.statement:
-                statements.append((cp.offset, cp.configs))
             if line is not None and len(statements) == n:
                 break
+            if cp.offset <= offset and cp.line:
+                line = line or (cp.offset, cp.configs)
+                if cp.statement:
+                    statements.append((cp.offset, cp.configs))
         if line is None or not statements:
             start = (0, (self.recognizer.initial(),))
             line, statements = line or start, statements or [start]
@@ -267,22 +279,55 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
+# ---------------------------------------------------------------- indentation widths
+
+TAB_SIZE = 8
+
+Width = tuple[int, int]  # (col, altcol)
+
+
+def indent_width(ws: bytes, start: Width | None = None) -> Width:
+    """(col, altcol) after the whitespace `ws` that begins a line (or continues one whose
+    indentation so far is `start`); stops at the first byte that is not a space, tab or form
+    feed."""
+    col, alt = start or (0, 0)
+    for b in ws:
+        if b == 0x20:
+            col += 1
+            alt += 1
+        elif b == 0x09:
+            col = (col // TAB_SIZE + 1) * TAB_SIZE
+            alt += 1
+        elif b == 0x0C:
+            col = alt = 0
+        else:
+            break
+    return col, alt
+
+
+def newline_width(lexeme: bytes) -> Width:
+    """(col, altcol) of the indentation after the last newline of a `_NEWLINE` lexeme (a
+    comment after it ends the indentation: the width is what came before it)."""
+    return indent_width(lexeme[lexeme.rfind(b"\n") + 1 :])
+
+
+def extend_width(width: Width | None, part: bytes) -> Width:
+    """(col, altcol) of an open `_NEWLINE` lexeme's indentation (`width` so far, None: none yet)
+    after more of its bytes `part` (as far as a token goes): from `part`'s last line break on,
+    else added to `width`."""
+    i = part.rfind(b"\n")
+    if i >= 0:
+        return indent_width(part[i + 1 :].replace(b"\r", b""))
+    return indent_width(part, width)
+
+
+def line_indent(line: str | bytes) -> int:
+    """The column (`col`) where a line's text starts."""
+    data = line.encode() if isinstance(line, str) else line
+    return indent_width(data)[0]
+
+
 # ---------------------------------------------------------------- recovery
-#
-# Keep completing when the document has a syntax error before the cursor.
-#
-# Documents being edited are often broken: an unclosed bracket three functions up, a half-typed
-# statement. `parse_prefix` parses the text before the cursor and, on an error, restarts from a
-# line after the error that starts a statement enclosing (or leading to) the cursor:
-#
-# 1. the block headers that enclose the cursor are found by indentation (each is the nearest line
-#    above with less indentation that ends with `:`);
-# 2. restart candidates are, in order: those headers that come after the error (outermost first),
-#    then the lines after the error at the cursor block's indentation, then the cursor's line;
-# 3. the headers above the restart line, which may be broken themselves, are replaced by neutral
-#    headers of the same kind and indentation (`def _():`, `class _:`, `while _:`, `if _:`), so
-#    the parser knows the indent stack and the context (inside a function, a loop...);
-# 4. the first candidate that parses up to the cursor wins; the result says so (`Recovery`).
 
 _HEADER_END = re.compile(rb":\s*(#.*)?$")
 

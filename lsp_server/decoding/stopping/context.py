@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from grammar_tools.parsing.indentation import line_indent
+from grammar_tools.parsing.incremental import line_indent
 
 CLOSERS = frozenset(")]}\"'")
 _OPENER_END = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
