@@ -194,7 +194,7 @@ def code_hash() -> str:
 
 # why a tokenizer that splits by its own pattern (Qwen2's, Llama 3's) is refused (docs/models.md)
 OWN_PATTERN_REASON = (
-    "the pair table (pretoken_junctions) is GPT-2's; under Qwen2's pattern one punctuation character "
+    "the pair table (canonical.junction) is GPT-2's; under Qwen2's pattern one punctuation character "
     "joins the letters after it only where it starts a match (`(self` but `((` + `self`), every digit "
     "stands alone and punctuation runs take the newlines after them, so a pair's cut depends on the "
     "tokens before it")

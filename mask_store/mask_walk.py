@@ -140,7 +140,7 @@ def _run_fed(rec: Recognizer, p: Node, run: int, k: int) -> Node:
 
 
 class _BelowTop(Exception):
-    """A computation on a stack's top two nodes (`Recognizer.top_accepted`) read below them
+    """A computation on a stack's top two nodes (`top_accepted`) read below them
     or their indentation."""
 
 
