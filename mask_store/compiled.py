@@ -253,7 +253,7 @@ class CompiledGrammar:
     def config_bits(self, c) -> np.ndarray:
         """The tokens allowed from one configuration as (W,) uint64 words (`masks_to_bits`;
         read-only, memoized by parser context)."""
-        node_key = c.node.key()
+        node_key = c.node_key
         key = (c.q, node_key, c.width)
         cached = self.memo.masks.get(key)
         if cached is not None:

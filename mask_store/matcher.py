@@ -27,7 +27,7 @@ there is never a silent fallback to unconstrained decoding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,6 +57,11 @@ class Config:
     node: Node
     width: tuple[int, int] | None  # the open newline's indentation so far
     held: bytes = b""  # the open lexeme so far when it is an f-/t-string (its fields are checked)
+    # `node.key()`, made once with the configuration: the masks' memo and the dedupe read it
+    node_key: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_key", self.node.key())
 
 
 # ------------------------------------------------------------------ transitions
@@ -212,7 +217,7 @@ def _dedupe(configs: list[Config]) -> list[Config]:
         return configs
     seen = {}
     for c in configs:
-        seen.setdefault((c.q, c.node.key(), c.width, c.held), c)
+        seen.setdefault((c.q, c.node_key, c.width, c.held), c)
     return list(seen.values())
 
 
