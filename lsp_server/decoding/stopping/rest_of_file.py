@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from grammar_tools.parsing.incremental import PrefixParser
-from grammar_tools.parsing.incremental import line_indent
+from grammar_tools.parsing.incremental import PrefixParser, line_indent
 
 from .compatibility import Compatibility
 from .context import CursorContext, cursor_context
