@@ -277,7 +277,7 @@ def test_refused_tokenizers_are_refused_before_serializing(monkeypatch):
 
     wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     serialized = []
-    monkeypatch.setattr(C, "tables_path", lambda *a, **k: serialized.append(a) or 1 / 0)
+    monkeypatch.setattr(T, "tables_path", lambda *a, **k: serialized.append(a) or 1 / 0)
     with pytest.raises(T.CanonicalUnsupported, match="not BPE"):
         T.load_tables(wp, Vocabulary.from_tokenizer(wp))
     assert serialized == []
