@@ -102,7 +102,7 @@ def main(argv=None) -> int:
 
     from grammar_tools.parsing.recognizer import Recognizer
     from mask_store.loading import load_compiled
-    from mask_store.matcher import CompiledGrammar
+    from mask_store.compiled import CompiledGrammar
 
     on, tok = load_compiled(args.model)
     if on.canonical is None:

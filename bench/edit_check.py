@@ -39,7 +39,7 @@ from grammar_tools.parsing.edit_check import EditCheck  # noqa: E402
 from grammar_tools.parsing.incremental import ParseError, PrefixParser  # noqa: E402
 from grammar_tools.lexing.lexer_automaton import LexError, load_lexer_automaton  # noqa: E402
 from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
-from grammar_tools.parsing.recovery import parse_prefix  # noqa: E402
+from grammar_tools.parsing.incremental import parse_prefix  # noqa: E402
 
 
 

@@ -35,7 +35,8 @@ from grammar_tools.analyses.contexts import after  # noqa: E402
 from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
 from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
 from mask_store.loading import build_store, open_store  # noqa: E402
-from mask_store.matcher import CompiledGrammar, GrammarMatcher  # noqa: E402
+from mask_store.compiled import CompiledGrammar  # noqa: E402
+from mask_store.matcher import GrammarMatcher  # noqa: E402
 from mask_store.streamline import streamline_store  # noqa: E402
 from mask_store.vocabulary import load_tokenizer  # noqa: E402
 

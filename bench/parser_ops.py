@@ -23,7 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import STDLIB, read_source, stats_ms, stats_us, stdlib_files  # noqa: E402
 
-from grammar_tools.parsing.incremental import IncrementalParser, PrefixParser  # noqa: E402
+from grammar_tools.parsing.lookahead import accepted  # noqa: E402
+from grammar_tools.parsing.check import IncrementalParser, accepts  # noqa: E402
+from grammar_tools.parsing.incremental import PrefixParser  # noqa: E402
 from grammar_tools.lexing.lexer_automaton import load_lexer_automaton  # noqa: E402
 from grammar_tools.parsing.recognizer import Recognizer  # noqa: E402
 from grammar_tools.parsing.versions import NEWEST  # noqa: E402
@@ -61,11 +63,11 @@ def main() -> None:
             acc1_t.append(time.perf_counter() - t1)
             seq = [s[1] for s in steps[i : i + 2 + i % 2]]
             t1 = time.perf_counter()
-            rec.accepts(node, seq)
+            accepts(rec, node, seq)
             accseq_t.append(time.perf_counter() - t1)
             fresh = type(node)(node.state, node.parent, node.attr, node.ctx, node.depth, node.indent)
             t1 = time.perf_counter()
-            rec.accepted(fresh)
+            accepted(rec, fresh)
             accepted_t.append(time.perf_counter() - t1)
             t1 = time.perf_counter()
             snap = ip.snapshot()
@@ -170,7 +172,7 @@ def _steps(rec, lexer, data, lexeme_t):
                     break
         t1 = time.perf_counter()
         configs = parser.feed_lexeme(configs, data, a, b, d)
-        kind = "fstring" if any(parser.fields.is_field_string(t) for t in terms) else "other"
+        kind = "fstring" if not parser.fields.terminals.isdisjoint(terms) else "other"
         lexeme_t[kind].append(time.perf_counter() - t1)
     return out
 

@@ -105,7 +105,7 @@ def _run_json(cmd: list[str], tree_pss: bool = False) -> dict:
 
 
 def _canonical(model: str) -> dict:
-    from mask_store.canonical import CanonicalUnsupported, load_canonical
+    from mask_store.canonical_tables import CanonicalUnsupported, load_canonical
     from mask_store.vocabulary import load_tokenizer
 
     try:

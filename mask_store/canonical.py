@@ -5,7 +5,7 @@ A constraint can lead a model into spellings its tokenizer never produces (`ret`
 they skew its distribution and slow decoding. `CanonicalPairs` says, after a token, which next
 tokens keep the sequence canonical; the matcher ANDs it with the grammar's mask.
 
-Why pairs suffice, for byte-level BPE with GPT-2's pre-tokenizer (mask_store.pretoken_junctions):
+Why pairs suffice, for byte-level BPE with GPT-2's pre-tokenizer (`junction`, below):
 the encoding cuts the text into pre-tokens and runs BPE inside each one; within a pre-token, a
 sequence is BPE's output iff each adjacent pair is (the merges that build a token only see its
 own bytes, and a pair is canonical iff no merge across its junction fires first). The pair
@@ -32,44 +32,30 @@ the left and goes first; y not: the junction is left of a merge inside b). For a
 bs it excludes are, per such merge, a prefix of the tokens whose left spine holds y sorted by
 when y dies in them: a row is a union of slices, computed on first use (p50 0.05 ms) and kept
 in an LRU. The tables (spines, indexes, the classes of every token's edges) are built in about
-a second from `tokenizer.json` and cached as .npz, keyed by the tokenizer and this code.
+a second from `tokenizer.json` and cached as .npz, keyed by the tokenizer and the code
+(`canonical_tables.py`, which also says how the junction table `junction` follows from GPT-2's
+regex). Here is what a request reads: the states, the junction table and the rows.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import logging
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
-from pathlib import Path
 
 import numpy as np
 
-from grammar_tools import cache
-
 from . import bits
-from . import pretoken_junctions as pj
-from .pretoken_junctions import Head, Junction, RunKind
-from .vocabulary import Vocabulary
 
-log = logging.getLogger(__name__)
-
-FORMAT_VERSION = 2  # 2: digits_isolated
 ROW_CACHE = 1024  # rows kept, in bits (6 KB each for 49,152 tokens; 49 KB as booleans)
 
 
 def unpack_row(packed: np.ndarray, count: int) -> np.ndarray:
     """(count,) bool, read-only, from `bits.pack`'s words: the masks memoized across requests are
-    kept in bits (here and in `matcher.CompiledGrammar`)."""
+    kept in bits (here and in `compiled.CompiledGrammar`)."""
     row = bits.unpack(packed, count)
     row.setflags(write=False)
     return row
-
-
-class CanonicalUnsupported(ValueError):
-    """The tokenizer is not one whose canonical pairs this module can decide; says why."""
 
 
 class Continuation(IntEnum):
@@ -86,14 +72,93 @@ class Continuation(IntEnum):
 class CanonicalState:
     last: int  # the last token (-1: none)
     continuation: Continuation
+    active: bool = field(init=False)  # not OFF: the masks are filtered (read on every step: a field)
 
-    @property
-    def active(self) -> bool:
-        return self.continuation is not Continuation.OFF
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "active", self.continuation is not Continuation.OFF)
 
 
 OFF = CanonicalState(-1, Continuation.OFF)
 START = CanonicalState(-1, Continuation.START)
+
+
+class RunKind(IntEnum):
+    """What a token's text ends with, as the junction sees it (the token on the left)."""
+
+    LETTERS = 0  # [ ]letters
+    DIGITS = 1  # [ ]digits
+    PUNCT = 2  # [ ]punctuation (an apostrophe inside a run of punctuation included)
+    APOSTROPHE = 3  # `'` starting a match: a contraction may follow
+    CONTRACTION = 4  # 's 't 're 've 'm 'll 'd
+    SPACE = 5  # a single space: joins the run after it
+    WHITESPACE_CHAR = 6  # one whitespace character other than a space
+    WHITESPACE_RUN = 7  # two or more whitespace characters
+    OPEN_CHAR = 8  # ends inside a multi-byte character
+    UNKNOWN = 9  # ends with a character whose first byte is in an earlier token
+
+
+WHITESPACE_KINDS = (RunKind.SPACE, RunKind.WHITESPACE_CHAR, RunKind.WHITESPACE_RUN)
+
+
+class Head(IntEnum):
+    """How a token's text starts, as the junction sees it (the token on the right)."""
+
+    LETTER = 0
+    DIGIT = 1
+    PUNCT = 2
+    APOSTROPHE_RUN = 3  # `'` then punctuation or nothing
+    CONTRACTION = 4  # the whole token is a contraction
+    SPACE_RUN = 5  # a space, then a letter, digit or punctuation run
+    WHITESPACE = 6  # whitespace only
+    CONTINUATION = 7  # starts inside a multi-byte character
+    UNKNOWN = 8  # starts with a character the token does not complete
+
+
+class Contraction(IntEnum):
+    """For a token starting with a letter: what `'` before it would make."""
+
+    NONE = 0  # `'` + r: no contraction
+    EXACT = 1  # `'` + s, re, ...: the token completes a contraction
+    LONGER = 2  # `'` + self: the contraction `'s` ends inside the token
+
+
+class Junction(IntEnum):
+    BOUNDARY = 0
+    JOINED = 1
+    STRADDLE = 2
+    INVALID = 3  # not UTF-8: never in a tokenizer's output
+    UNKNOWN = 4
+
+
+B, J, S = Junction.BOUNDARY, Junction.JOINED, Junction.STRADDLE
+# columns: LETTER DIGIT PUNCT APOSTROPHE_RUN CONTRACTION SPACE_RUN WHITESPACE (valid UTF-8 heads)
+_TABLE = {
+    RunKind.LETTERS: (J, B, B, B, B, B, B),
+    RunKind.DIGITS: (B, J, B, B, B, B, B),
+    RunKind.PUNCT: (B, B, J, J, S, B, B),
+    RunKind.APOSTROPHE: (None, B, J, J, S, B, B),  # LETTER: by `Contraction`
+    RunKind.CONTRACTION: (B, B, B, B, B, B, B),
+    RunKind.SPACE: (J, J, J, J, S, B, J),
+    RunKind.WHITESPACE_CHAR: (B, B, B, B, B, B, J),
+    RunKind.WHITESPACE_RUN: (S, S, S, S, S, B, J),
+}
+
+
+def junction(kind: RunKind, h: Head, c: Contraction = Contraction.NONE, digits_isolated: bool = False) -> Junction:
+    """How the pre-tokenizer cuts the text of a token of kind `kind` followed by one that
+    starts as `h` (see the module docstring); `digits_isolated`: every digit is cut alone first
+    (StarCoder's pre-tokenizer)."""
+    if digits_isolated and (kind is RunKind.DIGITS or h is Head.DIGIT):
+        return B
+    if kind is RunKind.OPEN_CHAR:
+        return J if h is Head.CONTINUATION else Junction.INVALID
+    if h is Head.CONTINUATION:
+        return J if kind is RunKind.UNKNOWN else Junction.INVALID
+    if kind is RunKind.UNKNOWN or h is Head.UNKNOWN:
+        return Junction.UNKNOWN
+    if kind is RunKind.APOSTROPHE and h is Head.LETTER:
+        return (B, J, S)[c]
+    return _TABLE[kind][h]
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,195 +189,6 @@ class CanonicalTables:
     @property
     def size(self) -> int:
         return int(self.kind.shape[0])
-
-
-def code_hash() -> str:
-    return cache.source_hash(pj, sys.modules[__name__])[:8]
-
-
-# ---------------------------------------------------------------------------------- build
-
-
-# why a tokenizer that splits by its own pattern (Qwen2's, Llama 3's) is refused (docs/models.md)
-OWN_PATTERN_REASON = (
-    "the pair table (pretoken_junctions) is GPT-2's; under Qwen2's pattern one punctuation character "
-    "joins the letters after it only where it starts a match (`(self` but `((` + `self`), every digit "
-    "stands alone and punctuation runs take the newlines after them, so a pair's cut depends on the "
-    "tokens before it")
-
-
-def _own_split_pattern(pre: dict) -> str | None:
-    """The regex of a Split pre-tokenizer followed by a ByteLevel one without its own regex
-    (how Qwen2 and Llama 3 tokenizers are written), or None."""
-    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
-    if (len(parts) == 2 and parts[0].get("type") == "Split" and parts[1].get("type") == "ByteLevel"
-            and not parts[1].get("use_regex", True)):
-        return str((parts[0].get("pattern") or {}).get("Regex", ""))
-    return None
-
-
-# why a SentencePiece-style BPE (Gemma 3, Llama 2) is refused (docs/models.md)
-SENTENCEPIECE_REASON = (
-    "it is a SentencePiece BPE (spaces spelled `▁`, byte fallback, no pre-tokenizer): its merges run over "
-    "the whole text, across words, so no table of pre-token junctions says which pairs it makes")
-
-
-def _digits_then_byte_level(pre: dict) -> bool:
-    """Whether the pre-tokenizer is StarCoder's: every digit alone, then GPT-2's byte-level regex."""
-    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
-    return (len(parts) == 2 and parts[0].get("type") == "Digits" and parts[0].get("individual_digits")
-            and parts[1].get("type") == "ByteLevel" and parts[1].get("use_regex", True)
-            and not parts[1].get("add_prefix_space"))
-
-
-def _supported(spec: dict) -> bool:
-    """Raises CanonicalUnsupported (saying why) unless the tokenizer is byte-level BPE with
-    GPT-2's pre-tokenizer, every digit cut alone first or not; returns whether they are."""
-    model = spec.get("model") or {}
-    pre = spec.get("pre_tokenizer") or {}
-    if pre.get("type") == "Sequence" and len(pre.get("pretokenizers", [])) == 1:
-        pre = pre["pretokenizers"][0]
-    if model.get("type") == "BPE" and (model.get("byte_fallback") or pre.get("type") == "Metaspace"
-                                       or "▁" in json.dumps(spec.get("normalizer"), ensure_ascii=False)):
-        raise CanonicalUnsupported("canonical tokenization needs byte-level BPE with GPT-2's pre-tokenizer: "
-                                   + SENTENCEPIECE_REASON)
-    digits = _digits_then_byte_level(pre)
-    problems = []
-    if model.get("type") != "BPE":
-        problems.append(f"its model is {model.get('type')}, not BPE")
-    if (model.get("dropout") not in (None, 0, 0.0) or model.get("continuing_subword_prefix")
-            or model.get("end_of_word_suffix")):
-        problems.append("its BPE uses dropout or word affixes")
-    if model.get("ignore_merges"):
-        problems.append("its BPE takes whole words from the vocabulary (ignore_merges)")
-    split = _own_split_pattern(pre)
-    if split is not None:
-        problems.append(f"its pre-tokenizer cuts by a pattern of its own ({split[:60]}...), not GPT-2's regex: "
-                        + OWN_PATTERN_REASON)
-    elif not digits and (pre.get("type") != "ByteLevel" or not pre.get("use_regex", True)
-                         or pre.get("add_prefix_space")):
-        problems.append(f"its pre-tokenizer is {json.dumps(pre)[:120]}, not GPT-2's byte-level regex")
-    if spec.get("normalizer"):
-        problems.append("it normalizes text")
-    if problems:
-        raise CanonicalUnsupported("canonical tokenization needs byte-level BPE with GPT-2's pre-tokenizer: "
-                                   + "; ".join(problems))
-    return digits
-
-
-def _merge_ids(spec: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    vocab = spec["model"]["vocab"]
-    lefts, rights, outs = [], [], []
-    for m in spec["model"]["merges"]:
-        a, b = m.split(" ", 1) if isinstance(m, str) else m
-        if a not in vocab or b not in vocab or a + b not in vocab:
-            raise CanonicalUnsupported(f"the merge {a!r} + {b!r} names a token outside the vocabulary")
-        lefts.append(vocab[a])
-        rights.append(vocab[b])
-        outs.append(vocab[a + b])
-    return (np.array(lefts, dtype=np.int32), np.array(rights, dtype=np.int32), np.array(outs, dtype=np.int32))
-
-
-def _edge_classes(tokenizer, vocab: Vocabulary, free: np.ndarray, digits_isolated: bool = False):
-    V = vocab.size
-    texts = {}
-    for i, b in enumerate(vocab.token_bytes):
-        if not free[i]:
-            try:
-                texts[i] = b.decode()
-            except UnicodeDecodeError:
-                pass
-    # with digits cut alone first, a digit continues nothing: the classes are GPT-2's regex's own
-    classer = _gpt2_byte_level() if digits_isolated else tokenizer.pre_tokenizer
-    classes = pj.char_classes(classer, sorted({c for s in texts.values() for c in s}))
-    kind = np.full(V, RunKind.UNKNOWN, dtype=np.int8)
-    head = np.full(V, Head.UNKNOWN, dtype=np.int8)
-    contraction = np.zeros(V, dtype=np.int8)
-    single_space = np.zeros(V, dtype=bool)
-    for i, b in enumerate(vocab.token_bytes):
-        if free[i]:
-            continue
-        kind[i] = pj.run_kind(b, classes)
-        head[i] = pj.head(b, classes)
-        contraction[i] = pj.contraction(b)
-        s = texts.get(i)
-        single_space[i] = s is not None and len(s) == 1 and classes[s] is pj.CharClass.SPACE
-    reachable = np.ones(V, dtype=bool)
-    ids = list(texts)
-    for i, enc in zip(ids, tokenizer.encode_batch([texts[i] for i in ids], add_special_tokens=False)):
-        reachable[i] = enc.ids == [i]
-    return texts, kind, head, contraction, single_space, reachable
-
-
-def _gpt2_byte_level():
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    return ByteLevel(add_prefix_space=False, use_regex=True)
-
-
-def _check_table(tokenizer, texts, kind, head, contraction, reachable, digits_isolated: bool = False) -> None:
-    """Compare the junction table with the pre-tokenizer on two pairs of every (kind, head,
-    contraction) the vocabulary has: a tokenizer that looks like GPT-2's but cuts otherwise is
-    refused, not served wrong masks."""
-    lefts, rights = {}, {}
-    for i in texts:
-        if reachable[i]:
-            lefts.setdefault(int(kind[i]), []).append(i)
-            rights.setdefault((int(head[i]), int(contraction[i])), []).append(i)
-    samples = []
-    for k, ls in lefts.items():
-        for (h, c), rs in rights.items():
-            for j in range(2):
-                a, b = ls[(j * 7919) % len(ls)], rs[(j * 104729) % len(rs)]
-                samples.append((texts[a], texts[b], RunKind(k), Head(h), pj.Contraction(c)))
-    bad = pj.check_against(tokenizer.pre_tokenizer, samples, digits_isolated)
-    if bad:
-        raise CanonicalUnsupported("the pre-tokenizer cuts pairs unlike GPT-2's regex: " + "; ".join(bad[:3]))
-
-
-def build_tables(tokenizer, vocab: Vocabulary, text: str | None = None) -> CanonicalTables:
-    """The tables of a `tokenizers.Tokenizer` (CanonicalUnsupported if it is not byte-level
-    BPE with GPT-2's pre-tokenizer, or its merges are not in an order BPE can use); `text`:
-    its `to_str()` where the caller has it (a second at 262k tokens)."""
-    spec = json.loads(tokenizer.to_str() if text is None else text)
-    digits = _supported(spec)
-    V = vocab.size
-    L, R, out = _merge_ids(spec)  # per merge: its left and right parts and the token it makes
-    M = len(out)
-    birth = np.full(V, -1, dtype=np.int32)
-    left = np.full(V, -1, dtype=np.int32)
-    right = np.full(V, -1, dtype=np.int32)
-    birth[out], left[out], right[out] = np.arange(M, dtype=np.int32), L, R
-    if np.any(birth[L] >= np.arange(M)) or np.any(birth[R] >= np.arange(M)):
-        raise CanonicalUnsupported("a merge ranks before a merge that makes one of its parts")
-    free = np.zeros(V, dtype=bool)
-    free[list(vocab.special)] = True
-    free[[a["id"] for a in spec.get("added_tokens", []) if a["id"] < V]] = True
-    texts, kind, head, contraction, single_space, reachable = _edge_classes(tokenizer, vocab, free, digits)
-    _check_table(tokenizer, texts, kind, head, contraction, reachable, digits)
-
-    # left spines: (y, token, death of y in token), grouped by y, latest death first
-    never = np.int32(M + 1)
-    ys, toks, deaths = [], [], []
-    for b in np.flatnonzero(~free).tolist():
-        y, death = b, never
-        while y >= 0:
-            ys.append(y)
-            toks.append(b)
-            deaths.append(death)
-            death, y = birth[y], left[y]
-    ys_a, toks_a, deaths_a = np.array(ys, np.int32), np.array(toks, np.int32), np.array(deaths, np.int32)
-    order = np.lexsort((-deaths_a.astype(np.int64), ys_a))
-    ys_a, toks_a, deaths_a = ys_a[order], toks_a[order], deaths_a[order]
-    spine_start = np.searchsorted(ys_a, np.arange(V + 1)).astype(np.int64)
-    # merges by their left part, in rank order
-    morder = np.lexsort((np.arange(M), L))
-    merge_start = np.searchsorted(L[morder], np.arange(V + 1)).astype(np.int64)
-    return CanonicalTables(
-        kind, head, contraction, single_space, free, reachable, birth, left, right,
-        spine_start, toks_a, deaths_a, merge_start, R[morder].astype(np.int32), morder.astype(np.int32),
-        np.array(digits),
-    )
 
 
 # ---------------------------------------------------------------------------------- rows
@@ -353,10 +229,10 @@ class CanonicalPairs:
     def junctions(self, k: RunKind) -> np.ndarray:
         """(V,) Junction of a token of kind `k` with every token."""
         t = self.tables
-        table = np.zeros((len(Head), len(pj.Contraction)), dtype=np.int8)
+        table = np.zeros((len(Head), len(Contraction)), dtype=np.int8)
         for h in Head:
-            for c in pj.Contraction:
-                table[h, c] = pj.junction(k, h, c, self.digits_isolated)
+            for c in Contraction:
+                table[h, c] = junction(k, h, c, self.digits_isolated)
         return table[t.head, t.contraction]
 
     # ------------------------------------------------------------------ the merge check
@@ -422,7 +298,7 @@ class CanonicalPairs:
     def _compute_row(self, last: int, kind: RunKind, ends_ws_run: bool) -> np.ndarray:
         joined = self._joined[kind]
         row = self._allow[kind] | (joined & ~self.conflicts(last))
-        if kind in pj.WHITESPACE_KINDS:
+        if kind in WHITESPACE_KINDS:
             row |= joined & self.tables.single_space  # allowed where the run ends after it
         if ends_ws_run:
             row &= ~self._starts_space
@@ -462,10 +338,10 @@ class CanonicalPairs:
         if self.unconstrained(state):
             return CanonicalState(token, Continuation.FREE)
         k = self._kind(state)
-        j = pj.junction(k, Head(int(t.head[token])), pj.Contraction(int(t.contraction[token])), self.digits_isolated)
+        j = junction(k, Head(int(t.head[token])), Contraction(int(t.contraction[token])), self.digits_isolated)
         if j is Junction.JOINED and t.kind[token] == RunKind.APOSTROPHE:
             return CanonicalState(token, Continuation.IN_PUNCT_RUN)
-        if (j is Junction.JOINED and k in pj.WHITESPACE_KINDS and t.single_space[token]
+        if (j is Junction.JOINED and k in WHITESPACE_KINDS and t.single_space[token]
                 and self.conflict(state.last, token)):
             return CanonicalState(token, Continuation.ENDS_WHITESPACE_RUN)
         return CanonicalState(token, Continuation.FREE)
@@ -491,50 +367,3 @@ class CanonicalPairs:
 
     def row_cache_info(self):
         return self._row.cache_info()
-
-
-# ---------------------------------------------------------------------------------- cache
-
-
-def tables_path(tokenizer, text: str | None = None) -> Path:
-    """The cached tables' file, keyed by the tokenizer's whole serialization (`text`: its
-    `to_str()` where the caller has it) and the code that builds them."""
-    key = cache.content_hash(tokenizer.to_str() if text is None else text, code_hash(), str(FORMAT_VERSION))
-    return cache.cache_dir() / "canonical" / f"canonical-{key}.npz"
-
-
-_MODEL_OPTIONS = ("dropout", "byte_fallback", "continuing_subword_prefix", "end_of_word_suffix", "ignore_merges")
-
-
-def spec_outline(tokenizer) -> dict:
-    """The parts of a `tokenizers.Tokenizer`'s spec that `_supported` reads (the model's type and
-    options, the pre-tokenizer, the normalizer), without serializing its vocabulary and merges:
-    `to_str()` and its parse take ~3 s for a 262k SentencePiece vocabulary, which `_supported`
-    then refuses."""
-    model = tokenizer.model
-    options = {k: getattr(model, k) for k in _MODEL_OPTIONS if hasattr(model, k)}
-    out: dict = {"model": {"type": type(model).__name__, **options}}
-    for part in ("pre_tokenizer", "normalizer"):
-        component = getattr(tokenizer, part)
-        out[part] = None if component is None else json.loads(component.__getstate__())
-    return out
-
-
-def load_tables(tokenizer, vocab: Vocabulary) -> CanonicalTables:
-    """The tables of a tokenizer, from the cache or built (about a second) and cached;
-    CanonicalUnsupported, before anything is serialized, where its outline says so
-    (`spec_outline`)."""
-    _supported(spec_outline(tokenizer))
-    text = tokenizer.to_str()
-    path = tables_path(tokenizer, text)
-    data = cache.read_npz(path)
-    if data is not None and set(CanonicalTables.FIELDS) <= set(data) and data["kind"].shape[0] == vocab.size:
-        return CanonicalTables(**{f: data[f] for f in CanonicalTables.FIELDS})
-    tables = build_tables(tokenizer, vocab, text)
-    cache.write_npz(path, **{f: getattr(tables, f) for f in CanonicalTables.FIELDS})
-    return tables
-
-
-def load_canonical(tok) -> CanonicalPairs:
-    """The canonical pairs of a `LoadedTokenizer` (CanonicalUnsupported: say why, serve without)."""
-    return CanonicalPairs(load_tables(tok.tokenizer, tok.vocab))

@@ -91,9 +91,10 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .canonical import OFF, START, CanonicalUnsupported, load_canonical
+    from .canonical import OFF, START
+    from .canonical_tables import CanonicalUnsupported, load_canonical
     from .loading import open_store
-    from .matcher import CompiledGrammar
+    from .compiled import CompiledGrammar
     from .model_files import ModelNotFound
     from .store import MaskStoreError, load_store
     from .verify import verify_files

@@ -14,8 +14,9 @@ from grammar_tools.parsing.recognizer import Recognizer
 from . import builder
 from .build_timeline import Timeline
 from .builder import StoreBuilder
-from .canonical import CanonicalPairs, CanonicalUnsupported, load_canonical
-from .matcher import CompiledGrammar
+from .canonical import CanonicalPairs
+from .canonical_tables import CanonicalUnsupported, load_canonical
+from .compiled import CompiledGrammar
 from .store import MaskStore, MaskStoreError, default_store_path, load_store
 from .vocabulary import LoadedTokenizer, load_tokenizer
 

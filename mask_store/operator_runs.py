@@ -22,8 +22,7 @@ and feeds the run only where a row leaves it for another terminal (`GrammarMatch
 from __future__ import annotations
 
 from grammar_tools.parsing import guards as G
-from grammar_tools.parsing.attributes import TARGET_GUARDS
-from grammar_tools.parsing.recognizer import Node, Recognizer
+from grammar_tools.parsing.recognizer import TARGET_GUARDS, Node, Recognizer
 
 # guards that read the node they are checked on and nothing below it: its attribute, its context
 # bits, `await` outside a comprehension (the function's context bit; `in_cycle` asks for no

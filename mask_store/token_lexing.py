@@ -12,9 +12,9 @@ Terminals are *announced* when their lexeme starts: the open lexeme at the end o
 contributes the terminal it will become (one row per choice), complete lexemes contribute theirs
 (a newline also contributes its indentation, `Indent`), ignored ones (spaces, comments)
 contribute nothing. The announced sequence `S` is what the parser must accept; this module
-computes it for one token (`walk`, used by the matcher at run time) and, vectorized, for the
-whole vocabulary (`first_lexeme`, used by the builder: the first lexeme of
-`LexerAutomaton.lexemes` for all tokens at once, with numpy). Both follow the same rules.
+computes it, vectorized, for the whole vocabulary (`first_lexeme`, used by the builder: the
+first lexeme of `LexerAutomaton.lexemes` for all tokens at once, with numpy); the matcher reads
+one token at run time by the same rules (`matcher.walk`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grammar_tools.parsing.indentation import indent_width
-from grammar_tools.lexing.lexer_automaton import LexError, LexerAutomaton
+from grammar_tools.parsing.incremental import indent_width
 
 from . import bits
 
@@ -49,42 +48,6 @@ def indent_of(lexeme_part: bytes, relative_ok: bool) -> Indent:
     if i >= 0:
         return Indent(False, lexeme_part[i + 1 :].replace(b"\r", b""))
     return Indent(relative_ok, lexeme_part)
-
-
-def extend_width(width: tuple[int, int] | None, part: bytes) -> tuple[int, int]:
-    """The open newline's width after more of its bytes."""
-    return indent_of(part, True).width(width)
-
-
-@dataclass(frozen=True)
-class TokenWalk:
-    """A token read from lexer state `d`.
-
-    first_end: offset where the current lexeme ends (None: it grows through the whole token);
-    first_state: the lexer state there (or at the token's end if it doesn't end);
-    lexemes: the complete lexemes after it, as (start, end, state);
-    final_start, final_state: the open lexeme at the token's end (if first_end is not None)."""
-
-    first_end: int | None
-    first_state: int
-    lexemes: tuple[tuple[int, int, int], ...]
-    final_start: int
-    final_state: int
-
-
-def walk(lexer: LexerAutomaton, d: int, data: bytes) -> TokenWalk | None:
-    """Read `data` from state `d` (`LexerAutomaton.lexemes`); None if the lexer dies (a
-    lexical error)."""
-    lexemes = lexer.lexemes(data, d)
-    try:
-        _, first_end, first_state = next(lexemes)
-        if first_end == len(data):  # the lexeme grows through the whole token
-            return TokenWalk(None, first_state, (), 0, first_state)
-        rest = tuple(lexemes)
-    except LexError:
-        return None
-    final_start, _, final_state = rest[-1]
-    return TokenWalk(first_end, first_state, rest[:-1], final_start, final_state)
 
 
 # ---------------------------------------------------------------- vocabulary-wide

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from .canonical import OFF, CanonicalState
-from .matcher import CompiledGrammar, GrammarMatcher, MaskCounts
+from .compiled import CompiledGrammar
+from .matcher import GrammarMatcher, MaskCounts
 
 
 @dataclass

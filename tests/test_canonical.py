@@ -10,7 +10,7 @@ import pytest
 from corpus_support import read_source, stdlib_files
 
 from mask_store import canonical as C
-from mask_store import pretoken_junctions as pj
+from mask_store import canonical_tables as T
 from mask_store.vocabulary import Vocabulary, load_tokenizer
 
 # a small corpus with what the rules are about: indentation and blank lines, tabs, CRLF,
@@ -96,7 +96,7 @@ def test_small_bpe_every_pair_agrees_with_encode():
     """A byte-level BPE trained in the test: every pair of tokens against the tokenizer."""
     tok = _train_small()
     vocab = Vocabulary.from_tokenizer(tok)
-    pairs = C.CanonicalPairs(C.build_tables(tok, vocab))
+    pairs = C.CanonicalPairs(T.build_tables(tok, vocab))
     texts = _texts(vocab, pairs.tables)
     assert len(texts) > 250  # 128 ASCII bytes and about 150 merges
     ids = sorted(texts)
@@ -110,7 +110,7 @@ def test_small_bpe_triples_agree_with_encode():
     not canonical only beside a multi-byte character that the pair does not complete."""
     tok = _train_small()
     vocab = Vocabulary.from_tokenizer(tok)
-    pairs = C.CanonicalPairs(C.build_tables(tok, vocab))
+    pairs = C.CanonicalPairs(T.build_tables(tok, vocab))
     t = pairs.tables
     ids = [i for i in range(vocab.size) if not t.free[i]]
     rng = random.Random(7)
@@ -128,7 +128,7 @@ def test_small_bpe_triples_agree_with_encode():
         canonical += truth
         if pairs.is_canonical(tr, whole_text=True) != truth:
             assert not truth, [vocab.token_bytes[i] for i in tr]
-            partial = [i for i in tr if t.kind[i] in (pj.RunKind.OPEN_CHAR, pj.RunKind.UNKNOWN)]
+            partial = [i for i in tr if t.kind[i] in (C.RunKind.OPEN_CHAR, C.RunKind.UNKNOWN)]
             assert partial, [vocab.token_bytes[i] for i in tr]
             lax += 1
     assert canonical > 1000
@@ -138,7 +138,7 @@ def test_small_bpe_triples_agree_with_encode():
 @pytest.fixture(scope="module")
 def default_pairs():
     tok = load_tokenizer("default")
-    return tok, C.load_canonical(tok)
+    return tok, T.load_canonical(tok)
 
 
 @pytest.mark.slow
@@ -212,9 +212,9 @@ def test_the_rules_on_examples(default_pairs):
 def test_cached_tables_equal_built_ones(default_pairs, tmp_path, monkeypatch):
     tok, pairs = default_pairs
     monkeypatch.setenv("SYNTAXLOCK_CACHE", str(tmp_path))
-    first = C.load_tables(tok.tokenizer, tok.vocab)
-    assert C.tables_path(tok.tokenizer).is_file()
-    again = C.load_tables(tok.tokenizer, tok.vocab)
+    first = T.load_tables(tok.tokenizer, tok.vocab)
+    assert T.tables_path(tok.tokenizer).is_file()
+    again = T.load_tables(tok.tokenizer, tok.vocab)
     for f in C.CanonicalTables.FIELDS:
         assert np.array_equal(getattr(first, f), getattr(again, f)), f
         assert np.array_equal(getattr(first, f), getattr(pairs.tables, f)), f
@@ -234,18 +234,18 @@ def test_unsupported_tokenizers_are_refused_with_the_reason():
 
     tok = _train_small()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    with pytest.raises(C.CanonicalUnsupported, match="pre-tokenizer"):
-        C.build_tables(tok, Vocabulary.from_tokenizer(_train_small()))
+    with pytest.raises(T.CanonicalUnsupported, match="pre-tokenizer"):
+        T.build_tables(tok, Vocabulary.from_tokenizer(_train_small()))
     wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
-    with pytest.raises(C.CanonicalUnsupported, match="not BPE"):
-        C.build_tables(wp, Vocabulary.from_tokenizer(wp))
+    with pytest.raises(T.CanonicalUnsupported, match="not BPE"):
+        T.build_tables(wp, Vocabulary.from_tokenizer(wp))
 
 
 
 def _verdict(spec: dict) -> str:
     try:
-        return f"supported, digits alone: {C._supported(spec)}"
-    except C.CanonicalUnsupported as e:
+        return f"supported, digits alone: {T._supported(spec)}"
+    except T.CanonicalUnsupported as e:
         return str(e)
 
 
@@ -266,7 +266,7 @@ def test_the_outline_gives_the_full_specs_verdict():
     spm.normalizer = normalizers.Replace(" ", "\u2581")
     wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     tokenizers = [load_tokenizer("default").tokenizer, _train_small(), whitespace, metaspace, normalized, spm, wp]
-    verdicts = [_verdict(C.spec_outline(t)) for t in tokenizers]
+    verdicts = [_verdict(T.spec_outline(t)) for t in tokenizers]
     assert verdicts == [_verdict(json.loads(t.to_str())) for t in tokenizers]
     assert verdicts[0].startswith("supported") and verdicts[1].startswith("supported")
     assert sum(v.startswith("supported") for v in verdicts) == 2  # the others are refused, each for its reason
@@ -277,9 +277,9 @@ def test_refused_tokenizers_are_refused_before_serializing(monkeypatch):
 
     wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     serialized = []
-    monkeypatch.setattr(C, "tables_path", lambda *a, **k: serialized.append(a) or 1 / 0)
-    with pytest.raises(C.CanonicalUnsupported, match="not BPE"):
-        C.load_tables(wp, Vocabulary.from_tokenizer(wp))
+    monkeypatch.setattr(T, "tables_path", lambda *a, **k: serialized.append(a) or 1 / 0)
+    with pytest.raises(T.CanonicalUnsupported, match="not BPE"):
+        T.load_tables(wp, Vocabulary.from_tokenizer(wp))
     assert serialized == []
 
 
@@ -469,7 +469,7 @@ def test_a_grammar_without_canonical_pairs_completes_without_them(compiled_full)
     None) serves plain constrained completions with the option on, and says so in the result."""
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
     from lsp_server.options import EngineOptions
-    from mask_store.matcher import CompiledGrammar
+    from mask_store.compiled import CompiledGrammar
     from scripted_model import ScriptedRuntime
 
     comp, tok = compiled_full

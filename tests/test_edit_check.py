@@ -13,7 +13,7 @@ from grammar_tools.parsing.check import check_source
 from grammar_tools.parsing.cpython_check import compiles
 from grammar_tools.parsing.edit_check import EditCheck
 from grammar_tools.parsing.incremental import ParseError, PrefixParser
-from grammar_tools.parsing.recovery import parse_prefix
+from grammar_tools.parsing.incremental import parse_prefix
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def checked(parser_factory, doc: str, insert: str, replaced: int = 0):
 def statement_start(parser: PrefixParser, data: bytes, pos: int) -> int:
     """Where the statement that holds offset `pos` of `data` starts (it parses up to there)."""
     parser.parse(data[: pos + 1])  # the lexeme before the error complete
-    return parser.last_statements(pos, 1)[-1][0]
+    return parser.restart_points(pos, 1)[1][-1][0]
 
 
 def test_verdicts_are_the_whole_files_on_cut_stdlib_files(parser_factory):

@@ -15,6 +15,7 @@ import random
 
 import pytest
 
+from grammar_tools.parsing.lookahead import accepted
 from grammar_tools.parsing import guards as G
 from grammar_tools.analyses.exploration import CUT, D0, DP, REJ, explorer
 from grammar_tools.grammar import load_grammar
@@ -59,7 +60,7 @@ def _walk_stacks(rec: Recognizer, rng: random.Random, walks: int, steps: int) ->
     for _ in range(walks):
         node = rec.initial()
         for _ in range(steps):
-            acc = rec.accepted(node) & ~(1 << rec.END)
+            acc = accepted(rec, node) & ~(1 << rec.END)
             terms = [t for t in range(rec.n_terminals) if acc >> t & 1]
             if not terms:
                 break

@@ -301,7 +301,7 @@ def test_clear_errors_naming_the_file(tmp_path, spm_model):
 
 
 def test_sentencepiece_turns_canonical_tokenization_off_with_the_reason(spm):
-    from mask_store.canonical import SENTENCEPIECE_REASON, CanonicalUnsupported, load_canonical
+    from mask_store.canonical_tables import SENTENCEPIECE_REASON, CanonicalUnsupported, load_canonical
 
     with pytest.raises(CanonicalUnsupported, match="SentencePiece") as e:
         load_canonical(spm[1])
@@ -314,7 +314,8 @@ def test_sentencepiece_turns_canonical_tokenization_off_with_the_reason(spm):
 PROBE = textwrap.dedent('''
     import json, sys
     sys.modules["transformers"] = None  # any import of it fails: the GGUF path must not need it
-    from mask_store.canonical import _supported, START
+    from mask_store.canonical import START
+    from mask_store.canonical_tables import _supported
     from mask_store.loading import canonical_pairs
     from mask_store.model_files import resolve_model, tokenizer_json
     from mask_store.vocabulary import load_tokenizer

@@ -8,12 +8,8 @@ import pytest
 from corpus_support import read_source, stdlib_files
 
 from grammar_tools.parsing.cpython_check import compiles
-from grammar_tools.parsing.incremental import (
-    IncrementalParser,
-    ParseError,
-    PrefixParser,
-    UnexpectedTerminal,
-)
+from grammar_tools.parsing.check import IncrementalParser, UnexpectedTerminal
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
 from grammar_tools.lexing.lexer_automaton import LexError
 
 
@@ -127,7 +123,7 @@ def test_indent_width_follows_cpythons_tokenizer():
     """One rule for every part (parser, stopping, recovery): a tab moves `col` to the next
     multiple of 8 and counts 1 in `altcol`; a form feed resets both. CPython compiles a block's
     first line and a next one exactly when they have the same widths or the next dedents to 0."""
-    from grammar_tools.parsing.indentation import indent_width, line_indent, newline_width
+    from grammar_tools.parsing.incremental import indent_width, line_indent, newline_width
 
     assert indent_width(b"    x") == (4, 4)
     assert indent_width(b"\t  ") == (10, 3)
@@ -148,9 +144,8 @@ def test_the_mask_store_and_stopping_measure_indents_as_the_parser():
     """The mask store's token indents (a newline lexeme's bytes as far as a token goes, or more of
     an open one) and the stop policy's cursor context give the parser's widths: form feeds reset,
     a comment ends the indentation."""
-    from grammar_tools.parsing.indentation import newline_width
+    from grammar_tools.parsing.incremental import extend_width, newline_width
     from lsp_server.decoding.stopping.rest_of_file import continues_deeper
-    from mask_store.token_lexing import extend_width
 
     for lexeme in (b"\n  \f    ", b"\n\t  ", b"\n    \f", b"\n  # note", b"\n\n\t # c", b"\n \t"):
         assert extend_width(None, lexeme) == newline_width(lexeme), lexeme

@@ -254,7 +254,7 @@ def test_dead_token_words_made_row_by_row_are_the_dead_token_masks(compiled_full
     """`dead_token_words` packs one dead set at a time: every row is `dead_token_masks`' row in
     bits (usable tokens whose first byte ends the lexeme), read-only; the compiled grammar's."""
     from mask_store import bits
-    from mask_store.matcher import dead_token_masks, dead_token_words
+    from mask_store.compiled import dead_token_masks, dead_token_words
 
     compiled, tok = compiled_full
     rows = dead_token_words(compiled.store, tok.vocab, compiled.W)

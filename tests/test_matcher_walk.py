@@ -1,10 +1,12 @@
 """Runs of unary operators (`- - - -`): the matcher walks them without parser checks
-(`mask_store.operator_runs`), and its masks are those of checking every row on its own."""
+(`mask_store.operator_runs`, in `mask_walk`), and its masks are those of checking every row on its own."""
 
 from __future__ import annotations
 
 import pytest
 
+from grammar_tools.parsing.lookahead import accepted, accepted_among, feed_all
+from mask_store.mask_walk import collect, top_accepted
 from mask_store.matcher import GrammarMatcher
 from mask_store.operator_runs import cycles, in_cycle
 
@@ -19,7 +21,7 @@ def _row_accepted(comp, node, seq, width) -> bool:
         if e < T:
             if e == NL and p.depth:
                 continue
-            if not rec.accepted(p) >> e & 1:
+            if not accepted(rec, p) >> e & 1:
                 return False
             if i == len(seq) - 1:
                 return True
@@ -53,7 +55,7 @@ def test_unary_operators_make_cycles(recognizer):
         found = [in_cycle(table, a, b, e) for a, b in zip(nodes[2:], nodes[3:])]
         assert found[0] is False and all(found[1:]), op  # `x = -` then `-`: from the second on
         # what the cycle promises: the same terminals after every further operator
-        assert len({recognizer.accepted(n) for n in nodes[4:]}) == 1
+        assert len({accepted(recognizer, n) for n in nodes[4:]}) == 1
 
 
 def test_no_cycle_where_brackets_or_other_terminals_part_them(recognizer):
@@ -81,7 +83,7 @@ def test_walk_gives_the_rows_each_checked_alone(compiled_full, prefix):
     runs = 0
     for group, node, width in _walks(comp, m):
         got: list[int] = []
-        comp.collect(group, node, width, got)
+        collect(comp, group, node, width, got)
         assert sorted(got) == _reference(comp, group, node, width)
         s = comp.store
         rows = range(int(s.group_start[group]), int(s.group_start[group + 1]))
@@ -126,7 +128,7 @@ def test_walk_gives_the_rows_each_checked_alone_in_blocks_and_comprehensions(com
     assert m.configs
     for group, node, width in _walks(comp, m):
         got: list[int] = []
-        comp.collect(group, node, width, got)
+        collect(comp, group, node, width, got)
         assert sorted(got) == _reference(comp, group, node, width), (prefix, group)
 
 
@@ -146,7 +148,7 @@ def test_runs_in_a_comprehension_are_cycles_once_await_is_settled(recognizer):
     assert any(found)
     first = found.index(True)
     # what the cycle promises, `await` included: the same terminals after every further `-`
-    assert len({recognizer.accepted(b) for _, b in pairs[first:]}) == 1
+    assert len({accepted(recognizer, b) for _, b in pairs[first:]}) == 1
 
 
 def _prefix_nodes(rec, lexer, text: bytes):
@@ -162,7 +164,7 @@ def _prefix_nodes(rec, lexer, text: bytes):
             continue
         for node in st.configs:
             out.append(node)
-            acc = rec._accepted(node, -1)
+            acc = accepted_among(rec, node, -1)
             for e in range(rec.n_terminals):
                 if acc >> e & 1 and e != rec.END:
                     n2 = rec.feed(node, e)
@@ -196,7 +198,7 @@ def test_top_accepted_is_accepted(lexer, version):
     assert len(nodes) > 500
     for node in nodes:
         fresh = Node(node.state, node.parent, node.attr, node.ctx, node.depth, node.indent)
-        assert rec.top_accepted(fresh, memo) == rec._accepted(node, -1), node
+        assert top_accepted(rec, fresh, memo) == accepted_among(rec, node, -1), node
     kinds = {v >= 0 for v in memo.values()}
     assert kinds == {True, False}  # sets from the top two nodes, and sets that read deeper
 
@@ -234,7 +236,7 @@ def test_feed_and_feed_all_are_the_parse_one_reduction_at_a_time(lexer, version)
     fed = 0
     for node in nodes:
         together: dict = {}
-        rec.feed_all(node, terminals, together)
+        feed_all(rec, node, terminals, together)
         assert set(together) == set(terminals)
         for t in terminals:
             want = _feed_by_steps(rec, node, t)

@@ -9,7 +9,7 @@ from pathlib import Path
 from modern_corpus import SECTIONS, generate
 
 from grammar_tools.parsing.recognizer import Recognizer
-from mask_store.matcher import CompiledGrammar
+from mask_store.compiled import CompiledGrammar
 from mask_store.verify import verify_files
 
 

@@ -13,7 +13,7 @@ from corpus_support import read_source, stdlib_files
 
 from mask_store import loading
 from mask_store.builder import StoreBuilder
-from mask_store.matcher import CompiledGrammar
+from mask_store.compiled import CompiledGrammar
 from mask_store.nfa_states import NfaStates, terminal_classes
 from mask_store.store import ARRAYS, FORMAT_VERSION, MaskStoreError, load_store
 from mask_store.verify import verify_files

@@ -16,6 +16,7 @@ from corpus_support import read_source, stdlib_files
 from lark import Lark, Token
 from lark.lexer import Lexer
 
+from grammar_tools.parsing.lookahead import accepted
 from grammar_tools.grammar import grammar_text
 from grammar_tools.parsing.incremental import PrefixParser, newline_width
 from grammar_tools.parsing.recognizer import Recognizer
@@ -128,7 +129,7 @@ def test_cut_points_agree_with_full_lex_and_lark(recognizer, lexer, lark_parser)
             while fed < len(hist):
                 ip.feed_token(Token(g.terminals[hist[fed]], ""))
                 fed += 1
-            ours = set(g.names(rec_plain.accepted(node)))
+            ours = set(g.names(accepted(rec_plain, node)))
             theirs = set(ip.accepts())
             assert ours == theirs, (path, c, ours ^ theirs)
             compared_with_lark += 1

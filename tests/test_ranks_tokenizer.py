@@ -94,7 +94,7 @@ def test_merges_cover_every_split_in_rank_order():
 
 
 def test_canonical_tokenization_is_refused_for_qwens_pattern_with_the_reason(qwen):
-    from mask_store.canonical import CanonicalUnsupported, load_canonical
+    from mask_store.canonical_tables import CanonicalUnsupported, load_canonical
 
     with pytest.raises(CanonicalUnsupported, match=r"pattern of its own.*`\(self` but `\(\(` \+ `self`"):
         load_canonical(qwen)

@@ -12,9 +12,9 @@ import re
 
 from corpus_support import read_source, stdlib_files
 
-from grammar_tools.parsing.incremental import IncrementalParser, ParseError, PrefixParser
+from grammar_tools.parsing.check import IncrementalParser
+from grammar_tools.parsing.incremental import ParseError, PrefixParser, parse_prefix
 from grammar_tools.lexing.lexer_automaton import LexError
-from grammar_tools.parsing.recovery import parse_prefix
 
 TOP = re.compile(rb"^(def|class|async def) ", re.M)
 

@@ -11,7 +11,7 @@ from corpus_support import read_source, stdlib_files
 
 from grammar_tools.parsing.recognizer import Recognizer
 from mask_store.cli import main as mask_store_main
-from mask_store.matcher import CompiledGrammar
+from mask_store.compiled import CompiledGrammar
 from mask_store.store import load_store
 from mask_store.streamline import BOUNDARY_STEP, STEPS, streamline_store
 from mask_store.verify import verify_files

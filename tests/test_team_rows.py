@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from grammar_tools.parsing.incremental import PrefixParser
-from grammar_tools.parsing.recovery import parse_prefix
-from lsp_server.decoding.stopping.rest_of_file import Start, LineScanner, RestOfFile
+from grammar_tools.parsing.incremental import parse_prefix
+from lsp_server.decoding.stopping.rest_of_file import LineScanner, RestOfFile, Start
 from lsp_server.team.batch import GrammarBatch
 from lsp_server.team.rows import TeamGrammar, TeamRow
 from lsp_server.team.wire import TeamArgs, TeamArgsError, decode_nodes, encode_nodes

@@ -19,8 +19,8 @@ import pytest
 from model_support import make_tiny_model_dir
 
 from grammar_tools.parsing.incremental import PrefixParser
-from grammar_tools.parsing.recovery import parse_prefix
-from lsp_server.decoding.stopping.rest_of_file import Start, LineScanner, RestOfFile
+from grammar_tools.parsing.incremental import parse_prefix
+from lsp_server.decoding.stopping.rest_of_file import LineScanner, RestOfFile, Start
 from lsp_server.team.rows import TeamGrammar, TeamRow
 from lsp_server.team.wire import TeamArgs
 from mask_store import canonical as canonical_tokenization

@@ -46,7 +46,7 @@ import enum
 import functools
 import heapq
 
-from ..parsing import attributes
+from ..parsing import recognizer as attributes
 from ..parsing import guards as G
 from .contexts import AFTER, Context, Layout
 from ..grammar import Grammar

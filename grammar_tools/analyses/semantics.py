@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..parsing import attributes
+from ..parsing import recognizer as attributes
 from ..parsing import guards as G
 from ..grammar import BRACKET_CLOSE, BRACKET_OPEN, Grammar
 

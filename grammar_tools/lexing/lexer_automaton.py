@@ -27,7 +27,7 @@ import numpy as np
 from .. import cache
 from . import terminal_automata
 from .byte_automaton import DEAD, ByteDFA, minimize
-from ..grammar import NEWLINE, SOFT_KEYWORDS, Grammar, load_grammar
+from ..grammar import BRACKET_CLOSE, BRACKET_OPEN, NEWLINE, SOFT_KEYWORDS, Grammar, load_grammar
 
 START = 0
 
@@ -131,6 +131,26 @@ class LexerAutomaton:
         out = list(self.lexemes(data, state, pos, end))
         start, _, state = out.pop()
         return out, state, start
+
+    def brackets_stay_open(self, data: bytes, pos: int, depth: int) -> bool:
+        """Whether `depth` brackets open at `pos` (a lexeme start) are still open at the end of
+        `data`: its lexemes from `pos` on, brackets counted (False where the text does not lex)."""
+        tid = self.grammar.term_id
+        opens = {tid[n] for n in BRACKET_OPEN}
+        closes = {tid[n] for n in BRACKET_CLOSE}
+        accepting = self.accepting_ids
+        try:
+            for _, _, state in self.lexemes(data, START, pos, len(data)):
+                terms = accepting[state]
+                if not opens.isdisjoint(terms):
+                    depth += 1
+                elif not closes.isdisjoint(terms):
+                    depth -= 1
+                    if depth <= 0:
+                        return False
+        except LexError:
+            return False
+        return depth > 0
 
 
 def bit_indices(mask: int) -> tuple[int, ...]:

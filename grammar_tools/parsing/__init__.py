@@ -1,3 +1,3 @@
-"""Parsing: the recognizer (LALR table, guards, attributes, versions), layout, the
-incremental prefix parser, recovery, the edit check and f-string fields. Imports the
-grammar, the cache and `lexing`."""
+"""Parsing: the recognizer (its tables, guards, look-ahead, versions), the incremental prefix
+parser with its layout widths and recovery, the edit check, f-string fields and the whole-file
+check. Imports the grammar, the cache and `lexing`."""

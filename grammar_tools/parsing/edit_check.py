@@ -36,7 +36,7 @@ A document that already has a syntax error after the cursor (the statement being
 does) is read past it the way `_Reference._recover` says: the broken statement is taken as
 `pass`, and parsing goes on at the next line indented no deeper than it. The edited text must
 have no error before it meets that parse; the errors after the meeting point are the same in
-both. Errors before the cursor are the caller's (`recovery.parse_prefix` rewrites the text before
+both. Errors before the cursor are the caller's (`incremental.parse_prefix` rewrites the text before
 the cursor so that it parses; give that text as `before`).
 
 Python's compiler rejects a few things the grammar accepts (`f() = 1`, `def f(a=1, b)`):
@@ -48,10 +48,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from ..grammar import BRACKET_CLOSE, BRACKET_OPEN
-from .incremental import ParseError, PrefixParser, same_configs
-from .indentation import indent_width
+from .incremental import ParseError, PrefixParser, indent_width, same_configs
 from ..lexing.lexer_automaton import START, LexError
+from .lookahead import accepted
 from .recognizer import Node
 
 
@@ -67,27 +66,6 @@ class Verdict:
     error: int | None = None  # offset in the edited text of its first error (when not ok)
     synced: int | None = None  # offset in the edited text where its parse met the document's
     lexemes: int = 0  # lexemes read after the cursor's (the check's work)
-
-
-def brackets_stay_open(parser: PrefixParser, data: bytes, pos: int, depth: int) -> bool:
-    """Whether `depth` brackets open at `pos` (a lexeme start) are still open at the end of
-    `data`: its lexemes from `pos` on, brackets counted (False where the text does not lex)."""
-    grammar = parser.recognizer.grammar
-    opens = {grammar.term_id[n] for n in BRACKET_OPEN}
-    closes = {grammar.term_id[n] for n in BRACKET_CLOSE}
-    accepting = parser.lexer.accepting_ids
-    try:
-        for _, _, state in parser.lexer.lexemes(data, START, pos, len(data)):
-            terms = accepting[state]
-            if not opens.isdisjoint(terms):
-                depth += 1
-            elif not closes.isdisjoint(terms):
-                depth -= 1
-                if depth <= 0:
-                    return False
-    except LexError:
-        return False
-    return depth > 0
 
 
 class _Reference:
@@ -107,7 +85,7 @@ class _Reference:
         self._statements = list(statements)  # the last few statement starts: (offset, configs)
         self._last = configs  # the configurations after the last lexeme read
         self._restart = -1  # where the last recovery restarted (the next one restarts after it)
-        self._run = parser.steps(data, configs, pos, state)
+        self._run = parser.steps(data, configs, pos, state, ends=True)
         self._origin = pos  # where the parse starts
         self._open_to_end: dict[int, bool] = {}  # `_stays_open`, by where the parse had read to
 
@@ -168,7 +146,7 @@ class _Reference:
         closed: no error within a check's reach shows it."""
         at = self.reached
         if at not in self._open_to_end:
-            self._open_to_end[at] = brackets_stay_open(self.parser, self.data, at, self._last[0].depth)
+            self._open_to_end[at] = self.parser.lexer.brackets_stay_open(self.data, at, self._last[0].depth)
         return self._open_to_end[at]
 
     def clean_through_shallow_line(self, offset: int, col: int, met: int) -> bool:
@@ -201,8 +179,7 @@ class _Reference:
         try:
             end, configs, newline = next(self._run)
         except StopIteration as stop:
-            state, start = stop.value
-            self.ends = self.parser.can_end_with(self._last, self.data[start:], state)
+            self.ends = stop.value[2]
             self._run, self.reached = None, len(self.data)
             return
         except (ParseError, LexError) as e:
@@ -226,7 +203,7 @@ class _Reference:
         self._new_line(at, configs)
         self.reached = self._restart = at
         self._last = configs
-        self._run = self.parser.steps(self.data, configs, at, START)
+        self._run = self.parser.steps(self.data, configs, at, START, ends=True)
 
     # ------------------------------------------------------------------ recovery
 
@@ -288,7 +265,7 @@ class _Reference:
         col, alt = indent_width(data[line:pos])
         out = []
         for c in self._last:
-            if not rec.accepted(c) >> rec.INDENT & 1:
+            if not accepted(rec, c) >> rec.INDENT & 1:
                 continue
             for t in (rec.INDENT, pass_id, rec.NEWLINE):
                 c = c and rec.feed(c, t)
@@ -385,8 +362,8 @@ class EditCheck:
         else:
             self._origin = (st.lexeme_start, st.configs, START)
         pos, configs, state = self._origin
-        self.reference = _Reference(parser, before + after, pos, configs, state, parser.last_line(pos),
-                                    parser.last_statements(pos, STATEMENTS_KEPT))
+        line, statements = parser.restart_points(pos, STATEMENTS_KEPT)
+        self.reference = _Reference(parser, before + after, pos, configs, state, line, statements)
         self._known: dict[tuple[bytes, int], Verdict] = {}
         self._kept: dict[int, tuple[int, tuple[Node, ...]] | None] = {}  # per `replaced`: the existing text's first line
         line = before[before.rfind(b"\n") + 1 :]
@@ -432,7 +409,7 @@ class EditCheck:
         pos, configs, state = self._origin
         parser = self.parser
         kept = self._existing_line(replaced)
-        run = parser.steps(data, configs, pos, state)
+        run = parser.steps(data, configs, pos, state, ends=True)
         n = 0
         try:
             while True:
@@ -456,11 +433,11 @@ class EditCheck:
                             return Verdict(True, synced=end, lexemes=n)
                         return Verdict(False, error=end, synced=end, lexemes=n)
         except StopIteration as stop:
-            state, start = stop.value
+            ends = stop.value[2]
         except (ParseError, LexError) as e:
             return Verdict(False, error=e.pos, lexemes=n)
         if cut_short or kept is not None:  # not met within reach, or the existing text's line never reached
             return Verdict(False, error=len(data), lexemes=n)
-        if parser.can_end_with(configs, data[start:], state):
+        if ends:
             return Verdict(True, lexemes=n)
         return Verdict(False, error=len(data), lexemes=n)

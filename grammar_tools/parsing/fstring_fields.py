@@ -30,6 +30,7 @@ code: `f"{a[}"`, `f"{x +}"`, `f"{lambda x: 1}"` are errors where CPython says so
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ..lexing.lexer_automaton import START, LexError, LexerAutomaton
@@ -88,9 +89,6 @@ class FieldChecker:
         self._star, self._comma, self._semi = tid["STAR"], tid["COMMA"], tid["SEMICOLON"]
         self._wrap = (tid["NAME"], tid["EQUAL"]) if self.pep701 else (tid["LPAR"],)
         self._unwrap = () if self.pep701 else (tid["RPAR"],)
-
-    def is_field_string(self, terminal: int) -> bool:
-        return terminal in self.terminals
 
     def check(self, text: bytes, ctx: int = 0) -> None:
         """Raise `FieldError` if `text` (an f-/t-string lexeme, or the start of one) can't be
@@ -390,3 +388,10 @@ def _escape_end(text: bytes, j: int, kind: _Kind) -> int:
             raise FieldError(j, "invalid escape: malformed \\N character escape")
         return k + 1
     return j + 2
+
+
+@functools.lru_cache(maxsize=16)
+def field_checker(recognizer: Recognizer, lexer: LexerAutomaton) -> FieldChecker:
+    """The one `FieldChecker` of a (recognizer, lexer): every document's prefix parser and the
+    compiled grammar share it and its memo (its results depend on nothing else)."""
+    return FieldChecker(recognizer, lexer)

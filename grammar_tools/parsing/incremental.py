@@ -10,25 +10,42 @@ and returns a `PrefixState`:
   to the parser: a completion continues it;
 - `newline_width`: when the held-back lexeme is a newline, the width (col, altcol) of the
   indentation typed so far;
-- `recovered`: set when a syntax error before the cursor was skipped (see `recovery`).
+- `recovered`: set when a syntax error before the cursor was skipped (see `parse_prefix`).
 
 The parser keeps checkpoints (parser configurations where lines start, and every
-`CHECKPOINT_EVERY` lexemes inside long lines) of the last text it parsed; parsing a new text re-lexes only from the last checkpoint before the first changed
-byte, so typing at the cursor or editing after it costs a line, not the file.
+`CHECKPOINT_EVERY` lexemes inside long lines) of the last text it parsed; parsing a new text
+re-lexes only from the last checkpoint before the first changed byte, so typing at the cursor or
+editing after it costs a line, not the file. `check.IncrementalParser` is the terminal-level API.
 
-`IncrementalParser` is the terminal-level API over one configuration set: `feed(terminal)`,
-`accepts(terminals)`, `accepted_terminals()`, `snapshot()`/`restore()`.
+Recovery: documents being edited are often broken (an unclosed bracket three functions up, a
+half-typed statement). `parse_prefix` parses the text before the cursor and, on an error,
+restarts from a line after the error that starts a statement enclosing (or leading to) the cursor:
+
+1. the block headers that enclose the cursor are found by indentation (each is the nearest line
+   above with less indentation that ends with `:`);
+2. restart candidates are, in order: those headers that come after the error (outermost first),
+   then the lines after the error at the cursor block's indentation, then the cursor's line;
+3. the headers above the restart line, which may be broken themselves, are replaced by neutral
+   headers of the same kind and indentation (`def _():`, `class _:`, `while _:`, `if _:`), so
+   the parser knows the indent stack and the context (inside a function, a loop...);
+4. the first candidate that parses up to the cursor wins; the result says so (`Recovery`).
+
+Indentation widths, by CPython's tokenizer (the one rule every part uses: `indent_width`): at
+the start of a line (`Parser/tokenizer.c`) CPython counts two widths, `col`, where a tab moves to
+the next multiple of 8, and `altcol`, where a tab counts as one column; a form feed resets both
+to 0 ("for Emacs users"); any other byte ends the indentation. A line is indented consistently
+when both widths order it the same way against the indent stack (else TabError).
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 
-from .indentation import newline_width
-from .fstring_fields import FieldChecker, FieldError
+from .fstring_fields import FieldError, field_checker
 from ..lexing.lexer_automaton import START, LexError, LexerAutomaton, load_lexer_automaton
-from .recognizer import ACCEPTED, Node, Recognizer
+from .recognizer import Node, Recognizer
 
 CHECKPOINT_EVERY = 64  # lexemes between checkpoints inside long bracketed expressions
 
@@ -73,7 +90,7 @@ class PrefixState:
         return self.end - self.lexeme_start
 
 
-def _dedupe(configs: list[Node]) -> list[Node]:
+def dedupe(configs: list[Node]) -> list[Node]:
     if len(configs) < 2:
         return configs
     out: list[Node] = []
@@ -121,7 +138,7 @@ class PrefixParser:
         self._nl = g.term_id["_NEWLINE"]
         self._cont = g.term_id["LINE_CONT"]
         self._ignored = g.ignored
-        self.fields = FieldChecker(self.recognizer, self.lexer)
+        self.fields = field_checker(self.recognizer, self.lexer)  # one per (recognizer, lexer)
 
     # -------------------------------------------------------------- lexemes -> parser
 
@@ -130,19 +147,17 @@ class PrefixParser:
         rec = self.recognizer
         terms = self.lexer.accepting_ids[state]
         if self._nl in terms:
-            col, alt = newline_width(data[start:end])
+            width = newline_width(data[start:end])
             out = []
             for c in configs:
-                c = rec.feed_newline(c)
+                c = rec.feed_terminal(c, self._nl, width)
                 if c is not None:
-                    c = rec.feed_indentation(c, col, alt)
-                    if c is not None:
-                        out.append(c)
+                    out.append(c)
             return out
         if all(t in self._ignored for t in terms):
             return configs
         fields = self.fields
-        check = any(fields.is_field_string(t) for t in terms)
+        check = not fields.terminals.isdisjoint(terms)
         out = []
         error = None
         for c in configs:
@@ -153,12 +168,12 @@ class PrefixParser:
                     error = e
                     continue
             for t in terms:
-                n = rec.feed(c, t)
+                n = rec.feed_terminal(c, t)
                 if n is not None:
                     out.append(n)
         if not out and error is not None:
             raise ParseError(start + error.pos, str(error))
-        return _dedupe(out)
+        return dedupe(out)
 
     def parse(self, data: bytes) -> PrefixState:
         """Parse `data` (a prefix ending anywhere). Raises LexError/ParseError on an error."""
@@ -195,38 +210,37 @@ class PrefixParser:
                 configs = self.feed_lexeme(configs, held, 0, len(held), lexer_state)
         return any(self.recognizer.can_end(c) for c in configs)
 
-    def last_line(self, offset: int) -> tuple[int, tuple[Node, ...]]:
-        """Where the last line of the parsed text whose code starts at or before `offset`
-        starts, and the configurations there (the file's start if no newline came before;
-        statements outside brackets: `last_statements`)."""
+    def restart_points(self, offset: int, n: int):
+        """Where the parsed text can be read again from, at or before `offset`, with the
+        configurations there: the start of the last line whose code starts there (the file's
+        start if no newline came before), and the last `n` statement starts (outside brackets),
+        in order (the file's start if none)."""
+        line, statements = None, []
         for cp in reversed(self._checkpoints):
-            if cp.offset <= offset and cp.line:
-                return cp.offset, cp.configs
-        return 0, (self.recognizer.initial(),)
-
-    def last_statements(self, offset: int, n: int) -> list[tuple[int, tuple[Node, ...]]]:
-        """The last `n` statement starts (outside brackets) of the parsed text at or before
-        `offset`, in order, with their configurations (the file's start if none)."""
-        out = []
-        for cp in reversed(self._checkpoints):
-            if len(out) == n:
+            if line is not None and len(statements) == n:
                 break
-            if cp.offset <= offset and cp.statement:
-                out.append((cp.offset, cp.configs))
-        return out[::-1] or [(0, (self.recognizer.initial(),))]
+            if cp.offset <= offset and cp.line:
+                line = line or (cp.offset, cp.configs)
+                if cp.statement:
+                    statements.append((cp.offset, cp.configs))
+        if line is None or not statements:
+            start = (0, (self.recognizer.initial(),))
+            line, statements = line or start, statements or [start]
+        return line, statements[::-1]
 
-    def steps(self, data: bytes, configs, pos: int, state: int | None = START):
+    def steps(self, data: bytes, configs, pos: int, state: int | None = START, ends: bool = False):
         """Lex and parse `data` from `pos`, where a lexeme starts in lexer `state` (None: a
         fresh document, after its virtual newline), one lexeme at a time: yields
         `(end, configs, newline)` after each complete lexeme (`newline`: it was a `_NEWLINE`, so
-        the next line's code starts at `end`); returns `(state, start)` of the open lexeme that
-        ends `data`. Raises LexError / ParseError at the first error."""
+        the next line's code starts at `end`); returns `(state, start, may_end)`: the open
+        lexeme that ends `data`, and with `ends` whether the text may end there (`can_end_with`;
+        else None). Raises LexError / ParseError at the first error."""
         acc_ids = self.lexer.accepting_ids
         nl = self._nl
         n = len(data)
         for start, i, lexeme_state in self.lexer.lexemes(data, state, pos, n):
-            if i == n:
-                return lexeme_state, start  # the last lexeme is held back: more text may extend it
+            if i == n:  # the last lexeme is held back: more text may extend it
+                return lexeme_state, start, self.can_end_with(configs, data[start:], lexeme_state) if ends else None
             configs = self.feed_lexeme(configs, data, start, i, lexeme_state)
             if not configs:
                 raise ParseError(start, f"unexpected {data[start:i][:20]!r}")
@@ -243,7 +257,7 @@ class PrefixParser:
                     cps.append(_Checkpoint(end, tuple(configs), newline, newline and configs[0].depth == 0))
                     since = 0
         except StopIteration as stop:
-            state, start = stop.value
+            state, start, _ = stop.value
         except (ParseError, LexError) as e:
             self._data = data[: e.pos]  # checkpoints beyond here are not valid
             raise
@@ -265,79 +279,171 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
-# ---------------------------------------------------------------- terminal-level API
+# ---------------------------------------------------------------- indentation widths
+
+TAB_SIZE = 8
+
+Width = tuple[int, int]  # (col, altcol)
 
 
-class UnexpectedTerminal(ValueError):
-    def __init__(self, terminal: str, expected: set[str]) -> None:
-        super().__init__(f"unexpected {terminal}; expected one of {sorted(expected)}")
-        self.terminal = terminal
-        self.expected = expected
+def indent_width(ws: bytes, start: Width | None = None) -> Width:
+    """(col, altcol) after the whitespace `ws` that begins a line (or continues one whose
+    indentation so far is `start`); stops at the first byte that is not a space, tab or form
+    feed."""
+    col, alt = start or (0, 0)
+    for b in ws:
+        if b == 0x20:
+            col += 1
+            alt += 1
+        elif b == 0x09:
+            col = (col // TAB_SIZE + 1) * TAB_SIZE
+            alt += 1
+        elif b == 0x0C:
+            col = alt = 0
+        else:
+            break
+    return col, alt
 
 
-class IncrementalParser:
-    """A parser configuration set with terminal-level operations.
+def newline_width(lexeme: bytes) -> Width:
+    """(col, altcol) of the indentation after the last newline of a `_NEWLINE` lexeme (a
+    comment after it ends the indentation: the width is what came before it)."""
+    return indent_width(lexeme[lexeme.rfind(b"\n") + 1 :])
 
-    `feed` takes a terminal name or id (`_NEWLINE` and `_INDENT`/`_DEDENT` included, or use
-    `feed_newline(col, altcol)` for a newline with its indentation). Snapshots are the
-    (immutable) configuration tuples themselves.
-    """
 
-    def __init__(self, recognizer: Recognizer | None = None, configs=None) -> None:
-        self.recognizer = recognizer or Recognizer()
-        self.configs: tuple[Node, ...] = tuple(configs) if configs else (self.recognizer.initial(),)
+def extend_width(width: Width | None, part: bytes) -> Width:
+    """(col, altcol) of an open `_NEWLINE` lexeme's indentation (`width` so far, None: none yet)
+    after more of its bytes `part` (as far as a token goes): from `part`'s last line break on,
+    else added to `width`."""
+    i = part.rfind(b"\n")
+    if i >= 0:
+        return indent_width(part[i + 1 :].replace(b"\r", b""))
+    return indent_width(part, width)
 
-    @classmethod
-    def from_text(cls, text: str | bytes, parser: PrefixParser | None = None) -> tuple[IncrementalParser, PrefixState]:
-        parser = parser or PrefixParser()
-        data = text.encode() if isinstance(text, str) else text
-        st = parser.parse(data)
-        return cls(parser.recognizer, st.configs), st
 
-    def _tid(self, t) -> int:
-        return t if isinstance(t, int) else self.recognizer.grammar.term_id[t]
+def line_indent(line: str | bytes) -> int:
+    """The column (`col`) where a line's text starts."""
+    data = line.encode() if isinstance(line, str) else line
+    return indent_width(data)[0]
 
-    def feed(self, terminal) -> None:
-        t = self._tid(terminal)
-        out = [n for n in (self.recognizer.feed(c, t) for c in self.configs) if n is not None]
-        if not out:
-            g = self.recognizer.grammar
-            raise UnexpectedTerminal(g.terminals[t], self.accepted_terminals())
-        self.configs = tuple(_dedupe(out))
 
-    def feed_newline(self, col: int = 0, alt: int | None = None) -> None:
-        rec = self.recognizer
-        alt = col if alt is None else alt
-        out = []
-        for c in self.configs:
-            c = rec.feed_newline(c)
-            if c is not None:
-                c = rec.feed_indentation(c, col, alt)
-            if c is not None:
-                out.append(c)
-        if not out:
-            raise UnexpectedTerminal("_NEWLINE", self.accepted_terminals())
-        self.configs = tuple(out)
+# ---------------------------------------------------------------- recovery
 
-    def accepts(self, terminals) -> bool:
-        ts = [self._tid(t) for t in terminals]
-        return any(self.recognizer.accepts(c, ts) for c in self.configs)
+_HEADER_END = re.compile(rb":\s*(#.*)?$")
 
-    def accepted_mask(self) -> int:
-        m = 0
-        for c in self.configs:
-            m |= self.recognizer.accepted(c)
-        return m
 
-    def accepted_terminals(self) -> set[str]:
-        return set(self.recognizer.grammar.names(self.accepted_mask()))
+def _neutral_header(stripped: bytes) -> bytes:
+    word = stripped.split(None, 2)
+    first = word[0] if word else b""
+    if first.startswith(b"@"):
+        return b""
+    if first == b"async" and len(word) > 1:
+        if word[1].startswith(b"def"):
+            return b"async def _():"
+        if word[1].startswith((b"for", b"with")):
+            return b"async def _():"
+    if first == b"def" or first.startswith(b"def"):
+        return b"def _():"
+    if first == b"class":
+        return b"class _:"
+    if first in (b"for", b"while"):
+        return b"while _:"
+    return b"if _:"
 
-    def snapshot(self) -> tuple[Node, ...]:
-        return self.configs
 
-    def restore(self, snapshot: tuple[Node, ...]) -> None:
-        self.configs = snapshot
+def _line_info(lines: list[bytes]) -> list[tuple[int, bytes, bytes] | None]:
+    """Per line: (indent col, leading whitespace, stripped text) or None if blank/comment."""
+    out = []
+    for ln in lines:
+        s = ln.lstrip(b" \t\f")
+        if not s.strip() or s.startswith(b"#"):
+            out.append(None)
+            continue
+        lead = ln[: len(ln) - len(s)]
+        col, _ = indent_width(lead)
+        out.append((col, lead, s.rstrip(b"\r")))
+    return out
 
-    def is_accepted(self) -> bool:
-        """Whether the input so far is a complete file (after an implicit end)."""
-        return any(self.recognizer.feed(c, self.recognizer.END) is ACCEPTED for c in self.configs)
+
+def enclosing_headers(lines: list[bytes], info, cursor_line: int, cursor_col: int):
+    """The block headers enclosing the cursor, innermost first, as (line, col)."""
+    out = []
+    threshold = cursor_col
+    for i in range(cursor_line - 1, -1, -1):
+        li = info[i]
+        if li is None:
+            continue
+        col, _, text = li
+        if col < threshold and _HEADER_END.search(text):
+            out.append((i, col))
+            threshold = col
+            if col == 0:
+                break
+    return out
+
+
+def parse_prefix(parser: PrefixParser, data: bytes) -> PrefixState:
+    """Parse `data` (the text before the cursor), recovering from an earlier syntax error.
+
+    Raises the original LexError/ParseError if no restart point works."""
+    try:
+        return parser.parse(data)
+    except (ParseError, LexError) as e:
+        error = e
+    result = _recover(parser, data, error)
+    if result is None:
+        raise error
+    return result
+
+
+def _recover(parser: PrefixParser, data: bytes, error: Exception) -> PrefixState | None:
+    pos = error.pos
+    lines = data.split(b"\n")
+    starts = [0]
+    for ln in lines[:-1]:
+        starts.append(starts[-1] + len(ln) + 1)
+    error_line = data.count(b"\n", 0, pos)
+    cursor_line = len(lines) - 1
+    info = _line_info(lines)
+    cur = lines[cursor_line]
+    cur_col = indent_width(cur)[0]
+    headers = enclosing_headers(lines, info, cursor_line, cur_col if cur.strip() else 10**9)
+    # the indentation of the cursor's block: the cursor line's, or the next after its header
+    block_col = cur_col
+    candidates: list[int] = [h for h, _ in reversed(headers) if h > error_line]
+    for i in range(error_line + 1, cursor_line):
+        if info[i] is not None and info[i][0] == block_col and i not in candidates:
+            candidates.append(i)
+    if cursor_line > error_line and cursor_line not in candidates:
+        candidates.append(cursor_line)
+    for r in candidates:
+        synthetic = b"".join(
+            info[h][1] + _neutral_header(info[h][2]) + b"\n"
+            for h, col in reversed(headers)
+            if h < r and info[h] is not None and _neutral_header(info[h][2])
+        )
+        text = synthetic + data[starts[r] :]
+        fresh = PrefixParser(parser.recognizer, parser.lexer)
+        try:
+            st = fresh.parse(text)
+        except (ParseError, LexError):
+            continue
+        held = st.end - st.lexeme_start
+        return PrefixState(
+            configs=st.configs,
+            lexer_state=st.lexer_state,
+            lexeme_start=max(len(data) - held, 0),
+            end=len(data),
+            newline_width=st.newline_width,
+            recovered=Recovery(
+                error_pos=pos,
+                error=str(error),
+                restart_line=r,
+                synthetic_headers=tuple(
+                    _neutral_header(info[h][2]).decode() for h, _ in reversed(headers) if h < r
+                ),
+                resume=starts[r],
+                synthetic=synthetic,
+            ),
+        )
+    return None

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mask_store.matcher import CompiledGrammar, GrammarMatcher
+from mask_store.compiled import CompiledGrammar
+from mask_store.matcher import GrammarMatcher, start_configs
 
 from ..decoding.stopping.policy import Stop, Verdict, StopPolicy
 from ..decoding.stopping.rest_of_file import LineScanner
@@ -110,7 +111,7 @@ class TeamRow:
         self.grammar = grammar
         self.args = args
         state = args.prefix_state()
-        self.matcher = GrammarMatcher(compiled, compiled.start_configs(state, args.held), args.heal,
+        self.matcher = GrammarMatcher(compiled, start_configs(compiled, state, args.held), args.heal,
                                       prefix_state=state, canonical=args.canonical)
         self.policy = StopPolicy(args.rest_of_file(EVERY_CUT_VALID), grammar.scanner, args.held, args.heal,
                                  args.start_depth, args.start)

@@ -42,8 +42,7 @@ from enum import Enum
 
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 from grammar_tools.parsing.edit_check import EditCheck
-from grammar_tools.parsing.incremental import PrefixParser, newline_width
-from grammar_tools.parsing.indentation import line_indent
+from grammar_tools.parsing.incremental import PrefixParser, line_indent, newline_width
 
 
 # ---------------------------------------------------------------------------- the cursor's context
