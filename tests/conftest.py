@@ -12,6 +12,13 @@ from pathlib import Path
 import pytest
 from model_support import make_tiny_model_dir
 
+from lsp_server.threads import use_fair_threads
+
+# the test process's OpenMP threads sleep while they wait (what the CLI sets for the server, before
+# torch is loaded): spinning, they hold a core that the process they wait for needs (the servers,
+# editors and forked builds these tests start; lsp_server/threads.py)
+use_fair_threads()
+
 ROOT = Path(__file__).resolve().parents[1]
 # every derived artefact (parse tables, automata, mask stores, converted weights) goes to one
 # cache for the whole test session; CI starts with it empty
