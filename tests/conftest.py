@@ -4,12 +4,20 @@ modules share besides fixtures is in the *_support modules (pytest discourages i
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from model_support import make_tiny_model_dir
+
+from lsp_server.threads import use_fair_threads
+
+# the test process's OpenMP threads sleep while they wait (what the CLI sets for the server, before
+# torch is loaded): spinning, they hold a core that the process they wait for needs (the servers,
+# editors and forked builds these tests start; lsp_server/threads.py)
+use_fair_threads()
 
 ROOT = Path(__file__).resolve().parents[1]
 # every derived artefact (parse tables, automata, mask stores, converted weights) goes to one
@@ -96,6 +104,21 @@ def model_kernels():
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     return make_tiny_model_dir(Path(os.environ["SYNTAXLOCK_CACHE"]) / "tiny-model")
+
+
+@pytest.fixture(scope="session")
+def vsix(tmp_path_factory) -> Path:
+    """The VS Code extension packaged as users get it (`npm run package`, which also compiles the
+    extension and its test suites), once a session: its packaging test and the real-VS-Code test
+    both read this copy."""
+    ext = ROOT / "editors" / "vscode"
+    if not (ext / "node_modules" / "vscode-languageclient").is_dir():
+        pytest.fail("editors/vscode/node_modules is missing: run scripts/setup.sh (it runs `npm ci` there)")
+    r = subprocess.run(["npm", "run", "package"], cwd=ext, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    out = tmp_path_factory.mktemp("vsix") / "syntaxlock.vsix"
+    shutil.copy(ext / "syntaxlock.vsix", out)
+    return out
 
 
 FRESH_ENV = "SYNTAXLOCK_TEST_IN_FRESH_PROCESS"

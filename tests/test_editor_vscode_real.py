@@ -70,16 +70,6 @@ def store_ready() -> None:
 
 
 @pytest.fixture(scope="module")
-def vsix(tmp_path_factory) -> Path:
-    """The extension packaged as users get it (this also compiles the suite)."""
-    r = subprocess.run(["npm", "run", "package"], cwd=EXT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    out = tmp_path_factory.mktemp("vsix") / "syntaxlock.vsix"
-    shutil.copy(EXT / "syntaxlock.vsix", out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def suite(store_ready, vsix: Path) -> dict[str, str | None]:
     """Runs the suite once: test name -> None if it passed, else its failure text."""
     if OUT.exists():

@@ -1,6 +1,6 @@
 """The incremental parser agrees with the full lex, with the true next terminal, and with lark.
 
-At 10,000+ random cut points in stdlib files:
+At 5,000+ random cut points in stdlib files:
 - the held-back lexeme is the true lexeme's start and a viable prefix of its terminal;
 - the parser configurations accept the true lexeme (its terminal comes next);
 - the recognizer's accepted terminals equal lark's own `InteractiveParser.accepts()` after the
@@ -22,7 +22,7 @@ from grammar_tools.parsing.incremental import PrefixParser, newline_width
 from grammar_tools.parsing.recognizer import Recognizer
 from grammar_tools.parsing.versions import NEWEST
 
-N_FILES = 100
+N_FILES = 50
 CUTS_PER_FILE = 100
 
 
@@ -133,5 +133,5 @@ def test_cut_points_agree_with_full_lex_and_lark(recognizer, lexer, lark_parser)
             theirs = set(ip.accepts())
             assert ours == theirs, (path, c, ours ^ theirs)
             compared_with_lark += 1
-    assert checked >= 10_000
-    assert compared_with_lark >= 9_000
+    assert checked >= 5_000
+    assert compared_with_lark >= 4_500
