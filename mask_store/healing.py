@@ -58,3 +58,12 @@ def last_pretoken_tokens(token_bytes: list[bytes], pre_tokenizer, text: str, ids
         n += 1
         total += len(token_bytes[ids[-n]])
     return n if total == want and n else 1
+
+
+def token_healing(token_bytes: list[bytes], pre_tokenizer, text: str, ids: list[int], whole_pretoken: bool) -> Healing:
+    """Token healing of a prompt: `ids` (the tokenization of `text`) less the tokens the model
+    writes again, their bytes left for the grammar to re-create: the last token, or with
+    `whole_pretoken` (canonical tokenization) every token of the text's last pre-token
+    (`last_pretoken_tokens`)."""
+    n = last_pretoken_tokens(token_bytes, pre_tokenizer, text, ids) if whole_pretoken else 1
+    return back_off(token_bytes, text.encode(), ids, n)

@@ -123,7 +123,8 @@ def test_indent_width_follows_cpythons_tokenizer():
     """One rule for every part (parser, stopping, recovery): a tab moves `col` to the next
     multiple of 8 and counts 1 in `altcol`; a form feed resets both. CPython compiles a block's
     first line and a next one exactly when they have the same widths or the next dedents to 0."""
-    from grammar_tools.parsing.incremental import indent_width, line_indent, newline_width
+    from grammar_tools.parsing.incremental import indent_width, newline_width
+    from lsp_server.decoding.stopping.rest_of_file import line_indent
 
     assert indent_width(b"    x") == (4, 4)
     assert indent_width(b"\t  ") == (10, 3)

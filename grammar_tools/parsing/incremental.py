@@ -321,12 +321,6 @@ def extend_width(width: Width | None, part: bytes) -> Width:
     return indent_width(part, width)
 
 
-def line_indent(line: str | bytes) -> int:
-    """The column (`col`) where a line's text starts."""
-    data = line.encode() if isinstance(line, str) else line
-    return indent_width(data)[0]
-
-
 # ---------------------------------------------------------------- recovery
 
 _HEADER_END = re.compile(rb":\s*(#.*)?$")

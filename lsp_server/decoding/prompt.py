@@ -43,7 +43,7 @@ import functools
 import re
 from dataclasses import dataclass, replace
 
-from mask_store.healing import back_off, last_pretoken_tokens
+from mask_store.healing import token_healing
 from mask_store.vocabulary import LoadedTokenizer, Vocabulary
 
 from ..model.runtime import FimTokens
@@ -229,8 +229,7 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     healed_ids: tuple[int, ...] = ()
     healed = b""
     if heal:
-        n = last_pretoken_tokens(tok.vocab.token_bytes, tok.tokenizer.pre_tokenizer, text, ids) if heal_pretoken else 1
-        h = back_off(tok.vocab.token_bytes, text.encode(), ids, n)
+        h = token_healing(tok.vocab.token_bytes, tok.tokenizer.pre_tokenizer, text, ids, heal_pretoken)
         ids, healed_ids, healed = h.kept, h.healed_ids, h.healed
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")

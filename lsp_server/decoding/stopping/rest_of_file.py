@@ -42,13 +42,18 @@ from enum import Enum
 
 from grammar_tools.lexing.lexer_automaton import START, LexError, LexerAutomaton
 from grammar_tools.parsing.edit_check import EditCheck
-from grammar_tools.parsing.incremental import PrefixParser, line_indent, newline_width
+from grammar_tools.parsing.incremental import PrefixParser, indent_width, newline_width
 
 
 # ---------------------------------------------------------------------------- the cursor's context
 
 CLOSERS = frozenset(")]}\"'")
 _OPENER_END = re.compile(rb":[ \t]*(#[^\n]*)?\r?$")
+
+
+def line_indent(line: str) -> int:
+    """The column (`col`) where a line's text starts."""
+    return indent_width(line.encode())[0]
 
 
 def opens_block(line: bytes) -> bool:
@@ -247,14 +252,21 @@ class LineScanner:
         self.strings = {i for n, i in tid.items() if "STRING" in n or "BYTES" in n}
         self.closes = {tid[n] for n in ("RPAR", "RSQB", "RBRACE")}
 
+    def _lex(self, data: bytes):
+        """(lexemes, state, start) of `data` lexed from a lexeme start; None if it does not lex."""
+        try:
+            return self.lexer.lex(data, START, 0)
+        except LexError:
+            return None
+
     def line_ends(self, data: bytes, depth: int = 0) -> tuple[list[LineEnd], list[tuple[int, int]]] | None:
         """The newlines of `data` (which starts at a lexeme start, at bracket `depth`), and the
         lexeme boundaries with the bracket depth there; None if the bytes don't lex
         (unconstrained output)."""
-        try:
-            lexemes, state, start = self.lexer.lex(data, START, 0)
-        except LexError:
+        lexed = self._lex(data)
+        if lexed is None:
             return None
+        lexemes, state, start = lexed
         acc = self.lexer.accepting_ids
         ends: list[LineEnd] = []
         bounds = [(0, depth)]
@@ -279,10 +291,10 @@ class LineScanner:
         the string open for the file's own text to close: before each newline in it, and
         before its closing quotes (a docstring's first line written whole and closed where the
         file's docstring goes on)."""
-        try:
-            lexemes, state, start = self.lexer.lex(data, START, 0)
-        except LexError:
+        lexed = self._lex(data)
+        if lexed is None:
             return []
+        lexemes, state, start = lexed
         acc = self.lexer.accepting_ids
         out = []
         spans = [(a, b, True) for a, b, d in lexemes if self.strings.intersection(acc[d])]
@@ -299,19 +311,19 @@ class LineScanner:
 
     def inside_string(self, data: bytes) -> bool:
         """Whether `data` (from a lexeme start) ends inside an unterminated string literal."""
-        try:
-            _, state, _ = self.lexer.lex(data, START, 0)
-        except LexError:
+        lexed = self._lex(data)
+        if lexed is None:
             return False
+        state = lexed[1]
         possible = self.lexer.possible_ids[state]
         return bool(possible) and set(possible) <= self.strings and not self.lexer.accepting[state]
 
     def depth_after(self, data: bytes, depth: int = 0) -> int:
         """Bracket depth at the end of `data` (from a lexeme start at `depth`)."""
-        try:
-            lexemes, state, _ = self.lexer.lex(data, START, 0)
-        except LexError:
+        lexed = self._lex(data)
+        if lexed is None:
             return depth
+        lexemes, state, _ = lexed
         acc = self.lexer.accepting_ids
         states = [d for _, _, d in lexemes]
         if data and self.lexer.accepting[state]:
