@@ -8,11 +8,15 @@ the second request entered: a module is *entered* at a call from a function of a
 a call edge is (calling function, called function). Per module it gives the distinct edges that
 enter it from elsewhere (a measure of how often a reader following the request comes back to
 it); `re_entries` sums, over the modules, the distinct entering edges beyond the first.
+`imports_run` lists the import statements the traced request ran (imports inside functions on
+its path), `longest_modules` the longest modules it entered. `--edges` also lists each module's
+entering edges.
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
 import sys
 from collections import defaultdict
@@ -27,6 +31,15 @@ PACKAGES = ("lsp_server", "mask_store", "grammar_tools")
 def _module(frame) -> str | None:
     name = frame.f_globals.get("__name__", "")
     return name if name.split(".")[0] in PACKAGES else None
+
+
+def _longest(modules, n: int = 5) -> dict[str, int]:
+    """The `n` longest of the entered modules, in lines."""
+    lines = {}
+    for m in modules:
+        path = ROOT / (m.replace(".", "/") + ".py")
+        lines[m] = len((path if path.exists() else path.with_suffix("") / "__init__.py").read_text().splitlines())
+    return dict(sorted(lines.items(), key=lambda kv: -kv[1])[:n])
 
 
 def trace(fn, list_edges: bool = False) -> dict:
@@ -47,11 +60,23 @@ def trace(fn, list_edges: bool = False) -> dict:
         if src != callee:
             edges.add((src, caller.f_code.co_qualname, callee, frame.f_code.co_qualname))
 
+    imports: set[str] = set()
+    real_import = builtins.__import__
+
+    def import_spy(name, globals=None, locals=None, fromlist=(), level=0):
+        # an import statement run while the request is served (one inside a function)
+        module = (globals or {}).get("__name__", "")
+        if module.split(".")[0] in PACKAGES:
+            imports.add(f"{module}.{sys._getframe(1).f_code.co_qualname}: {name}")
+        return real_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = import_spy
     sys.setprofile(hook)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        builtins.__import__ = real_import
     entering: dict[str, set] = defaultdict(set)
     for src, f, dst, g in edges:
         entering[dst].add((src, f, g))
@@ -60,6 +85,8 @@ def trace(fn, list_edges: bool = False) -> dict:
         "modules_entered": len(entering),
         "cross_module_edges": len(edges),
         "re_entries": sum(n - 1 for n in per_module.values()),
+        "imports_run": sorted(imports),
+        "longest_modules": _longest(entering),
         "entries_by_module": per_module,
     }
     if list_edges:
