@@ -60,10 +60,9 @@ def last_pretoken_tokens(token_bytes: list[bytes], pre_tokenizer, text: str, ids
     return n if total == want and n else 1
 
 
-def token_healing(token_bytes: list[bytes], pre_tokenizer, text: str, ids: list[int], whole_pretoken: bool) -> Healing:
+def token_healing(token_bytes: list[bytes], pre_tokenizer, text: str, ids: list[int]) -> Healing:
     """Token healing of a prompt: `ids` (the tokenization of `text`) less the tokens the model
-    writes again, their bytes left for the grammar to re-create: the last token, or with
-    `whole_pretoken` (canonical tokenization) every token of the text's last pre-token
-    (`last_pretoken_tokens`)."""
-    n = last_pretoken_tokens(token_bytes, pre_tokenizer, text, ids) if whole_pretoken else 1
-    return back_off(token_bytes, text.encode(), ids, n)
+    writes again, their bytes left for the grammar to re-create: every token of the text's last
+    pre-token with a `pre_tokenizer` (canonical tokenization: `last_pretoken_tokens`), else the
+    last token."""
+    return back_off(token_bytes, text.encode(), ids, last_pretoken_tokens(token_bytes, pre_tokenizer, text, ids))

@@ -229,8 +229,8 @@ def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim
     healed_ids: tuple[int, ...] = ()
     healed = b""
     if heal:
-        pre_tokenizer = tok.tokenizer.pre_tokenizer if heal_pretoken else None  # read only for canonical healing
-        h = token_healing(tok.vocab.token_bytes, pre_tokenizer, text, ids, heal_pretoken)
+        pre_tokenizer = tok.tokenizer.pre_tokenizer if heal_pretoken else None  # None: the last token only
+        h = token_healing(tok.vocab.token_bytes, pre_tokenizer, text, ids)
         ids, healed_ids, healed = h.kept, h.healed_ids, h.healed
     if not ids:  # an empty document: a newline is the most neutral start a model knows
         ids = tok.encode("\n")
