@@ -18,16 +18,17 @@ setup-demo:
 demo: setup-demo
 	$(PY) -m lsp_server.cli complete $(DEMO_FILE) --line $(DEMO_LINE) --character $(DEMO_CHAR)
 
-# everything CI runs: the linter, then the whole test suite
+# everything CI runs: the linter, then the whole test suite in two worker processes (most tests
+# wait on a server, an editor or a compiler; tests/conftest.py says what the workers share)
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # the inner loop: the linter and the tests not marked `slow` (under 3 minutes on a 2-core
 # machine once the test cache holds the mask stores; see the README)
 check: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 lint: setup
 	$(PY) -m ruff check .

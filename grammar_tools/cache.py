@@ -11,12 +11,16 @@ behind the code), and `library_versions` names the libraries whose output it kee
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,17 +161,57 @@ def _module_file(root: Path, name: str) -> Path | None:
     return None
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextmanager
+def written_aside(path: Path) -> Iterator[Path]:
+    """A file name beside `path`, this writer's own, renamed onto `path` when the block ends
+    (removed if it raises): a reader sees the old file or the whole new one, and two processes
+    making the same artefact at once (two servers, two test workers) never write into one file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        yield Path(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+@contextmanager
+def folder_written_aside(path: Path) -> Iterator[Path]:
+    """`written_aside` for a folder: an empty folder beside `path`, this writer's own, that
+    takes `path`'s place when the block ends. Where another writer finished first, its folder
+    is kept and this one removed (both were made from the same inputs)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp"))
+    try:
+        yield tmp
+        try:
+            tmp.rename(path)
+        except OSError:
+            if not path.is_dir():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def one_maker(path: Path) -> Iterator[None]:
+    """One process at a time inside the block for the artefact at `path` (an exclusive lock on
+    `<path>.lock` beside it): a process that waited here finds what the first one made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with written_aside(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -133,22 +133,33 @@ def load_compiled(
     path = Path(store_path) if store_path else store_path_for(tok, streamline)
     try:
         store = open_store(path, tok)
-    except MaskStoreError as e:
+    except MaskStoreError:
         if store_path or not build_if_missing:
             raise
-        if path.is_file():  # there, but damaged or from another version: never used, made again
-            log.warning("%s; rebuilding it", str(e).split(": rebuild it")[0])
-        log.info("building the mask store for %s (once)", tok.source.name)
-        full = None
-        if streamline:  # streamline the cached full store if there is one
-            try:
-                full = open_store(store_path_for(tok, False), tok)
-            except MaskStoreError:
-                full = None
-        store = build_store(tok, model, streamline=streamline, progress=progress, full=full)
-        store.save(path)
+        with cache.one_maker(path):  # a second process (server, test worker) waits, then reads it
+            store = _store_made_once(path, tok, model, streamline, progress)
     rec = Recognizer(python_version=python_version) if python_version else Recognizer()
     return CompiledGrammar(store, tok.vocab, rec, canonical=canonical_pairs(tok)), tok
+
+
+def _store_made_once(path: Path, tok: LoadedTokenizer, model: str | None, streamline: bool,
+                     progress: bool) -> MaskStore:
+    """The store at `path`, built and saved unless another process made it meanwhile."""
+    try:
+        return open_store(path, tok)
+    except MaskStoreError as e:
+        if path.is_file():  # there, but damaged or from another version: never used, made again
+            log.warning("%s; rebuilding it", str(e).split(": rebuild it")[0])
+    log.info("building the mask store for %s (once)", tok.source.name)
+    full = None
+    if streamline:  # streamline the cached full store if there is one
+        try:
+            full = open_store(store_path_for(tok, False), tok)
+        except MaskStoreError:
+            full = None
+    store = build_store(tok, model, streamline=streamline, progress=progress, full=full)
+    store.save(path)
+    return store
 
 
 def canonical_pairs(tok: LoadedTokenizer) -> CanonicalPairs | None:

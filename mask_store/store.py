@@ -168,10 +168,8 @@ class MaskStore:
         header_json = json.dumps(header)
         meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "header": header_json,
                 "checksum": checksum(header_json, arrays)}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(arrays, str(tmp), metadata=meta)
-        tmp.replace(path)
+        with cache.written_aside(path) as tmp:
+            save_file(arrays, str(tmp), metadata=meta)
         return path
 
 

@@ -1,5 +1,10 @@
 """Shared fixtures: an isolated cache directory, the grammar objects, the tiny model. What test
-modules share besides fixtures is in the *_support modules (pytest discourages importing conftest)."""
+modules share besides fixtures is in the *_support modules (pytest discourages importing conftest).
+
+`make test` runs the suite in two worker processes (pytest-xdist). They share the cache
+directory: whatever is made there is written aside and renamed (`cache.written_aside`), and
+a mask store is built by one process while the other waits (`cache.one_maker`); tests that build
+into editors/vscode share one worker (`xdist_group("vscode")`)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grammar_tools import cache
+
 
 def make_tiny_model_dir(path: Path, seed: int = 0, hidden_size: int = 64, heads: int = 4) -> Path:
     """A tiny random-weight Llama with the real SmolLM2 tokenizer, as a Hugging Face model
@@ -19,15 +21,15 @@ def make_tiny_model_dir(path: Path, seed: int = 0, hidden_size: int = 64, heads:
 
     if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file():
         return path
-    path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=49152, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=8192,
         bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
     )
-    LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
-    shutil.copy(tokenizer_json(resolve_model("default")), path / "tokenizer.json")
+    with cache.folder_written_aside(path) as tmp:  # test workers may make it at once
+        LlamaForCausalLM(cfg).save_pretrained(tmp, safe_serialization=True)
+        shutil.copy(tokenizer_json(resolve_model("default")), tmp / "tokenizer.json")
     return path
 
 

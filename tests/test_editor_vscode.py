@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "editors" / "vscode"
 
 NPM = shutil.which("npm")
+# npm builds into editors/vscode: one test worker runs every test that does (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("vscode")
 needs_node = pytest.mark.skipif(
     shutil.which("node") is None or NPM is None,
     reason="node/npm are not installed: the VS Code extension is not tested",

@@ -57,7 +57,7 @@ MISSING = missing_parts()
 if MISSING and os.environ.get("CI"):
     # set-up installs every part in CI: a missing one is a broken set-up, not a reason to skip
     pytest.fail("the real-VS-Code test lacks: " + "; ".join(MISSING), pytrace=False)
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MISSING), reason="the real-VS-Code test lacks: " + "; ".join(MISSING))]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vscode"), pytest.mark.skipif(bool(MISSING), reason="the real-VS-Code test lacks: " + "; ".join(MISSING))]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -85,27 +84,17 @@ def convert(gguf: Path, out: Path) -> None:
         )
     except Exception as e:
         raise ConversionError(f"{type(e).__name__}: {e}") from e
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent))  # one per process
-    try:
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() >= 2:
-                    p.data = p.data.to(HALF_DTYPE)
+    if out.exists() and not _complete(out):  # left by something else than a rename: not ours to keep
+        shutil.rmtree(out)
+    # another process converting it meanwhile (the same key: the same weights) keeps its own
+    with cache.folder_written_aside(out) as tmp, torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.data = p.data.to(HALF_DTYPE)
         save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(cfg))
-        if out.exists() and not _complete(out):  # left by something else than a rename: not ours to keep
-            shutil.rmtree(out)
-        try:
-            tmp.rename(out)
-        except OSError:
-            if not _complete(out):
-                raise
-            # another process converted it meanwhile (the same key: the same weights); keep its own
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _complete(out: Path) -> bool:

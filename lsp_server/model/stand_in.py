@@ -74,23 +74,19 @@ def stand_in_dir(shape: StandInShape = StandInShape.SMALL) -> Path:
     config = stand_in_config(shape)
     torch.manual_seed(SEED)
     model = Qwen2ForCausalLM(config).to(getattr(torch, _SHAPES[shape][1])).eval()
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    GenerationConfig(bos_token_id=ENDOFTEXT, eos_token_id=ENDOFTEXT).save_pretrained(tmp)
-    shutil.copyfile(tokenizer, tmp / "tokenizer.json")
-    (tmp / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "Qwen2TokenizerFast", "model_max_length": 32768, "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>", "bos_token": None, "add_prefix_space": False,
-        "added_tokens_decoder": {str(i): {"content": t, "special": s, "lstrip": False, "rstrip": False,
-                                          "normalized": False, "single_word": False}
-                                 for i, t, s in QWEN25_CODER_ADDED},
-    }, indent=1))
-    del model
-    if out.exists():
+    if out.exists():  # left incomplete by something else than a rename
         shutil.rmtree(out)
-    tmp.rename(out)
+    with cache.folder_written_aside(out) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        GenerationConfig(bos_token_id=ENDOFTEXT, eos_token_id=ENDOFTEXT).save_pretrained(tmp)
+        shutil.copyfile(tokenizer, tmp / "tokenizer.json")
+        (tmp / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "Qwen2TokenizerFast", "model_max_length": 32768, "eos_token": "<|endoftext|>",
+            "pad_token": "<|endoftext|>", "bos_token": None, "add_prefix_space": False,
+            "added_tokens_decoder": {str(i): {"content": t, "special": s, "lstrip": False, "rstrip": False,
+                                              "normalized": False, "single_word": False}
+                                     for i, t, s in QWEN25_CODER_ADDED},
+        }, indent=1))
     return out
 
 

@@ -22,6 +22,7 @@ half the v and down projections and the head, Q4_K else; Q5_0/Q8_0 where a row i
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,7 @@ def write_stand_in(path: Path, shape: GgufShape, pick_type=None, vocab_gguf: Pat
     vocab = len(fields["tokenizer.ggml.tokens"])
     pick = pick_type or q4_k_m_types
     arch, e = shape.architecture, shape.hidden
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # this process's own
     w = GGUFWriter(str(tmp), arch)
     w.add_block_count(shape.layers)
     w.add_context_length(8192)
@@ -223,7 +224,7 @@ def write_stand_in(path: Path, shape: GgufShape, pick_type=None, vocab_gguf: Pat
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    tmp.rename(path)
+    tmp.replace(path)
     return path
 
 
