@@ -47,7 +47,7 @@ async def client(lsp_client: LanguageClient, stand_in, tiny_model_dir):
 async def test_the_team_servers_answer_is_offered(client: LanguageClient, stand_in):
     open_doc(client, "file:///team/a.py", DOC)
     items = items_of(await inline(client, "file:///team/a.py", LINE, COL))
-    assert len(items) == 1
+    assert len(items) == 1, stand_in.answers[-1:]
     text = apply_item(DOC, items[0])
     assert "os.path.join(a, 'x')" in text and compiles(text)
     assert stand_in.seen and stand_in.seen[-1]["document"] == "file:///team/a.py"
@@ -68,7 +68,7 @@ async def test_down_then_back(client: LanguageClient, stand_in, compiled):
         seen = len(client.statuses)
         open_doc(client, "file:///team/c.py", DOC)
         items = items_of(await inline(client, "file:///team/c.py", LINE, COL))
-        assert len(items) == 1 and "os.path.join" in apply_item(DOC, items[0])
+        assert len(items) == 1 and "os.path.join" in apply_item(DOC, items[0]), back.answers[-1:]
         await wait_status(client, "ready", after=seen)
     finally:
         back.close()
