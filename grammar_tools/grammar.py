@@ -165,7 +165,7 @@ def _build(text: str, start: str) -> dict:
         {"lhs": r.origin.name, "rhs": [s.name for s in r.expansion], "alias": r.alias}
         for r in all_rules
     ]
-    states = list(table.states)
+    states = _canonical_order(table.states, table.start_states[start], Shift)
     state_index = {s: i for i, s in enumerate(states)}
     tid = {n: i for i, n in enumerate(names)}
     action, goto, kernels = [], [], []
@@ -195,6 +195,26 @@ def _build(text: str, start: str) -> dict:
         "kernels": kernels,
         "start_state": state_index[table.start_states[start]],
     }
+
+
+def _canonical_order(states: dict, start_state, shift) -> list:
+    """The table's states in an order that depends on the grammar alone: breadth first from the
+    start state, each state's successors (shifts and gotos) in the order of their symbols'
+    names. Lark's own order follows set iteration, which changes with the process's string hash
+    seed: two processes (a team server and its clients, two builders of one cache) would number
+    the states apart."""
+    order = [start_state]
+    seen = {start_state}
+    for st in order:
+        row = states[st]
+        for sym in sorted(row):
+            kind, arg = row[sym]
+            if kind is shift and arg not in seen:
+                seen.add(arg)
+                order.append(arg)
+    if len(order) != len(states):
+        raise GrammarError(f"{len(states) - len(order)} parse states are not reachable from the start")
+    return order
 
 
 def _from_json(text: str, h: str, data: dict) -> Grammar:

@@ -101,7 +101,7 @@ class StandIn:
         batch = GrammarBatch(self.grammar, V, max_rows=1)
         outputs: list[int] = []
         batch.add(0, body.get("vllm_xargs"), outputs)
-        row = type(batch.rows[0][0]).__name__ if 0 in batch.rows else None  # _EndedRow: refused
+        kind = type(batch.rows[0][0]).__name__ if 0 in batch.rows else None  # _EndedRow: refused
         ids = list(body["prompt"])
         stops = set(body["stop_token_ids"])
         reason = "length"
@@ -115,7 +115,7 @@ class StandIn:
                 reason = "stop"
                 break
         batch.remove(0)
-        self.answers.append({"row": row, "tokens": outputs, "reason": reason, "prompt": ids})
+        self.answers.append({"row": kind, "tokens": outputs, "reason": reason, "prompt": ids})
         return {"choices": [{"token_ids": outputs, "finish_reason": reason}]}
 
     def close(self) -> None:

@@ -141,6 +141,26 @@ def test_arguments_for_another_tokenizer_are_refused(compiled, grammar):
         TeamArgs.from_json(json.dumps({"v": 1}))
 
 
+def test_a_stack_the_table_cannot_make_is_refused(compiled, grammar):
+    """State numbers from another table (or made up) end the request with a clear error; the
+    batch goes on (a feeding function would fail on them: KeyError in the table)."""
+    comp, _ = compiled
+    args, _ = _args(comp, "def f(x):\n    return [x +", "\n")
+    sent = json.loads(args.to_json())
+    top = sent["tops"][0]
+    successors = comp.recognizer.successors
+    parent = sent["nodes"][sent["nodes"][top][1]][0]
+    sent["nodes"][top][0] = next(s for s in range(len(successors)) if s not in successors[parent])
+    wrong = TeamArgs.from_json(json.dumps(sent))
+    with pytest.raises(TeamArgsError, match="stack"):
+        TeamRow(grammar, wrong)
+    batch = GrammarBatch(grammar, comp.V, max_rows=1)
+    assert batch.add(0, {"syntaxlock": json.dumps(sent)}, [])
+    logits = torch.zeros(1, comp.V)
+    batch.apply(logits)
+    assert torch.isfinite(logits[0]).sum() == 1  # the end token alone: the answer ends
+
+
 def test_the_batch_masks_its_rows_with_one_bitmask(compiled, grammar):
     comp, tok = compiled
     V = comp.V

@@ -39,6 +39,11 @@ class ParseTable:
         for s, t in gt.removed:
             del self.action[s][t]
         self.goto = [{nt_ids[n]: s for n, s in row.items()} for row in g.goto]
+        # per state: the states a shift or a goto enters from it (what a stack may hold)
+        self.successors = tuple(
+            frozenset(a for a in acts.values() if a >= 0) | frozenset(gotos.values())
+            for acts, gotos in zip(self.action, self.goto)
+        )
         self.rule_lhs = [nt_ids[r.lhs] for r in g.rules]
         self.rule_len = [len(r.rhs) for r in g.rules]
         self.rule_kind = list(gt.rule_kind)

@@ -158,6 +158,19 @@ class Recognizer(GuardChecks):
     def initial(self) -> Node:
         return Node(self.start_state, None, 0, 0, 0, ())
 
+    def is_stack(self, node: Node) -> bool:
+        """Whether `node`'s stack is one this table can make: its root in the start state,
+        each node's state one its parent's shifts or gotos enter. For stacks that come from
+        elsewhere (a team server's request): the feeding functions index the tables by the
+        states they meet and would fail on any other."""
+        successors = self.successors
+        while node.parent is not None:
+            parent = node.parent
+            if not 0 <= parent.state < len(successors) or node.state not in successors[parent.state]:
+                return False
+            node = parent
+        return node.state == self.start_state
+
     def _push(self, parent: Node, state: int, attr: int, depth: int, indent, flows: int = -1) -> Node:
         """A node on `parent`; `flows`: those of the new node, -1: the parent's."""
         eff = self.ctx_effect[state]

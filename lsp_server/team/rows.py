@@ -110,6 +110,9 @@ class TeamRow:
         compiled = grammar.for_version(args.python_version)
         self.grammar = grammar
         self.args = args
+        if not all(compiled.recognizer.is_stack(node) for node in args.configs):
+            raise TeamArgsError("parse state: a stack this grammar's table cannot make (a client of another "
+                                "syntaxlock version?)")
         state = args.prefix_state()
         self.matcher = GrammarMatcher(compiled, start_configs(compiled, state, args.held), args.heal,
                                       prefix_state=state, canonical=args.canonical)
