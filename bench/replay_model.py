@@ -45,7 +45,7 @@ class ReplayRuntime:
         self.prompt_len = 0
         self.eos = int(sorted(self.tokenizer.vocab.eos)[0])
 
-    def forward(self, ids, past=None, keep: int | None = None, cancel=None):
+    def forward(self, ids, past=None, keep: int | None = None, cancel=None, wanted=None):
         if past is None:
             past = _Positions()
             self.prompt_len = len(ids)

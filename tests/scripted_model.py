@@ -66,7 +66,7 @@ class ScriptedRuntime:
     def vocab_size(self) -> int:
         return self.vocab.size
 
-    def forward(self, ids, past=None, keep: int | None = None, cancel=None):
+    def forward(self, ids, past=None, keep: int | None = None, cancel=None, wanted=None):
         if past is None:
             past = CountingCache()
             self._fed = []
@@ -149,7 +149,7 @@ class SecondChoiceRuntime:
     def prefill_chunk(self) -> int:
         return self.first.prefill_chunk
 
-    def forward(self, ids, past=None, keep: int | None = None, cancel=None):
+    def forward(self, ids, past=None, keep: int | None = None, cancel=None, wanted=None):
         a, past = self.first.forward(ids, past, keep)
         past.n -= len(ids)  # one cache: both read the same positions
         b, _ = self.second.forward(ids, past, keep)

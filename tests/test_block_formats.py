@@ -137,6 +137,29 @@ def test_products_are_the_float64_product_of_ggufs_values_within_their_rounding(
     assert torch.equal(kernels.matmul(x[2:7], w), short[2:7])
 
 
+@pytest.mark.parametrize("name", FORMATS + ["F16"])
+def test_a_product_computes_the_outputs_it_is_asked_for_and_no_others(kernels, name):
+    """`keep`: the wanted outputs are the bits of the whole product (short and long), the
+    others -inf (a vocabulary projection under the grammar's mask); a wrong `keep` is refused."""
+    k = 768 if name in KQUANTS else 96 * 5
+    if name == "F16":
+        w = (torch.randn(70, k, generator=torch.Generator().manual_seed(5)) * 0.05).half()
+    else:
+        w, _ = matrix(name, 70, k, seed=5)
+    x = torch.randn(12, k, generator=torch.Generator().manual_seed(6))
+    keep = torch.zeros(70, dtype=torch.bool)
+    keep[[0, 3, 4, 17, 31, 32, 33, 50, 69]] = True
+    for m in (1, 3, 9, 12):  # the int8 path, and past it
+        whole = kernels.matmul(x[:m], w)
+        part = kernels.matmul(x[:m], w, keep)
+        assert same_bits(part[:, keep], whole[:, keep]), m
+        assert torch.isneginf(part[:, ~keep]).all(), m
+    assert torch.isneginf(kernels.matmul(x[:2], w, torch.zeros(70, dtype=torch.bool))).all()
+    for wrong in (keep[:69], keep.to(torch.uint8), keep.reshape(1, 70)):
+        with pytest.raises(boundary.KernelArgumentError, match="keep"):
+            kernels.matmul(x[:2], w, wrong)
+
+
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_the_int8_products_are_the_same_bits_in_the_avx2_and_avx512_builds(name):
     """int8_products.h: the same integers and the same float operations in both x86 builds."""

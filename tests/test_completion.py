@@ -377,9 +377,9 @@ def test_a_cancelled_prefill_finishes_its_chunk_and_a_request_reuses_all_of_it(t
     asked: list[int] = []  # the passes run when cancel() was asked
     forward = runtime.forward
 
-    def counting_forward(ids, past=None, keep=1, cancel=None):
+    def counting_forward(ids, past=None, keep=1, cancel=None, wanted=None):
         passes.append(len(ids))
-        return forward(ids, past, keep, cancel=cancel)
+        return forward(ids, past, keep, cancel=cancel, wanted=wanted)
 
     def cancel() -> bool:  # the user types while the second chunk runs
         asked.append(len(passes))
@@ -435,9 +435,9 @@ def test_a_cancellation_stops_a_decoding_step_between_layers(tiny_engine, monkey
     asked_in_pass: list[int] = []
     forward = runtime.forward
 
-    def counting_forward(ids, past=None, keep=1, cancel=None):
+    def counting_forward(ids, past=None, keep=1, cancel=None, wanted=None):
         asked_in_pass.append(0)
-        return forward(ids, past, keep, cancel=cancel)
+        return forward(ids, past, keep, cancel=cancel, wanted=wanted)
 
     def cancel() -> bool:  # the prompt runs; the first decoding pass stops at its first layer
         if len(asked_in_pass) < 2:

@@ -24,6 +24,8 @@ import torch
 from gguf_reference import ReferenceModel
 from grammar_tools.parsing.cpython_check import compiles
 from lsp_server.model.cpu_decoder import load_cpu_decoder
+from lsp_server.model.kv_cache import rewind
+from lsp_server.model.runtime import head_rows
 from lsp_server.model.kernels.block_weights import BlockMatrix
 from lsp_server.model.stand_in_gguf import ALL_TYPES, SHAPES, cycling_types, write_stand_in
 
@@ -81,12 +83,35 @@ def test_a_verification_pass_gives_single_steps_bits(files, arch, model_kernels)
     with torch.inference_mode():
         past = model(ids[:, :50]).cache
         together = model(ids[:, 50:58], cache=past, logits_to_keep=0).logits[0]
-        from lsp_server.model.kv_cache import rewind
-
         rewind(past, 50)
         for j in range(50, 58):
             step = model(ids[:, j : j + 1], cache=past).logits[0, -1]
             assert torch.equal(step, together[j - 50]), j
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_a_masked_head_computes_the_allowed_tokens_logits_alone(files, arch, model_kernels):
+    """A step or a verification pass told which tokens the grammar allows (`head_rows`, where
+    few are): their logits are the whole head's bits, every other one -inf (so every choice
+    under the mask is the same); where many are allowed the whole head is computed."""
+    model = load_cpu_decoder(files[arch], model_kernels)
+    rows = model.head_matrix.shape[0]
+    allowed = np.zeros(rows - 3, dtype=bool)  # a mask may be shorter than the head (padding rows)
+    allowed[np.random.default_rng(9).choice(rows - 3, rows // 20, replace=False)] = True
+    wanted = head_rows(allowed, rows)
+    assert wanted is not None and int(wanted.sum()) == rows // 20 and not wanted[rows - 3 :].any()
+    assert head_rows(np.ones(rows, dtype=bool), rows) is None and head_rows(None, rows) is None
+    ids = torch.randint(0, 49152, (1, 44), generator=torch.Generator().manual_seed(10))
+    with torch.inference_mode():
+        past = model(ids[:, :40]).cache
+        for n in (1, 4):  # a step, a verification pass
+            whole = model(ids[:, 40 : 40 + n], cache=past, logits_to_keep=n).logits[0]
+            rewind(past, 40)
+            part = model(ids[:, 40 : 40 + n], cache=past, logits_to_keep=n, head_rows=wanted).logits[0]
+            rewind(past, 40)
+            assert torch.equal(part[:, wanted], whole[:, wanted]) and torch.isneginf(part[:, ~wanted]).all()
+            masked = torch.where(wanted, whole, torch.tensor(float("-inf")))
+            assert torch.equal(part.argmax(-1), masked.argmax(-1))
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

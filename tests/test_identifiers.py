@@ -39,7 +39,7 @@ class LeaningRuntime:
     def vocab_size(self) -> int:
         return self.first.vocab_size
 
-    def forward(self, ids, past=None, keep=None, cancel=None):
+    def forward(self, ids, past=None, keep=None, cancel=None, wanted=None):
         a, past = self.first.forward(ids, past, keep)
         past.n -= len(ids)
         b, _ = self.second.forward(ids, past, keep)

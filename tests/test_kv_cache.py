@@ -159,7 +159,7 @@ def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
         def new_cache(self) -> CpuCache:
             return CpuCache(2, torch.float16, HEADS, DIM)
 
-        def forward(self, ids, past, keep=1, cancel=None):
+        def forward(self, ids, past, keep=1, cancel=None, wanted=None):
             _write(past, len(ids))
             self.buffers.append(past.k.data_ptr())
             return torch.zeros(1, 8), past

@@ -226,8 +226,8 @@ def test_the_memory_cap_bounds_the_peak_while_a_prompt_is_computed(compiled, mon
     held = []  # the caches' memory at each forward pass, the one being filled included
     forward = runtime.forward
 
-    def counting_forward(ids, past=None, keep=None, cancel=None):
-        logits, past = forward(ids, past, keep, cancel)
+    def counting_forward(ids, past=None, keep=None, cancel=None, wanted=None):
+        logits, past = forward(ids, past, keep, cancel, wanted)
         held.append(cache.memory_bytes() + past.nbytes)
         return logits, past
 

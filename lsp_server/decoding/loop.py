@@ -46,6 +46,17 @@ def forced_token(mask: np.ndarray, stop_tokens: set[int]) -> int | None:
     return None if token in stop_tokens else token
 
 
+def _union(masks) -> np.ndarray | None:
+    """The tokens any of a draft's position masks allows (None: a position without a mask)."""
+    if not masks or any(m is None for m in masks):
+        return None
+    out = masks[0].copy()
+    for m in masks[1:]:
+        n = min(len(out), len(m))
+        out[:n] |= m[:n]
+    return out
+
+
 UNDECIDED = Stop(0, StopReason.MAX_TOKENS)  # a pass's stop until one is decided
 
 
@@ -88,9 +99,9 @@ class ModelStepper:
     def unfeed(self) -> None:
         self.pending.pop()
 
-    def _run(self, ids: list[int], keep: int = 1) -> torch.Tensor:
+    def _run(self, ids: list[int], keep: int = 1, wanted: np.ndarray | None = None) -> torch.Tensor:
         with self.timing.forward(len(ids)):
-            logits, self.past = self._forward(ids, self.past, keep)
+            logits, self.past = self._forward(ids, self.past, keep, wanted=wanted)
         return logits
 
     def launch(self) -> None:
@@ -101,17 +112,20 @@ class ModelStepper:
             self.current_logits()
             self.timing.launched()
 
-    def current_logits(self) -> torch.Tensor:
+    def current_logits(self, wanted: np.ndarray | None = None) -> torch.Tensor:
+        """The logits after everything fed (the pending tokens fed now); `wanted`: the only
+        tokens whose logits the step reads (its mask: the runtime may leave the others -inf)."""
         if self.pending:
-            self.logits = self._run(self.pending)[-1]
+            self.logits = self._run(self.pending, 1, wanted)[-1]
             self.pending = []
         return self.logits
 
-    def verify(self, draft: list[int]) -> list[torch.Tensor]:
+    def verify(self, draft: list[int], wanted: np.ndarray | None = None) -> list[torch.Tensor]:
         """One forward pass over the pending tokens and `draft`: the logits before each drafted
-        position and after the last (len(draft) + 1 rows)."""
+        position and after the last (len(draft) + 1 rows); `wanted`: as `current_logits`'s,
+        for all the rows."""
         self._drafted = len(draft)
-        logits = self._run(self.pending + draft, len(draft) + 1)
+        logits = self._run(self.pending + draft, len(draft) + 1, wanted)
         rows = list(logits[-len(draft) - 1 :]) if self.pending else [self.logits] + list(logits)
         self.pending = []
         return rows
@@ -349,7 +363,7 @@ class _Decoding:
 
     def sample(self, mask: np.ndarray | None) -> tuple[int | None, Decision]:
         """One position from the model's logits (no draft): the token chosen, and the decision."""
-        token, decision = self.position(self.stepper.current_logits(), mask)
+        token, decision = self.position(self.stepper.current_logits(mask), mask)
         if token is not None and token not in self.stop_tokens:
             self.stepper.feed(token)
         return token, decision
@@ -360,7 +374,7 @@ class _Decoding:
         and what the verification found (`Speculator.record`: verified positions agreed, the
         run ended on a disagreement; None: not counted)."""
         out = self.out
-        rows = self.stepper.verify(draft.tokens)
+        rows = self.stepper.verify(draft.tokens, _union(draft.masks) if self.matcher is not None else None)
         kept, agreed = 0, 0
         n = len(draft.tokens)
         for j in range(n + 1):

@@ -278,11 +278,12 @@ class CpuDecoder(torch.nn.Module):
         return Pass(rows, past, cos, sin, masks)
 
     def forward(self, input_ids: torch.Tensor, cache: CpuCache | None = None, use_cache: bool = True,
-                logits_to_keep: int = 1, cancel=None) -> CpuOutput:
+                logits_to_keep: int = 1, cancel=None, head_rows: torch.Tensor | None = None) -> CpuOutput:
         """Logits of the last `logits_to_keep` positions (all with 0) of `input_ids` [1, n], fed
         after `cache` (a new one when None), which the pass extends. `cancel()` is asked before
         each layer computed on its own (not inside the one call of a short pass): when it says
-        so, `ForwardCancelled` is raised and the cache is as it was."""
+        so, `ForwardCancelled` is raised and the cache is as it was. `head_rows` (bool [vocabulary
+        rows]): the logits to compute; the others are -inf (`DecodeKernels.matmul`'s `keep`)."""
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"input_ids must have shape [1, n], not {list(input_ids.shape)}")
         if cache is None:
@@ -303,10 +304,12 @@ class CpuDecoder(torch.nn.Module):
         h = norm(h, self.norm, self.norm_bias, self.config.norm_eps, self.config.norm)
         if logits_to_keep:
             h = h[:, -logits_to_keep:, :]
-        logits = project(self.kernels, h, self.head_matrix)
+        logits = self.kernels.matmul(h, self.head_matrix, head_rows)
         cap = self.config.final_logit_softcap
         if cap:
             logits = torch.tanh(logits / cap) * cap
+            if head_rows is not None:
+                logits.masked_fill_(~head_rows, float("-inf"))  # tanh made them -cap
         return CpuOutput(logits, cache)
 
 

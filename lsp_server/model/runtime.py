@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from mask_store.model_files import ModelNotFound, resolve_model
@@ -188,12 +189,14 @@ class ModelRuntime:
         return None
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], past=None, keep: int = 1, cancel=None):
+    def forward(self, ids: list[int], past=None, keep: int = 1, cancel=None, wanted: np.ndarray | None = None):
         """Logits for the last `keep` positions of `ids` (fed after `past`, a new `GrowingCache`
         when None), and the cache (the vocabulary projection of the other positions is never
         computed: for a prompt of 1,000 tokens it would cost more than the model). `cancel()`
         is asked before each decoder layer: when it says so the pass stops, `past` is as it
-        was, and `ForwardCancelled` is raised."""
+        was, and `ForwardCancelled` is raised. `wanted` (bool, by token id): the only tokens
+        whose logits the caller reads (the grammar's mask); the others may be -inf
+        (`head_rows`)."""
         if self.static is not None and (past is None or isinstance(past, StaticKV)):
             try:
                 return self.static.forward(ids, past, keep, cancel)
@@ -203,7 +206,8 @@ class ModelRuntime:
             past = _new_cache(self.model)
         inp = torch.tensor([ids], dtype=torch.long, device=self.device)
         if isinstance(self.model, CpuDecoder):  # it asks `cancel()` between its layers
-            out = self.model(inp, past, logits_to_keep=keep, cancel=cancel)
+            out = self.model(inp, past, logits_to_keep=keep, cancel=cancel,
+                             head_rows=head_rows(wanted, self.model.head_matrix.shape[0]))
             return out.logits[0].float(), out.cache
 
         def run():
@@ -214,6 +218,25 @@ class ModelRuntime:
         else:
             out = run()
         return out.logits[0].float(), getattr(out, self.cache_keyword)
+
+
+# a projection onto the vocabulary computes only the rows the grammar's mask allows where it
+# allows at most this share of them: skipping scattered rows breaks the weights' sequential read,
+# so a mask that allows much costs about the whole projection (Gemma 3's 262k-row head, one row,
+# 2 cores: 1.8 ms for 5% of the rows, 6.3-6.9 ms for 43%, 6.5 ms for all); the answer is the same
+# either way (a wanted row's logit does not depend on the others)
+HEAD_ROWS_SHARE = 0.25
+
+
+def head_rows(wanted: np.ndarray | None, rows: int) -> torch.Tensor | None:
+    """The head's rows to compute (bool [rows]) for the tokens `wanted`, or None for all of
+    them (nothing said, or too many wanted to gain: HEAD_ROWS_SHARE)."""
+    if wanted is None or np.count_nonzero(wanted) > HEAD_ROWS_SHARE * rows:
+        return None
+    out = torch.zeros(rows, dtype=torch.bool)
+    n = min(rows, len(wanted))
+    out[:n] = torch.from_numpy(np.ascontiguousarray(wanted[:n], dtype=bool))
+    return out
 
 
 def _new_cache(model: torch.nn.Module):

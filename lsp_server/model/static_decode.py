@@ -190,10 +190,11 @@ class StaticDecoder:
         return self.model.lm_head(self.norm(h[:, n - keep :]))[0].float()
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], past: StaticKV | None = None, keep: int = 1, cancel=None):
+    def forward(self, ids: list[int], past: StaticKV | None = None, keep: int = 1, cancel=None, wanted=None):
         """`ModelRuntime.forward` on this path: (logits of the last `keep` positions, cache).
         Raises CapacityExceeded for a pass that would run past the capacity (the runtime then
-        goes on with the positions in a transformers cache: `StaticKV.to_growing`)."""
+        goes on with the positions in a transformers cache: `StaticKV.to_growing`). Every
+        logit is computed (`wanted` is the CPU decoder's)."""
         past = past if past is not None else self.new_cache()
         n = len(ids)
         if past.length + n > self.capacity:

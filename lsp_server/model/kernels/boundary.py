@@ -129,6 +129,11 @@ def check_block_matmul(x: torch.Tensor, w, y: torch.Tensor, threads: int) -> Non
     _size(k, "the reduced dimension", kk, multiple=max(8, w.format.block_values))
 
 
+def check_keep(kernel: str, keep: torch.Tensor, outputs: int) -> None:
+    """A product's wanted outputs: a contiguous CPU bool tensor [outputs] (one byte each, 0 or 1)."""
+    _tensor(kernel, "keep", keep, torch.bool, (outputs,))
+
+
 def _block_matrix(kernel: str, name: str, w: BlockMatrix, shape: tuple | None = None) -> None:
     """`w`'s blocks are a C-ordered uint8 tensor [rows, cols / block values * block bytes] of a
     format the kernels read (and w has `shape`)."""

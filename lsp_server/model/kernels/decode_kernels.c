@@ -177,6 +177,7 @@ typedef struct {
     const uint8_t *acts;
     int M, K;
     const uint8_t *kacts; /* the rows as the K-quant products take them (quantize_rows_k) */
+    const uint8_t *keep; /* per output, nonzero where it is wanted (NULL: all); the others -inf */
 } Rows;
 
 static inline int int8_path(int f, int M) { return format_quantized(f) && M <= INT8_ROWS; }
@@ -193,8 +194,8 @@ static void matmul_block(const Rows *r, const void *w, int f, float *y, int N, i
         return;
     }
     if (int8_path(f, M)) {
-        if (is_kquant(f)) kq_block(r->kacts, w, f, y, M, N, K, n0, n1);
-        else int_block(r->acts, w, f, y, M, N, K, n0, n1);
+        if (is_kquant(f)) kq_block(r->kacts, w, f, y, M, N, K, n0, n1, r->keep);
+        else int_block(r->acts, w, f, y, M, N, K, n0, n1, r->keep);
         return;
     }
     /* PANEL_ROWS weight rows at a time, de-quantized, then every row group over them: the
@@ -220,6 +221,15 @@ void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int 
  * instead of once per PANEL_ROWS outputs (x itself no longer fits in L2 for a prompt). */
 #define WIDE_BLOCKS 4
 
+/* y [M, N]: the outputs `keep` does not want (keep[n] == 0) set to -inf, where the product
+ * computed every output (the int8 path skips them instead) */
+static void unwanted_outputs(float *y, int M, int N, const uint8_t *keep) {
+    if (!keep) return;
+    for (int n = 0; n < N; n++)
+        if (!keep[n])
+            for (int m = 0; m < M; m++) y[(int64_t)m * N + n] = -INFINITY;
+}
+
 /* task t of `weights_matmul`: outputs [t * per * NB, (t + 1) * per * NB) for every row */
 static void wide_task(const float *x, const void *w, int f, float *y, int M, int N, int K, int t, int per,
                       float *panel) {
@@ -238,10 +248,12 @@ static void wide_task(const float *x, const void *w, int f, float *y, int M, int
  * rows of whole blocks), y: [M, N] float32. 0 when the scratch buffers could not be allocated
  * (nothing computed), 1 otherwise. How the outputs are split into tasks changes no output's
  * arithmetic. */
-int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N, int K, int threads) {
+int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N, int K, int threads,
+                   const uint8_t *keep) {
     int blocks = blocks_of(N);
     if (f == W_F16) {
         half_matmul(x, w, y, M, N, K, threads);
+        unwanted_outputs(y, M, N, keep);
         return 1;
     }
     if (int8_path(f, M)) {
@@ -250,9 +262,14 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
         if (!acts) return 0;
         if (kq) quantize_rows_k(x, M, K, acts);
         else quantize_rows(x, M, K, acts);
-        Rows r = {x, kq ? NULL : acts, M, K, kq ? acts : NULL};
+        Rows r = {x, kq ? NULL : acts, M, K, kq ? acts : NULL, keep};
+        if (keep) { /* the wanted outputs are scattered unevenly: blocks handed out as threads free up */
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+            for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
+        } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
+            for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
+        }
         free(acts);
         return 1;
     }
@@ -260,6 +277,7 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
         Rows r = {x, NULL, M, K};
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
+        unwanted_outputs(y, M, N, keep);
         return 1;
     }
     int per = M > INT8_ROWS ? WIDE_BLOCKS : 1; /* blocks of NB outputs per task */
@@ -276,6 +294,7 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
         else wide_task(x, w, f, y, M, N, K, t, per, panel);
     }
     free(panels);
+    unwanted_outputs(y, M, N, keep);
     return 1;
 }
 

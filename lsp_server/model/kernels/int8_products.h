@@ -544,7 +544,8 @@ ALWAYS_INLINE void int_tile_rows(const uint8_t *acts, int64_t stride, const uint
  * L1, each weight row decoded once per group, and a weight row read in few pieces (long
  * sequential runs for the prefetcher). The accumulators wait in memory between chunks; an
  * output's operations are those of one pass over its units. */
-static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1) {
+static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1,
+                      const uint8_t *keep) {
     int64_t stride = ACT_BYTES(K), rb = row_bytes(f, K);
     int groups = (M + INT8_GROUP - 1) / INT8_GROUP, U = K / QK;
     float accs[INT8_OUTPUTS][INT8_GROUP * 16];
@@ -557,11 +558,20 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
             int u1 = u0 + chunk < U ? u0 + chunk : U;
             int64_t at = unit_block(w, f, u0) - w, piece = unit_block(w, f, u1 - 1) - w + format_bytes(f) - at;
             for (int n = n0; n < n1; n++) {
+                if (keep && !keep[n]) continue;
                 const uint8_t *wrow = w + (int64_t)n * rb;
                 float *acc = accs[n - n0];
                 /* the next piece of weights this loop reads: the prefetcher loses track of pieces */
                 const uint8_t *next = n + 1 < n1 ? wrow + rb + at : u1 < U ? w + (int64_t)n0 * rb + (unit_block(w, f, u1) - w) : NULL;
-                if (next)
+                if (keep) { /* the wanted row after the next (the next one was fetched a row ago):
+                               skipped rows break the hardware prefetcher's stream */
+                    int nn = n + 1, seen = 0;
+                    for (; nn < n1 && seen < 2; nn++) seen += keep[nn] != 0;
+                    if (seen == 2) {
+                        const uint8_t *p = w + (int64_t)(nn - 1) * rb + at;
+                        for (int64_t off = 0; off < piece; off += 64) __builtin_prefetch(p + off);
+                    }
+                } else if (next)
                     for (int64_t off = 0; off < piece; off += 64) __builtin_prefetch(next + off);
                 switch (f) {
                 case W_Q4_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_0, mt); break;
@@ -577,6 +587,10 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
         }
         for (int n = n0; n < n1; n++)
             for (int i = 0; i < mt; i++) {
+                if (keep && !keep[n]) {
+                    y[(int64_t)(m0 + i) * N + n] = -INFINITY;
+                    continue;
+                }
                 const float *r = accs[n - n0] + 16 * i;
                 v8 sum = v8_add(v8_load(r), v8_load(r + 8)); /* acc[0] + acc[1], then the 8 lanes */
                 y[(int64_t)(m0 + i) * N + n] = v8_hsum(sum);

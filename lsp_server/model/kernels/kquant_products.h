@@ -415,7 +415,8 @@ ALWAYS_INLINE void kq_rows_of(const uint8_t *acts, int64_t stride, const uint8_t
 /* outputs [n0, n1) of every row: y[m, n] for the M rows quantized at `kacts` (quantize_rows_k)
  * and K-quant weights `w` [N, K] of format f; rows in groups of up to KQ_GROUP (as even as can
  * be), each weight super-block decoded once per group */
-static void kq_block(const uint8_t *kacts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1) {
+static void kq_block(const uint8_t *kacts, const uint8_t *w, int f, float *y, int M, int N, int K, int n0, int n1,
+                     const uint8_t *keep) {
     int64_t stride = KACT_BYTES(K), rb = row_bytes(f, K);
     int groups = (M + KQ_GROUP - 1) / KQ_GROUP;
     for (int g = 0, m0 = 0; g < groups; g++) {
@@ -424,6 +425,10 @@ static void kq_block(const uint8_t *kacts, const uint8_t *w, int f, float *y, in
         for (int n = n0; n < n1; n++) {
             const uint8_t *wrow = w + (int64_t)n * rb;
             float *out = y + (int64_t)m0 * N + n;
+            if (keep && !keep[n]) {
+                for (int i = 0; i < mt; i++) out[(int64_t)i * N] = -INFINITY;
+                continue;
+            }
             switch (f) {
             case W_Q4_K: kq_rows_of(a, stride, wrow, K, W_Q4_K, mt, out, N); break;
             case W_Q5_K: kq_rows_of(a, stride, wrow, K, W_Q5_K, mt, out, N); break;

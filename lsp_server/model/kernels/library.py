@@ -133,7 +133,8 @@ class DecodeKernels:
         self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
         self._weights_matmul = lib.weights_matmul
         self._weights_matmul.restype = ctypes.c_int
-        self._weights_matmul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4
+        self._weights_matmul.argtypes = ([ctypes.c_void_p] * 2 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4
+                                         + [ctypes.c_void_p])
         self._attention = lib.row_attention
         self._attention.restype = None
         self._attention.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int] * 5
@@ -155,7 +156,7 @@ class DecodeKernels:
             return weight.cols % 8 == 0
         return weight.device.type == "cpu" and weight.dim() == 2 and weight.shape[1] % 8 == 0
 
-    def matmul(self, x: torch.Tensor, w) -> torch.Tensor:
+    def matmul(self, x: torch.Tensor, w, keep: torch.Tensor | None = None) -> torch.Tensor:
         """x @ w.T for float32 `x` [..., K] and `w` [N, K]: a float16 tensor (`half_matmul`) or
         a `BlockMatrix`. Quantized weights and at most `INT8_ROWS` rows: each row quantized to
         int8 in units of 32 values, integer products, float scales (`int8_products.h`: within
@@ -163,17 +164,27 @@ class DecodeKernels:
         blocks of 256 values, the sub-block scales applied in integers (`kquant_products.h`:
         within max|x_block| / 254 * sum|w_block| per block of 256); else the weights' exact
         values multiplied as float16 ones are. Each row's result is the same whatever the
-        number of rows, up to `INT8_ROWS`, and again above it."""
+        number of rows, up to `INT8_ROWS`, and again above it.
+
+        `keep` (bool [N]): the outputs wanted; the others are -inf, and the int8 path does not
+        compute them (a vocabulary projection under the grammar's mask: the tokens it refuses
+        cost nothing). A wanted output is the same whatever `keep` says of the others."""
         if not isinstance(w, BlockMatrix):
-            return self.half_matmul(x, w)
+            y = self.half_matmul(x, w)
+            if keep is not None:
+                boundary.check_keep("half_matmul", keep, y.shape[-1])
+                y.masked_fill_(~keep, float("-inf"))
+            return y
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         m, k = x2.shape
         y = torch.empty((m, w.rows), dtype=torch.float32)
         threads = torch.get_num_threads()
         boundary.check_block_matmul(x2, w, y, threads)
+        if keep is not None:
+            boundary.check_keep("weights_matmul", keep, w.rows)
         if not self._weights_matmul(x2.data_ptr(), w.blocks.data_ptr(), int(w.format), y.data_ptr(), m, w.rows, k,
-                                    threads):
+                                    threads, None if keep is None else keep.data_ptr()):
             raise MemoryError("weights_matmul: no memory for its de-quantized panels")
         return y.reshape(*lead, w.rows)
 
