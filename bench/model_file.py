@@ -77,10 +77,16 @@ def model_path(name: str) -> Path:
 # ------------------------------------------------------------------ children
 
 
-def child_ours(path: str, cuts: int, code: str, prompt_tokens: int, max_tokens: int) -> dict:
+def child_ours(path: str, cuts: int, code: str, prompt_tokens: int, max_tokens: int,
+               head_rows_share: float | None = None) -> dict:
     from completion_quality import cut_points, run  # sets the server's thread policy before torch loads
 
     import torch
+
+    from lsp_server.model import runtime
+
+    if head_rows_share is not None:  # the masked head's limit (0: the whole head at every step)
+        runtime.HEAD_ROWS_SHARE = head_rows_share
 
     torch.set_num_threads(THREADS)
 
@@ -168,7 +174,7 @@ def measure(name: str, path: Path, args) -> dict:
     built = ensure_store(path)
     text, ids = prompt_of(path, args.prompt_tokens)
     ours = in_child("ours", path=str(path), cuts=args.cuts, code=args.code, prompt_tokens=args.prompt_tokens,
-                    max_tokens=args.max_tokens)
+                    max_tokens=args.max_tokens, head_rows_share=args.head_rows_share)
     llama = in_child("llama", path=str(path), prompt_text_ids=ids if real else None, text=text,
                      decode_tokens=args.decode_tokens)
     out = {"name": name, "file": str(path), "file_mib": round(path.stat().st_size / 2**20, 1),
@@ -195,6 +201,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--head-rows-share", type=float, default=None,
+                    help="compute only the allowed tokens' logits where they are at most this share of the "
+                         "vocabulary (runtime.HEAD_ROWS_SHARE; 0: never)")
     args = ap.parse_args(argv)
     if args.child:
         kind, kwargs = args.child[0], json.loads(args.child[1])
