@@ -46,17 +46,6 @@ def forced_token(mask: np.ndarray, stop_tokens: set[int]) -> int | None:
     return None if token in stop_tokens else token
 
 
-def _union(masks) -> np.ndarray | None:
-    """The tokens any of a draft's position masks allows (None: a position without a mask)."""
-    if not masks or any(m is None for m in masks):
-        return None
-    out = masks[0].copy()
-    for m in masks[1:]:
-        n = min(len(out), len(m))
-        out[:n] |= m[:n]
-    return out
-
-
 UNDECIDED = Stop(0, StopReason.MAX_TOKENS)  # a pass's stop until one is decided
 
 
@@ -374,7 +363,9 @@ class _Decoding:
         and what the verification found (`Speculator.record`: verified positions agreed, the
         run ended on a disagreement; None: not counted)."""
         out = self.out
-        rows = self.stepper.verify(draft.tokens, _union(draft.masks) if self.matcher is not None else None)
+        # the tokens any of the verified positions allows (the masks the loop chooses under below)
+        wanted = np.logical_or.reduce(draft.masks) if self.matcher is not None else None
+        rows = self.stepper.verify(draft.tokens, wanted)
         kept, agreed = 0, 0
         n = len(draft.tokens)
         for j in range(n + 1):

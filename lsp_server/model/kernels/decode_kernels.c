@@ -263,13 +263,8 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
         if (kq) quantize_rows_k(x, M, K, acts);
         else quantize_rows(x, M, K, acts);
         Rows r = {x, kq ? NULL : acts, M, K, kq ? acts : NULL, keep};
-        if (keep) { /* the wanted outputs are scattered unevenly: blocks handed out as threads free up */
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-            for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
-        } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
-            for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
-        }
+        for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
         free(acts);
         return 1;
     }

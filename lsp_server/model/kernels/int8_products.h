@@ -561,17 +561,18 @@ static void int_block(const uint8_t *acts, const uint8_t *w, int f, float *y, in
                 if (keep && !keep[n]) continue;
                 const uint8_t *wrow = w + (int64_t)n * rb;
                 float *acc = accs[n - n0];
-                /* the next piece of weights this loop reads: the prefetcher loses track of pieces */
-                const uint8_t *next = n + 1 < n1 ? wrow + rb + at : u1 < U ? w + (int64_t)n0 * rb + (unit_block(w, f, u1) - w) : NULL;
-                if (keep) { /* the wanted row after the next (the next one was fetched a row ago):
-                               skipped rows break the hardware prefetcher's stream */
+                /* the next piece of weights this loop reads: the prefetcher loses track of pieces;
+                 * with rows skipped, the wanted row after the next (the next one was fetched a
+                 * row ago: skipped rows break the hardware prefetcher's stream) */
+                const uint8_t *next = NULL;
+                if (!keep) {
+                    next = n + 1 < n1 ? wrow + rb + at : u1 < U ? w + (int64_t)n0 * rb + (unit_block(w, f, u1) - w) : NULL;
+                } else {
                     int nn = n + 1, seen = 0;
                     for (; nn < n1 && seen < 2; nn++) seen += keep[nn] != 0;
-                    if (seen == 2) {
-                        const uint8_t *p = w + (int64_t)(nn - 1) * rb + at;
-                        for (int64_t off = 0; off < piece; off += 64) __builtin_prefetch(p + off);
-                    }
-                } else if (next)
+                    if (seen == 2) next = w + (int64_t)(nn - 1) * rb + at;
+                }
+                if (next)
                     for (int64_t off = 0; off < piece; off += 64) __builtin_prefetch(next + off);
                 switch (f) {
                 case W_Q4_0: int_tile_rows(a, stride, wrow, K, u0, u1, acc, W_Q4_0, mt); break;
