@@ -4,6 +4,9 @@ engine has been free for `QUIET_S` in a row, and not at all when another analysi
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from lsp_server.decoding.identifiers import analyses as analyses_module
@@ -11,16 +14,28 @@ from lsp_server.decoding.identifiers.analyses import BUSY_POLL_S, QUIET_S, NameA
 
 
 class FakeTime:
-    """`perf_counter` and `sleep` for the analyses module: sleeping moves the clock."""
+    """`perf_counter` and `sleep` for the analyses module, in the test's own thread: sleeping
+    moves the clock. The module's `time` is shared by every thread of the process: other
+    analyses' threads still running in it (engines of earlier tests in this worker, waiting for
+    their quiet time) get the real clock, or their polling would move this one."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.owner = threading.current_thread()
 
     def perf_counter(self) -> float:
+        if threading.current_thread() is not self.owner:
+            return time.perf_counter()
         return self.now
 
     def sleep(self, s: float) -> None:
+        if threading.current_thread() is not self.owner:
+            time.sleep(s)
+            return
         self.now += s
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)  # the rest of the module, real
 
 
 @pytest.fixture
