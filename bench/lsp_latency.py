@@ -134,8 +134,10 @@ def utf16(s: str) -> int:
 class Server:
     """One `syntaxlock serve` over stdio and the client that drives it."""
 
-    def __init__(self, args, options: dict, env: dict | None = None, tag: str = "") -> None:
+    def __init__(self, args, options: dict, env: dict | None = None, tag: str = "",
+                 folders: tuple[str, ...] = ()) -> None:
         self.args, self.options, self.env, self.tag = args, options, env, tag
+        self.folders = folders  # the workspace folders the client names (URIs)
         self.client = LanguageClient("syntaxlock-bench", "0")
         self.version: dict[str, int] = {}
         self.log_file = Path(tempfile.mkdtemp(prefix="syntaxlock-bench-")) / "server.log"
@@ -168,7 +170,8 @@ class Server:
         self.drain = asyncio.ensure_future(self._drain(self.client._server.stderr))
         await self.client.initialize_async(types.InitializeParams(
             capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=False)),
-            initialization_options=self.options, process_id=os.getpid()))
+            initialization_options=self.options, process_id=os.getpid(),
+            workspace_folders=[types.WorkspaceFolder(uri, uri.rsplit("/", 1)[-1]) for uri in self.folders] or None))
         self.client.initialized(types.InitializedParams())
         await asyncio.wait_for(ready.wait(), 1800)
         if failed:

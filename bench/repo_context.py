@@ -20,6 +20,17 @@ file binds and that is no builtin; `m.attr` for a module `m` of the package that
 `attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
 
     .venv/bin/python bench/repo_context.py --cuts 20 [--code thirdparty|stdlib] [--out cuts.jsonl]
+
+`--server`: what the user sees instead, through the real server over stdio (bench/lsp_latency.py's
+client), one server per mode (`contextShare` 0, then `--share`), the code set's package roots as
+its workspace folders. Per cut point, as an editor would: the file's tabs opened, the file opened,
+the cursor reported, `--lead` s later one character of the real continuation typed and reported,
+`--pause` s later the first request; then 1-2 characters more and a warm request. Reported per
+mode: first and warm latency (ms, and in units of llama.cpp's decode ms per token on the same GGUF
+measured alone in the same run), the first answers' exact match and similarity, offered items
+that compile, and the first requests whose document had a context block made before them.
+
+    .venv/bin/python bench/repo_context.py --server --cuts 10 --code thirdparty
 """
 
 from __future__ import annotations
@@ -226,7 +237,7 @@ def wrong_names(spliced: str, head: str, offered: str, path: Path) -> tuple[int,
     return undefined, unknown
 
 
-def run(engine, contexts, cut: dict, with_context: bool, tag: str) -> dict:
+def run(engine, contexts, cut: dict, with_context: bool, tag: str, window: str = "first") -> dict:
     from lsp_server.decoding.engine import CompletionRequest
     from lsp_server.decoding.workspace_context import workspace_context
 
@@ -248,7 +259,9 @@ def run(engine, contexts, cut: dict, with_context: bool, tag: str) -> dict:
 
             ws = replace(ws, block=block)
             sections = [f"{s.kind}:{s.name}" for s in block.sections]
-    req = CompletionRequest.at(doc, i, ch, document=f"{uri}#{tag}", workspace=ws)
+    # "first": a new document's first request (the short first window); "full": the full window,
+    # as a request finds it once the work ahead has computed it
+    req = CompletionRequest.at(doc, i, ch, document=f"{uri}#{tag}", workspace=ws, short_first=window == "first")
     engine.names_ahead(req, wait=60.0)
     t0 = time.perf_counter()
     r = engine.complete(req)
@@ -282,6 +295,106 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
+    """The `--server` scenario (see the module's docstring), each mode in a server of its own."""
+    import asyncio
+
+    from _util import stats_ms
+    from lsp_latency import COMPLETED, Server, apply_item, items_of, log_lines, utf16, warmup
+
+    out = {}
+    for mode, share in (("off", 0.0), ("on", args.share)):
+        s = Server(args, {"model": args.model, "contextShare": share}, folders=tuple(Path(r).as_uri() for r in roots))
+        await s.start()
+        await warmup(s, args)
+        first, warm, quality = [], [], []
+        for cut in cuts:
+            path = Path(cut["path"])
+            lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+            i, ch = cut["line"], cut["character"]
+            rest = lines[i][ch:]
+            doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+            uri = path.as_uri()
+            others = tabs(path)
+            for p in others:
+                s.open(p.as_uri(), p.read_text(encoding="utf-8", errors="replace"))
+            s.open(uri, doc)
+            s.cursor(uri, i, ch)
+            await asyncio.sleep(args.lead - args.pause)
+            col = ch
+            for step, typed in enumerate((rest[:1], rest[1 : 2 + len(first) % 2])):
+                if typed:
+                    s.edit(uri, (i, col), (i, col), typed)
+                    doc = "\n".join(doc.split("\n")[:i] + [lines[i][: col + len(typed)]] + doc.split("\n")[i + 1 :])
+                    col += utf16(typed)
+                    s.cursor(uri, i, col)
+                if step == 0:
+                    await asyncio.sleep(args.pause)
+                r, dt = await s.timed(uri, i, col, ("first", "warm")[step], f"{cut['kind']}:{path.name}:{i + 1}")
+                (first, warm)[step].append(dt)
+                items = items_of(r)
+                if step == 0:
+                    row = {"kind": cut["kind"], "offered": bool(items)}
+                    if items:
+                        text, _ = apply_item(doc, items[0])
+                        line, real = text.split("\n")[i].rstrip(), lines[i].rstrip()
+                        row |= {"compiles": compiles(text), "exact": line == real,
+                                "similarity": edit_similarity(line, real)}
+                    quality.append(row)
+                if not rest[1:]:
+                    break
+            s.close(uri)
+            for p in others:
+                s.close(p.as_uri())
+        log = s.log()
+        await s.stop()
+        firsts = [a for a in s.asked if a["phase"] == "first"]
+        said = log_lines(log)
+        with_block = sum(1 for a in firsts if any(a["sent"] - args.lead - 1 <= at <= a["sent"] and text.startswith(f"context block of {a['uri']}:")
+                                                  for at, text in said))
+        first_window = sum(1 for m in COMPLETED.finditer(log) if m.group(4))
+        offered = [q for q in quality if q["offered"]]
+        out[mode] = {
+            "context_share": share, "first": stats_ms(first), "warm": stats_ms(warm) if warm else None,
+            "first_answers": {kind: {"n": len(rows), "offered": sum(q["offered"] for q in rows),
+                                     "exact": round(sum(q.get("exact", False) for q in rows) / max(len(rows), 1), 3),
+                                     "similarity": round(float(np.mean([q.get("similarity", 0.0) for q in rows])), 3)}
+                              for kind in ("cross", "ordinary") for rows in [[q for q in quality if q["kind"] == kind]]},
+            "offered_compile": f"{sum(q['compiles'] for q in offered)}/{len(offered)}",
+            "first_requests_with_a_block_made_before": with_block,
+            "completions_from_a_first_window": first_window,
+            "server_log": str(s.log_file),
+        }
+    return out
+
+
+def server_run(args) -> dict:
+    """`--server`: the anchor (llama.cpp alone, first), then each mode's server in turn."""
+    import asyncio
+    import os
+
+    from llama_cpp_anchor import in_units
+    from lsp_latency import anchor
+
+    tmp = Path(tempfile.mkdtemp(prefix="repo-context-"))
+    packages = workspaces(args.code, tmp)
+    cuts = cut_points(packages, args.cuts, args.seed)
+    out = {"code": args.code, "model": args.model, "share": args.share, "cuts_per_kind": args.cuts,
+           "lead_s": args.lead, "pause_s": args.pause, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+           "anchor": anchor(args)}
+    L = (out["anchor"] or {}).get("decode_ms_per_token")
+    out["L_ms"] = L
+    modes = asyncio.run(through_server(args, cuts, sorted({c["root"] for c in cuts})))
+    out["modes"] = in_units(modes, L) if L else modes
+    out["first_p50_on_over_off"] = round(modes["on"]["first"]["p50_ms"] / modes["off"]["first"]["p50_ms"], 3)
+    out["first_p90_on_over_off"] = round(modes["on"]["first"]["p90_ms"] / modes["off"]["first"]["p90_ms"], 3)
+    if modes["off"]["warm"] and modes["on"]["warm"]:
+        out["warm_p90_on_over_off"] = round(modes["on"]["warm"]["p90_ms"] / modes["off"]["warm"]["p90_ms"], 3)
+    out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cuts", type=int, default=20, help="cut points of each kind")
@@ -291,7 +404,18 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.25)
     ap.add_argument("--form", choices=("comments", "code"), default="comments", help="how the plain model reads the block")
     ap.add_argument("--out", help="a JSON line per cut point and mode")
+    ap.add_argument("--window", choices=("first", "full"), default="first",
+                    help="the prompt window of the (cold) request: the short first window, or the full one")
+    ap.add_argument("--server", action="store_true", help="through the real server over stdio (module docstring)")
+    ap.add_argument("--lead", type=float, default=1.5, help="--server: seconds from opening the file to the request")
+    ap.add_argument("--pause", type=float, default=0.5, help="--server: seconds from the character typed to the request")
+    ap.add_argument("--no-anchor", dest="anchor", action="store_false",
+                    help="--server: do not measure llama.cpp's decode (L): figures in ms only")
+    ap.add_argument("--verbose", action="store_true", help="--server: the server's stderr on ours")
     args = ap.parse_args()
+    if args.server:
+        print(json.dumps(server_run(args), indent=1))
+        return
 
     from lsp_server.decoding.engine import CompletionEngine
     from lsp_server.decoding.repo_context import RepoContexts
@@ -309,11 +433,12 @@ def main() -> None:
                                                                           context_tokens=engine.options.context_tokens,
                                                                           form=args.form))
         for mode in ("off", "on"):
-            row = run(engine, contexts, cut, mode == "on", f"{mode}{n}")
+            row = run(engine, contexts, cut, mode == "on", f"{mode}{n}", args.window)
             rows.setdefault((cut["kind"], mode), []).append(row)
             if out:
                 out.write(json.dumps(cut | {"mode": mode} | row) + "\n")
-    report = {"code": args.code, "model": engine.runtime.name, "share": args.share, "form": args.form, "cuts_per_kind": args.cuts,
+    report = {"code": args.code, "model": engine.runtime.name, "share": args.share, "form": args.form,
+              "window": args.window, "cuts_per_kind": args.cuts,
               "results": {f"{kind}/{mode}": summary(r) for (kind, mode), r in sorted(rows.items())}}
     print(json.dumps(report, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -376,3 +376,24 @@ def test_the_code_form_gives_the_sections_as_code_after_a_heading(tok):
         "# Definitions used here, from pkg/util.py:\ndef parse_header(line: str) -> Header: ...\n")
     with pytest.raises(ValueError, match="form"):
         ContextBlock((SMALL,), form="prose")
+
+
+def test_a_first_window_holds_no_block_and_the_full_window_does(compiled):
+    """The short first window never carries the block (its KV cache outlives the block's
+    arrival, and a first request costs the same with the block on or off); the full window,
+    once the work ahead has computed it, does."""
+    comp, tok = compiled
+    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
+    ws = WorkspaceContext(block=ContextBlock((SMALL,)))
+    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
+    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
+    with_block = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    bare = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/bare.py")
+    first, first_bare = engine.complete(with_block), engine.complete(bare)
+    assert first.short_window and first_bare.short_window
+    assert first.figures.prompt_tokens == first_bare.figures.prompt_tokens  # no block's tokens in it
+    full = engine.prompt(with_block)
+    assert full.context_sections == ("definitions:pkg/util.py",)
+    engine.prefill(with_block)
+    later = engine.complete(with_block)
+    assert not later.short_window and later.figures.prompt_tokens == len(full.ids)

@@ -34,7 +34,10 @@ the prompt is the lines nearest the cursor in at most that many tokens, with a K
 own (`first_window_key`) kept while the user types on; the full window is left to the work ahead
 (`CompletionResult.short_window`). The first answer then costs a short window's prefill on any
 machine, not a whole one's. The grammar reads the whole document either way: only the model's
-prompt is short.
+prompt is short. The short window holds no context block (docs/context.md): the block is made
+after the document opens and changes later, and in the short window's front it would throw its
+KV cache away each time; so a first request costs the same with the block on or off, and the
+block reaches the model through the full window.
 """
 
 from __future__ import annotations
@@ -279,7 +282,7 @@ def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str
     prompt = build_prompt(parts.tokenizer, before, after, budget, parts.fim,
                           heal=opts.constrained, anchor=parts.documents.anchor(request.document, first_window),
                           heal_pretoken=parts.canonical_on(opts), workspace=request.workspace, step=step,
-                          context=request.workspace.block)
+                          context=None if first_window else request.workspace.block)
     parts.documents.keep_anchor(request.document, first_window, prompt)
     return prompt
 
