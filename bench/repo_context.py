@@ -378,7 +378,8 @@ def server_run(args) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="repo-context-"))
     packages = workspaces(args.code, tmp)
-    cuts = cut_points(packages, args.cuts, args.seed)
+    # a session per project, as a user works: the cut points of one package after another
+    cuts = sorted(cut_points(packages, args.cuts, args.seed), key=lambda c: (c["root"], c["path"]))
     out = {"code": args.code, "model": args.model, "share": args.share, "cuts_per_kind": args.cuts,
            "lead_s": args.lead, "pause_s": args.pause, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
            "anchor": anchor(args)}

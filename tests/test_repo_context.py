@@ -290,6 +290,28 @@ def test_a_request_never_waits_for_a_block_being_made(workspace: Path):
     assert contexts.block(uri_of(main)) is not None
 
 
+def test_the_document_asked_for_last_gets_its_block_first(workspace: Path):
+    """Restored tabs opened before the document the user is in wait behind it; a document's
+    newer request replaces its older one not started."""
+    import concurrent.futures
+
+    gate = threading.Event()
+    contexts = RepoContexts(roots=(str(workspace),))
+    made: list[str] = []
+    built = contexts._build
+    contexts._build = lambda uri, *rest: made.append(uri) or built(uri, *rest)
+    contexts._executor.submit(gate.wait)  # the worker busy until the requests are in
+    main = workspace / "pkg" / "main.py"
+    tabs = [workspace / "pkg" / name for name in ("__init__.py", "util.py")]
+    futures = [contexts.request(uri_of(p), p.read_text(), 0, []) for p in tabs]
+    old = contexts.request(uri_of(main), MAIN, 0, [])
+    last = contexts.request(uri_of(main), MAIN, 6, [])
+    gate.set()
+    concurrent.futures.wait(futures + [last], 120)
+    assert old.cancelled() and not last.cancelled()
+    assert made == [uri_of(main), uri_of(tabs[1]), uri_of(tabs[0])]
+
+
 def test_without_a_workspace_folder_or_a_project_marker_no_definitions_are_looked_up(workspace: Path):
     (workspace / "pyproject.toml").unlink()
     contexts = RepoContexts()  # the client named no folder; jedi's project of the file has no marker

@@ -80,7 +80,9 @@ class RepoContexts:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repo-context")
         self._lock = threading.Lock()
         self._made: OrderedDict[str, _Made] = OrderedDict()
-        self._pending: dict[str, Future] = {}
+        self._pending: dict[str, Future] = {}  # per document, its last request's
+        # requests not started, the newest last: uri -> (text, line, others, its future)
+        self._waiting: OrderedDict[str, tuple[str, int, list[tuple[str, str]], Future]] = OrderedDict()
         self._closed: OrderedDict[str, str] = OrderedDict()
         self._edited: OrderedDict[str, int] = OrderedDict()  # document -> the 0-based line of its last edit
         self._projects: dict[str, object] = {}
@@ -109,19 +111,25 @@ class RepoContexts:
 
     def request(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> Future | None:
         """Make the block for the cursor at 0-based `line` of `text` unless it is made (the newest
-        request of a document replaces one not started yet); `others`: the other open documents."""
+        request of a document replaces one not started yet); `others`: the other open documents.
+        The newest request is made first (`_make_newest`): the document opened or moved in last
+        is the one the user is in, and restored tabs opened before it wait behind it. The
+        future is done once this request is made, or cancelled when a newer one replaced it."""
         if self.share <= 0:
             return None
         with self._lock:
-            pending = self._pending.get(uri)
-            if pending is not None:
-                pending.cancel()
+            waiting = self._waiting.pop(uri, None)
+            if waiting is not None:
+                waiting[3].cancel()
+            done: Future = Future()
+            self._waiting[uri] = (text, line, list(others), done)
+            self._pending[uri] = done
             try:
-                future = self._executor.submit(self._make, uri, text, line, list(others))
+                self._executor.submit(self._make_newest)
             except RuntimeError:  # shut down: the server is exiting
+                done.cancel()
                 return None
-            self._pending[uri] = future
-            return future
+            return done
 
     def wait(self, uri: str, text: str, line: int, others: list[tuple[str, str]], timeout: float) -> ContextBlock | None:
         """The block made now if need be (one-shot callers: the CLI, benchmarks)."""
@@ -186,6 +194,20 @@ class RepoContexts:
             bound_jedi_caches()
         except Exception:  # a parso without the cache this reads: memory grows, nothing else breaks
             log.exception("bounding jedi's caches failed")
+
+    def _make_newest(self) -> None:
+        """One job of the worker: the newest request not started (each request submits one job;
+        a job finds nothing where requests were replaced)."""
+        with self._lock:
+            if not self._waiting:
+                return
+            uri, (text, line, others, done) = self._waiting.popitem(last=True)
+            if not done.set_running_or_notify_cancel():
+                return
+        try:
+            self._make(uri, text, line, others)
+        finally:
+            done.set_result(None)
 
     def _make(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> None:
         t0 = time.perf_counter()
