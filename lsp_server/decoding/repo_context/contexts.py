@@ -16,7 +16,7 @@ in it, leave the block (and the prefill made for it) as they are. A new block ca
 
 Work: one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto
 queries at most (~0.1-0.5 s warm on a 2-core CPU, seconds the first time: jedi loads the
-builtins), waiting between them while `busy()` (a request or a prefill holds the engine), the
+builtins), waiting between them while `busy()` (a request is queued or running), the
 stubs read with `ast`, the neighbours ranked by Jaccard. jedi raising on odd code leaves the
 previous block in place (logged).
 """
