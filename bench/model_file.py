@@ -18,6 +18,12 @@ For each model file, in child processes run one after the other (each alone on t
   greedy tokens fed back to ours (teacher forcing), the share of positions where our argmax is
   its token.
 Ratios: our decode with checks / llama.cpp's decode; our prompt / its prompt.
+`--rounds N` (N > 1): ours and llama.cpp alternated N times (ours, llama.cpp, ours, ...), each
+round's ratios from its own pair, and the median over the rounds: the machine's speed drifts
+between minutes (the same file's llama.cpp decode moved by 40% between two runs of one day),
+and a pair taken side by side shares the drift.
+Where our time per token goes: each request part (`results.RequestTimes`: model, mask,
+checks, names, compiler gate, set-up...) summed over the requests, over their tokens.
 
 Models: `default` (SmolLM2-135M's Q4_1/Q8_0 file), `stand-in:SHAPE` (random weights at a real
 shape in Q4_K_M's mix of block types: `lsp_server.model.stand_in_gguf`; Qwen2.5-Coder-0.5B with
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -127,9 +134,19 @@ def child_ours(path: str, cuts: int, code: str, prompt_tokens: int, max_tokens: 
         "step_ms_at_context": round(p50(steps), 2),
         "requests": len(rows), "tokens": tokens,
         "decode_ms_per_token_with_checks": round(sum(r["latency_ms"] for r in rows) / max(tokens, 1), 2),
+        "per_token_ms_by_part": per_token_parts(rows, tokens),
         "offered": len(offered), "offered_compile": sum(r["parses"] for r in offered),
         "empty": len(rows) - len(offered),
     }
+
+
+def per_token_parts(rows: list[dict], tokens: int) -> dict:
+    """Each part of the requests' time (their `times_ms`) summed, over the tokens generated."""
+    parts: dict[str, float] = {}
+    for r in rows:
+        for part, ms in (r.get("times_ms") or {}).items():
+            parts[part] = parts.get(part, 0.0) + ms
+    return {part: round(ms / max(tokens, 1), 3) for part, ms in sorted(parts.items(), key=lambda kv: -kv[1])}
 
 
 def child_agreement(path: str, prompt_ids: list[int], theirs: list[int]) -> dict:
@@ -173,20 +190,39 @@ def measure(name: str, path: Path, args) -> dict:
     real = not name.startswith("stand-in:")
     built = ensure_store(path)
     text, ids = prompt_of(path, args.prompt_tokens)
-    ours = in_child("ours", path=str(path), cuts=args.cuts, code=args.code, prompt_tokens=args.prompt_tokens,
-                    max_tokens=args.max_tokens, head_rows_share=args.head_rows_share)
-    llama = in_child("llama", path=str(path), prompt_text_ids=ids if real else None, text=text,
-                     decode_tokens=args.decode_tokens)
     out = {"name": name, "file": str(path), "file_mib": round(path.stat().st_size / 2**20, 1),
-           "store_build_s": built, "ours": ours, "llama_cpp": llama}
-    if "error" not in ours and "error" not in llama:
-        out["decode_ratio"] = round(ours["decode_ms_per_token_with_checks"] / llama["decode_ms_per_token"], 3)
-        out["step_ratio"] = round(ours["step_ms_at_context"] / llama["decode_ms_per_token"], 3)
-        out["prompt_ratio"] = round(ours["prompt_ms_per_token"] / llama["prompt_ms_per_token"], 3)
-        out["rss_over_file_mib"] = round(ours["rss_mib_after_load"] - out["file_mib"], 1)
-        if real and llama.get("greedy_ids"):
-            out["agreement"] = in_child("agreement", path=str(path), prompt_ids=ids, theirs=llama.pop("greedy_ids"))
+           "store_build_s": built}
+    rounds = []
+    for _ in range(max(args.rounds, 1)):
+        ours = in_child("ours", path=str(path), cuts=args.cuts, code=args.code, prompt_tokens=args.prompt_tokens,
+                        max_tokens=args.max_tokens, head_rows_share=args.head_rows_share)
+        llama = in_child("llama", path=str(path), prompt_text_ids=ids if real else None, text=text,
+                         decode_tokens=args.decode_tokens)
+        rounds.append({"ours": ours, "llama_cpp": llama} | ratios(ours, llama))
+    out |= rounds[0]
+    if "error" not in out["ours"]:
+        out["rss_over_file_mib"] = round(out["ours"]["rss_mib_after_load"] - out["file_mib"], 1)
+    if len(rounds) > 1:
+        out["rounds"] = rounds
+        for key in ("decode_ratio", "step_ratio", "prompt_ratio"):
+            got = sorted(r[key] for r in rounds if key in r)
+            if got:
+                out[f"{key}_median"] = round(statistics.median(got), 3)
+                out[f"{key}_range"] = [got[0], got[-1]]
+    if "error" not in out["ours"] and real and out["llama_cpp"].get("greedy_ids"):
+        out["agreement"] = in_child("agreement", path=str(path), prompt_ids=ids, theirs=out["llama_cpp"]["greedy_ids"])
+    for r in rounds:
+        r["llama_cpp"].pop("greedy_ids", None)
     return out
+
+
+def ratios(ours: dict, llama: dict) -> dict:
+    """A round's ratios of ours to llama.cpp's (none where either failed)."""
+    if "error" in ours or "error" in llama:
+        return {}
+    return {"decode_ratio": round(ours["decode_ms_per_token_with_checks"] / llama["decode_ms_per_token"], 3),
+            "step_ratio": round(ours["step_ms_at_context"] / llama["decode_ms_per_token"], 3),
+            "prompt_ratio": round(ours["prompt_ms_per_token"] / llama["prompt_ms_per_token"], 3)}
 
 
 def main(argv=None) -> int:
@@ -201,6 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=1, help="ours and llama.cpp alternated this many times (module docstring)")
     ap.add_argument("--head-rows-share", type=float, default=None,
                     help="compute only the allowed tokens' logits where they are at most this share of the "
                          "vocabulary (runtime.HEAD_ROWS_SHARE; 0: never)")

@@ -34,11 +34,18 @@ def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
     None where it compiles it. `after_parse`: only a refusal made after the text parsed (the
     compiler's and the symbol table's checks: a keyword argument given twice, `yield from` in an
     `async def`, `break` outside a loop), None where the parser refuses it; the compiler is the
-    same one (the parsed tree compiled is the text compiled), it is asked in two steps."""
+    same one (the parsed tree compiled is the text compiled), it is asked in two steps, and
+    only for a text it refuses: a text it compiles in one step (about half the time of the two,
+    no tree of Python objects made and read back) has no refusal of either kind."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             if after_parse:
+                try:
+                    compile(text, name, mode, dont_inherit=True)
+                    return None
+                except (SyntaxError, ValueError):
+                    pass
                 tree = parsed_tree(text, name, mode)
                 if tree is None:
                     return None
