@@ -241,7 +241,7 @@ def options_of(args, **extra) -> dict:
     return {"model": args.model, "maxTokens": args.max_tokens, "mode": args.mode, "workAhead": args.work_ahead} | given | extra
 
 
-COMPLETED = re.compile(r"completed (\S+) at offset \d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens( \(first window\))? \((\d+) reused\) (\d+) ms, "
+COMPLETED = re.compile(r"completed (\S+) at offset \d+: ([\w-]+),(?: offered by [\w-]+ \(checked in [\d.]+ ms\),)? prompt (\d+) tokens( \(first window\)| \(without the context block\))? \((\d+) reused\) (\d+) ms, "
                        r"decode (\d+) ms, (\d+) sampled \+ (\d+) forced")
 STOPPED = re.compile(r"completion in (\S+) stopped \(superseded\) (?:after (\d+) decoding steps|before it started), "
                      r"(\d+) ms after the stop")
@@ -273,7 +273,7 @@ def engine_figures(log: str, prefix: str) -> dict:
             without_model += 1  # the rest of a suggestion (typed through) or a prefetched one
             continue
         prompt, reused = prompt + n, reused + r
-        first_window += bool(m.group(4))
+        first_window += m.group(4) == " (first window)"
         prompt_ms.append(int(m.group(6)) / 1000)
         if int(m.group(8)):
             step_ms.append(int(m.group(7)) / int(m.group(8)) / 1000)

@@ -352,7 +352,8 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
         said = log_lines(log)
         with_block = sum(1 for a in firsts if any(a["sent"] - args.lead - 1 <= at <= a["sent"] and text.startswith(f"context block of {a['uri']}:")
                                                   for at, text in said))
-        first_window = sum(1 for m in COMPLETED.finditer(log) if m.group(4))
+        first_window = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (first window)")
+        without_block = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (without the context block)")
         offered = [q for q in quality if q["offered"]]
         out[mode] = {
             "context_share": share, "first": stats_ms(first), "warm": stats_ms(warm) if warm else None,
@@ -363,6 +364,7 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
             "offered_compile": f"{sum(q['compiles'] for q in offered)}/{len(offered)}",
             "first_requests_with_a_block_made_before": with_block,
             "completions_from_a_first_window": first_window,
+            "completions_from_the_window_without_the_block": without_block,
             "server_log": str(s.log_file),
         }
     return out

@@ -419,3 +419,29 @@ def test_a_first_window_holds_no_block_and_the_full_window_does(compiled):
     engine.prefill(with_block)
     later = engine.complete(with_block)
     assert not later.short_window and later.figures.prompt_tokens == len(full.ids)
+
+
+def test_the_window_without_the_block_serves_until_the_one_with_it_is_computed(compiled):
+    """A block arrives after the document opened and makes the full window to compute again:
+    the work ahead computes the same window without the block first, and a request meanwhile is
+    answered from it, all of it reused, instead of from a short window computed at the keystroke."""
+    from lsp_server.decoding.parts import plain_window_key, prompt_in_window
+
+    comp, tok = compiled
+    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
+    ws = WorkspaceContext(block=ContextBlock((SMALL,)))
+    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
+    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
+    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    plain = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="plain")
+    key = plain_window_key(request.document)
+    ahead = engine.prefill(request, cancel=lambda: engine.prompt_cache.missing(key, plain.ids) == 0)
+    assert not ahead.complete  # stopped once the window without the block was computed
+    served = engine.complete(request)
+    assert served.without_block and served.short_window
+    assert served.figures.prompt_reused == served.figures.prompt_tokens == len(plain.ids)
+    engine.prefill(request)
+    later = engine.complete(request)
+    assert not later.short_window and not later.without_block
+    full = engine.prompt(request)
+    assert full.context_sections == ("definitions:pkg/util.py",) and later.figures.prompt_tokens == len(full.ids)

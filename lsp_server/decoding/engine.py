@@ -35,7 +35,8 @@ from ..model.kv_cache import PrefillCancelled, PromptCache
 from ..model.runtime import ModelLoadError, load_model
 from ..options import EngineOptions
 from . import request as one_request
-from .parts import DocumentStates, EngineParts, GrammarVersions, first_window_key, prompt_in_window
+from .parts import (DocumentStates, EngineParts, GrammarVersions, first_window_key, plain_window_key,
+                    prompt_in_window)
 from .header_steering import HeaderStarts
 from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
@@ -138,6 +139,7 @@ class CompletionEngine:
         with self._lock:
             self.prompt_cache.forget(document)
             self.prompt_cache.forget(first_window_key(document))
+            self.prompt_cache.forget(plain_window_key(document))
             self.parts.documents.forget(document)
             self.shown.forget(document)
         self.names.forget(document)
@@ -201,14 +203,23 @@ class CompletionEngine:
             opts = options or self.options
             self.names_ahead(request, opts)
             prompt = self.prompt(request, opts)
+            windows = [(request.document, prompt)]
+            if (prompt.context_sections
+                    and self.prompt_cache.missing(request.document, prompt.ids) > opts.first_window_tokens):
+                # the window without the block first: it serves the requests while the one with
+                # the block is computed (parts.py's docstring)
+                plain = prompt_in_window(self.parts, request, request.before, request.after, opts, window="plain")
+                windows.insert(0, (plain_window_key(request.document), plain))
+            computed = 0
             try:
-                _, _, reused = self.prompt_cache.prefill(request.document, prompt.ids, cancel, opts.cache_memory_mb,
-                                                         ahead=True)
+                for key, p in windows:
+                    _, _, reused = self.prompt_cache.prefill(key, p.ids, cancel, opts.cache_memory_mb, ahead=True)
+                    computed += len(p.ids) - reused
             except PrefillCancelled as e:
-                return Prefilled(len(prompt.ids), e.reused, e.computed - e.reused, False)
+                return Prefilled(len(prompt.ids), e.reused, computed + e.computed - e.reused, False)
             if opts.constrained and not cancel():
                 self._parse_ahead(request, opts, len(prompt.healed))
-            return Prefilled(len(prompt.ids), reused, len(prompt.ids) - reused, True)
+            return Prefilled(len(prompt.ids), reused, computed, True)
         finally:
             self._lock.release()
 

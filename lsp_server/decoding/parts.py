@@ -34,10 +34,16 @@ the prompt is the lines nearest the cursor in at most that many tokens, with a K
 own (`first_window_key`) kept while the user types on; the full window is left to the work ahead
 (`CompletionResult.short_window`). The first answer then costs a short window's prefill on any
 machine, not a whole one's. The grammar reads the whole document either way: only the model's
-prompt is short. The short window holds no context block (docs/context.md): the block is made
-after the document opens and changes later, and in the short window's front it would throw its
-KV cache away each time; so a first request costs the same with the block on or off, and the
-block reaches the model through the full window.
+prompt is short.
+
+The context block (docs/context.md) is the full window's start, and it arrives seconds after
+the document opens (jedi) and changes when the cursor enters another function: each new block
+makes the whole window to compute again. So a request is never made to wait for that: the
+short window holds no block, and where the document has a block whose window the KV cache
+lacks, the same full window without the block (`window="plain"`, under a key of its own,
+`plain_window_key`), which the work ahead computes first (`engine.prefill`), serves while the
+window with the block is computed. A request then finds what it would find with the block off;
+the block reaches the model once its window is ready.
 """
 
 from __future__ import annotations
@@ -171,11 +177,14 @@ KEPT = 64  # documents whose state is kept
 PARSERS_KEPT = 8  # of those, the most recent keep their parser (a parser holds its document's parse)
 
 
+WINDOWS = ("full", "plain", "first")  # the full window, the same without the context block, the short first one
+
+
 @dataclass(frozen=True)
 class DocumentState:
     parser: PrefixParser | None = None
-    window_line: int | None = None  # where the full prompt window started last
-    first_window_line: int | None = None  # and the short first window (`request_window`)
+    # where each window (WINDOWS) started last: full, full without the block, short first
+    window_lines: tuple[int | None, int | None, int | None] = (None, None, None)
 
 
 NEW = DocumentState()
@@ -203,14 +212,15 @@ class DocumentStates:
             self._put(document, state)
         return p
 
-    def anchor(self, document: str, first_window: bool) -> int | None:
-        """The line the document's last prompt window (`first_window`: short first window) started at."""
-        state = self.get(document)
-        return state.first_window_line if first_window else state.window_line
+    def anchor(self, document: str, window: str) -> int | None:
+        """The line the document's last prompt window of that kind (WINDOWS) started at."""
+        return self.get(document).window_lines[WINDOWS.index(window)]
 
-    def keep_anchor(self, document: str, first_window: bool, prompt: Prompt) -> None:
-        field = "first_window_line" if first_window else "window_line"
-        self._put(document, replace(self.get(document), **{field: prompt.window_line}))
+    def keep_anchor(self, document: str, window: str, prompt: Prompt) -> None:
+        state = self.get(document)
+        lines = list(state.window_lines)
+        lines[WINDOWS.index(window)] = prompt.window_line
+        self._put(document, replace(state, window_lines=tuple(lines)))
 
     def forget(self, document: str) -> None:
         self._states.pop(document, None)
@@ -272,18 +282,24 @@ def first_window_key(document: str) -> str:
     return document + "\x00first-window"
 
 
+def plain_window_key(document: str) -> str:
+    """The prompt cache's key for a document's full window without its context block."""
+    return document + "\x00without-block"
+
+
 def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str, after: str, opts: EngineOptions,
-                     first_window: bool = False) -> Prompt:
+                     window: str = "full") -> Prompt:
     """The prompt of a request (its document split at the cursor: `before`, `after`) in a window
-    of `context_tokens` (`first_window`: a short first window of `first_window_tokens`), the
-    window kept as the document's next anchor."""
-    budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if first_window else (opts.context_tokens,
-                                                                                        WINDOW_STEP)
+    (WINDOWS) of `context_tokens`, with the document's context block in front for "full"
+    ("first": a short first window of `first_window_tokens`, without the block), the window
+    kept as the document's next anchor of that kind."""
+    budget, step = (opts.first_window_tokens, FIRST_WINDOW_STEP) if window == "first" else (opts.context_tokens,
+                                                                                            WINDOW_STEP)
     prompt = build_prompt(parts.tokenizer, before, after, budget, parts.fim,
-                          heal=opts.constrained, anchor=parts.documents.anchor(request.document, first_window),
+                          heal=opts.constrained, anchor=parts.documents.anchor(request.document, window),
                           heal_pretoken=parts.canonical_on(opts), workspace=request.workspace, step=step,
-                          context=None if first_window else request.workspace.block)
-    parts.documents.keep_anchor(request.document, first_window, prompt)
+                          context=request.workspace.block if window == "full" else None)
+    parts.documents.keep_anchor(request.document, window, prompt)
     return prompt
 
 
@@ -305,8 +321,9 @@ def request_document(parts: EngineParts, request: CompletionRequest, before: str
 
 def request_window(parts: EngineParts, request: CompletionRequest, before: str, after: str,
                    opts: EngineOptions) -> tuple[Prompt, str]:
-    """(the request's prompt, the key of its KV cache): the full window, or the short first one
-    (module docstring)."""
+    """(the request's prompt, the key of its KV cache): the full window; where the KV cache
+    lacks more than `first_window_tokens` of it, the full window without the context block when
+    the cache lacks less of that one, else the short first one (module docstring)."""
     full = prompt_in_window(parts, request, before, after, opts)
     if not _may_be_short(request, opts):
         return full, request.document
@@ -315,7 +332,15 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     if missing <= opts.first_window_tokens:
         cache.forget(first_window_key(request.document))  # served by the full window now
         return full, request.document
-    short = prompt_in_window(parts, request, before, after, opts, first_window=True)
+    if full.context_sections:
+        plain = prompt_in_window(parts, request, before, after, opts, window="plain")
+        key = plain_window_key(request.document)
+        lacks = cache.missing(key, plain.ids)
+        if lacks <= opts.first_window_tokens:
+            log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
+                     len(plain.ids), missing, len(full.ids))
+            return plain, key
+    short = prompt_in_window(parts, request, before, after, opts, window="first")
     key = first_window_key(request.document)
     if cache.missing(key, short.ids) >= missing:
         return full, request.document

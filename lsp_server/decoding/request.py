@@ -58,7 +58,7 @@ from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
 from .loop import DecodeOutcome
 from .model_pass import EMPTY, Pass, Tries, ended_where_valid
-from .parts import EngineParts, request_document
+from .parts import EngineParts, plain_window_key, request_document
 from .prompt import Prompt
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
@@ -300,6 +300,7 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
         recovery=str(r.recovery.restart_line) if r.recovery else None,
         budget_cut=cut,
         short_window=r.cache_key != req.document,
+        without_block=r.cache_key == plain_window_key(req.document),
         token_ids=list(outcome.tokens),
         figures=figures,
     )

@@ -188,6 +188,7 @@ class CompletionResult:
     prefetched: bool = False  # made ahead of the request (after an accepted suggestion), no model call now
     budget_cut: bool = False  # the latency budget ended it early: the rest is worth decoding in the background
     short_window: bool = False  # answered from the short first window: the full one is worth computing in the background
+    without_block: bool = False  # (and short_window) from the full window without the context block (parts.request_window)
     token_ids: list[int] = field(default_factory=list)  # the tokens generated (the healed ones included): decoded on from
     figures: Figures = NO_FIGURES
 

@@ -288,7 +288,8 @@ class Suggester:
             "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens%s (%d reused) %.0f ms, "
             "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival; %s",
             request.document, request.cursor, result.stop_reason, result.offer_path,
-            result.figures.check_ms, result.figures.prompt_tokens, " (first window)" if result.short_window else "",
+            result.figures.check_ms, result.figures.prompt_tokens,
+            " (without the context block)" if result.without_block else " (first window)" if result.short_window else "",
             result.figures.prompt_reused, result.figures.prompt_ms, result.figures.decode_ms,
             result.figures.tokens_generated, result.figures.tokens_forced, result.figures.engine_ms, result.figures.gate_ms,
             (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.figures.times_ms),
