@@ -153,6 +153,9 @@ def test_the_block_stays_the_same_object_while_typing_in_one_function(workspace:
     typed = MAIN.replace("    return h.render()", "    return h.render() + h.ren")
     assert made(contexts, workspace, typed, line) is first  # typed on: same sections, same block
     assert made(contexts, workspace, typed, line - 1) is first  # moved within the function
+    # a name of another module typed in the function: the block stays until the cursor leaves it
+    more = MAIN.replace("    return h.render()", "    limit = util.LIMIT\n    return h.render()")
+    assert made(contexts, workspace, more, line) is first
     assert len(ready) == 1 and contexts.stats["made"] == 1
     other = made(contexts, workspace, typed, MAIN.split("\n").index("    return util.LIMIT"))
     assert other is not first and "LIMIT = 10" in other.sections[0].text  # another function: its own block

@@ -7,12 +7,14 @@ never runs jedi.
     contexts.block(uri)                         # the document's ContextBlock, or None
 
 Stability (the KV cache keeps the prompt's start, and the block is that start): a document's
-block is made again only when the scope of the cursor (`definitions.cursor_scope`: the function
-it is in) changes, that scope's text does or another open document's does, and a block made
-again with the same sections is
-the same object, the prompt's start unchanged; so typing inside one function, and moving about
-in it, leave the block (and the prefill made for it) as they are. A new block calls
-`on_ready(uri)`: the server plans a prefill with it before the user asks (docs/context.md).
+block is made again only when the cursor enters another scope (`definitions.cursor_scope`: the
+function it is in, named by its first line and header) or another open document's text
+changes, never while the user types in the scope (a name typed there would re-rank the
+neighbours, add a definition, and throw the whole window's KV cache away at each keystroke);
+and a block made again with the same sections is the same object, the prompt's start
+unchanged. So typing inside one function, and moving about in it, leave the block (and the
+prefill made for it) as they are. A new block calls `on_ready(uri)`: the server plans a prefill
+with it before the user asks (docs/context.md).
 
 Work: one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto
 queries at most (~0.1-0.5 s warm on a 2-core CPU, seconds the first time: jedi loads the
@@ -60,7 +62,6 @@ _ENVIRONMENT = tuple(sorted({os.path.normpath(p) for p in (sys.prefix, sys.base_
 @dataclass
 class _Made:
     scope: Scope
-    scope_hash: int  # of the scope's text
     others_hash: int  # of the other documents' texts (a saved or edited module: its stubs made again)
     block: ContextBlock
 
@@ -254,12 +255,12 @@ class RepoContexts:
         with _JEDI:
             script = jedi.Script(text, path=own_path, project=self._project(own_path))
             scope = cursor_scope(script, lines, line1)
-            scope_hash = hash("\n".join(lines[scope.start - 1 : scope.end]))
             others_hash = hash(tuple(sorted((u, t) for u, t in others if u != uri)))
             with self._lock:
                 old = self._made.get(uri)
-            if old is not None and (old.scope, old.scope_hash, old.others_hash) == (scope, scope_hash, others_hash):
-                return None  # nothing the block depends on changed
+            if old is not None and (old.scope.start, old.scope.header, old.others_hash) == (scope.start, scope.header,
+                                                                                           others_hash):
+                return None  # the same function, the other documents as they were: the block stays
             targets = definitions(script, lines, scope, line1, lambda p: self._inside(p, own_path), own_path,
                                   self._between)
         sections = self._stub_sections(targets, open_texts, own_path, text)
@@ -278,7 +279,7 @@ class RepoContexts:
             if used + len(s.text) <= limit:
                 kept.append(s)
                 used += len(s.text)
-        return _Made(scope, scope_hash, others_hash, ContextBlock(tuple(kept), self.share, self.form))
+        return _Made(scope, others_hash, ContextBlock(tuple(kept), self.share, self.form))
 
     def _edited_sections(self, uri: str, own_path: str | None, open_texts: dict[str, str], picked: list,
                          own_text: str) -> list[ContextSection]:
