@@ -448,3 +448,20 @@ def test_the_window_without_the_block_serves_until_the_one_with_it_is_computed(c
     assert not later.short_window and not later.without_block
     full = engine.prompt(request)
     assert full.context_sections == ("definitions:pkg/util.py",) and later.figures.prompt_tokens == len(full.ids)
+
+
+def test_the_window_computed_before_the_block_came_serves_once_it_has_come(compiled):
+    """The work ahead computed the document's window before its block was made (under the
+    document's own key): a request after the block came is answered from that window, all of
+    it reused, while the window with the block is computed."""
+    comp, tok = compiled
+    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
+    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
+    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
+    uri = "file:///w/pkg/main.py"
+    before_the_block = CompletionRequest(doc, cursor=len(doc), document=uri)
+    ahead = engine.prefill(before_the_block)
+    assert ahead.complete
+    request = CompletionRequest(doc, cursor=len(doc), document=uri, workspace=WorkspaceContext(block=ContextBlock((SMALL,))))
+    served = engine.complete(request)
+    assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens == ahead.prompt_tokens

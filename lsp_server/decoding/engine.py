@@ -35,8 +35,8 @@ from ..model.kv_cache import PrefillCancelled, PromptCache
 from ..model.runtime import ModelLoadError, load_model
 from ..options import EngineOptions
 from . import request as one_request
-from .parts import (DocumentStates, EngineParts, GrammarVersions, first_window_key, plain_window_key,
-                    prompt_in_window)
+from .parts import (DocumentStates, EngineParts, GrammarVersions, first_window_key, plain_window,
+                    plain_window_key, prompt_in_window)
 from .header_steering import HeaderStarts
 from .identifiers.analyses import NameAnalyses
 from .identifiers.token_index import IdentifierTokens
@@ -208,8 +208,8 @@ class CompletionEngine:
                     and self.prompt_cache.missing(request.document, prompt.ids) > opts.first_window_tokens):
                 # the window without the block first: it serves the requests while the one with
                 # the block is computed (parts.py's docstring)
-                plain = prompt_in_window(self.parts, request, request.before, request.after, opts, window="plain")
-                windows.insert(0, (plain_window_key(request.document), plain))
+                plain, key, _ = plain_window(self.parts, request, opts)
+                windows.insert(0, (key, plain))
             computed = 0
             try:
                 for key, p in windows:

@@ -303,6 +303,18 @@ def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str
     return prompt
 
 
+def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOptions) -> tuple[Prompt, str, int]:
+    """(the request's full window without its context block, the key of its KV cache, how many
+    of its tokens that cache lacks). A window computed under the document's own key before its
+    block came is that window: it moves to the window's key (the window with the block has
+    nothing to reuse in it)."""
+    plain = prompt_in_window(parts, request, request.before, request.after, opts, window="plain")
+    key, cache = plain_window_key(request.document), parts.prompt_cache
+    if cache.missing(request.document, plain.ids) < cache.missing(key, plain.ids):
+        cache.move(request.document, key)
+    return plain, key, cache.missing(key, plain.ids)
+
+
 def _may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
     limit = opts.first_window_tokens
     return request.short_first and bool(limit) and limit < opts.context_tokens
@@ -333,9 +345,7 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
         cache.forget(first_window_key(request.document))  # served by the full window now
         return full, request.document
     if full.context_sections:
-        plain = prompt_in_window(parts, request, before, after, opts, window="plain")
-        key = plain_window_key(request.document)
-        lacks = cache.missing(key, plain.ids)
+        plain, key, lacks = plain_window(parts, request, opts)
         if lacks <= opts.first_window_tokens:
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))

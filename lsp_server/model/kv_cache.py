@@ -361,6 +361,13 @@ class PromptCache:
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)
 
+    def move(self, key: str, to: str) -> None:
+        """What is kept under `key` kept under `to` instead (in place of what was there)."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._entries.pop(to, None)
+            self._entries[to] = entry
+
 
 def _reusable(entry: _Entry | None, ids: list[int]) -> int:
     """The positions of `ids` a prefill finds in `entry`: all of them when it holds exactly
