@@ -350,7 +350,7 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
         await s.stop()
         firsts = [a for a in s.asked if a["phase"] == "first"]
         said = log_lines(log)
-        with_block = sum(1 for a in firsts if any(a["sent"] - args.lead - 1 <= at <= a["sent"] and text.startswith(f"context block of {a['uri']}:")
+        with_block = sum(1 for a in firsts if any(a["sent"] - args.lead - 1 <= at <= a["sent"] and f"context block of {a['uri']}:" in text
                                                   for at, text in said))
         first_window = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (first window)")
         without_block = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (without the context block)")

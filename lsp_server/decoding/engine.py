@@ -135,6 +135,11 @@ class CompletionEngine:
             "load_seconds": round(self.runtime.load_seconds, 2),
         }
 
+    @property
+    def working(self) -> bool:
+        """A request, a prefill or a prefetch holds the engine (the model runs)."""
+        return self._lock.locked()
+
     def forget(self, document: str) -> None:
         with self._lock:
             self.prompt_cache.forget(document)

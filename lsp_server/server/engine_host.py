@@ -307,6 +307,12 @@ class EngineHost:
         """A request is queued or running."""
         return self._foreground > 0
 
+    @property
+    def working(self) -> bool:
+        """A request is queued or running, or work ahead holds the engine (a prefill)."""
+        engine = self._engine
+        return self._foreground > 0 or (engine is not None and engine.working)
+
     def on_idle(self, listener: Callable[[], None]) -> None:
         """Call `listener()` (on the event loop) whenever the last request queued has finished."""
         self._idle_listeners.append(listener)

@@ -110,7 +110,9 @@ class SyntaxlockServer(LanguageServer):
         self.work_ahead = WorkAhead(self.documents, self.host, lambda: self.options.enabled and self.options.work_ahead)
         # context blocks made ahead (on open, cursor report, save), read by the requests through
         # `documents.workspace`; a new one plans a prefill with it (docs/context.md)
-        self.contexts = RepoContexts(busy=lambda: self.host.busy, on_ready=self._context_ready_from_any_thread)
+        # jedi waits while the model runs, work ahead included: the block is not needed at once
+        # (the window without it serves meanwhile, parts.py), the prefill and the request are
+        self.contexts = RepoContexts(busy=lambda: self.host.working, on_ready=self._context_ready_from_any_thread)
         self.documents.blocks = self.contexts.block
         self._context_lines: dict[str, int] = {}  # the cursor's line last reported per document
         self.suggester = Suggester(self.documents, self.host, self.telemetry, self.report,

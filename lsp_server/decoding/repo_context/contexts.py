@@ -18,7 +18,7 @@ with it before the user asks (docs/context.md).
 
 Work: one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto
 queries at most (~0.1-0.5 s warm on a 2-core CPU, seconds the first time: jedi loads the
-builtins), waiting between them while `busy()` (a request is queued or running), the
+builtins), waiting between them while `busy()` (the server's: the model runs), the
 stubs read with `ast`, the neighbours ranked by Jaccard. jedi raising on odd code leaves the
 previous block in place (logged).
 """
