@@ -348,3 +348,24 @@ async def test_a_typed_through_answer_does_not_wait_for_background_work():
     assert other.text == "x"  # the model's path: it stopped the background job
     assert await job == "stopped"
     host.shutdown()
+
+
+def test_a_request_from_the_window_without_the_block_plans_the_one_with_it_after_the_pause():
+    """Answered from the short first window, the full window is computed as soon as no request
+    runs; answered from the full window without its context block, only after the user's pause
+    (a keystroke would otherwise wait for the chunk it is computing)."""
+    from lsp_server.server.documents import DocumentStore
+    from lsp_server.server.work_ahead import WorkAhead
+
+    class Host:
+        busy, ready = False, True
+
+        def on_idle(self, listener):
+            pass
+
+    ahead = WorkAhead(DocumentStore(), Host(), enabled=lambda: True)
+    ahead.cursor("file:///a.py", None, 0, 4)  # the document the user is in (not open yet: nothing planned)
+    ahead.served_short("file:///a.py", "x = 1\n", 4)
+    assert [p.urgent for p in ahead._plans] == [True]
+    ahead.served_short("file:///a.py", "x = 1\n", 4, urgent=False)
+    assert [p.urgent for p in ahead._plans] == [False]

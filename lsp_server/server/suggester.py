@@ -283,7 +283,7 @@ class Suggester:
             self.work_ahead.continued(request.document, request.text, request.cursor, result.text,
                                       tuple(result.token_ids) if result.text else ())
         if result.short_window and self.work_ahead is not None:
-            self.work_ahead.served_short(request.document, request.text, request.cursor)
+            self.work_ahead.served_short(request.document, request.text, request.cursor, urgent=not result.without_block)
         log.info(
             "completed %s at offset %d: %s, offered by %s (checked in %.1f ms), prompt %d tokens%s (%d reused) %.0f ms, "
             "decode %.0f ms, %d sampled + %d forced; engine %.0f ms (compiler gate %.1f ms), done %.0f ms after arrival; %s",

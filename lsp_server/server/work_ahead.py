@@ -200,13 +200,16 @@ class WorkAhead:
         self.stats["continuations_planned"] += 1
         self._schedule()
 
-    def served_short(self, uri: str, text: str, cursor: int) -> None:
+    def served_short(self, uri: str, text: str, cursor: int, urgent: bool = True) -> None:
         """A request at offset `cursor` of `text` ("\n" line ends) was answered from the short
-        first window: the full window's prefill there comes next, as soon as no request runs."""
+        first window: the full window's prefill there comes next, as soon as no request runs
+        (`urgent`), else after the user's pause (answered from the full window without its
+        context block: the answers are as good as with the block off, and the window with the
+        block is not worth a keystroke's wait for the chunk it would be computing)."""
         if self.focus != uri:
             return
         keep = [p for p in self._plans if p.work is Work.PREFETCH and p.valid(text)]
-        self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor, (text,), urgent=True)]
+        self._plans = keep + [Plan(Work.PREFILL, uri, text, cursor, (text,), urgent=urgent)]
         self.stats["full_windows_planned"] += 1
         self._schedule()
 
