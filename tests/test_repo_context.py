@@ -465,3 +465,22 @@ def test_the_window_computed_before_the_block_came_serves_once_it_has_come(compi
     request = CompletionRequest(doc, cursor=len(doc), document=uri, workspace=WorkspaceContext(block=ContextBlock((SMALL,))))
     served = engine.complete(request)
     assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens == ahead.prompt_tokens
+
+
+def test_a_window_with_the_block_computed_in_part_waits_while_the_one_without_it_is_whole(compiled):
+    """The window with the block lacks a few tokens (its prefill was stopped), the one without it
+    none: the request computes nothing at the keystroke."""
+    from lsp_server.decoding.parts import plain_window_key, prompt_in_window
+
+    comp, tok = compiled
+    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
+    ws = WorkspaceContext(block=ContextBlock((SMALL,)))
+    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
+    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
+    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    plain = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="plain")
+    full = engine.prompt(request)
+    engine.prompt_cache.prefill(plain_window_key(request.document), plain.ids)
+    engine.prompt_cache.prefill(request.document, full.ids[:-100])  # stopped 100 tokens short
+    served = engine.complete(request)
+    assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens

@@ -333,23 +333,26 @@ def request_document(parts: EngineParts, request: CompletionRequest, before: str
 
 def request_window(parts: EngineParts, request: CompletionRequest, before: str, after: str,
                    opts: EngineOptions) -> tuple[Prompt, str]:
-    """(the request's prompt, the key of its KV cache): the full window; where the KV cache
-    lacks more than `first_window_tokens` of it, the full window without the context block when
-    the cache lacks less of that one, else the short first one (module docstring)."""
+    """(the request's prompt, the key of its KV cache): the full window; the full window without
+    the context block where the KV cache lacks fewer of its tokens (and at most
+    `first_window_tokens`; a window with nothing computed yet is never preferred); where it
+    lacks more than that of both, the short first one (module docstring). A request with the
+    block on computes no more at the keystroke than it would with the block off."""
     full = prompt_in_window(parts, request, before, after, opts)
     if not _may_be_short(request, opts):
         return full, request.document
     cache = parts.prompt_cache
     missing = cache.missing(request.document, full.ids)
-    if missing <= opts.first_window_tokens:
-        cache.forget(first_window_key(request.document))  # served by the full window now
-        return full, request.document
-    if full.context_sections:
+    if full.context_sections and missing:
         plain, key, lacks = plain_window(parts, request, opts)
-        if lacks <= opts.first_window_tokens:
+        missing = cache.missing(request.document, full.ids)  # (the document's entry may have moved)
+        if lacks <= opts.first_window_tokens and lacks < min(missing, len(plain.ids)):  # computed, and more of it
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))
             return plain, key
+    if missing <= opts.first_window_tokens:
+        cache.forget(first_window_key(request.document))  # served by the full window now
+        return full, request.document
     short = prompt_in_window(parts, request, before, after, opts, window="first")
     key = first_window_key(request.document)
     if cache.missing(key, short.ids) >= missing:
