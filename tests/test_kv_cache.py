@@ -5,10 +5,12 @@ makes a prompt's room before its chunks."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lsp_server.model.hf_cache import GrowingCache
-from lsp_server.model.kv_cache import (GROW_STEP, SPARE, CpuCache, ForwardCancelled, PromptCache, cache_bytes,
+from lsp_server.model.kv_cache import (AHEAD_CHUNK, GROW_STEP, SPARE, SPARE_CHUNK, CpuCache, ForwardCancelled,
+                                       PrefillCancelled, PromptCache, cache_bytes,
                                        drop_last, grown_capacity, position_bytes, rewind)
 
 HEADS, DIM = 3, 8
@@ -173,3 +175,29 @@ def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
     assert again is past and reused == 300 and past.capacity() == grown_capacity(800)
     assert len(set(runtime.buffers[75:])) == 1  # grown once, before the new chunks
     assert torch.equal(past.k[1:2, :, :800], (_chunk(800, 0) + 0.3).half())
+
+
+def test_a_prefill_takes_the_chunk_it_is_given_and_keeps_what_it_computed():
+    """Work ahead in chunks of `chunk` tokens (the window with a context block: SPARE_CHUNK),
+    a cancellation between them keeping every chunk computed."""
+
+    class Runtime:
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def new_cache(self) -> CpuCache:
+            return CpuCache(2, torch.float16, HEADS, DIM)
+
+        def forward(self, ids, past, keep=1, cancel=None, wanted=None):
+            _write(past, len(ids))
+            self.calls.append(len(ids))
+            return torch.zeros(1, 8), past
+
+    runtime = Runtime()
+    cache = PromptCache(runtime)
+    with pytest.raises(PrefillCancelled) as stopped:
+        cache.prefill("doc", list(range(200)), cancel=lambda: len(runtime.calls) == 3, ahead=True, chunk=SPARE_CHUNK)
+    assert runtime.calls == [SPARE_CHUNK] * 3 and stopped.value.computed == 3 * SPARE_CHUNK
+    assert cache.missing("doc", list(range(200))) == 200 - 3 * SPARE_CHUNK
+    cache.prefill("doc", list(range(200)), ahead=True)
+    assert runtime.calls[3:] == [AHEAD_CHUNK, AHEAD_CHUNK, 200 - 3 * SPARE_CHUNK - 2 * AHEAD_CHUNK]

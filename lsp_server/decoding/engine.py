@@ -31,7 +31,7 @@ from grammar_tools.parsing.incremental import ParseError
 from mask_store.loading import load_compiled
 from mask_store.store import MaskStoreError
 
-from ..model.kv_cache import PrefillCancelled, PromptCache
+from ..model.kv_cache import SPARE_CHUNK, PrefillCancelled, PromptCache
 from ..model.runtime import ModelLoadError, load_model
 from ..options import EngineOptions
 from . import request as one_request
@@ -218,7 +218,10 @@ class CompletionEngine:
             computed = 0
             try:
                 for key, p in windows:
-                    _, _, reused = self.prompt_cache.prefill(key, p.ids, cancel, opts.cache_memory_mb, ahead=True)
+                    # the window with a block in short chunks: the one without it serves meanwhile
+                    chunk = SPARE_CHUNK if p.context_sections else None
+                    _, _, reused = self.prompt_cache.prefill(key, p.ids, cancel, opts.cache_memory_mb, ahead=True,
+                                                             chunk=chunk)
                     computed += len(p.ids) - reused
             except PrefillCancelled as e:
                 return Prefilled(len(prompt.ids), e.reused, computed + e.computed - e.reused, False)

@@ -238,6 +238,9 @@ PREFILL_CHUNK = 128  # a request's prompt tokens per forward pass (a chunk once 
 # at 2.4) and nothing the work ahead computed is ever thrown away (stopping between the layers
 # of 256-token chunks lost up to 255 tokens of work to each keystroke: docs/latency.md)
 AHEAD_CHUNK = 64
+# the work ahead's chunk for the window with a context block, which the window without it serves
+# in the meantime (decoding/parts.py): not worth a keystroke's wait for 64 tokens
+SPARE_CHUNK = 16
 MB = 1 << 20
 
 
@@ -277,7 +280,7 @@ class PromptCache:
         return len(ids) - _reusable(self._entries.get(key), ids)
 
     def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
-                ahead: bool = False):
+                ahead: bool = False, chunk: int | None = None):
         """(logits after `ids`, a cache holding them, positions reused): reuses the document's
         cached prefix. The new tokens run in chunks of PREFILL_CHUNK (AHEAD_CHUNK for work
         `ahead` of a request), and `cancel()` is asked before each chunk: a chunk once started
@@ -286,7 +289,8 @@ class PromptCache:
         request the prefill was made for, usually shares that prefix). A request superseded by
         the next keystroke likewise leaves its chunk to the next request, where stopping inside
         it would lose it (at 8 keys a second no chunk of 128 tokens would ever be finished). The
-        other documents are then evicted, least recently used first, down to `memory_mb` in all."""
+        other documents are then evicted, least recently used first, down to `memory_mb` in all.
+        `chunk`: the tokens per forward pass instead (a runtime's own chunk still wins)."""
         entry = self._entries.pop(key, None)
         self._make_room(len(ids), memory_mb)
         common = _reusable(entry, ids)
@@ -308,10 +312,13 @@ class PromptCache:
                 while done < len(ids):
                     if cancel is not None and cancel():
                         raise ForwardCancelled()
-                    chunk = ids[done : done + (self.ahead_chunk if ahead else self.chunk)]
-                    out, past = self.runtime.forward(chunk, past)
+                    size = self.ahead_chunk if ahead else self.chunk
+                    if chunk is not None and not hasattr(self.runtime, "prefill_chunk"):
+                        size = chunk
+                    part = ids[done : done + size]
+                    out, past = self.runtime.forward(part, past)
                     logits = out[-1]
-                    done += len(chunk)
+                    done += len(part)
             except ForwardCancelled:
                 self.stats["reused_tokens"] += common
                 self.stats["computed_tokens"] += done - common
