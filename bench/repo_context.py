@@ -237,15 +237,21 @@ def wrong_names(spliced: str, head: str, offered: str, path: Path) -> tuple[int,
     return undefined, unknown
 
 
+def cut_document(cut: dict) -> tuple[Path, list[str], int, int, str]:
+    """(the file, its lines, the cut's line and character, the document cut there: the rest of
+    the line dropped, the lines after kept)."""
+    path = Path(cut["path"])
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    i, ch = cut["line"], cut["character"]
+    return path, lines, i, ch, "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
+
+
 def run(engine, contexts, cut: dict, with_context: bool, tag: str, window: str = "first") -> dict:
     from lsp_server.decoding.engine import CompletionRequest
     from lsp_server.decoding.workspace_context import workspace_context
 
-    path = Path(cut["path"])
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    i, ch = cut["line"], cut["character"]
+    path, lines, i, ch, doc = cut_document(cut)
     reference = lines[i][ch:]
-    doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
     uri = path.as_uri()
     others = [(p.as_uri(), p.read_text(encoding="utf-8", errors="replace")) for p in tabs(path)]
     ws = workspace_context(uri, [(uri, doc)] + others)
@@ -309,11 +315,8 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
         await warmup(s, args)
         first, warm, quality = [], [], []
         for cut in cuts:
-            path = Path(cut["path"])
-            lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-            i, ch = cut["line"], cut["character"]
+            path, lines, i, ch, doc = cut_document(cut)
             rest = lines[i][ch:]
-            doc = "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
             uri = path.as_uri()
             others = tabs(path)
             for p in others:

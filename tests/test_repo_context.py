@@ -403,17 +403,25 @@ def test_the_code_form_gives_the_sections_as_code_after_a_heading(tok):
         ContextBlock((SMALL,), form="prose")
 
 
+LONG_DOC = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
+
+
+def long_document(compiled, block: bool = True) -> tuple[CompletionEngine, CompletionRequest, EngineOptions]:
+    """An engine over a document longer than the prompt window (1,024 tokens, a first window of
+    256), and the request at its end, with a block (`block`) or none."""
+    comp, tok = compiled
+    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
+    engine = CompletionEngine(opts, ScriptedRuntime(tok, (LONG_DOC + "1\n").encode()), comp)
+    ws = WorkspaceContext(block=ContextBlock((SMALL,))) if block else WorkspaceContext()
+    return engine, CompletionRequest(LONG_DOC, cursor=len(LONG_DOC), document="file:///w/pkg/main.py", workspace=ws), opts
+
+
 def test_a_first_window_holds_no_block_and_the_full_window_does(compiled):
     """The short first window never carries the block (its KV cache outlives the block's
     arrival, and a first request costs the same with the block on or off); the full window,
     once the work ahead has computed it, does."""
-    comp, tok = compiled
-    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
-    ws = WorkspaceContext(block=ContextBlock((SMALL,)))
-    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
-    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
-    with_block = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
-    bare = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/bare.py")
+    engine, with_block, _ = long_document(compiled)
+    bare = CompletionRequest(LONG_DOC, cursor=len(LONG_DOC), document="file:///w/pkg/bare.py")
     first, first_bare = engine.complete(with_block), engine.complete(bare)
     assert first.short_window and first_bare.short_window
     assert first.figures.prompt_tokens == first_bare.figures.prompt_tokens  # no block's tokens in it
@@ -430,12 +438,7 @@ def test_the_window_without_the_block_serves_until_the_one_with_it_is_computed(c
     answered from it, all of it reused, instead of from a short window computed at the keystroke."""
     from lsp_server.decoding.parts import plain_window_key, prompt_in_window
 
-    comp, tok = compiled
-    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
-    ws = WorkspaceContext(block=ContextBlock((SMALL,)))
-    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
-    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
-    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    engine, request, opts = long_document(compiled)
     plain = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="plain")
     key = plain_window_key(request.document)
     ahead = engine.prefill(request, cancel=lambda: engine.prompt_cache.missing(key, plain.ids) == 0)
@@ -454,15 +457,10 @@ def test_the_window_computed_before_the_block_came_serves_once_it_has_come(compi
     """The work ahead computed the document's window before its block was made (under the
     document's own key): a request after the block came is answered from that window, all of
     it reused, while the window with the block is computed."""
-    comp, tok = compiled
-    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
-    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
-    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
-    uri = "file:///w/pkg/main.py"
-    before_the_block = CompletionRequest(doc, cursor=len(doc), document=uri)
+    engine, before_the_block, _ = long_document(compiled, block=False)
     ahead = engine.prefill(before_the_block)
     assert ahead.complete
-    request = CompletionRequest(doc, cursor=len(doc), document=uri, workspace=WorkspaceContext(block=ContextBlock((SMALL,))))
+    _, request, _ = long_document(compiled)
     served = engine.complete(request)
     assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens == ahead.prompt_tokens
 
@@ -472,12 +470,7 @@ def test_a_window_with_the_block_computed_in_part_waits_while_the_one_without_it
     none: the request computes nothing at the keystroke."""
     from lsp_server.decoding.parts import plain_window_key, prompt_in_window
 
-    comp, tok = compiled
-    doc = "".join(f"value_{i} = compute({i}, {i + 1})\n" for i in range(150)) + "def total(order):\n    return "
-    ws = WorkspaceContext(block=ContextBlock((SMALL,)))
-    opts = EngineOptions(speculative=False, context_tokens=1024, first_window_tokens=256)
-    engine = CompletionEngine(opts, ScriptedRuntime(tok, (doc + "1\n").encode()), comp)
-    request = CompletionRequest(doc, cursor=len(doc), document="file:///w/pkg/main.py", workspace=ws)
+    engine, request, opts = long_document(compiled)
     plain = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="plain")
     full = engine.prompt(request)
     engine.prompt_cache.prefill(plain_window_key(request.document), plain.ids)
