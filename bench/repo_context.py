@@ -11,7 +11,10 @@ modules of the package it imports are its open tabs. Two kinds of cut points, as
   before that name;
 - `ordinary`: random line starts and mid-line points of the same files.
 Each cut point is completed twice by the same engine, as two new documents (the first request's
-prompt is computed, as after opening a file): without a context block, and with the block
+prompt is computed, as after opening a file; `--window first`, the default: a first request's
+short window, which holds no block, so both modes are alike by construction; `--window full`: the
+full window, as a request finds it once the work ahead has computed it): without a context block,
+and with the block
 `RepoContexts` makes for it (made before the request, as the server makes it ahead; its time is
 reported apart). Reported per code set, kind and mode: exact match and edit similarity of the
 first line against the real rest of the line, the share of empty answers, undefined names and
