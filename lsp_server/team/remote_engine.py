@@ -62,8 +62,11 @@ class _NoPromptCache:
     def missing(self, key, ids) -> int:
         return 0  # the team server's prefix cache decides: no short first window here
 
-    def prefill(self, key, ids, cancel=None, memory_mb=None, ahead=False):
+    def prefill(self, key, ids, cancel=None, memory_mb=None, ahead=False, chunk=None):
         return None, None, 0
+
+    def move(self, key, to) -> None:
+        pass
 
     def release(self, key, past, n) -> None:
         pass
