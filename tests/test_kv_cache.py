@@ -147,24 +147,30 @@ def test_room_made_ahead_keeps_the_positions_and_grows_once():
     assert torch.equal(cache.v[1:2, :, :done], -(_chunk(done, 0) + 0.3).half()) and cache.get_seq_length() == done
 
 
+class RecordingRuntime:
+    """A runtime that writes each pass into a `CpuCache` and records its length and buffer."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []  # tokens per pass
+        self.buffers: list[int] = []  # the cache's key buffer at each pass
+
+    def new_cache(self) -> CpuCache:
+        return CpuCache(2, torch.float16, HEADS, DIM)
+
+    def forward(self, ids, past, keep=1, cancel=None, wanted=None):
+        _write(past, len(ids))
+        self.calls.append(len(ids))
+        self.buffers.append(past.k.data_ptr())
+        return torch.zeros(1, 8), past
+
+
 def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
     """`PromptCache.prefill` sizes a new cache for the whole prompt before the first chunk: every
     chunk writes into the same buffers (no growth, no copy), and a longer prompt on the same
     document grows them once."""
 
-    class Runtime:
-        prefill_chunk = 4
-
-        def __init__(self) -> None:
-            self.buffers: list[int] = []
-
-        def new_cache(self) -> CpuCache:
-            return CpuCache(2, torch.float16, HEADS, DIM)
-
-        def forward(self, ids, past, keep=1, cancel=None, wanted=None):
-            _write(past, len(ids))
-            self.buffers.append(past.k.data_ptr())
-            return torch.zeros(1, 8), past
+    class Runtime(RecordingRuntime):
+        prefill_chunk = 4  # the runtime's own chunk
 
     runtime = Runtime()
     cache = PromptCache(runtime)
@@ -180,20 +186,7 @@ def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
 def test_a_prefill_takes_the_chunk_it_is_given_and_keeps_what_it_computed():
     """Work ahead in chunks of `chunk` tokens (the window with a context block: SPARE_CHUNK),
     a cancellation between them keeping every chunk computed."""
-
-    class Runtime:
-        def __init__(self) -> None:
-            self.calls: list[int] = []
-
-        def new_cache(self) -> CpuCache:
-            return CpuCache(2, torch.float16, HEADS, DIM)
-
-        def forward(self, ids, past, keep=1, cancel=None, wanted=None):
-            _write(past, len(ids))
-            self.calls.append(len(ids))
-            return torch.zeros(1, 8), past
-
-    runtime = Runtime()
+    runtime = RecordingRuntime()
     cache = PromptCache(runtime)
     with pytest.raises(PrefillCancelled) as stopped:
         cache.prefill("doc", list(range(200)), cancel=lambda: len(runtime.calls) == 3, ahead=True, chunk=SPARE_CHUNK)

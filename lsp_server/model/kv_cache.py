@@ -308,13 +308,13 @@ class PromptCache:
                 make_room(len(ids))
             done = common
             logits = None
+            size = self.ahead_chunk if ahead else self.chunk
+            if chunk is not None and not hasattr(self.runtime, "prefill_chunk"):
+                size = chunk
             try:
                 while done < len(ids):
                     if cancel is not None and cancel():
                         raise ForwardCancelled()
-                    size = self.ahead_chunk if ahead else self.chunk
-                    if chunk is not None and not hasattr(self.runtime, "prefill_chunk"):
-                        size = chunk
                     part = ids[done : done + size]
                     out, past = self.runtime.forward(part, past)
                     logits = out[-1]

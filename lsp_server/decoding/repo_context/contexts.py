@@ -81,7 +81,6 @@ class RepoContexts:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repo-context")
         self._lock = threading.Lock()
         self._made: OrderedDict[str, _Made] = OrderedDict()
-        self._pending: dict[str, Future] = {}  # per document, its last request's
         # requests not started, the newest last: uri -> (text, line, others, its future)
         self._waiting: OrderedDict[str, tuple[str, int, list[tuple[str, str]], Future]] = OrderedDict()
         self._closed: OrderedDict[str, str] = OrderedDict()
@@ -124,10 +123,10 @@ class RepoContexts:
                 waiting[3].cancel()
             done: Future = Future()
             self._waiting[uri] = (text, line, list(others), done)
-            self._pending[uri] = done
             try:
                 self._executor.submit(self._make_newest)
             except RuntimeError:  # shut down: the server is exiting
+                self._waiting.pop(uri, None)
                 done.cancel()
                 return None
             return done
@@ -186,7 +185,7 @@ class RepoContexts:
         quiet_since = time.perf_counter()
         while time.perf_counter() - quiet_since < QUIET_S:
             with self._lock:
-                if any(not f.done() for f in self._pending.values()):
+                if self._waiting:  # a block is asked for: it comes first
                     return
             if self._busy():
                 quiet_since = time.perf_counter()
