@@ -15,6 +15,7 @@ import pytest
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.prompt import build_prompt
 from lsp_server.decoding.repo_context import ContextBlock, ContextSection, RepoContexts
+from lsp_server.decoding.repo_context.lookup_process import NICE, DefinitionsProcess, LookupFailed
 from lsp_server.decoding.repo_context.neighbours import CHUNK_STEP, chunks, jaccard, identifiers, nearest
 from lsp_server.decoding.repo_context.stubs import MAX_LINE, stub_of
 from lsp_server.decoding.workspace_context import WorkspaceContext
@@ -160,6 +161,48 @@ def test_the_block_stays_the_same_object_while_typing_in_one_function(workspace:
     other = made(contexts, workspace, typed, MAIN.split("\n").index("    return util.LIMIT"))
     assert other is not first and "LIMIT = 10" in other.sections[0].text  # another function: its own block
     assert len(ready) == 2
+
+
+def test_jedi_runs_in_a_process_of_its_own_at_the_lowest_priority(workspace: Path):
+    import os
+
+    contexts = RepoContexts(roots=(str(workspace),))
+    assert made(contexts, workspace, MAIN, MAIN.split("\n").index("    return h.render()")) is not None
+    pid = contexts.lookups.pid
+    assert pid is not None and pid != os.getpid()
+    if hasattr(os, "getpriority"):
+        assert os.getpriority(os.PRIO_PROCESS, pid) == NICE
+    contexts.shutdown()
+    assert contexts.lookups.pid is None
+
+
+def test_a_lookup_process_that_died_is_started_again(workspace: Path):
+    import os
+    import signal
+
+    contexts = RepoContexts(roots=(str(workspace),))
+    first = made(contexts, workspace, MAIN, MAIN.split("\n").index("    return h.render()"))
+    os.kill(contexts.lookups.pid, signal.SIGKILL)
+    contexts.lookups._child.wait()
+    again = made(contexts, workspace, MAIN, MAIN.split("\n").index("    return util.LIMIT"))
+    assert again is not first and "LIMIT = 10" in again.sections[0].text
+    assert contexts.lookups.started == 2 and contexts.stats["failed"] == 0
+
+
+def test_a_lookup_that_raises_or_runs_too_long_fails_alone(workspace: Path):
+    main = str(workspace / "pkg" / "main.py")
+    lookups = DefinitionsProcess()
+    with pytest.raises(LookupFailed, match="TypeError"):
+        lookups.find(MAIN, main, None, (str(workspace),), {})  # a line that is no number: jedi's error, answered
+    pid = lookups.pid
+    found = lookups.find(MAIN, main, 5, (str(workspace),), {})
+    assert lookups.pid == pid and found.sections[0][0] == "pkg/util.py"  # the same child goes on
+    assert lookups.find(MAIN, main, 5, (str(workspace),), {}, same=(found.scope.start, found.scope.header)).sections is None
+    lookups.close()
+    slow = DefinitionsProcess(timeout_s=0.001)
+    with pytest.raises(LookupFailed, match="killed"):
+        slow.find(MAIN, main, 5, (str(workspace),), {})
+    assert slow.pid is None
 
 
 # --- neighbours ------------------------------------------------------------------------------

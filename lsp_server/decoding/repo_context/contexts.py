@@ -16,19 +16,18 @@ unchanged. So typing inside one function, and moving about in it, leave the bloc
 prefill made for it) as they are. A new block calls `on_ready(uri)`: the server plans a prefill
 with it before the user asks (docs/context.md).
 
-Work: one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto
-queries at most (~0.1-0.5 s warm on a 2-core CPU, seconds the first time: jedi loads the
-builtins), waiting between them while `busy()` (the server's: the model runs), the
-stubs read with `ast`, the neighbours ranked by Jaccard. jedi raising on odd code leaves the
-previous block in place (logged).
+Work: the definitions and their stubs from a process of its own at the lowest CPU priority
+(`lookup_process.DefinitionsProcess`: one `jedi.Script` of the document with the workspace as its
+project, `MAX_LOOKUPS` goto queries at most, ~0.1-0.5 s warm, seconds the first time; it never
+holds the server's interpreter lock), started only while the server is not `busy()` (the model
+runs); then the neighbours ranked by Jaccard here. A lookup that fails (jedi raising on odd
+code, the process dying or timing out) leaves the previous block in place (logged).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
-import sysconfig
 import threading
 import time
 from collections import OrderedDict
@@ -38,9 +37,10 @@ from dataclasses import dataclass
 
 from ..workspace_context import _path_of
 from .block import DEFAULT_SHARE, ContextBlock, ContextSection
-from .definitions import Scope, Target, cursor_scope, definitions
+from .definitions import Scope
+from .lookup_process import DefinitionsProcess, LookupFailed
 from .neighbours import CHUNK_STEP, chunks, nearest
-from .stubs import stub_of
+from .workspace_paths import display_name
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,6 @@ CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
 CLOSED_MAX_CHARS = 1_000_000  # a closed document longer than this is not kept as a neighbours source
 EDITED = 1  # regions edited last in other documents, per block (the most recent documents first)
 DOCUMENTS = 16  # blocks kept (least recently used out first)
-MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
-_OUTSIDE = ("site-packages", "dist-packages", "typeshed")
-_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git", ".hg")  # a folder with one is a project
-# the environment's own files are never the workspace's (a document at /x.py: jedi's project is "/")
-_ENVIRONMENT = tuple(sorted({os.path.normpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                             sysconfig.get_paths()["stdlib"])}))
 
 
 @dataclass
@@ -85,7 +79,7 @@ class RepoContexts:
         self._waiting: OrderedDict[str, tuple[str, int, list[tuple[str, str]], Future]] = OrderedDict()
         self._closed: OrderedDict[str, str] = OrderedDict()
         self._edited: OrderedDict[str, int] = OrderedDict()  # document -> the 0-based line of its last edit
-        self._projects: dict[str, object] = {}
+        self.lookups = DefinitionsProcess()
         self.stats = {"made": 0, "kept": 0, "failed": 0, "served": 0, "ms": 0.0}
 
     # --- the event loop's side ---------------------------------------------------------------
@@ -167,33 +161,12 @@ class RepoContexts:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self.lookups.close()
 
     # --- the worker's side ---------------------------------------------------------------------
     def _between(self) -> None:
         while self._busy():
             time.sleep(BUSY_POLL_S)
-
-    def _bound_caches(self) -> None:
-        """jedi's parsed modules bounded once the user pauses, as the names analysis does after
-        each of its analyses (identifiers/analyses.py `_bound_caches`: the collection behind it
-        holds the interpreter for 0.1-0.5 s, so it waits for the engine to be free QUIET_S in a
-        row, and leaves it to the next block when one is queued); with `identifiers: off` this
-        is what bounds them."""
-        from ..identifiers.analyses import QUIET_S
-        from ..identifiers.jedi_memory import bound_jedi_caches
-
-        quiet_since = time.perf_counter()
-        while time.perf_counter() - quiet_since < QUIET_S:
-            with self._lock:
-                if self._waiting:  # a block is asked for: it comes first
-                    return
-            if self._busy():
-                quiet_since = time.perf_counter()
-            time.sleep(BUSY_POLL_S)
-        try:
-            bound_jedi_caches()
-        except Exception:  # a parso without the cache this reads: memory grows, nothing else breaks
-            log.exception("bounding jedi's caches failed")
 
     def _make_newest(self) -> None:
         """One job of the worker: the newest request not started (each request submits one job;
@@ -213,13 +186,16 @@ class RepoContexts:
         t0 = time.perf_counter()
         try:
             made = self._build(uri, text, line, others)
-        except Exception:  # jedi's internals on code it can't read: the previous block stays
+        except LookupFailed as e:  # jedi on code it can't read, the process gone: the previous block stays
+            log.warning("context block of %s at line %d failed: %s", uri, line + 1, e)
+            self.stats["failed"] += 1
+            return
+        except Exception:  # a defect here: logged, the previous block stays, the worker goes on
             log.exception("context block of %s at line %d failed", uri, line + 1)
             self.stats["failed"] += 1
             return
         if made is None:
             return
-        self._executor.submit(self._bound_caches)  # after this block is ready: no one waits for it
         with self._lock:
             old = self._made.get(uri)
             if old is not None and old.block.sections == made.block.sections:
@@ -240,48 +216,42 @@ class RepoContexts:
             self.on_ready(uri)
 
     def _build(self, uri: str, text: str, line: int, others: list[tuple[str, str]]) -> _Made | None:
-        import jedi
-
-        from ..identifiers.analysis import _JEDI
-        from ..identifiers.parso_disk import memory_only
-
-        memory_only()
         path = _path_of(uri)
         own_path = os.path.normpath(path) if os.path.isabs(path) else None
-        lines = text.split("\n")
-        line1 = min(max(line, 0), len(lines) - 1) + 1
-        open_texts = {os.path.normpath(_path_of(u)): t for u, t in others}
-        with _JEDI:
-            script = jedi.Script(text, path=own_path, project=self._project(own_path))
-            scope = cursor_scope(script, lines, line1)
-            others_hash = hash(tuple(sorted((u, t) for u, t in others if u != uri)))
-            with self._lock:
-                old = self._made.get(uri)
-            if old is not None and (old.scope.start, old.scope.header, old.others_hash) == (scope.start, scope.header,
-                                                                                           others_hash):
-                return None  # the same function, the other documents as they were: the block stays
-            targets = definitions(script, lines, scope, line1, lambda p: self._inside(p, own_path), own_path,
-                                  self._between)
-        sections = self._stub_sections(targets, open_texts, own_path, text)
-        neighbours = [(self._name(p, own_path), t) for p, t in open_texts.items() if p != own_path and t != text]
+        open_texts = {os.path.normpath(_path_of(u)): t for u, t in others if u != uri}
+        others_hash = hash(tuple(sorted((u, t) for u, t in others if u != uri)))
         with self._lock:
-            neighbours += [(self._name(os.path.normpath(_path_of(u)), own_path), t) for u, t in self._closed.items()
+            old = self._made.get(uri)
+        # the same function, the other documents as they were: the block stays
+        same = (old.scope.start, old.scope.header) if old is not None and old.others_hash == others_hash else None
+        self._between()
+        found = self.lookups.find(text, own_path, line, self.roots, open_texts, same)
+        if found.sections is None:
+            return None
+        project = found.project
+        sections = [ContextSection(name, stubs, "definitions") for name, stubs in found.sections]
+        neighbours = [(display_name(p, own_path, self.roots, project), t) for p, t in open_texts.items()
+                      if p != own_path and t != text]
+        with self._lock:
+            neighbours += [(display_name(os.path.normpath(_path_of(u)), own_path, self.roots, project), t)
+                           for u, t in self._closed.items()
                            if u != uri and os.path.normpath(_path_of(u)) not in open_texts]
-        query = "\n".join(lines[scope.start - 1 : scope.end])
+        lines = text.split("\n")
+        query = "\n".join(lines[found.scope.start - 1 : found.scope.end])
         picked = nearest(query, neighbours, NEIGHBOURS, exclude=text)
         for c in picked:
             sections.append(ContextSection(c.name, c.text, "neighbour"))
-        sections += self._edited_sections(uri, own_path, open_texts, picked, text)
+        sections += self._edited_sections(uri, own_path, project, open_texts, picked, text)
         limit = int(self.share * self.context_tokens * CHARS_PER_TOKEN)
         kept, used = [], 0
         for s in sections:
             if used + len(s.text) <= limit:
                 kept.append(s)
                 used += len(s.text)
-        return _Made(scope, others_hash, ContextBlock(tuple(kept), self.share, self.form))
+        return _Made(found.scope, others_hash, ContextBlock(tuple(kept), self.share, self.form))
 
-    def _edited_sections(self, uri: str, own_path: str | None, open_texts: dict[str, str], picked: list,
-                         own_text: str) -> list[ContextSection]:
+    def _edited_sections(self, uri: str, own_path: str | None, project: str | None, open_texts: dict[str, str],
+                         picked: list, own_text: str) -> list[ContextSection]:
         """The chunk around the last edit of the other open documents edited last (EDITED of
         them), unless a neighbour holds it already."""
         with self._lock:
@@ -292,92 +262,10 @@ class RepoContexts:
             text = open_texts.get(path)
             if text is None or text == own_text or len(out) == EDITED:
                 continue
-            name = self._name(path, own_path)
+            name = display_name(path, own_path, self.roots, project)
             for c in chunks(name, text):
                 if c.line <= ln < c.line + CHUNK_STEP and not any(p.name == name and p.line == c.line for p in picked):
                     if c.text not in own_text:
                         out.append(ContextSection(name, c.text, "edited"))
                     break
         return out
-
-    def _stub_sections(self, targets: list[Target], open_texts: dict[str, str], own_path: str | None,
-                       own_text: str) -> list[ContextSection]:
-        """One section per file, in the order of its first target; each definition once."""
-        by_file: OrderedDict[str, list[str]] = OrderedDict()
-        seen: set[tuple[str, str]] = set()
-        modules: list[Target] = []
-        for t in targets:
-            if t.kind == "module":
-                modules.append(t)
-                continue
-            source = own_text if t.path == own_path else self._source(t.path, open_texts)
-            got = stub_of(source, t.line) if source else None
-            if got is None or (t.path, got[0]) in seen:
-                continue
-            seen.add((t.path, got[0]))
-            by_file.setdefault(t.path, []).append(got[1])
-        for t in modules:  # a module read as a receiver: its members, after the definitions themselves
-            source = self._source(t.path, open_texts)
-            listed = frozenset(name for path, name in seen if path == t.path)
-            got = stub_of(source, 0, "module", listed) if source else None
-            if got is not None and (t.path, "") not in seen:
-                seen.add((t.path, ""))
-                by_file.setdefault(t.path, []).append(got[1])
-        return [ContextSection(self._name(p, own_path), "".join(stubs), "definitions") for p, stubs in by_file.items()]
-
-    def _source(self, path: str, open_texts: dict[str, str]) -> str | None:
-        if path in open_texts:
-            return open_texts[path]
-        try:
-            if os.path.getsize(path) > MAX_SOURCE_BYTES:
-                return None
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except OSError:
-            return None
-
-    def _root_of(self, path: str | None) -> str | None:
-        if path is None:
-            return None
-        for r in self.roots:
-            if path == r or path.startswith(r.rstrip(os.sep) + os.sep):
-                return r
-        return None
-
-    def _inside(self, path: str, own_path: str | None) -> bool:
-        """A definition in the workspace: under a root the client named (else under the
-        document's own project), not in an environment's packages or jedi's typeshed."""
-        path = os.path.normpath(path)
-        if any(part in _OUTSIDE for part in path.split(os.sep)) or _under(path, _ENVIRONMENT):
-            return False
-        root = self._root_of(own_path)
-        if root is None and own_path is not None:
-            project = str(self._project(own_path).path)
-            if any(os.path.exists(os.path.join(project, m)) for m in _MARKERS) and not _under(project, _ENVIRONMENT):
-                root = project
-        return root is not None and _under(path, (root,))
-
-    def _name(self, path: str, own_path: str | None) -> str:
-        """A path as the prompt names it: relative to the workspace folder holding the document."""
-        root = self._root_of(own_path) or self._root_of(path)
-        if root is None and own_path is not None:
-            root = str(self._project(own_path).path)
-        return os.path.relpath(path, root) if root and os.path.isabs(path) else os.path.basename(path)
-
-    def _project(self, own_path: str | None):
-        """The jedi project of a document: the workspace folder holding it, else the one jedi
-        finds from its path (a folder with setup.py, pyproject.toml or .git)."""
-        import jedi
-
-        root = self._root_of(own_path)
-        if root is None:
-            if own_path is None:
-                return None
-            return jedi.get_default_project(os.path.dirname(own_path))
-        if root not in self._projects:
-            self._projects[root] = jedi.Project(root)
-        return self._projects[root]
-
-
-def _under(path: str, roots) -> bool:
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)

@@ -1,7 +1,7 @@
 """Where the names used around the cursor are defined in the workspace, found with jedi.
 
     scope = cursor_scope(script, lines, line)          # the function (or lines) the cursor is in
-    found = definitions(script, lines, scope, line, inside, own_path, between)
+    found = definitions(script, lines, scope, line, inside, own_path)
 
 The names read in the cursor's scope (the enclosing function, or `MODULE_LINES` lines around the
 cursor at a module's top level), the receivers among them (`self.`, `obj.`, `module.`) and the
@@ -9,9 +9,8 @@ names on the cursor's line first, are resolved with jedi's `goto` (imports follo
 import parse_header` leads to util.py's `def`); a receiver is also inferred (`h = parse_header(x)`
 then `h.` leads to the class `Header`). What lies in the workspace (`inside`) and outside the
 document itself is kept; so is a class of the document whose `self.` is read far from its header
-(`OWN_FAR_LINES`: out of the prompt's window). jedi's calls run under the names analysis's lock
-(`identifiers.analysis._JEDI`: its inference state is not thread-safe), `between()` before each
-(the caller waits there while a request decodes).
+(`OWN_FAR_LINES`: out of the prompt's window). It runs in the lookup process
+(`lookup_process.py`), never in the server's.
 """
 
 from __future__ import annotations
@@ -82,7 +81,7 @@ def _uses(lines: list[str], scope: Scope, line: int) -> list[tuple[int, int, boo
 
 
 def definitions(script, lines: list[str], scope: Scope, line: int, inside: Callable[[str], bool], own_path: str | None,
-                between: Callable[[], None] = lambda: None, limit: int = MAX_LOOKUPS) -> list[Target]:
+                limit: int = MAX_LOOKUPS) -> list[Target]:
     """The workspace definitions of the names read in `scope` (see the module's docstring), in
     the order of their first use (the cursor's line first), each once."""
     found: dict[Target, None] = {}
@@ -96,7 +95,6 @@ def definitions(script, lines: list[str], scope: Scope, line: int, inside: Calla
         found.setdefault(Target(path, 0 if d.type == "module" else (d.line or 0), kind))
 
     for n, column, receiver, _ in _uses(lines, scope, line)[:limit]:
-        between()
         try:
             for d in script.goto(n, column, follow_imports=True):
                 keep(d, d.type if d.type in ("function", "class", "module") else "statement")

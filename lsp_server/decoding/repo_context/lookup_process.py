@@ -1,0 +1,239 @@
+"""The context block's definitions, looked up with jedi in a process of its own at the lowest
+CPU priority (`nice` 19): the server's requests never share an interpreter lock with jedi.
+
+    lookups = DefinitionsProcess()
+    found = lookups.find(text, path, line, roots, open_texts, same=(start, header) or None)
+    found.scope, found.sections, found.project     # sections None: the scope is `same`
+    lookups.close()
+
+Why a process: in the server's own process a jedi query the block started (a `goto` parsing a
+large module: 0.1-0.5 s warm, 2-9 s cold under a prefill's load) could neither be stopped by a
+request nor let go of the interpreter lock while it ran; a request's mask took 10.9 ms alone and
+270 ms beside one (docs/context.md). In a process of its own at `nice` 19 the kernel gives it
+the cores only when the server leaves them idle, and its collections and parso's trees are its
+own memory, bounded after each lookup (`bound_jedi_caches`).
+
+What the process does for one lookup (`lookup`): the document's jedi project (the workspace
+folder holding it, else the folder jedi finds), the cursor's scope (`definitions.cursor_scope`),
+the workspace definitions of the names used there (`definitions.definitions`) and their stubs
+(`stubs.stub_of`, the modules read from the open documents' texts, else from disk), one section
+per file. The protocol is one JSON line each way over the child's stdin and stdout (no pickles);
+the child prints nothing else there (its stdout is its stderr). A lookup that raises answers its
+error; a child that dies, or takes longer than `TIMEOUT_S` (then it is killed), fails that
+lookup (`LookupFailed`) and a new child serves the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from .definitions import Scope, Target, cursor_scope, definitions
+from .stubs import stub_of
+from .workspace_paths import display_name, inside, root_of
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 120.0  # one lookup at most (cold jedi on a large package at nice 19 beside a busy server: seconds)
+MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
+NICE = 19  # the lowest CPU priority
+
+
+class LookupFailed(Exception):
+    """A lookup raised in the child, or the child died or was killed."""
+
+
+@dataclass(frozen=True)
+class Found:
+    scope: Scope
+    sections: list[tuple[str, str]] | None  # (file's name in the prompt, its stubs); None: the scope is `same`
+    project: str | None  # the document's jedi project folder (for naming other files)
+
+
+# ---------------------------------------------------------------------------- the child's side
+
+
+def lookup(job: dict, projects: dict) -> dict:
+    """One lookup (see the module docstring); `projects`: jedi projects by folder, kept."""
+    import jedi
+
+    text, roots = job["text"], tuple(job["roots"])
+    own_path = job["path"]
+    open_texts: dict[str, str] = job["open"]
+    lines = text.split("\n")
+    line1 = min(max(job["line"], 0), len(lines) - 1) + 1
+    project = _project(own_path, roots, projects)
+    project_path = str(project.path) if project is not None else None
+    script = jedi.Script(text, path=own_path, project=project)
+    scope = cursor_scope(script, lines, line1)
+    out = {"scope": [scope.start, scope.end, scope.header], "project": project_path, "sections": None}
+    if job.get("same") == [scope.start, scope.header]:
+        return out
+    targets = definitions(script, lines, scope, line1, lambda p: inside(p, own_path, roots, project_path), own_path)
+    out["sections"] = [[display_name(p, own_path, roots, project_path), stubs]
+                       for p, stubs in stub_sections(targets, open_texts, own_path, text).items()]
+    return out
+
+
+def _project(own_path: str | None, roots: tuple[str, ...], projects: dict):
+    """The jedi project of a document: the workspace folder holding it, else the one jedi finds
+    from its path (a folder with setup.py, pyproject.toml or .git)."""
+    import jedi
+
+    root = root_of(own_path, roots)
+    if root is None:
+        return None if own_path is None else jedi.get_default_project(os.path.dirname(own_path))
+    if root not in projects:
+        projects[root] = jedi.Project(root)
+    return projects[root]
+
+
+def stub_sections(targets: list[Target], open_texts: dict[str, str], own_path: str | None,
+                  own_text: str) -> OrderedDict[str, str]:
+    """The stubs of `targets` by file, in the order of each file's first target; each
+    definition once; a module read as a receiver: its members, after the definitions themselves."""
+    by_file: OrderedDict[str, list[str]] = OrderedDict()
+    seen: set[tuple[str, str]] = set()
+    modules: list[Target] = []
+    for t in targets:
+        if t.kind == "module":
+            modules.append(t)
+            continue
+        source = own_text if t.path == own_path else _source(t.path, open_texts)
+        got = stub_of(source, t.line) if source else None
+        if got is None or (t.path, got[0]) in seen:
+            continue
+        seen.add((t.path, got[0]))
+        by_file.setdefault(t.path, []).append(got[1])
+    for t in modules:
+        source = _source(t.path, open_texts)
+        listed = frozenset(name for path, name in seen if path == t.path)
+        got = stub_of(source, 0, "module", listed) if source else None
+        if got is not None and (t.path, "") not in seen:
+            seen.add((t.path, ""))
+            by_file.setdefault(t.path, []).append(got[1])
+    return OrderedDict((p, "".join(stubs)) for p, stubs in by_file.items())
+
+
+def _source(path: str, open_texts: dict[str, str]) -> str | None:
+    if path in open_texts:
+        return open_texts[path]
+    try:
+        if os.path.getsize(path) > MAX_SOURCE_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def serve() -> None:
+    """The child's loop: a job per line on stdin, its answer per line on the protocol's stdout,
+    jedi's caches bounded after each; ends when the server closes stdin."""
+    from ..identifiers.jedi_memory import bound_jedi_caches
+    from ..identifiers.parso_disk import memory_only
+
+    protocol = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    if hasattr(os, "nice"):
+        os.nice(NICE)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    memory_only()
+    projects: dict = {}
+    for raw in sys.stdin.buffer:
+        try:
+            answer = lookup(json.loads(raw), projects)
+        except Exception as e:  # jedi on code it can't read: this lookup fails, the child goes on
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        protocol.write(json.dumps(answer).encode("ascii") + b"\n")
+        protocol.flush()
+        try:
+            bound_jedi_caches()
+        except Exception:  # a parso without the cache it reads: the child's memory grows, nothing else
+            log.exception("bounding jedi's caches failed")
+
+
+# ---------------------------------------------------------------------------- the server's side
+
+
+class DefinitionsProcess:
+    """The child process (started at the first lookup, again after one died); `find` one lookup
+    at a time. Thread-safe."""
+
+    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen | None = None
+        self.started = 0  # children started
+
+    @property
+    def pid(self) -> int | None:
+        child = self._child
+        return child.pid if child is not None and child.poll() is None else None
+
+    def find(self, text: str, path: str | None, line: int, roots: tuple[str, ...], open_texts: dict[str, str],
+             same: tuple[int, str] | None = None) -> Found:
+        """The lookup for the cursor at 0-based `line` of `text` (the document at `path`);
+        raises LookupFailed."""
+        job = {"text": text, "path": path, "line": line, "roots": list(roots), "open": open_texts,
+               "same": list(same) if same is not None else None}
+        with self._lock:
+            child = self._running()
+            timer = threading.Timer(self.timeout_s, child.kill)
+            timer.start()
+            try:
+                child.stdin.write(json.dumps(job).encode("ascii") + b"\n")
+                child.stdin.flush()
+                raw = child.stdout.readline()
+            except OSError:
+                raw = b""
+            finally:
+                timer.cancel()
+            if not raw:
+                self._end(child)
+                raise LookupFailed(f"the definitions process ended (exit code {child.returncode}"
+                                   f"{', killed after %.0f s' % self.timeout_s if child.returncode == -9 else ''})")
+        answer = json.loads(raw)
+        if "error" in answer:
+            raise LookupFailed(answer["error"])
+        start, end, header = answer["scope"]
+        sections = None if answer["sections"] is None else [(name, stubs) for name, stubs in answer["sections"]]
+        return Found(Scope(start, end, header), sections, answer["project"])
+
+    def _running(self) -> subprocess.Popen:
+        if self._child is not None and self._child.poll() is None:
+            return self._child
+        root = str(Path(__file__).resolve().parents[3])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        self._child = subprocess.Popen([sys.executable, "-c", f"from {__name__} import serve; serve()"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.started += 1
+        return self._child
+
+    def _end(self, child: subprocess.Popen) -> None:
+        child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout):
+            try:
+                stream.close()
+            except OSError:  # a write the dead child never read
+                pass
+        if self._child is child:
+            self._child = None
+
+    def close(self) -> None:
+        """End the child (a lookup running ends with LookupFailed)."""
+        child = self._child
+        if child is not None:
+            child.kill()  # before the lock: a lookup waiting on the child holds it
+        with self._lock:
+            if self._child is not None:
+                self._end(self._child)
