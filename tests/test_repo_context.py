@@ -15,7 +15,7 @@ import pytest
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.prompt import build_prompt
 from lsp_server.decoding.repo_context import ContextBlock, ContextSection, RepoContexts
-from lsp_server.decoding.repo_context.lookup_process import NICE, DefinitionsProcess, LookupFailed
+from lsp_server.decoding.repo_context.lookup_process import CAN_STOP, NICE, DefinitionsProcess, LookupFailed
 from lsp_server.decoding.repo_context.neighbours import CHUNK_STEP, chunks, jaccard, identifiers, nearest
 from lsp_server.decoding.repo_context.stubs import MAX_LINE, stub_of
 from lsp_server.decoding.workspace_context import WorkspaceContext
@@ -170,10 +170,36 @@ def test_jedi_runs_in_a_process_of_its_own_at_the_lowest_priority(workspace: Pat
     assert made(contexts, workspace, MAIN, MAIN.split("\n").index("    return h.render()")) is not None
     pid = contexts.lookups.pid
     assert pid is not None and pid != os.getpid()
-    if hasattr(os, "getpriority"):
+    if hasattr(os, "SCHED_IDLE"):
+        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+    elif hasattr(os, "getpriority"):
         assert os.getpriority(os.PRIO_PROCESS, pid) == NICE
     contexts.shutdown()
     assert contexts.lookups.pid is None
+
+
+@pytest.mark.skipif(not CAN_STOP or not Path("/proc/self/stat").exists(), reason="SIGSTOP and /proc (Linux)")
+def test_a_lookup_is_stopped_while_the_model_runs(workspace: Path):
+    import concurrent.futures
+    import time
+
+    model_runs = threading.Event()
+    model_runs.set()
+    lookups = DefinitionsProcess(busy=model_runs.is_set)
+    main = str(workspace / "pkg" / "main.py")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        found = pool.submit(lookups.find, MAIN, main, 5, (str(workspace),), {})
+        def state() -> str:
+            pid = lookups.pid
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if pid else ""
+
+        deadline = time.monotonic() + 60
+        while state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state() == "T" and lookups.stops == 1 and not found.done()  # stopped, the job waiting in it
+        model_runs.clear()
+        assert found.result(120).sections[0][0] == "pkg/util.py"
+    lookups.close()
 
 
 def test_a_lookup_process_that_died_is_started_again(workspace: Path):

@@ -16,11 +16,11 @@ unchanged. So typing inside one function, and moving about in it, leave the bloc
 prefill made for it) as they are. A new block calls `on_ready(uri)`: the server plans a prefill
 with it before the user asks (docs/context.md).
 
-Work: the definitions and their stubs from a process of its own at the lowest CPU priority
-(`lookup_process.DefinitionsProcess`: one `jedi.Script` of the document with the workspace as its
-project, `MAX_LOOKUPS` goto queries at most, ~0.1-0.5 s warm, seconds the first time; it never
-holds the server's interpreter lock), started only while the server is not `busy()` (the model
-runs); then the neighbours ranked by Jaccard here. A lookup that fails (jedi raising on odd
+Work: the definitions and their stubs from a process of its own, stopped while the server is
+`busy()` (the model runs) and at the lowest CPU priority (`lookup_process.DefinitionsProcess`:
+one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto queries
+at most, ~0.1-0.5 s warm, seconds the first time; it never holds the server's interpreter
+lock); then the neighbours ranked by Jaccard here. A lookup that fails (jedi raising on odd
 code, the process dying or timing out) leaves the previous block in place (logged).
 """
 
@@ -44,7 +44,6 @@ from .workspace_paths import display_name
 
 log = logging.getLogger(__name__)
 
-BUSY_POLL_S = 0.01
 CHARS_PER_TOKEN = 3.0  # a block is cut to share x contextTokens x this many characters (the prompt cuts it in tokens)
 NEIGHBOURS = 2  # chunks of other documents per block
 CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
@@ -79,7 +78,7 @@ class RepoContexts:
         self._waiting: OrderedDict[str, tuple[str, int, list[tuple[str, str]], Future]] = OrderedDict()
         self._closed: OrderedDict[str, str] = OrderedDict()
         self._edited: OrderedDict[str, int] = OrderedDict()  # document -> the 0-based line of its last edit
-        self.lookups = DefinitionsProcess()
+        self.lookups = DefinitionsProcess(busy)
         self.stats = {"made": 0, "kept": 0, "failed": 0, "served": 0, "ms": 0.0}
 
     # --- the event loop's side ---------------------------------------------------------------
@@ -164,10 +163,6 @@ class RepoContexts:
         self.lookups.close()
 
     # --- the worker's side ---------------------------------------------------------------------
-    def _between(self) -> None:
-        while self._busy():
-            time.sleep(BUSY_POLL_S)
-
     def _make_newest(self) -> None:
         """One job of the worker: the newest request not started (each request submits one job;
         a job finds nothing where requests were replaced)."""
@@ -224,7 +219,6 @@ class RepoContexts:
             old = self._made.get(uri)
         # the same function, the other documents as they were: the block stays
         same = (old.scope.start, old.scope.header) if old is not None and old.others_hash == others_hash else None
-        self._between()
         found = self.lookups.find(text, own_path, line, self.roots, open_texts, same)
         if found.sections is None:
             return None

@@ -1,7 +1,8 @@
-"""The context block's definitions, looked up with jedi in a process of its own at the lowest
-CPU priority (`nice` 19): the server's requests never share an interpreter lock with jedi.
+"""The context block's definitions, looked up with jedi in a process of its own, stopped while
+the server's model runs: the server's requests never share an interpreter lock, nor the cores,
+with jedi.
 
-    lookups = DefinitionsProcess()
+    lookups = DefinitionsProcess(busy=engine_busy)
     found = lookups.find(text, path, line, roots, open_texts, same=(start, header) or None)
     found.scope, found.sections, found.project     # sections None: the scope is `same`
     lookups.close()
@@ -9,9 +10,13 @@ CPU priority (`nice` 19): the server's requests never share an interpreter lock 
 Why a process: in the server's own process a jedi query the block started (a `goto` parsing a
 large module: 0.1-0.5 s warm, 2-9 s cold under a prefill's load) could neither be stopped by a
 request nor let go of the interpreter lock while it ran; a request's mask took 10.9 ms alone and
-270 ms beside one (docs/context.md). In a process of its own at `nice` 19 the kernel gives it
-the cores only when the server leaves them idle, and its collections and parso's trees are its
-own memory, bounded after each lookup (`bound_jedi_caches`).
+270 ms beside one (docs/context.md). A process can be stopped: while a lookup runs, the server
+looks at `busy()` every `POLL_S` and stops the child (`SIGSTOP`) while the model runs, and lets
+it go on (`SIGCONT`) once it is idle. Its priority is the lowest besides (`SCHED_IDLE` on Linux,
+else `nice` 19): a lower priority alone was not enough (at `nice` 19 a warm request's 6 tokens
+took 398 ms of model time beside a lookup instead of ~60: the child ran in the gaps of the
+model's threads and took their caches). Its collections and parso's trees are its own memory,
+bounded after each lookup (`bound_jedi_caches`) before it answers (so, also stopped while busy).
 
 What the process does for one lookup (`lookup`): the document's jedi project (the workspace
 folder holding it, else the folder jedi finds), the cursor's scope (`definitions.cursor_scope`),
@@ -28,10 +33,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +50,11 @@ from .workspace_paths import display_name, inside, root_of
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = 120.0  # one lookup at most (cold jedi on a large package at nice 19 beside a busy server: seconds)
+TIMEOUT_S = 120.0  # one lookup's running time at most (its time stopped not counted; cold jedi: seconds)
+POLL_S = 0.005  # how often a lookup's waiter looks at busy() (a request waits at most this for the child to stop)
 MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
-NICE = 19  # the lowest CPU priority
+NICE = 19  # the lowest CPU priority where SCHED_IDLE is not to be had
+CAN_STOP = hasattr(signal, "SIGSTOP")  # POSIX; elsewhere the child runs at the lowest priority only
 
 
 class LookupFailed(Exception):
@@ -143,8 +154,7 @@ def serve() -> None:
     protocol = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol
     sys.stdout = sys.stderr
-    if hasattr(os, "nice"):
-        os.nice(NICE)
+    lowest_priority()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     memory_only()
     projects: dict = {}
@@ -153,12 +163,24 @@ def serve() -> None:
             answer = lookup(json.loads(raw), projects)
         except Exception as e:  # jedi on code it can't read: this lookup fails, the child goes on
             answer = {"error": f"{type(e).__name__}: {e}"}
-        protocol.write(json.dumps(answer).encode("ascii") + b"\n")
-        protocol.flush()
         try:
             bound_jedi_caches()
         except Exception:  # a parso without the cache it reads: the child's memory grows, nothing else
             log.exception("bounding jedi's caches failed")
+        protocol.write(json.dumps(answer).encode("ascii") + b"\n")
+        protocol.flush()
+
+
+def lowest_priority() -> None:
+    """This process runs only where nothing else would: `SCHED_IDLE` (Linux), else `nice` 19."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            return
+        except OSError:  # a kernel or sandbox that refuses it
+            pass
+    if hasattr(os, "nice"):
+        os.nice(NICE)
 
 
 # ---------------------------------------------------------------------------- the server's side
@@ -166,13 +188,16 @@ def serve() -> None:
 
 class DefinitionsProcess:
     """The child process (started at the first lookup, again after one died); `find` one lookup
-    at a time. Thread-safe."""
+    at a time, the child stopped while `busy()`. Thread-safe."""
 
-    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, busy: Callable[[], bool] = lambda: False, timeout_s: float = TIMEOUT_S) -> None:
+        self.busy = busy
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._child: subprocess.Popen | None = None
+        self._answers: queue.Queue[bytes] = queue.Queue()  # the child's lines (b"": it ended)
         self.started = 0  # children started
+        self.stops = 0  # times a lookup was stopped because the model ran
 
     @property
     def pid(self) -> int | None:
@@ -187,26 +212,47 @@ class DefinitionsProcess:
                "same": list(same) if same is not None else None}
         with self._lock:
             child = self._running()
-            timer = threading.Timer(self.timeout_s, child.kill)
-            timer.start()
             try:
                 child.stdin.write(json.dumps(job).encode("ascii") + b"\n")
                 child.stdin.flush()
-                raw = child.stdout.readline()
+                raw, killed = self._await(child)
             except OSError:
-                raw = b""
-            finally:
-                timer.cancel()
+                raw, killed = b"", False
             if not raw:
                 self._end(child)
                 raise LookupFailed(f"the definitions process ended (exit code {child.returncode}"
-                                   f"{', killed after %.0f s' % self.timeout_s if child.returncode == -9 else ''})")
+                                   f"{', killed after %.0f s of running' % self.timeout_s if killed else ''})")
         answer = json.loads(raw)
         if "error" in answer:
             raise LookupFailed(answer["error"])
         start, end, header = answer["scope"]
         sections = None if answer["sections"] is None else [(name, stubs) for name, stubs in answer["sections"]]
         return Found(Scope(start, end, header), sections, answer["project"])
+
+    def _await(self, child: subprocess.Popen) -> tuple[bytes, bool]:
+        """The child's answer (b"": it ended), stopping it while `busy()` and killing it once it
+        has run `timeout_s` (its stopped time not counted); and whether it was killed."""
+        ran, stopped, last = 0.0, False, time.perf_counter()
+        try:
+            while True:
+                busy = self.busy()
+                if busy != stopped and CAN_STOP:
+                    child.send_signal(signal.SIGSTOP if busy else signal.SIGCONT)
+                    stopped = busy
+                    self.stops += busy
+                try:
+                    return self._answers.get(timeout=POLL_S), False
+                except queue.Empty:
+                    pass
+                now = time.perf_counter()
+                ran += 0.0 if stopped else now - last
+                last = now
+                if ran > self.timeout_s:
+                    child.kill()
+                    return b"", True
+        finally:
+            if stopped and child.poll() is None:
+                child.send_signal(signal.SIGCONT)
 
     def _running(self) -> subprocess.Popen:
         if self._child is not None and self._child.poll() is None:
@@ -215,17 +261,19 @@ class DefinitionsProcess:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         self._child = subprocess.Popen([sys.executable, "-c", f"from {__name__} import serve; serve()"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._answers = queue.Queue()
+        threading.Thread(target=_read_lines, args=(self._child.stdout, self._answers), daemon=True,
+                         name="definitions-answers").start()
         self.started += 1
         return self._child
 
     def _end(self, child: subprocess.Popen) -> None:
         child.kill()
         child.wait()
-        for stream in (child.stdin, child.stdout):
-            try:
-                stream.close()
-            except OSError:  # a write the dead child never read
-                pass
+        try:
+            child.stdin.close()
+        except OSError:  # a write the dead child never read
+            pass
         if self._child is child:
             self._child = None
 
@@ -237,3 +285,11 @@ class DefinitionsProcess:
         with self._lock:
             if self._child is not None:
                 self._end(self._child)
+
+
+def _read_lines(stream, answers: queue.Queue) -> None:
+    """The child's answers, a line each, into `answers`; b"" once it ended (its stdout closed)."""
+    with stream:
+        for raw in iter(stream.readline, b""):
+            answers.put(raw)
+    answers.put(b"")
