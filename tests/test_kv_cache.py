@@ -183,6 +183,34 @@ def test_prompt_cache_makes_a_prompts_room_before_its_chunks():
     assert torch.equal(past.k[1:2, :, :800], (_chunk(800, 0) + 0.3).half())
 
 
+def test_spare_work_is_stopped_inside_a_chunk_and_other_work_between_chunks():
+    """The window with a context block (`spare`): a request stops it between the layers of a
+    chunk (the runtime asks `cancel` inside its pass), the chunks before kept, the one stopped
+    lost; any other prefill is stopped only between chunks (a chunk once started is finished)."""
+
+    class Runtime(RecordingRuntime):
+        def forward(self, ids, past, keep=1, cancel=None, wanted=None):
+            if cancel is not None and cancel():  # between two layers: the cache as it was
+                raise ForwardCancelled()
+            return super().forward(ids, past, keep, cancel, wanted)
+
+    def after(asked: int):
+        calls = []
+        return lambda: calls.append(1) or len(calls) >= asked
+
+    runtime = Runtime()
+    cache = PromptCache(runtime)
+    # asked before each chunk and inside each pass: the 6th time is inside the third chunk
+    with pytest.raises(PrefillCancelled) as stopped:
+        cache.prefill("doc", list(range(200)), cancel=after(6), ahead=True, chunk=SPARE_CHUNK, spare=True)
+    assert runtime.calls == [SPARE_CHUNK] * 2 and stopped.value.computed == 2 * SPARE_CHUNK
+    assert cache.missing("doc", list(range(200))) == 200 - 2 * SPARE_CHUNK
+    other = Runtime()
+    with pytest.raises(PrefillCancelled) as stopped:
+        PromptCache(other).prefill("doc", list(range(200)), cancel=after(6), ahead=True, chunk=SPARE_CHUNK)
+    assert other.calls == [SPARE_CHUNK] * 5 and stopped.value.computed == 5 * SPARE_CHUNK
+
+
 def test_a_prefill_takes_the_chunk_it_is_given_and_keeps_what_it_computed():
     """Work ahead in chunks of `chunk` tokens (the window with a context block: SPARE_CHUNK),
     a cancellation between them keeping every chunk computed."""

@@ -7,6 +7,7 @@ with repository markers) and in a request the engine decodes."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -200,6 +201,36 @@ def test_a_lookup_is_stopped_while_the_model_runs(workspace: Path):
         model_runs.clear()
         assert found.result(120).sections[0][0] == "pkg/util.py"
     lookups.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG (Linux)")
+def test_a_stopped_lookup_process_ends_with_the_server(workspace: Path):
+    """A child stopped while the model ran never reads its stdin's end: the kernel kills it
+    when the server's process ends (`die_with`)."""
+    import subprocess
+    import time
+
+    server = subprocess.run([sys.executable, "-c", f"""
+import os, signal, sys
+from lsp_server.decoding.repo_context.lookup_process import DefinitionsProcess
+lookups = DefinitionsProcess()
+lookups.find({MAIN!r}, {str(workspace / "pkg" / "main.py")!r}, 5, ({str(workspace)!r},), {{}})
+os.kill(lookups.pid, signal.SIGSTOP)
+print(lookups.pid, flush=True)
+os._exit(0)  # the server dies without closing anything
+"""], capture_output=True, text=True, timeout=120, check=True)
+    pid = int(server.stdout.split()[-1])
+
+    def alive() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive()
 
 
 def test_a_lookup_process_that_died_is_started_again(workspace: Path):

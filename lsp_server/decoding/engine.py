@@ -218,10 +218,11 @@ class CompletionEngine:
             computed = 0
             try:
                 for key, p in windows:
-                    # the window with a block in short chunks: the one without it serves meanwhile
-                    chunk = SPARE_CHUNK if p.context_sections else None
+                    # the window with a block in short chunks, stopped inside one by a request: the
+                    # one without it serves meanwhile
+                    spare = bool(p.context_sections)
                     _, _, reused = self.prompt_cache.prefill(key, p.ids, cancel, opts.cache_memory_mb, ahead=True,
-                                                             chunk=chunk)
+                                                             chunk=SPARE_CHUNK if spare else None, spare=spare)
                     computed += len(p.ids) - reused
             except PrefillCancelled as e:
                 return Prefilled(len(prompt.ids), e.reused, computed + e.computed - e.reused, False)

@@ -280,7 +280,7 @@ class PromptCache:
         return len(ids) - _reusable(self._entries.get(key), ids)
 
     def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
-                ahead: bool = False, chunk: int | None = None):
+                ahead: bool = False, chunk: int | None = None, spare: bool = False):
         """(logits after `ids`, a cache holding them, positions reused): reuses the document's
         cached prefix. The new tokens run in chunks of PREFILL_CHUNK (AHEAD_CHUNK for work
         `ahead` of a request), and `cancel()` is asked before each chunk: a chunk once started
@@ -290,7 +290,11 @@ class PromptCache:
         the next keystroke likewise leaves its chunk to the next request, where stopping inside
         it would lose it (at 8 keys a second no chunk of 128 tokens would ever be finished). The
         other documents are then evicted, least recently used first, down to `memory_mb` in all.
-        `chunk`: the tokens per forward pass instead (a runtime's own chunk still wins)."""
+        `chunk`: the tokens per forward pass instead (a runtime's own chunk still wins). `spare`:
+        work no request waits for (the window with the context block, while the one without it
+        serves): `cancel()` is asked between the layers of a chunk too, and a chunk stopped
+        inside is lost (the cache as it was before it), so that a keystroke waits for one layer,
+        not a chunk."""
         entry = self._entries.pop(key, None)
         self._make_room(len(ids), memory_mb)
         common = _reusable(entry, ids)
@@ -316,7 +320,7 @@ class PromptCache:
                     if cancel is not None and cancel():
                         raise ForwardCancelled()
                     part = ids[done : done + size]
-                    out, past = self.runtime.forward(part, past)
+                    out, past = self.runtime.forward(part, past, cancel=cancel if spare else None)
                     logits = out[-1]
                     done += len(part)
             except ForwardCancelled:

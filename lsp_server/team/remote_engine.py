@@ -62,7 +62,7 @@ class _NoPromptCache:
     def missing(self, key, ids) -> int:
         return 0  # the team server's prefix cache decides: no short first window here
 
-    def prefill(self, key, ids, cancel=None, memory_mb=None, ahead=False, chunk=None):
+    def prefill(self, key, ids, cancel=None, memory_mb=None, ahead=False, chunk=None, spare=False):
         return None, None, 0
 
     def move(self, key, to) -> None:

@@ -54,6 +54,7 @@ TIMEOUT_S = 120.0  # one lookup's running time at most (its time stopped not cou
 POLL_S = 0.005  # how often a lookup's waiter looks at busy() (a request waits at most this for the child to stop)
 MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
 NICE = 19  # the lowest CPU priority where SCHED_IDLE is not to be had
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 CAN_STOP = hasattr(signal, "SIGSTOP")  # POSIX; elsewhere the child runs at the lowest priority only
 
 
@@ -145,12 +146,13 @@ def _source(path: str, open_texts: dict[str, str]) -> str | None:
         return None
 
 
-def serve() -> None:
+def serve(server_pid: int) -> None:
     """The child's loop: a job per line on stdin, its answer per line on the protocol's stdout,
-    jedi's caches bounded after each; ends when the server closes stdin."""
+    jedi's caches bounded after each; ends when the server closes stdin, or dies."""
     from ..identifiers.jedi_memory import bound_jedi_caches
     from ..identifiers.parso_disk import memory_only
 
+    die_with(server_pid)
     protocol = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol
     sys.stdout = sys.stderr
@@ -169,6 +171,25 @@ def serve() -> None:
             log.exception("bounding jedi's caches failed")
         protocol.write(json.dumps(answer).encode("ascii") + b"\n")
         protocol.flush()
+
+
+def die_with(server_pid: int) -> None:
+    """Linux: the kernel kills this process when the server's process ends (a child stopped
+    while the model ran would never read its stdin's end): `prctl(PR_SET_PDEATHSIG, SIGKILL)`,
+    the one libc call made here, its result checked; a server gone before it took effect: exit."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+            return
+    except (OSError, AttributeError):  # no libc to be had: the stdin's end still ends it
+        return
+    if os.getppid() != server_pid:
+        os._exit(0)
 
 
 def lowest_priority() -> None:
@@ -259,7 +280,7 @@ class DefinitionsProcess:
             return self._child
         root = str(Path(__file__).resolve().parents[3])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        self._child = subprocess.Popen([sys.executable, "-c", f"from {__name__} import serve; serve()"],
+        self._child = subprocess.Popen([sys.executable, "-c", f"from {__name__} import serve; serve({os.getpid()})"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._answers = queue.Queue()
         threading.Thread(target=_read_lines, args=(self._child.stdout, self._answers), daemon=True,
