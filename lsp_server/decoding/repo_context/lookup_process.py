@@ -12,7 +12,8 @@ large module: 0.1-0.5 s warm, 2-9 s cold under a prefill's load) could neither b
 request nor let go of the interpreter lock while it ran; a request's mask took 10.9 ms alone and
 270 ms beside one (docs/context.md). A process can be stopped: while a lookup runs, the server
 looks at `busy()` every `POLL_S` and stops the child (`SIGSTOP`) while the model runs, and lets
-it go on (`SIGCONT`) once it is idle. Its priority is the lowest besides (`SCHED_IDLE` on Linux,
+it go on (`SIGCONT`) once it is idle (looking every `STOPPED_POLL_S` meanwhile: a look wakes a
+thread of the server's, which takes the interpreter lock from the model's thread for a moment). Its priority is the lowest besides (`SCHED_IDLE` on Linux,
 else `nice` 19): a lower priority alone was not enough (at `nice` 19 a warm request's 6 tokens
 took 398 ms of model time beside a lookup instead of ~60: the child ran in the gaps of the
 model's threads and took their caches). Its collections and parso's trees are its own memory,
@@ -51,7 +52,8 @@ from .workspace_paths import display_name, inside, root_of
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 120.0  # one lookup's running time at most (its time stopped not counted; cold jedi: seconds)
-POLL_S = 0.005  # how often a lookup's waiter looks at busy() (a request waits at most this for the child to stop)
+POLL_S = 0.005  # how often a running lookup's waiter looks at busy() (the child runs this long at most beside the model)
+STOPPED_POLL_S = 0.05  # and a stopped one's (the model runs: each look wakes a thread that wants the interpreter lock)
 MAX_SOURCE_BYTES = 2_000_000  # a module larger than this is not read for stubs
 NICE = 19  # the lowest CPU priority where SCHED_IDLE is not to be had
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -262,7 +264,7 @@ class DefinitionsProcess:
                     stopped = busy
                     self.stops += busy
                 try:
-                    return self._answers.get(timeout=POLL_S), False
+                    return self._answers.get(timeout=STOPPED_POLL_S if stopped else POLL_S), False
                 except queue.Empty:
                     pass
                 now = time.perf_counter()
