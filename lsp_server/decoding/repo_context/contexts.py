@@ -20,7 +20,7 @@ Work: the definitions and their stubs from a process of its own, stopped while t
 `busy()` (the model runs) and at the lowest CPU priority (`lookup_process.DefinitionsProcess`:
 one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto queries
 at most, ~0.1-0.5 s warm, seconds the first time; it never holds the server's interpreter
-lock); then the neighbours ranked by Jaccard here. A lookup that fails (jedi raising on odd
+lock), which also ranks the neighbours by Jaccard and packs the block (`sections.py`). A lookup that fails (jedi raising on odd
 code, the process dying or timing out) leaves the previous block in place (logged).
 """
 
@@ -39,16 +39,12 @@ from ..workspace_context import _path_of
 from .block import DEFAULT_SHARE, ContextBlock, ContextSection
 from .definitions import Scope
 from .lookup_process import DefinitionsProcess, LookupFailed
-from .neighbours import CHUNK_STEP, chunks, nearest
-from .workspace_paths import display_name
 
 log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 3.0  # a block is cut to share x contextTokens x this many characters (the prompt cuts it in tokens)
-NEIGHBOURS = 2  # chunks of other documents per block
 CLOSED_KEPT = 8  # recently closed documents still searched for neighbours
 CLOSED_MAX_CHARS = 1_000_000  # a closed document longer than this is not kept as a neighbours source
-EDITED = 1  # regions edited last in other documents, per block (the most recent documents first)
 DOCUMENTS = 16  # blocks kept (least recently used out first)
 
 
@@ -217,49 +213,14 @@ class RepoContexts:
         others_hash = hash(tuple(sorted((u, t) for u, t in others if u != uri)))
         with self._lock:
             old = self._made.get(uri)
+            closed = {p: t for u, t in self._closed.items()
+                      if u != uri and (p := os.path.normpath(_path_of(u))) not in open_texts}
+            edited = [(os.path.normpath(_path_of(u)), ln) for u, ln in reversed(self._edited.items()) if u != uri]
         # the same function, the other documents as they were: the block stays
         same = (old.scope.start, old.scope.header) if old is not None and old.others_hash == others_hash else None
-        found = self.lookups.find(text, own_path, line, self.roots, open_texts, same)
+        found = self.lookups.find(text, own_path, line, self.roots, open_texts, same, closed, edited,
+                                  int(self.share * self.context_tokens * CHARS_PER_TOKEN))
         if found.sections is None:
             return None
-        project = found.project
-        sections = [ContextSection(name, stubs, "definitions") for name, stubs in found.sections]
-        neighbours = [(display_name(p, own_path, self.roots, project), t) for p, t in open_texts.items()
-                      if p != own_path and t != text]
-        with self._lock:
-            neighbours += [(display_name(os.path.normpath(_path_of(u)), own_path, self.roots, project), t)
-                           for u, t in self._closed.items()
-                           if u != uri and os.path.normpath(_path_of(u)) not in open_texts]
-        lines = text.split("\n")
-        query = "\n".join(lines[found.scope.start - 1 : found.scope.end])
-        picked = nearest(query, neighbours, NEIGHBOURS, exclude=text)
-        for c in picked:
-            sections.append(ContextSection(c.name, c.text, "neighbour"))
-        sections += self._edited_sections(uri, own_path, project, open_texts, picked, text)
-        limit = int(self.share * self.context_tokens * CHARS_PER_TOKEN)
-        kept, used = [], 0
-        for s in sections:
-            if used + len(s.text) <= limit:
-                kept.append(s)
-                used += len(s.text)
-        return _Made(found.scope, others_hash, ContextBlock(tuple(kept), self.share, self.form))
-
-    def _edited_sections(self, uri: str, own_path: str | None, project: str | None, open_texts: dict[str, str],
-                         picked: list, own_text: str) -> list[ContextSection]:
-        """The chunk around the last edit of the other open documents edited last (EDITED of
-        them), unless a neighbour holds it already."""
-        with self._lock:
-            recent = [(u, ln) for u, ln in reversed(self._edited.items()) if u != uri]
-        out: list[ContextSection] = []
-        for u, ln in recent:
-            path = os.path.normpath(_path_of(u))
-            text = open_texts.get(path)
-            if text is None or text == own_text or len(out) == EDITED:
-                continue
-            name = display_name(path, own_path, self.roots, project)
-            for c in chunks(name, text):
-                if c.line <= ln < c.line + CHUNK_STEP and not any(p.name == name and p.line == c.line for p in picked):
-                    if c.text not in own_text:
-                        out.append(ContextSection(name, c.text, "edited"))
-                    break
-        return out
+        sections = tuple(ContextSection(name, body, kind) for name, body, kind in found.sections)
+        return _Made(found.scope, others_hash, ContextBlock(sections, self.share, self.form))

@@ -23,7 +23,8 @@ What the process does for one lookup (`lookup`): the document's jedi project (th
 folder holding it, else the folder jedi finds), the cursor's scope (`definitions.cursor_scope`),
 the workspace definitions of the names used there (`definitions.definitions`) and their stubs
 (`stubs.stub_of`, the modules read from the open documents' texts, else from disk), one section
-per file. The protocol is one JSON line each way over the child's stdin and stdout (no pickles);
+per file; then the block's other sections, packed (`sections.block_sections`: the neighbours
+ranked here too, off the server's interpreter lock). The protocol is one JSON line each way over the child's stdin and stdout (no pickles);
 the child prints nothing else there (its stdout is its stderr). A lookup that raises answers its
 error; a child that dies, or takes longer than `TIMEOUT_S` (then it is killed), fails that
 lookup (`LookupFailed`) and a new child serves the next one.
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .definitions import Scope, Target, cursor_scope, definitions
+from .sections import block_sections
 from .stubs import stub_of
 from .workspace_paths import display_name, inside, root_of
 
@@ -67,7 +69,7 @@ class LookupFailed(Exception):
 @dataclass(frozen=True)
 class Found:
     scope: Scope
-    sections: list[tuple[str, str]] | None  # (file's name in the prompt, its stubs); None: the scope is `same`
+    sections: list[tuple[str, str, str]] | None  # (name, text, kind) of the block's sections; None: the scope is `same`
     project: str | None  # the document's jedi project folder (for naming other files)
 
 
@@ -91,8 +93,16 @@ def lookup(job: dict, projects: dict) -> dict:
     if job.get("same") == [scope.start, scope.header]:
         return out
     targets = definitions(script, lines, scope, line1, lambda p: inside(p, own_path, roots, project_path), own_path)
-    out["sections"] = [[display_name(p, own_path, roots, project_path), stubs]
-                       for p, stubs in stub_sections(targets, open_texts, own_path, text).items()]
+
+    def name(path: str) -> str:
+        return display_name(path, own_path, roots, project_path)
+
+    stubs = [(name(p), s) for p, s in stub_sections(targets, open_texts, own_path, text).items()]
+    others = [(name(p), t) for p, t in open_texts.items() if p != own_path and t != text]
+    others += [(name(p), t) for p, t in job["closed"].items()]
+    edited = [(name(p), open_texts[p], ln) for p, ln in job["edited"] if p in open_texts]
+    query = "\n".join(lines[scope.start - 1 : scope.end])
+    out["sections"] = [list(s) for s in block_sections(stubs, query, text, others, edited, job["limit"])]
     return out
 
 
@@ -228,11 +238,15 @@ class DefinitionsProcess:
         return child.pid if child is not None and child.poll() is None else None
 
     def find(self, text: str, path: str | None, line: int, roots: tuple[str, ...], open_texts: dict[str, str],
-             same: tuple[int, str] | None = None) -> Found:
-        """The lookup for the cursor at 0-based `line` of `text` (the document at `path`);
-        raises LookupFailed."""
+             same: tuple[int, str] | None = None, closed: dict[str, str] | None = None,
+             edited: list[tuple[str, int]] = (), limit: int = sys.maxsize) -> Found:
+        """The block's sections for the cursor at 0-based `line` of `text` (the document at
+        `path`; `open_texts`: the other open documents' by path, `closed`: recently closed
+        ones', `edited`: (path, 0-based line) of the last edits in other documents, the most
+        recent first; `limit`: the block's characters); raises LookupFailed."""
         job = {"text": text, "path": path, "line": line, "roots": list(roots), "open": open_texts,
-               "same": list(same) if same is not None else None}
+               "same": list(same) if same is not None else None, "closed": closed or {},
+               "edited": [list(e) for e in edited], "limit": limit}
         with self._lock:
             child = self._running()
             try:
@@ -249,7 +263,7 @@ class DefinitionsProcess:
         if "error" in answer:
             raise LookupFailed(answer["error"])
         start, end, header = answer["scope"]
-        sections = None if answer["sections"] is None else [(name, stubs) for name, stubs in answer["sections"]]
+        sections = None if answer["sections"] is None else [tuple(s) for s in answer["sections"]]
         return Found(Scope(start, end, header), sections, answer["project"])
 
     def _await(self, child: subprocess.Popen) -> tuple[bytes, bool]:
