@@ -458,6 +458,19 @@ def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: P
     assert b"b" not in scope.receivers
 
 
+def test_a_recently_closed_document_is_still_searched_for_neighbours(workspace: Path):
+    contexts = RepoContexts(roots=(str(workspace),))
+    main, helpers = workspace / "pkg" / "main.py", workspace / "pkg" / "helpers.py"
+    contexts.closed(uri_of(helpers), "def apply_discount(total, customer):\n"
+                                     "    rate = customer.discount_rate\n    return total * rate\n")
+    text = MAIN + "\n\ndef checkout(total, customer):\n    rate = customer.discount_rate\n    return total - rate\n"
+    block = contexts.wait(uri_of(main), text, text.split("\n").index("    return total - rate"),
+                          [(uri_of(main), text)], 120)
+    assert block is not None
+    (section,) = [s for s in block.sections if s.kind == "neighbour"]
+    assert section.name == "pkg/helpers.py" and section.text.startswith("def apply_discount(total, customer):")
+
+
 def test_the_region_edited_last_in_another_document_is_a_section(workspace: Path):
     contexts = RepoContexts(roots=(str(workspace),))
     main, util = workspace / "pkg" / "main.py", workspace / "pkg" / "util.py"
@@ -563,6 +576,25 @@ def test_the_window_computed_before_the_block_came_serves_once_it_has_come(compi
     _, request, _ = long_document(compiled)
     served = engine.complete(request)
     assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens == ahead.prompt_tokens
+
+
+def test_a_prefetch_takes_the_window_without_the_block_while_the_one_with_it_is_computed(compiled):
+    """A prefetch (the continuation of a budget-cut answer: `short_first` off) never takes a
+    short window, and does not compute the block's window either while the one without it is
+    whole: its prompt's chunks are not stopped by a keystroke."""
+    from dataclasses import replace
+
+    from lsp_server.decoding.parts import plain_window_key, prompt_in_window, request_window
+
+    engine, request, opts = long_document(compiled)
+    plain = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="plain")
+    engine.prompt_cache.prefill(plain_window_key(request.document), plain.ids)
+    served = engine.prefetch(request)
+    assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens == len(plain.ids)
+    full = engine.prompt(request)
+    engine.prompt_cache.prefill(request.document, full.ids)  # the block's window computed: it serves
+    later = replace(request, short_first=False)
+    assert request_window(engine.parts, later, later.before, later.after, opts) == (full, request.document)
 
 
 def test_a_window_with_the_block_computed_in_part_waits_while_the_one_without_it_is_whole(compiled):

@@ -335,21 +335,24 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
                    opts: EngineOptions) -> tuple[Prompt, str]:
     """(the request's prompt, the key of its KV cache): the full window; the full window without
     the context block where the KV cache lacks fewer of its tokens (and at most
-    `first_window_tokens`; a window with nothing computed yet is never preferred); where it
-    lacks more than that of both, the short first one (module docstring). A request with the
-    block on computes no more at the keystroke than it would with the block off."""
+    `first_window_tokens` where the request may take a short window; a window with nothing
+    computed yet is never preferred); where it lacks more than that of both, the short first
+    one (module docstring). A request with the block on computes no more at the keystroke than
+    it would with the block off; nor does a prefetch (`short_first` off), whose prompt's
+    chunks a keystroke cannot stop (it waited 0.4-0.5 s for one of the block's window)."""
     full = prompt_in_window(parts, request, before, after, opts)
-    if not _may_be_short(request, opts):
-        return full, request.document
+    may_be_short = _may_be_short(request, opts)
     cache = parts.prompt_cache
     missing = cache.missing(request.document, full.ids)
     if full.context_sections and missing:
         plain, key, lacks = plain_window(parts, request, opts)
         missing = cache.missing(request.document, full.ids)  # (the document's entry may have moved)
-        if lacks <= opts.first_window_tokens and lacks < min(missing, len(plain.ids)):  # computed, and more of it
+        if lacks < min(missing, len(plain.ids)) and (lacks <= opts.first_window_tokens or not may_be_short):
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))
             return plain, key
+    if not may_be_short:
+        return full, request.document
     if missing <= opts.first_window_tokens:
         cache.forget(first_window_key(request.document))  # served by the full window now
         return full, request.document
