@@ -257,8 +257,8 @@ class DefinitionsProcess:
                 raw, killed = b"", False
             if not raw:
                 self._end(child)
-                raise LookupFailed(f"the definitions process ended (exit code {child.returncode}"
-                                   f"{', killed after %.0f s of running' % self.timeout_s if killed else ''})")
+                why = f", killed after {self.timeout_s:.0f} s of running" if killed else ""
+                raise LookupFailed(f"the definitions process ended (exit code {child.returncode}{why})")
         answer = json.loads(raw)
         if "error" in answer:
             raise LookupFailed(answer["error"])
