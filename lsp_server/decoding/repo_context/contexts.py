@@ -20,8 +20,9 @@ Work: the definitions and their stubs from a process of its own, stopped while t
 `busy()` (the model runs) and at the lowest CPU priority (`lookup_process.DefinitionsProcess`:
 one `jedi.Script` of the document with the workspace as its project, `MAX_LOOKUPS` goto queries
 at most, ~0.1-0.5 s warm, seconds the first time; it never holds the server's interpreter
-lock), which also ranks the neighbours by Jaccard and packs the block (`sections.py`). A lookup that fails (jedi raising on odd
-code, the process dying or timing out) leaves the previous block in place (logged).
+lock), which also ranks the neighbours by Jaccard and packs the block (`sections.py`). A lookup
+that fails (jedi raising on odd code, the process dying or timing out) leaves the previous block
+in place (logged).
 """
 
 from __future__ import annotations

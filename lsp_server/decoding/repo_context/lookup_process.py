@@ -4,7 +4,7 @@ with jedi.
 
     lookups = DefinitionsProcess(busy=engine_busy)
     found = lookups.find(text, path, line, roots, open_texts, same=(start, header) or None)
-    found.scope, found.sections, found.project     # sections None: the scope is `same`
+    found.scope, found.sections                    # sections None: the scope is `same`
     lookups.close()
 
 Why a process: in the server's own process a jedi query the block started (a `goto` parsing a
@@ -13,8 +13,8 @@ request nor let go of the interpreter lock while it ran; a request's mask took 1
 270 ms beside one (docs/context.md). A process can be stopped: while a lookup runs, the server
 looks at `busy()` every `POLL_S` and stops the child (`SIGSTOP`) while the model runs, and lets
 it go on (`SIGCONT`) once it is idle (looking every `STOPPED_POLL_S` meanwhile: a look wakes a
-thread of the server's, which takes the interpreter lock from the model's thread for a moment). Its priority is the lowest besides (`SCHED_IDLE` on Linux,
-else `nice` 19): a lower priority alone was not enough (at `nice` 19 a warm request's 6 tokens
+thread of the server's, which takes the interpreter lock from the model's thread for a moment).
+Its priority is the lowest besides (`SCHED_IDLE` on Linux, else `nice` 19): a lower priority alone was not enough (at `nice` 19 a warm request's 6 tokens
 took 398 ms of model time beside a lookup instead of ~60: the child ran in the gaps of the
 model's threads and took their caches). Its collections and parso's trees are its own memory,
 bounded after each lookup (`bound_jedi_caches`) before it answers (so, also stopped while busy).
@@ -24,8 +24,9 @@ folder holding it, else the folder jedi finds), the cursor's scope (`definitions
 the workspace definitions of the names used there (`definitions.definitions`) and their stubs
 (`stubs.stub_of`, the modules read from the open documents' texts, else from disk), one section
 per file; then the block's other sections, packed (`sections.block_sections`: the neighbours
-ranked here too, off the server's interpreter lock). The protocol is one JSON line each way over the child's stdin and stdout (no pickles);
-the child prints nothing else there (its stdout is its stderr). A lookup that raises answers its
+ranked here too, off the server's interpreter lock). The protocol is one JSON line each way
+over the child's stdin and stdout (no pickles); the child prints nothing else there (its stdout
+is its stderr). A lookup that raises answers its
 error; a child that dies, or takes longer than `TIMEOUT_S` (then it is killed), fails that
 lookup (`LookupFailed`) and a new child serves the next one.
 """
@@ -70,7 +71,6 @@ class LookupFailed(Exception):
 class Found:
     scope: Scope
     sections: list[tuple[str, str, str]] | None  # (name, text, kind) of the block's sections; None: the scope is `same`
-    project: str | None  # the document's jedi project folder (for naming other files)
 
 
 # ---------------------------------------------------------------------------- the child's side
@@ -89,7 +89,7 @@ def lookup(job: dict, projects: dict) -> dict:
     project_path = str(project.path) if project is not None else None
     script = jedi.Script(text, path=own_path, project=project)
     scope = cursor_scope(script, lines, line1)
-    out = {"scope": [scope.start, scope.end, scope.header], "project": project_path, "sections": None}
+    out = {"scope": [scope.start, scope.end, scope.header], "sections": None}
     if job.get("same") == [scope.start, scope.header]:
         return out
     targets = definitions(script, lines, scope, line1, lambda p: inside(p, own_path, roots, project_path), own_path)
@@ -264,7 +264,7 @@ class DefinitionsProcess:
             raise LookupFailed(answer["error"])
         start, end, header = answer["scope"]
         sections = None if answer["sections"] is None else [tuple(s) for s in answer["sections"]]
-        return Found(Scope(start, end, header), sections, answer["project"])
+        return Found(Scope(start, end, header), sections)
 
     def _await(self, child: subprocess.Popen) -> tuple[bytes, bool]:
         """The child's answer (b"": it ended), stopping it while `busy()` and killing it once it

@@ -4,8 +4,7 @@ in another document, in that order, whole sections while they fit (`block_sectio
 
 It runs in the lookup process (`lookup_process.py`) with the lookup itself: ranking the
 neighbours is Python over every chunk of every open and recently closed document, and in the
-server's process it took the interpreter lock from the model's thread at each layer of a
-prefill (a first window's prefill took 4.8 ms a token beside it instead of 3.2).
+server's process it would hold the interpreter lock the model's thread needs between layers.
 """
 
 from __future__ import annotations
