@@ -15,7 +15,7 @@ cache cap). Reported, in MiB:
   files, anonymous; the model's tensors by dtype and how much of them views the file; the mask
   store's tables; the KV caches);
 - `heap` (the C heap in use, free and in its own mappings; Python's allocated blocks), `mask_caches`
-  (the masks memoized across requests), `parse_cache` (the modules the names analysis keeps parsed);
+  (the masks memoized across requests), `names_process` (the names analysis's jedi process: its memory and the source lines it keeps parsed);
 - `settled`: the same once the server went idle (the names analyses of the last documents run
   behind the requests; at most `--settle-s`), `peak_settled` VmHWM then;
 - `peak`: VmHWM, the most the server was ever resident; `timeline_rss_hwm`: VmRSS and VmHWM after
@@ -116,7 +116,9 @@ async def snapshot(s: Server) -> dict:
         out["mask_caches"] = round(mem["mask_cache_bytes"] / (1 << 20), 1)
     heap = mem.get("heap_bytes", {})
     out["heap"] = {k: v if k == "python_blocks" else round(v / (1 << 20), 1) for k, v in heap.items()}
-    out["parse_cache"] = mem.get("parse_cache", {})
+    names = mem.get("names_process")
+    if names:
+        out["names_process"] = {"process": mib(names["kib"]), "parsed_lines": names["parsed_lines"]}
     out["kv_caches"] = status.get("kvCache", {}).get("memory_mb") if isinstance(status, dict) else None
     return out
 

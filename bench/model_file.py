@@ -99,10 +99,12 @@ def child_ours(path: str, cuts: int, code: str, prompt_tokens: int, max_tokens: 
 
     from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
     from lsp_server.options import EngineOptions
+    from lsp_server.server.engine_host import freeze_loaded
 
     t = time.perf_counter()
     engine = CompletionEngine.load(EngineOptions(model=path, max_tokens=max_tokens, device="cpu"))
     engine_s = time.perf_counter() - t
+    freeze_loaded()  # as the server does after a load: the loaded objects out of the cycle collector's walks
     rss_loaded = rss_mib()
     rt = engine.runtime
     ids = rt.tokenizer.encode(PROMPT_FILE.read_text())[:prompt_tokens]

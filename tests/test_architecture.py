@@ -159,8 +159,8 @@ def test_the_graph_resolves_relative_imports():
     graph = _graph()
     assert "lsp_server.decoding.sampling" in graph["lsp_server.decoding.loop"]
     assert "lsp_server.model.kv_cache" in graph["lsp_server.decoding.loop"]
-    # imports inside functions count: the lookup process's (`from ..identifiers.jedi_memory import ...`)
-    assert "lsp_server.decoding.identifiers.jedi_memory" in graph["lsp_server.decoding.repo_context.lookup_process"]
+    # imports inside functions count: the jedi process's (`from .identifiers.jedi_memory import ...`)
+    assert "lsp_server.decoding.identifiers.jedi_memory" in graph["lsp_server.decoding.jedi_process"]
     assert "mask_store.matcher" in graph["lsp_server.decoding.loop"]
     # across grammar_tools' parts, relative (`..lexing.lexer_automaton`, `.. import cache`)
     assert "grammar_tools.lexing.lexer_automaton" in graph["grammar_tools.parsing.incremental"]

@@ -70,16 +70,16 @@ def test_heap_usage_sees_a_block_allocated_and_freed():
     assert before["python_blocks"] > 0
 
 
-def test_parse_cache_lines_counts_parsos_modules():
+def test_cached_lines_counts_parsos_modules():
     import parso
 
+    from lsp_server.decoding.identifiers.jedi_memory import cached_lines
     from lsp_server.decoding.identifiers.parso_disk import memory_only
-    from lsp_server.model.memory_parts import parse_cache_lines
 
     memory_only()  # parso's cache in memory only: nothing pickled to disk
     parso.cache.parser_cache.clear()
-    assert parse_cache_lines() == {"modules": 0, "lines": 0}
+    assert cached_lines() == 0
     grammar = parso.load_grammar()
     grammar.parse("x = 1\ny = 2\n", path="/nowhere/m.py", cache=True)
-    assert parse_cache_lines() == {"modules": 1, "lines": 3}
+    assert cached_lines() == 3
     parso.cache.parser_cache.clear()

@@ -16,7 +16,8 @@ import pytest
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.prompt import build_prompt
 from lsp_server.decoding.repo_context import ContextBlock, ContextSection, RepoContexts
-from lsp_server.decoding.repo_context.lookup_process import CAN_STOP, NICE, DefinitionsProcess, LookupFailed
+from lsp_server.decoding.jedi_process import CAN_STOP, NICE, JediFailed
+from lsp_server.decoding.repo_context.lookup_process import DefinitionsProcess
 from lsp_server.decoding.repo_context.neighbours import CHUNK_STEP, chunks, jaccard, identifiers, nearest
 from lsp_server.decoding.repo_context.stubs import MAX_LINE, stub_of
 from lsp_server.decoding.workspace_context import WorkspaceContext
@@ -249,7 +250,7 @@ def test_a_lookup_process_that_died_is_started_again(workspace: Path):
 def test_a_lookup_that_raises_or_runs_too_long_fails_alone(workspace: Path):
     main = str(workspace / "pkg" / "main.py")
     lookups = DefinitionsProcess()
-    with pytest.raises(LookupFailed, match="TypeError"):
+    with pytest.raises(JediFailed, match="TypeError"):
         lookups.find(MAIN, main, None, (str(workspace),), {})  # a line that is no number: jedi's error, answered
     pid = lookups.pid
     found = lookups.find(MAIN, main, 5, (str(workspace),), {})
@@ -257,7 +258,7 @@ def test_a_lookup_that_raises_or_runs_too_long_fails_alone(workspace: Path):
     assert lookups.find(MAIN, main, 5, (str(workspace),), {}, same=(found.scope.start, found.scope.header)).sections is None
     lookups.close()
     slow = DefinitionsProcess(timeout_s=0.001)
-    with pytest.raises(LookupFailed, match="killed"):
+    with pytest.raises(JediFailed, match="killed"):
         slow.find(MAIN, main, 5, (str(workspace),), {})
     assert slow.pid is None
 

@@ -11,9 +11,7 @@
   or owns memory (tied tensors counted once);
 - `heap_usage()`: the C heap (glibc's `mallinfo2`): in use, free but kept, and the blocks
   served from their own mappings (tensors of 256 KiB and more: the KV caches), and Python's
-  small objects (allocated blocks; their 1 MiB arenas are anonymous mappings outside malloc);
-- `parse_cache_lines()`: the source lines of the modules parso keeps parsed (the names
-  analysis's trees, bounded by `jedi_memory`).
+  small objects (allocated blocks; their 1 MiB arenas are anonymous mappings outside malloc).
 """
 
 from __future__ import annotations
@@ -130,13 +128,3 @@ def heap_usage() -> dict[str, int]:
         m = mallinfo2()
         out |= {"malloc_in_use": m.uordblks, "malloc_free": m.fordblks, "malloc_mapped": m.hblkhd}
     return out
-
-
-def parse_cache_lines() -> dict[str, int]:
-    """The modules parso keeps parsed and their source lines (empty before parso is imported:
-    the names analysis imports it)."""
-    cache = sys.modules.get("parso.cache")
-    if cache is None:
-        return {}
-    items = [item for modules in list(cache.parser_cache.values()) for item in list(modules.values())]
-    return {"modules": len(items), "lines": sum(len(item.lines) for item in items)}

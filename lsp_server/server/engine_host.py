@@ -29,8 +29,7 @@ from dataclasses import dataclass, fields, replace
 from collections.abc import Callable
 
 from ..decoding.results import CompletionRequest, CompletionResult
-from ..model.memory_parts import (array_bytes, heap_usage, mapped_parts, model_bytes, parse_cache_lines,
-                                  process_memory)
+from ..model.memory_parts import array_bytes, heap_usage, mapped_parts, model_bytes, process_memory
 from ..options import EngineOptions
 from .runs import CANCELLED, Runs, StopSignal
 
@@ -355,11 +354,18 @@ class EngineHost:
                 **cache.stats}
 
     def memory_report(self) -> dict:
-        """The process's resident memory (KiB, `memory_parts`) and what the engine holds (bytes):
-        the model's weights by dtype, the mask store's tables."""
-        out = {"process_kib": process_memory(), "parts_kib": mapped_parts(), "heap_bytes": heap_usage(),
-               "parse_cache": parse_cache_lines()}
+        """The process's resident memory (KiB, `memory_parts`), what the engine holds (bytes):
+        the model's weights by dtype, the mask store's tables; and the names analysis's jedi
+        process (its KiB and the source lines of the modules it keeps parsed) once started."""
+        out = {"process_kib": process_memory(), "parts_kib": mapped_parts(), "heap_bytes": heap_usage()}
         engine = self._engine
+        jedi = getattr(getattr(engine, "names", None), "jedi", None)
+        pid = jedi.pid if jedi is not None else None
+        if pid is not None:
+            try:
+                out["names_process"] = {"pid": pid, "kib": process_memory(pid), "parsed_lines": jedi.parsed_lines}
+            except OSError:  # it ended meanwhile
+                pass
         model = getattr(getattr(engine, "runtime", None), "model", None)
         compiled = getattr(engine, "compiled", None)
         if model is not None:

@@ -7,13 +7,16 @@ document, line and text, and decodes without one when it is not ready; it never 
     analyses.ready(uri, text, line)        # a ScopeAnalysis, or None (not made yet, or failed)
     analyses.wait(uri, text, line, 30.0)   # the CLI and benchmarks: made now if need be
 
-The analysis never runs beside a request: between two of jedi's queries (~10-100 ms each, warm)
-it waits while `busy()` says a request or a prefill holds the engine. Only the newest request of a document is made (one waiting at most: typing replaces it), and a
-document keeps its last `KEEP` analyses. jedi raises on code it can't read now and then; the
-analysis is then None and the request decodes without it (logged, never raised to a request).
-After each analysis, once the engine is free, jedi's caches are bounded (`jedi_memory`: parso's
-trees of the modules used least recently dropped, the freed memory handed back): unbounded, they
-grew the server by ~180 MiB over 40 documents.
+The analysis runs in a process of its own (`jedi_process.JediProcess` running
+`analysis.scope_job`), stopped while `busy()` says a request or a prefill holds the engine: it
+never runs beside a request, never holds the server's interpreter lock, and jedi's parse trees
+are not in the server's heap (its full cycle collections walked them: 0.1-0.5 s each, on
+whichever thread allocated, a request's included). The child bounds jedi's caches after each
+analysis (`jedi_memory`: parso's trees of the modules used least recently dropped; unbounded,
+they grew by ~180 MiB over 40 documents). Only the newest request of a document is made (one
+waiting at most: typing replaces it), and a document keeps its last `KEEP` analyses. jedi raises
+on code it can't read now and then, and the process may die: the analysis is then None and the
+request decodes without it (logged, never raised to a request).
 """
 
 from __future__ import annotations
@@ -21,19 +24,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import unquote, urlparse
 
-from .analysis import ScopeAnalysis, analyse
-from .jedi_memory import PARSE_CACHE_LINES, bound_jedi_caches
+from ..jedi_process import JediFailed, JediProcess
+from .analysis import ScopeAnalysis
 
 log = logging.getLogger(__name__)
 
-BUSY_POLL_S = 0.01  # how often a waiting analysis looks whether the engine is free
-QUIET_S = 1.0  # the engine free this long in a row: the user paused, jedi's caches may be bounded (`_bound_caches`)
 KEEP = 4  # analyses kept per document (lines the user moves between)
 DOCUMENTS = 8  # documents kept (least recently used out first)
 
@@ -55,14 +55,12 @@ def _path(uri: str) -> str | None:
 class NameAnalyses:
     """See the module docstring. Thread-safe."""
 
-    def __init__(self, busy: Callable[[], bool] = lambda: False, parse_cache_lines: int = PARSE_CACHE_LINES) -> None:
-        self._busy = busy
-        self._parse_cache_lines = parse_cache_lines  # jedi_memory.bound_jedi_caches
+    def __init__(self, busy: Callable[[], bool] = lambda: False) -> None:
+        self.jedi = JediProcess("lsp_server.decoding.identifiers.analysis:scope_job", busy)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="names")
         self._lock = threading.Lock()
         self._done: OrderedDict[str, OrderedDict[str, ScopeAnalysis | None]] = OrderedDict()
         self._pending: dict[str, tuple[str, Future]] = {}  # document -> (key, future)
-        self._memo: dict[str, dict] = {}  # document -> module receivers (analysis.analyse's memo)
 
     def ready(self, uri: str, text: str, line: int) -> ScopeAnalysis | None:
         key = line_key(text, line)
@@ -101,17 +99,17 @@ class NameAnalyses:
     def forget(self, uri: str) -> None:
         with self._lock:
             self._done.pop(uri, None)
-            self._memo.pop(uri, None)
 
-    def _wait_idle(self) -> None:
-        while self._busy():
-            time.sleep(BUSY_POLL_S)
+    def close(self) -> None:
+        """End the jedi process (an analysis running ends as failed)."""
+        self.jedi.close()
 
     def _make(self, uri: str, key: str, text: str, line: int) -> ScopeAnalysis | None:
         try:
-            result = analyse(text, line, _path(uri), self._memo.setdefault(uri, {}), self._wait_idle)
-        except Exception:  # jedi's internals on unreadable code: decode without (the module docstring)
-            log.exception("names analysis of %s at line %d failed", uri, line + 1)
+            answer = self.jedi.ask({"document": uri, "text": text, "line": line, "path": _path(uri)})
+            result = ScopeAnalysis.from_json(answer)
+        except JediFailed as e:  # jedi's internals on unreadable code, the process gone: decode without
+            log.warning("names analysis of %s at line %d failed: %s", uri, line + 1, e)
             result = None
         with self._lock:
             kept = self._done.setdefault(uri, OrderedDict())
@@ -120,34 +118,7 @@ class NameAnalyses:
                 kept.popitem(last=False)
             self._done.move_to_end(uri)
             while len(self._done) > DOCUMENTS:
-                gone, _ = self._done.popitem(last=False)
-                self._memo.pop(gone, None)
+                self._done.popitem(last=False)
             if self._pending.get(uri, ("",))[0] == key:
                 del self._pending[uri]
-        self._executor.submit(self._bound_caches)  # after this future resolves: no one waits for it
         return result
-
-    def _bound_caches(self) -> None:
-        """Bound jedi's caches once the user pauses: the cycle collection behind it holds the
-        interpreter for 0.1-0.5 s with jedi's trees in memory (every thread waits, the server's
-        reading of a request and its decoding too), so it waits until the engine has been free
-        for `QUIET_S` in a row (a user who types keeps it busy with requests and prefills every
-        few hundred ms); left to the next analysis's bounding when one is queued meanwhile (this
-        thread is then needed for it: a request's analysis is never held behind a collection)."""
-        quiet_since = time.perf_counter()
-        while time.perf_counter() - quiet_since < QUIET_S:
-            with self._lock:
-                if self._pending:
-                    log.debug("jedi's caches: bounded after the next analysis")
-                    return
-            if self._busy():
-                quiet_since = time.perf_counter()
-            time.sleep(BUSY_POLL_S)
-        started = time.perf_counter()
-        try:
-            dropped = bound_jedi_caches(self._parse_cache_lines)
-        except Exception:  # a parso without the cache this reads: memory grows, nothing else breaks
-            log.exception("bounding jedi's caches failed")
-            return
-        log.debug("jedi's caches bounded (%d modules dropped), freed memory handed back in %.0f ms",
-                  dropped, (time.perf_counter() - started) * 1000)

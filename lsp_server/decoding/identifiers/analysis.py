@@ -35,7 +35,6 @@ import re
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jedi
@@ -129,19 +128,50 @@ class ScopeAnalysis:
     # at sure binding places, parameters and a statement's start)
 
 
-def analyse(text: str, line: int, path: str | None = None, memo: dict | None = None,
-            between: Callable[[], None] = lambda: None) -> ScopeAnalysis:
+    def to_json(self) -> dict:
+        """This analysis as JSON (the jedi process's answer, `scope_job`; names are identifiers:
+        UTF-8 both ways)."""
+        return {"names": _strs(self.names), "document_names": _strs(self.document_names),
+                "receivers": {k.decode(): [_strs(r.attributes), r.closed] for k, r in self.receivers.items()},
+                "name_set": self.name_set.value, "wanted": _strs(self.wanted)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ScopeAnalysis:
+        return cls(Names(d["names"]), Names(d["document_names"]),
+                   {k.encode(): Receiver(Names(attrs), closed) for k, (attrs, closed) in d["receivers"].items()},
+                   NameSet(d["name_set"]), Names(d["wanted"]))
+
+
+def _strs(names: Names) -> list[str]:
+    return [n.decode() for n in names]
+
+
+MEMOS_KEPT = 8  # documents whose module receivers the jedi process keeps (`scope_job`)
+
+
+def scope_job(job: dict, memos: dict) -> dict:
+    """The jedi process's handler (`jedi_process.serve`): `analyse` of the job's text at its line,
+    as JSON; `memos`: the module receivers of the last `MEMOS_KEPT` documents (the child's state)."""
+    document = job["document"]
+    memo = memos.pop(document, None) or {}
+    memos[document] = memo  # the most recently used last
+    while len(memos) > MEMOS_KEPT:
+        memos.pop(next(iter(memos)))
+    return analyse(job["text"], job["line"], job["path"], memo).to_json()
+
+
+def analyse(text: str, line: int, path: str | None = None, memo: dict | None = None) -> ScopeAnalysis:
     """The analysis of `text` at 0-based `line` (see the module docstring). `memo`: module
     receivers kept across analyses of one document, keyed by the document's import lines (what
-    a module's name refers to does not depend on the cursor). `between` is called between
-    jedi's queries (the caller waits there while a request decodes). parso's disk cache is off
-    first (`parso_disk.memory_only`: no pickle is read or written)."""
+    a module's name refers to does not depend on the cursor). The server runs it in a process of
+    its own (`scope_job`, `analyses.NameAnalyses`). parso's disk cache is off first
+    (`parso_disk.memory_only`: no pickle is read or written)."""
     memory_only()
     with _JEDI:
-        return _analyse(text, line, path, {} if memo is None else memo, between)
+        return _analyse(text, line, path, {} if memo is None else memo)
 
 
-def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callable[[], None]) -> ScopeAnalysis:
+def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysis:
     imports = "\n".join(re.findall(r"^[ \t]*(?:import|from)[ \t].*$", text, re.M))
     lines = text.split("\n")
     line = min(max(line, 0), len(lines) - 1)
@@ -157,11 +187,9 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
                   + list(IMPLICIT))
     open_scope = _OPEN_SCOPE.search(text) is not None
     document_names = Names(_KEYWORD_NAME.findall(text))
-    between()
     visible = {c.name for c in here}  # what jedi finds bound at the cursor is not wanted
     wanted = Names(()) if open_scope else Names(
         n for n in unbound_at(text, line, MAX_WANTED) if n not in visible)
-    between()
     classes = _file_classes(definitions, lines)
     candidates: list[tuple[str, _Kind]] = []
     instances: dict[str, str] = {}  # name -> the class of this file every binding of it calls
@@ -190,7 +218,6 @@ def _analyse(text: str, line: int, path: str | None, memo: dict, between: Callab
             if memo[key] is not None:
                 receivers[name.encode()] = memo[key]
             continue
-        between()
         synthetic = script_with(f"{indent}{name}.")
         if kind is _Kind.WORKSPACE and not _workspace_instance(synthetic.infer(line + 1, len(indent) + len(name))):
             continue

@@ -36,6 +36,13 @@ def prune_parse_cache(lines: int, cache: dict | None = None) -> int:
     return dropped
 
 
+def cached_lines(cache: dict | None = None) -> int:
+    """The source lines of the parsed modules parso keeps (`cache`: its `parser_cache`)."""
+    if cache is None:
+        from parso.cache import parser_cache as cache
+    return sum(len(item.lines) for modules in cache.values() for item in modules.values())
+
+
 def bound_jedi_caches(lines: int = PARSE_CACHE_LINES) -> int:
     """`prune_parse_cache(lines)` under the lock jedi's analyses hold, then
     `release_freed_memory()`: what the analysis and the requests before it freed (a prompt's

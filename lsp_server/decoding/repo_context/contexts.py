@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from ..workspace_context import _path_of
 from .block import DEFAULT_SHARE, ContextBlock, ContextSection
 from .definitions import Scope
-from .lookup_process import DefinitionsProcess, LookupFailed
+from ..jedi_process import JediFailed
+from .lookup_process import DefinitionsProcess
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class RepoContexts:
         t0 = time.perf_counter()
         try:
             made = self._build(uri, text, line, others)
-        except LookupFailed as e:  # jedi on code it can't read, the process gone: the previous block stays
+        except JediFailed as e:  # jedi on code it can't read, the process gone: the previous block stays
             log.warning("context block of %s at line %d failed: %s", uri, line + 1, e)
             self.stats["failed"] += 1
             return
