@@ -513,3 +513,27 @@ def test_greedy_choice_is_the_argmax_of_the_masked_logits():
         full = masked_logits(logits, mask, banned)
         want = int(torch.argmax(full)) if torch.isfinite(full).any() else None
         assert greedy_choice(logits, mask, banned) == want
+
+
+def test_the_work_ahead_computes_the_short_window_before_the_full_one(tiny_engine):
+    """Where a request would be answered from the short first window (the full window's KV
+    cache lacks more than `first_window_tokens`), the work ahead computes that window first: a
+    first request during the full window's prefill finds it computed, the typed character
+    aside, instead of computing it at the keystroke."""
+    from lsp_server.decoding.parts import first_window_key, prompt_in_window
+
+    doc, i = _long_document()
+    opts = tiny_engine.options.updated(first_window_tokens=200)
+    request = CompletionRequest.at(doc, i, 4, document="ahead")
+    short = prompt_in_window(tiny_engine.parts, request, request.before, request.after, opts, window="first")
+    key = first_window_key("ahead")
+    ahead = tiny_engine.prefill(request, cancel=lambda: tiny_engine.prompt_cache.missing(key, short.ids) == 0,
+                                options=opts)
+    assert not ahead.complete and ahead.computed < ahead.prompt_tokens  # stopped in the full window's prefill
+    typed, _ = _long_document("    r")
+    first = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="ahead"), options=opts)
+    assert first.short_window and first.figures.prompt_reused >= first.figures.prompt_tokens - 2
+    # a prefill that needs no short window (the setting off) computes the full one alone
+    tiny_engine.forget("ahead")
+    whole = tiny_engine.prefill(request, options=opts.updated(first_window_tokens=0))
+    assert whole.complete and whole.computed == whole.prompt_tokens

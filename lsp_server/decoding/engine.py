@@ -35,7 +35,7 @@ from ..model.kv_cache import SPARE_CHUNK, PrefillCancelled, PromptCache
 from ..model.runtime import ModelLoadError, load_model
 from ..options import EngineOptions
 from . import request as one_request
-from .parts import (DocumentStates, EngineParts, GrammarVersions, first_window_key, plain_window,
+from .parts import (DocumentStates, EngineParts, GrammarVersions, first_window_key, may_be_short, plain_window,
                     plain_window_key, prompt_in_window)
 from .header_steering import HeaderStarts
 from .identifiers.analyses import NameAnalyses
@@ -209,12 +209,18 @@ class CompletionEngine:
             self.names_ahead(request, opts)
             prompt = self.prompt(request, opts)
             windows = [(request.document, prompt)]
-            if (prompt.context_sections
-                    and self.prompt_cache.missing(request.document, prompt.ids) > opts.first_window_tokens):
+            missing = self.prompt_cache.missing(request.document, prompt.ids)
+            if prompt.context_sections and missing > opts.first_window_tokens:
                 # the window without the block first: it serves the requests while the one with
                 # the block is computed (parts.py's docstring)
-                plain, key, _ = plain_window(self.parts, request, opts)
+                plain, key, missing = plain_window(self.parts, request, opts)
                 windows.insert(0, (key, plain))
+            if missing > opts.first_window_tokens and may_be_short(request, opts):
+                # a request now would be answered from the short first window (`request_window`):
+                # that window before all, so a keystroke during the full one's prefill finds it
+                # computed rather than computing it (parts.py's docstring)
+                short = prompt_in_window(self.parts, request, request.before, request.after, opts, window="first")
+                windows.insert(0, (first_window_key(request.document), short))
             computed = 0
             try:
                 for key, p in windows:

@@ -33,8 +33,9 @@ prompt, work ahead that has not got far yet) and the request may be answered fro
 the prompt is the lines nearest the cursor in at most that many tokens, with a KV cache of its
 own (`first_window_key`) kept while the user types on; the full window is left to the work ahead
 (`CompletionResult.short_window`). The first answer then costs a short window's prefill on any
-machine, not a whole one's. The grammar reads the whole document either way: only the model's
-prompt is short.
+machine, not a whole one's; and the work ahead computes that short window before the full one
+(`engine.prefill`, where a request then would take it), so a first request after a pause finds
+it computed. The grammar reads the whole document either way: only the model's prompt is short.
 
 The context block (docs/context.md) is the full window's start, and it arrives seconds after
 the document opens (jedi) and changes when the cursor enters another function: each new block
@@ -315,7 +316,9 @@ def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOpt
     return plain, key, cache.missing(key, plain.ids)
 
 
-def _may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
+def may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
+    """Whether `request` may be answered from a short first window (a request at the keystroke,
+    not a prefetch; the setting on and shorter than the full window)."""
     limit = opts.first_window_tokens
     return request.short_first and bool(limit) and limit < opts.context_tokens
 
@@ -341,17 +344,17 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     it would with the block off; nor does a prefetch (`short_first` off), whose prompt's
     chunks a keystroke cannot stop (it waited 0.4-0.5 s for one of the block's window)."""
     full = prompt_in_window(parts, request, before, after, opts)
-    may_be_short = _may_be_short(request, opts)
+    short_ok = may_be_short(request, opts)
     cache = parts.prompt_cache
     missing = cache.missing(request.document, full.ids)
     if full.context_sections and missing:
         plain, key, lacks = plain_window(parts, request, opts)
         missing = cache.missing(request.document, full.ids)  # (the document's entry may have moved)
-        if lacks < min(missing, len(plain.ids)) and (lacks <= opts.first_window_tokens or not may_be_short):
+        if lacks < min(missing, len(plain.ids)) and (lacks <= opts.first_window_tokens or not short_ok):
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))
             return plain, key
-    if not may_be_short:
+    if not short_ok:
         return full, request.document
     if missing <= opts.first_window_tokens:
         cache.forget(first_window_key(request.document))  # served by the full window now
