@@ -515,12 +515,13 @@ def test_greedy_choice_is_the_argmax_of_the_masked_logits():
         assert greedy_choice(logits, mask, banned) == want
 
 
-def test_the_work_ahead_computes_the_short_window_before_the_full_one(tiny_engine):
+def test_the_work_ahead_computes_the_short_window_before_the_full_one(tiny_engine, monkeypatch):
     """Where a request would be answered from the short first window (the full window's KV
     cache lacks more than `first_window_tokens`), the work ahead computes that window first: a
     first request during the full window's prefill finds it computed, the typed character
     aside, instead of computing it at the keystroke."""
     from lsp_server.decoding.parts import first_window_key, prompt_in_window
+    from lsp_server.model.kv_cache import AHEAD_CHUNK
 
     doc, i = _long_document()
     opts = tiny_engine.options.updated(first_window_tokens=200)
@@ -533,7 +534,25 @@ def test_the_work_ahead_computes_the_short_window_before_the_full_one(tiny_engin
     typed, _ = _long_document("    r")
     first = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="ahead"), options=opts)
     assert first.short_window and first.figures.prompt_reused >= first.figures.prompt_tokens - 2
+    # stopped once the full window lacks fewer than `first_window_tokens`: the short window,
+    # computed, still costs the keystroke less, and serves
+    tiny_engine.forget("ahead")
+    full = tiny_engine.prompt(request, opts)
+    passes: list[int] = []
+    forward = tiny_engine.runtime.forward
+
+    def counting_forward(ids, past=None, keep=1, cancel=None, wanted=None):
+        passes.append(len(ids))
+        return forward(ids, past, keep, cancel=cancel, wanted=wanted)
+
+    monkeypatch.setattr(tiny_engine.runtime, "forward", counting_forward)
+    chunks = -(-len(short.ids) // AHEAD_CHUNK) + -(-(len(full.ids) - 150) // AHEAD_CHUNK)
+    part = tiny_engine.prefill(request, options=opts, cancel=lambda: len(passes) >= chunks)
+    assert not part.complete and 0 < len(full.ids) - (part.computed - len(short.ids)) <= 150
+    later = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="ahead"), options=opts)
+    assert later.short_window and later.figures.prompt_reused >= later.figures.prompt_tokens - 2
     # a prefill that needs no short window (the setting off) computes the full one alone
     tiny_engine.forget("ahead")
     whole = tiny_engine.prefill(request, options=opts.updated(first_window_tokens=0))
     assert whole.complete and whole.computed == whole.prompt_tokens
+

@@ -339,8 +339,9 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     """(the request's prompt, the key of its KV cache): the full window; the full window without
     the context block where the KV cache lacks fewer of its tokens (and at most
     `first_window_tokens` where the request may take a short window; a window with nothing
-    computed yet is never preferred); where it lacks more than that of both, the short first
-    one (module docstring). A request with the block on computes no more at the keystroke than
+    computed yet is never preferred); the short first one (module docstring) where it lacks
+    more than that of both, or where it lacks fewer tokens than the full window (the work ahead
+    computed it first and had not finished the full one). A request with the block on computes no more at the keystroke than
     it would with the block off; nor does a prefetch (`short_first` off), whose prompt's
     chunks a keystroke cannot stop (it waited 0.4-0.5 s for one of the block's window)."""
     full = prompt_in_window(parts, request, before, after, opts)
@@ -356,12 +357,17 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
             return plain, key
     if not short_ok:
         return full, request.document
-    if missing <= opts.first_window_tokens:
-        cache.forget(first_window_key(request.document))  # served by the full window now
+    key = first_window_key(request.document)
+    if missing == 0:
+        cache.forget(key)  # served by the full window now
         return full, request.document
     short = prompt_in_window(parts, request, before, after, opts, window="first")
-    key = first_window_key(request.document)
-    if cache.missing(key, short.ids) >= missing:
+    lacks = cache.missing(key, short.ids)
+    # the full window where it computes no more at the keystroke, or where it lacks at most
+    # `first_window_tokens` and the short one has nothing computed (a window never preferred then)
+    if lacks >= missing or (missing <= opts.first_window_tokens and lacks == len(short.ids)):
+        if missing <= opts.first_window_tokens:
+            cache.forget(key)
         return full, request.document
     log.info("first window: %d prompt tokens (the full window lacks %d of %d)", len(short.ids), missing,
              len(full.ids))
