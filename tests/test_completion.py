@@ -534,6 +534,10 @@ def test_the_work_ahead_computes_the_short_window_before_the_full_one(tiny_engin
     typed, _ = _long_document("    r")
     first = tiny_engine.complete(CompletionRequest.at(typed, i, 5, document="ahead"), options=opts)
     assert first.short_window and first.figures.prompt_reused >= first.figures.prompt_tokens - 2
+    # a prefetch (the continuation of an answer the budget cut) takes it too, computed, rather
+    # than computing the whole full window in chunks a keystroke cannot stop
+    on = tiny_engine.prefetch(CompletionRequest.at(typed, i, 5, document="ahead"), options=opts)
+    assert on.short_window and on.figures.prompt_reused >= on.figures.prompt_tokens - 1
     # stopped once the full window lacks fewer than `first_window_tokens`: the short window,
     # computed, still costs the keystroke less, and serves
     tiny_engine.forget("ahead")

@@ -341,9 +341,12 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     `first_window_tokens` where the request may take a short window; a window with nothing
     computed yet is never preferred); the short first one (module docstring) where it lacks
     more than that of both, or where it lacks fewer tokens than the full window (the work ahead
-    computed it first and had not finished the full one). A request with the block on computes no more at the keystroke than
-    it would with the block off; nor does a prefetch (`short_first` off), whose prompt's
-    chunks a keystroke cannot stop (it waited 0.4-0.5 s for one of the block's window)."""
+    computed it first and had not finished the full one). A prefetch (`short_first` off) takes
+    the short window only where it was computed and the full one lacks more than
+    `first_window_tokens` (computing a whole window in chunks a keystroke cannot stop, a
+    prefetch held the warm request that joined it 3.6 s). A request with the block on computes
+    no more at the keystroke than it would with the block off; nor does a prefetch, whose
+    prompt's chunks a keystroke cannot stop (it waited 0.4-0.5 s for one of the block's window)."""
     full = prompt_in_window(parts, request, before, after, opts)
     short_ok = may_be_short(request, opts)
     cache = parts.prompt_cache
@@ -355,18 +358,21 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))
             return plain, key
-    if not short_ok:
+    limit = opts.first_window_tokens
+    if not limit or limit >= opts.context_tokens:
         return full, request.document
     key = first_window_key(request.document)
     if missing == 0:
         cache.forget(key)  # served by the full window now
         return full, request.document
+    if not short_ok and missing <= limit:
+        return full, request.document  # a prefetch computes at most `limit` of its tokens
     short = prompt_in_window(parts, request, before, after, opts, window="first")
     lacks = cache.missing(key, short.ids)
-    # the full window where it computes no more at the keystroke, or where it lacks at most
-    # `first_window_tokens` and the short one has nothing computed (a window never preferred then)
-    if lacks >= missing or (missing <= opts.first_window_tokens and lacks == len(short.ids)):
-        if missing <= opts.first_window_tokens:
+    # the full window where it computes no more at the keystroke; a short window with nothing
+    # computed is never preferred to a full one that lacks at most `limit`, nor taken by a prefetch
+    if lacks >= missing or (lacks == len(short.ids) and (missing <= limit or not short_ok)):
+        if missing <= limit:
             cache.forget(key)
         return full, request.document
     log.info("first window: %d prompt tokens (the full window lacks %d of %d)", len(short.ids), missing,
