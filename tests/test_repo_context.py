@@ -263,6 +263,19 @@ def test_a_lookup_that_raises_or_runs_too_long_fails_alone(workspace: Path):
     assert slow.pid is None
 
 
+def test_an_answer_cut_short_fails_the_lookup_and_ends_the_child(workspace: Path):
+    class CutShort(DefinitionsProcess):
+        def _await(self, child):
+            super()._await(child)  # the child's whole answer, read and dropped
+            return b'{"scope": [1, ', False  # as a child killed while it wrote would leave it
+
+    main = str(workspace / "pkg" / "main.py")
+    lookups = CutShort()
+    with pytest.raises(JediFailed, match="not JSON"):
+        lookups.find(MAIN, main, 5, (str(workspace),), {})
+    assert lookups.pid is None and lookups.started == 1
+
+
 # --- neighbours ------------------------------------------------------------------------------
 
 

@@ -163,7 +163,11 @@ class JediProcess:
                 self._end(child)
                 why = f", killed after {self.timeout_s:.0f} s of running" if killed else ""
                 raise JediFailed(f"the jedi process ended (exit code {child.returncode}{why})")
-        answer = json.loads(raw)
+            try:
+                answer = json.loads(raw)
+            except ValueError:  # a line cut short (the child killed while it wrote): a child no longer to be trusted
+                self._end(child)
+                raise JediFailed(f"the jedi process answered a line that is not JSON: {raw[:80]!r}") from None
         self.parsed_lines = answer.pop("parsed_lines", self.parsed_lines)
         if "error" in answer:
             raise JediFailed(answer["error"])
