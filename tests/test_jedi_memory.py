@@ -55,7 +55,7 @@ def test_the_servers_analysis_is_made_in_the_jedi_process_bounded_and_unchanged(
     assert analyses.jedi.pid is not None and 3000 < analyses.jedi.parsed_lines <= PARSE_CACHE_LINES
     in_process = analyse(DOC, 9)
     assert summary(made) == summary(in_process) and made.receivers[b"os"].closed
-    analyses.close()
+    analyses.jedi.close()
     assert analyses.jedi.pid is None
 
 
@@ -89,4 +89,4 @@ def test_the_analysis_waits_stopped_while_the_engine_is_busy():
     assert state() == "T" and analyses.jedi.stops == 1 and not future.done()  # stopped, the analysis waiting in it
     busy.clear()
     assert summary(future.result(120)) == summary(analyse(DOC, 9))
-    analyses.close()
+    analyses.jedi.close()

@@ -316,11 +316,15 @@ def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOpt
     return plain, key, cache.missing(key, plain.ids)
 
 
+def short_windows_on(opts: EngineOptions) -> bool:
+    """Whether there are short first windows: the setting on and shorter than the full window."""
+    return 0 < opts.first_window_tokens < opts.context_tokens
+
+
 def may_be_short(request: CompletionRequest, opts: EngineOptions) -> bool:
-    """Whether `request` may be answered from a short first window (a request at the keystroke,
-    not a prefetch; the setting on and shorter than the full window)."""
-    limit = opts.first_window_tokens
-    return request.short_first and bool(limit) and limit < opts.context_tokens
+    """Whether `request` may be answered from a short first window it computes (a request at
+    the keystroke, not a prefetch; `short_windows_on`)."""
+    return request.short_first and short_windows_on(opts)
 
 
 def request_document(parts: EngineParts, request: CompletionRequest, before: str, after: str,
@@ -358,9 +362,9 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))
             return plain, key
-    limit = opts.first_window_tokens
-    if not limit or limit >= opts.context_tokens:
+    if not short_windows_on(opts):
         return full, request.document
+    limit = opts.first_window_tokens
     key = first_window_key(request.document)
     if missing == 0:
         cache.forget(key)  # served by the full window now

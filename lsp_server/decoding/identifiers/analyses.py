@@ -100,10 +100,6 @@ class NameAnalyses:
         with self._lock:
             self._done.pop(uri, None)
 
-    def close(self) -> None:
-        """End the jedi process (an analysis running ends as failed)."""
-        self.jedi.close()
-
     def _make(self, uri: str, key: str, text: str, line: int) -> ScopeAnalysis | None:
         try:
             answer = self.jedi.ask({"document": uri, "text": text, "line": line, "path": _path(uri)})
