@@ -240,3 +240,22 @@ def test_the_cpu_runtime_never_imports_transformers_model_classes(tiny_model_dir
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == [CpuDecoder.__name__, "1", "51", "[]"], out.stdout
+
+
+@pytest.mark.parametrize("rotary", ["HALVES", "PAIRS"])
+def test_the_kept_rotary_tables_give_each_pass_the_bits_of_its_own_angles(rotary):
+    from lsp_server.model.architectures import Rotary
+    from lsp_server.model.rotary import BLOCK, KEPT, RotaryTables, angles
+
+    d = 64
+    exponents = torch.arange(0, d, 2, dtype=torch.float) / d
+    inv_freq = torch.stack([1.0 / (theta ** exponents) for theta in (10_000.0, 1_000_000.0)])  # two tables, as Gemma 3
+    kind = Rotary[rotary]
+    tables = RotaryTables(inv_freq, 0.5, kind)
+    passes = [(1, 0), (1, BLOCK - 1), (3, BLOCK - 2), (8, 5 * BLOCK - 4), (1, 9 * BLOCK + 7),
+              (KEPT * BLOCK, 3), (130, 0), (1, 40 * BLOCK)]
+    for rows, past in passes + passes[::-1]:  # computed, then kept (or recomputed once forgotten)
+        cos, sin = tables.of(rows, past)
+        want_cos, want_sin = angles(inv_freq, 0.5, kind, past, past + rows)
+        assert cos.shape == (2, rows, d) and cos.is_contiguous() and sin.is_contiguous()
+        assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin), (rows, past)

@@ -220,6 +220,32 @@ def test_lookup_reference_holds_the_text_the_prompt_leaves_out():
     assert text_of(lookup_reference(tok, "y = ", after, short)) == after
 
 
+def test_the_reference_texts_are_encoded_once_while_they_stay():
+    from mask_store.vocabulary import load_tokenizer
+    from lsp_server.decoding.prompt import RecentEncodings, build_prompt, lookup_reference
+
+    tok = load_tokenizer("default")
+    encoded = []
+
+    class Counting:
+        def encode(self, text):
+            encoded.append(text)
+            return tok.encode(text)
+
+    memo = RecentEncodings(Counting(), kept=2)
+    before = "".join(f"value_{i} = compute_{i}(x)\n" for i in range(400)) + "y = "
+    after = "\nresult = finish(y)\n"
+    prompt = build_prompt(tok, before, after, 256, None)
+    want = lookup_reference(tok, before, after, prompt)
+    for typed in ("", "a", "ab"):  # keystrokes: the window and the text after the cursor stay
+        assert lookup_reference(memo, before + typed, after, prompt) == want
+    assert len(encoded) == 2  # the text after the cursor and the text before the window, once each
+    memo.encode("other = 1\n")  # a third text: the least recent (the text after the cursor) is forgotten
+    assert memo.encode(encoded[1]) == tok.encode(encoded[1]) and len(encoded) == 3  # still kept
+    assert lookup_reference(memo, before, after, prompt) == want
+    assert encoded[3] == after and len(encoded) == 4
+
+
 def test_the_reference_is_made_only_when_the_prompt_has_no_match():
     made = []
 

@@ -58,7 +58,7 @@ from functools import partial
 from ..model.kv_cache import PromptCache
 from .identifiers.later_lines import first_unbound_line, line_start
 from .loop import DecodeOutcome, ModelStepper, decode
-from .prompt import lookup_reference
+from .prompt import RecentEncodings, lookup_reference
 from .budget import NO_BUDGET, Budget
 from .speculation.draft_model import DraftModel
 from .speculation.speculator import SpeculationStats, Speculator
@@ -298,13 +298,14 @@ class ModelPasses:
         self.scanner = scanner
         self.stop_tokens = stop_tokens
         self.spec_stats = SpeculationStats()  # α and forward costs, learnt across requests
+        self.reference_encodings = RecentEncodings(runtime.tokenizer)  # the speculator's reference texts
         self.draft_model = DraftModel(draft_runtime) if draft_runtime is not None else None
 
     def _speculator(self, r) -> Speculator | None:
         """A speculator for one decoding pass (None: speculation off)."""
         if not r.opts.speculative:
             return None
-        reference = partial(lookup_reference, self.runtime.tokenizer, r.before, r.after, r.prompt)
+        reference = partial(lookup_reference, self.reference_encodings, r.before, r.after, r.prompt)
         return Speculator(self.spec_stats, list(r.prompt.ids), self.stop_tokens, draft_model=self.draft_model,
                           reference=reference)
 

@@ -54,6 +54,7 @@ from .kernels.half_weights import HALF
 from .kernels.library import MAX_ATTENTION_ROWS, DecodeKernels, LayerStack, weight_storage
 from .kv_cache import KV_DTYPE, CpuCache, ForwardCancelled
 from .model_weights import MATRIX_ROLES, Weight, gguf_weights, safetensors_weights
+from .rotary import RotaryTables
 
 __all__ = ["CpuDecoder", "Unsupported", "load_cpu_decoder"]
 
@@ -244,6 +245,7 @@ class CpuDecoder(torch.nn.Module):
         factors = tensors.get("rope_freqs")  # Llama 3's per-dimension divisors
         self.inv_freq = torch.stack([1.0 / (theta ** exponents) / (1.0 if factors is None else factors)
                                      for theta in spec.rotary_bases])  # [tables, D/2]
+        self.rotary_tables = RotaryTables(self.inv_freq, spec.rope_scale, spec.rotary)
         self.layers = torch.nn.ModuleList(
             CpuDecoderLayer(spec, kernels, tensors, i) for i in range(spec.num_hidden_layers)
         )
@@ -255,13 +257,9 @@ class CpuDecoder(torch.nn.Module):
         return CpuCache(len(self.layers), self.kv_dtype, self.config.num_key_value_heads, self.config.head_dim)
 
     def _pass(self, rows: int, past: int) -> Pass:
-        positions = (torch.arange(rows) + past).float() * self.config.rope_scale
-        freqs = positions[None, :, None] * self.inv_freq[:, None, :]  # [tables, rows, D/2]
-        if self.config.rotary is Rotary.HALVES:
-            emb = torch.cat((freqs, freqs), dim=-1)
-        else:
-            emb = freqs.repeat_interleave(2, dim=-1)
-        cos, sin = emb.cos(), emb.sin()
+        cos, sin = self.rotary_tables.of(rows, past)
+        if rows <= MAX_ATTENTION_ROWS and past > 0:  # the layers in C (`decoder_layer[s]`): no masks
+            return Pass(rows, past, cos, sin, {})
         masks: dict[int, torch.Tensor | None] = {}
         query = (torch.arange(rows) + past)[:, None]
         key = torch.arange(past + rows)[None, :]
