@@ -111,9 +111,10 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir,
 
 
 @pytest.mark.parametrize("d", [16, 24, 40])  # head sizes a multiple of 8, not always of 16
-def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, kernels):
+@pytest.mark.parametrize("h, h_kv", [(6, 2), (14, 2), (4, 1)])  # a single row's heads alone, or in parts of 3-4
+def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, h, h_kv, kernels):
     torch.manual_seed(3)
-    h, h_kv, length = 6, 2, 70
+    length = 70
     cap = torch.randn(1, h_kv, 128, d)  # a GrowingCache-like buffer: rows contiguous, heads spaced
     key, value = cap[:, :, :length], torch.randn(1, h_kv, 128, d)[:, :, :length]
     query = torch.randn(1, h, 9, d) * 3

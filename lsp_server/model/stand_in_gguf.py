@@ -52,7 +52,7 @@ class GgufShape:
 SHAPES = {
     "tiny-llama": GgufShape("llama", 2, 256, 512, 4, 2, 64),
     "tiny-qwen2": GgufShape("qwen2", 2, 256, 512, 4, 2, 64, tied=False),
-    "tiny-gemma3": GgufShape("gemma3", 6, 256, 512, 2, 1, 128, window=16),
+    "tiny-gemma3": GgufShape("gemma3", 6, 256, 512, 6, 1, 64, window=16),  # a step's 6 heads in parts of 3
     "tiny-starcoder2": GgufShape("starcoder2", 2, 256, 512, 4, 2, 64, tied=False),
     "qwen2.5-coder-0.5b": GgufShape("qwen2", 24, 896, 4864, 14, 2, 64),
     "gemma3-1b-4": GgufShape("gemma3", 4, 1152, 6912, 4, 1, 256, window=512),

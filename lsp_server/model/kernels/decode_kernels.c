@@ -396,7 +396,8 @@ ALWAYS_INLINE void attend_one(const float *qv, const void *kh, const void *vh, i
  * s + r * stride, over keys 0 .. limit + r - 1); `vecs` a constant at each call, so the loops
  * unroll */
 ALWAYS_INLINE void weighted_values(const float *s, int64_t stride, const float *inv, const void *vh, int limit,
-                                   int R, int D, int d0, float *o, int64_t o_row, const int vecs, const int half) {
+                                   int R, int D, int d0, float *o, int64_t o_row, const int vecs, const int half,
+                                   const int causal) {
     v8 a[ROWS][2];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < vecs; c++) a[r][c] = v8_zero();
@@ -410,7 +411,7 @@ ALWAYS_INLINE void weighted_values(const float *s, int64_t stride, const float *
         }
     }
     for (int r = 0; r < R; r++) {
-        for (int j = limit; j < limit + r; j++) { /* the keys only this row sees */
+        for (int j = limit; j < limit + causal * r; j++) { /* the keys only this row sees */
             int64_t vr = (int64_t)j * D + d0;
             v8 p = v8_set1(s[r * stride + j]);
             for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, load8(vh, vr + 8 * c, half), a[r][c]);
@@ -420,12 +421,15 @@ ALWAYS_INLINE void weighted_values(const float *s, int64_t stride, const float *
     }
 }
 
-/* R (<= ROWS) consecutive query rows of one head, row r seeing keys 0 .. limit + r - 1: the same
- * arithmetic per (row, key) and per output element as `attend_one` (so the same bits), but each
- * key and value row is read once for the R rows instead of once per row. `s`: R * (limit + R + 7)
- * floats of scratch. */
+/* R (<= ROWS) queries over the same keys and values: consecutive query rows of one head
+ * (`causal` 1: row r sees keys 0 .. limit + r - 1), or one row of R query heads that share a key
+ * head (`causal` 0: each sees keys 0 .. limit - 1); query r at q + r * q_row, its output at
+ * o + r * o_row. The same arithmetic per (query, key) and per output element as `attend_one` (so
+ * the same bits), but each key and value row is read (and, from a float16 cache, converted) once
+ * for the R queries instead of once per query. `s`: R * (limit + R + 7) floats of scratch. */
 ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, const void *vh, int limit,
-                               int R, int D, float scale, float *s, float *o, int64_t o_row, const int half) {
+                               int R, int D, float scale, float *s, float *o, int64_t o_row, const int half,
+                               const int causal) {
     int64_t stride = limit + R + 7;
     int j = 0;
     for (; j + 2 <= limit; j += 2) { /* the keys all R rows see: two keys at a time */
@@ -446,23 +450,41 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
         }
     }
     for (int r = 0; r < R; r++) /* the rest, row by row */
-        for (int jj = j; jj < limit + r; jj++)
+        for (int jj = j; jj < limit + causal * r; jj++)
             s[r * stride + jj] = key_score(q + r * q_row, kh, (int64_t)jj * D, D, scale, half);
     float inv[ROWS];
-    for (int r = 0; r < R; r++) inv[r] = softmax_row(s + r * stride, limit + r);
+    for (int r = 0; r < R; r++) inv[r] = softmax_row(s + r * stride, limit + causal * r);
     for (int d0 = 0; d0 < D; d0 += 16) /* 16 dims of every row at a time (8 at the end) */
         if (D - d0 >= 16)
-            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 2, half);
+            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 2, half, causal);
         else
-            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 1, half);
+            weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 1, half, causal);
 }
 
 /* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and
  * sees keys 0 .. L - Q + i). Query (h, i) at q + h * q_head + i * q_row; key/value row j of
- * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. One task
- * per head and group of up to ROWS consecutive rows (one row: `attend_one`). */
+ * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. Several
+ * rows: one task per head and group of up to ROWS consecutive rows (one row: `attend_one`).
+ * One row (a decoding step): one task per part of a key head's group of query heads
+ * (`head_parts`: parts of 3 to ROWS heads, as many as make the tasks a multiple of the threads
+ * where the group allows; else a head a part), the part's heads together (`attend_rows`, not
+ * causal): Qwen2.5-Coder's 7 heads a key head, StarCoder2's 12. */
 static inline int attention_chunks(int Q) { return (Q + ROWS - 1) / ROWS; }
 static inline int64_t attention_stride(int L) { return (int64_t)ROWS * (L + ROWS + 8); }
+
+/* the parts each key head's group of query heads is split into, for one row; a part of fewer
+ * than 3 heads is no faster than its heads alone (one head a part: `attend_one`'s 4 keys at a
+ * time), so then each head is a part */
+static inline int head_parts(int H, int Hkv, int threads) {
+    int group = H / Hkv, parts = (group + ROWS - 1) / ROWS;
+    while (parts < group && (Hkv * parts) % threads) parts++;
+    return group < 3 * parts ? group : parts;
+}
+
+/* the tasks of an attention of Q rows (at most H * attention_chunks(Q)) */
+static inline int attention_tasks(int H, int Hkv, int Q, int threads) {
+    return Q == 1 ? Hkv * head_parts(H, Hkv, threads) : H * attention_chunks(Q);
+}
 
 /* task t of `attention` (head t / chunks, its chunk t % chunks of rows); `scratch` holds every task's.
  * `window` (0: none): a row at position p attends to the keys at positions p - window + 1 .. p
@@ -471,10 +493,26 @@ static inline int64_t attention_stride(int L) { return (int64_t)ROWS * (L + ROWS
 ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int64_t q_row, const void *k,
                                      const void *v, float *out, int H, int Hkv, int Q, int L, int D,
                                      int64_t k_head_stride, int64_t v_head_stride, float scale, float *scratch,
-                                     int window, const int half) {
+                                     int window, int threads, const int half) {
     int group = H / Hkv;
     int chunks = attention_chunks(Q);
     int64_t stride = attention_stride(L);
+    if (Q == 1) { /* part t % parts of key head t / parts's query heads, as even as can be */
+        int parts = head_parts(H, Hkv, threads), g = t / parts, part = t % parts;
+        int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
+        int start = window > 0 && L > window ? L - window : 0;
+        const void *ks = half ? (const void *)((const uint16_t *)k + g * k_head_stride + (int64_t)start * D)
+                              : (const void *)((const float *)k + g * k_head_stride + (int64_t)start * D);
+        const void *vs = half ? (const void *)((const uint16_t *)v + g * v_head_stride + (int64_t)start * D)
+                              : (const void *)((const float *)v + g * v_head_stride + (int64_t)start * D);
+        if (h1 - h0 == 1)
+            attend_one(q + h0 * q_head, ks, vs, L - start, D, scale, scratch + (int64_t)t * stride, out + (int64_t)h0 * D,
+                       half);
+        else
+            attend_rows(q + h0 * q_head, q_head, ks, vs, L - start, h1 - h0, D, scale, scratch + (int64_t)t * stride,
+                        out + (int64_t)h0 * D, D, half, 0);
+        return;
+    }
     int h = t / chunks, c = t % chunks;
     int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
     int64_t kv_at = (int64_t)(h / group);
@@ -497,19 +535,19 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
                    scratch + (int64_t)t * stride, o, half);
     else
         attend_rows(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale,
-                    scratch + (int64_t)t * stride, o, (int64_t)H * D, half);
+                    scratch + (int64_t)t * stride, o, (int64_t)H * D, half, 1);
 }
 
 /* the task compiled for each element type of the cache */
 static void attention_task(int t, const float *q, int64_t q_head, int64_t q_row, const void *k, const void *v,
                            float *out, int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
-                           int64_t v_head_stride, float scale, float *scratch, int window, int half) {
+                           int64_t v_head_stride, float scale, float *scratch, int window, int threads, int half) {
     if (half)
         attention_task_of(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                          scratch, window, 1);
+                          scratch, window, threads, 1);
     else
         attention_task_of(t, q, q_head, q_row, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                          scratch, window, 0);
+                          scratch, window, threads, 0);
 }
 
 /* q: [H, Q, D] contiguous; k, v: key/value rows of D elements (float32, or float16 where `half`),
@@ -517,12 +555,12 @@ static void attention_task(int t, const float *q, int64_t q_head, int64_t q_row,
 void row_attention(const float *q, const void *k, const void *v, float *out,
                    int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
                    int64_t v_head_stride, float scale, int half, int threads) {
-    int tasks = H * attention_chunks(Q);
+    int tasks = attention_tasks(H, Hkv, Q, threads);
     float *scratch = malloc(sizeof(float) * tasks * attention_stride(L));
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < tasks; t++)
         attention_task(t, q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
-                       scratch, 0, half);
+                       scratch, 0, threads, half);
     free(scratch);
 }
 
@@ -741,7 +779,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     const float *cos = p->cos + (int64_t)ints[I_TABLE] * Q * D, *sin = p->sin + (int64_t)ints[I_TABLE] * Q * D;
     float *panel = p->panels + (int64_t)omp_get_thread_num() * NB * p->panel_k;
     float *xn = p->xn + (int64_t)omp_get_thread_num() * Q * E, *q = p->q, *k = p->k, *v = p->v, *att = p->att, *o = p->o, *g = p->g, *u = p->u;
-    int heads_tasks = H * attention_chunks(Q);
+    int heads_tasks = attention_tasks(H, Hkv, Q, p->threads);
     int be = blocks_of(E), bf = blocks_of(F);
     /* h is complete: the previous layer's last loop ended in a barrier */
     norm_rows(p->norm, h, w[T_ATTN_NORM], w[T_ATTN_NORM_B], p->eps, xn, Q, E);
@@ -821,7 +859,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
 #pragma omp for schedule(static)
     for (int t = 0; t < heads_tasks; t++)
         attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, p->scale,
-                       p->scratch, window, p->half);
+                       p->scratch, window, p->threads, p->half);
     Rows ra = product_rows(p, att, QD, fo, fo, fo); /* att is complete: the attention's loop ended in a barrier */
     if (w[T_ATTN_POST]) {
         normed_residual(&ra, wo, fo, bo, w[T_ATTN_POST], p->eps, o, h, Q, E, panel);
