@@ -211,7 +211,7 @@ static void matmul_block(const Rows *r, const void *w, int f, float *y, int N, i
 void half_matmul(const float *x, const uint16_t *w, float *y, int M, int N, int K, int threads) {
     int blocks = blocks_of(N);
     Rows r = {x, NULL, M, K};
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(guided)
     for (int b = 0; b < blocks; b++) matmul_block(&r, w, W_F16, y, N, b, NULL);
 }
 
@@ -263,14 +263,14 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
         if (kq) quantize_rows_k(x, M, K, acts);
         else quantize_rows(x, M, K, acts);
         Rows r = {x, kq ? NULL : acts, M, K, kq ? acts : NULL, keep};
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(guided)
         for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
         free(acts);
         return 1;
     }
     if (f == W_F32) {
         Rows r = {x, NULL, M, K};
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(guided)
         for (int b = 0; b < blocks; b++) matmul_block(&r, w, f, y, N, b, NULL);
         unwanted_outputs(y, M, N, keep);
         return 1;
@@ -282,7 +282,7 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
     float *panels = malloc(sizeof(float) * (size_t)threads * panel_floats);
     if (!panels) return 0;
     Rows r = {x, NULL, M, K};
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(guided)
     for (int t = 0; t < tasks; t++) {
         float *panel = panels + omp_get_thread_num() * panel_floats;
         if (per == 1) matmul_block(&r, w, f, y, N, t, panel);
@@ -297,7 +297,7 @@ int weights_matmul(const float *x, const void *w, int f, float *y, int M, int N,
  * exactly gguf's values (block_formats.h). */
 void dequantize_matrix(const uint8_t *w, int f, int K, const int64_t *ids, int64_t n, float *out, int threads) {
     int64_t rb = row_bytes(f, K);
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * K > 65536)
+#pragma omp parallel for num_threads(threads) schedule(guided) if (n * K > 65536)
     for (int64_t i = 0; i < n; i++)
         dequantize_row(w + (ids ? ids[i] : i) * rb, f, K, out + i * K);
 }
@@ -557,7 +557,7 @@ void row_attention(const float *q, const void *k, const void *v, float *out,
                    int64_t v_head_stride, float scale, int half, int threads) {
     int tasks = attention_tasks(H, Hkv, Q, threads);
     float *scratch = malloc(sizeof(float) * tasks * attention_stride(L));
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(guided)
     for (int t = 0; t < tasks; t++)
         attention_task(t, q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
                        scratch, 0, threads, half);
@@ -723,13 +723,13 @@ static void residual_block(const Rows *x, const void *w, int format, const float
 static void normed_residual(const Rows *x, const void *w, int format, const float *bias, const float *norm_w,
                             float eps, float *o, float *h, int Q, int E, float *panel) {
     int be = blocks_of(E);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int b = 0; b < be; b++) {
         matmul_block(x, w, format, o, E, b, panel);
         int n0 = b * NB, n1 = n0 + NB < E ? n0 + NB : E;
         add_bias(o, bias, Q, E, n0, n1);
     }
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int i = 0; i < Q; i++) {
         float *r = o + (int64_t)i * E;
         rms_norm(r, norm_w, eps, r, 1, E);
@@ -790,7 +790,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
          * and writes its keys and values into the cache, so no `single` step (and no barrier)
          * between the products and the attention. */
         int per_head = D / (2 * NB), tasks = (H + 2 * Hkv) * per_head;
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
         for (int t = 0; t < tasks; t++) {
             int head = t / per_head, j = t % per_head, kind = head < H ? 0 : head < H + Hkv ? 1 : 2;
             int hh = kind == 0 ? head : kind == 1 ? head - H : head - H - Hkv;
@@ -825,7 +825,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
         /* A task per head (all its D dims): its products (+ biases), its q/k norm, rotary and,
          * for keys and values, the new positions into the cache. */
         int tasks = H + 2 * Hkv, per = D / NB;
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
         for (int t = 0; t < tasks; t++) {
             int kind = t < H ? 0 : t < H + Hkv ? 1 : 2, hh = kind == 0 ? t : kind == 1 ? t - H : t - H - Hkv;
             const void *wm = kind == 0 ? wq : kind == 1 ? wk : wv;
@@ -840,7 +840,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     } else {
         /* heads smaller than a block of outputs: the products by blocks, then the heads */
         int nq = blocks_of(QD), nk = blocks_of(KD);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
         for (int b = 0; b < nq + 2 * nk; b++) {
             int kind = b < nq ? 0 : b < nq + nk ? 1 : 2, bb = kind == 0 ? b : kind == 1 ? b - nq : b - nq - nk;
             int N = kind == 0 ? QD : KD, n0 = bb * NB, n1 = n0 + NB < N ? n0 + NB : N;
@@ -849,14 +849,14 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
                          panel);
             add_bias(out, kind == 0 ? bq : kind == 1 ? bk : bv, Q, N, n0, n1);
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
         for (int t = 0; t < H + 2 * Hkv; t++) {
             int kind = t < H ? 0 : t < H + Hkv ? 1 : 2, hh = kind == 0 ? t : kind == 1 ? t - H : t - H - Hkv;
             finish_head(p, kind, hh, kind == 0 ? q : kind == 1 ? k : v, q_norm, k_norm, cos, sin, kbuf, vbuf,
                         head_stride);
         }
     }
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int t = 0; t < heads_tasks; t++)
         attention_task(t, q, D, QD, kbuf, vbuf, att, H, Hkv, Q, L, D, head_stride, head_stride, p->scale,
                        p->scratch, window, p->threads, p->half);
@@ -864,12 +864,12 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     if (w[T_ATTN_POST]) {
         normed_residual(&ra, wo, fo, bo, w[T_ATTN_POST], p->eps, o, h, Q, E, panel);
     } else {
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
         for (int b = 0; b < be; b++) residual_block(&ra, wo, fo, bo, o, h, Q, E, b, panel);
     }
     norm_rows(p->norm, h, w[T_FFN_NORM], w[T_FFN_NORM_B], p->eps, xn, Q, E); /* after the o loop's barrier */
     Rows rp = product_rows(p, xn, E, wg ? fg : fu, fu, fu);
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
     for (int b = 0; b < bf; b++) {
         int n0 = b * NB, n1 = n0 + NB < F ? n0 + NB : F;
         matmul_block(&rp, wu, fu, u, F, b, panel);
@@ -891,7 +891,7 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
     if (w[T_FFN_POST]) {
         normed_residual(&rg, wd, fd, bd, w[T_FFN_POST], p->eps, o, h, Q, E, panel);
     } else {
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
         for (int b = 0; b < be; b++) residual_block(&rg, wd, fd, bd, o, h, Q, E, b, panel);
     }
 }
@@ -904,7 +904,16 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
  * at g * head_stride + j * D; every layer holds `past` positions and gets the Q new ones.
  * `kinds`: the norm's, the MLP's and the rotary's (the enums above); cos/sin: `tables` tables
  * [Q][D]. One layer (layers 1) is the same arithmetic, so a model run layer by layer gets the
- * same bits. 0 when the scratch buffers could not be allocated (nothing computed), 1 otherwise. */
+ * same bits. 0 when the scratch buffers could not be allocated (nothing computed), 1 otherwise.
+ *
+ * Every loop here (and every parallel loop of this file) is scheduled `guided`, not `static`:
+ * at each loop's end the thread done first sleeps (PASSIVE) and wakes some 10-50 µs after the
+ * last one arrives; a static split kept its share of the next loop waiting for it, ~120 times a
+ * step for Gemma 3 270M's 18 layers. Guided, the awake thread takes the first half of the next
+ * loop at once and the sleeper joins for what is left (measured against static, one run of
+ * alternated kernels: SmolLM2 -1.9 ms a step of ~11, Qwen2.5-Coder 0.5B -2.2 of ~23, Gemma 3
+ * 270M -1.3 of ~20). Which thread computes an output changes none of its operations, so the
+ * bits are the same. */
 int decoder_layers(float *h, int Q, int E, int layers, const void *const *tensors, const int *ints,
                    const int *kinds, float eps, int H, int Hkv, int D, int F, const float *cos, const float *sin,
                    void *kbase, void *vbase, int64_t layer_stride, int64_t head_stride, int past, float scale,
