@@ -639,8 +639,27 @@ __attribute__((optimize("fp-contract=off"))) static void rotate_head(float *r, i
     }
 }
 
-static inline float gelu_tanh(float x) { /* GELU, tanh approximation (PyTorch's, llama.cpp's) */
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+/* The MLP's activation of n values at g, in place, times the n at u where u is not NULL: GELU
+ * (the tanh approximation, PyTorch's and llama.cpp's: 0.5 x (1 + tanh(c (x + 0.044715 x^3))),
+ * computed as x / (1 + e^(-2 c (x + 0.044715 x^3))), the same function) or SiLU (x / (1 + e^-x)),
+ * 8 values at a time (`v8_times_logistic`, a fixed polynomial: within a few float32 ulps of
+ * libm's tanhf / expf, and ~10x faster; the last values of a block through a padded vector, so
+ * every value gets the same operations wherever it is). */
+static void activate(float *g, const float *u, int n, int gelu) {
+    for (int e = 0; e < n; e += 8) {
+        int m = n - e < 8 ? n - e : 8;
+        float x[8] = {0}, up[8] = {0};
+        memcpy(x, g + e, sizeof(float) * m);
+        if (u) memcpy(up, u + e, sizeof(float) * m);
+        v8 xv = v8_load(x), y = xv;
+        if (gelu) /* 2 c (x + 0.044715 x x x) */
+            y = v8_mul(v8_set1(2.0f * 0.7978845608028654f),
+                       v8_add(xv, v8_mul(v8_mul(v8_mul(v8_set1(0.044715f), xv), xv), xv)));
+        v8 a = v8_times_logistic(xv, y);
+        if (u) a = v8_mul(a, v8_load(up));
+        v8_store(x, a);
+        memcpy(g + e, x, sizeof(float) * m);
+    }
 }
 
 /* What the layers of one pass share: sizes, kinds, the rows' rotary tables (`tables` of them,
@@ -875,17 +894,15 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
         matmul_block(&rp, wu, fu, u, F, b, panel);
         add_bias(u, bu, Q, F, n0, n1);
         if (p->ffn == FFN_GELU) { /* no gate: gelu(up x + b), into g for the down product */
-            for (int i = 0; i < Q; i++)
-                for (int e = n0; e < n1; e++) g[(int64_t)i * F + e] = gelu_tanh(u[(int64_t)i * F + e]);
+            for (int i = 0; i < Q; i++) {
+                memcpy(g + (int64_t)i * F + n0, u + (int64_t)i * F + n0, sizeof(float) * (n1 - n0));
+                activate(g + (int64_t)i * F + n0, NULL, n1 - n0, 1);
+            }
             continue;
         }
         matmul_block(&rp, wg, fg, g, F, b, panel);
         for (int i = 0; i < Q; i++)
-            for (int e = n0; e < n1; e++) {
-                int64_t at = (int64_t)i * F + e;
-                float a = p->ffn == FFN_GELU_GATED ? gelu_tanh(g[at]) : g[at] / (1.0f + expf(-g[at]));
-                g[at] = a * u[at];
-            }
+            activate(g + (int64_t)i * F + n0, u + (int64_t)i * F + n0, n1 - n0, p->ffn == FFN_GELU_GATED);
     }
     Rows rg = product_rows(p, g, F, fd, fd, fd); /* after the gate and up loop and its barrier */
     if (w[T_FFN_POST]) {

@@ -13,6 +13,7 @@
 #ifndef SYNTAXLOCK_SIMD_H
 #define SYNTAXLOCK_SIMD_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -127,6 +128,15 @@ ALWAYS_INLINE v8 v8_exp_neg(v8 x) {
     __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(under, out);
 }
+
+/* x / (1 + e^-y), 8 at a time: x times the logistic function of y, from e = e^-|y| (never
+ * overflows): x / (1 + e) where y >= 0, x e / (1 + e) where not (no cancellation either way) */
+ALWAYS_INLINE v8 v8_times_logistic(v8 x, v8 y) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 e = v8_exp_neg(_mm256_or_ps(y, _mm256_set1_ps(-0.0f)));
+    __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GE_OQ));
+    return _mm256_div_ps(_mm256_mul_ps(x, num), _mm256_add_ps(one, e));
+}
 #else
 typedef struct { float f[8]; } v8;
 #define V8_EACH(expr) do { for (int l_ = 0; l_ < 8; l_++) r.f[l_] = (expr); } while (0)
@@ -165,6 +175,14 @@ ALWAYS_INLINE v8 v8_exp_neg(v8 x) { /* the x86 version's steps, lane by lane */
         float out = p * bits_float((uint32_t)((int32_t)n + 127) << 23);
         r.f[l] = under ? 0.0f : out;
     }
+    return r;
+}
+
+ALWAYS_INLINE v8 v8_times_logistic(v8 x, v8 y) { /* the x86 version's steps, lane by lane */
+    v8 ny, r;
+    for (int l = 0; l < 8; l++) ny.f[l] = -fabsf(y.f[l]);
+    v8 e = v8_exp_neg(ny);
+    for (int l = 0; l < 8; l++) r.f[l] = (x.f[l] * (y.f[l] >= 0.0f ? 1.0f : e.f[l])) / (1.0f + e.f[l]);
     return r;
 }
 #endif
