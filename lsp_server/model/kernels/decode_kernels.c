@@ -315,6 +315,11 @@ void quantize_activations_k(const float *x, int M, int K, uint8_t *out) { quanti
  * exactly to float32 when read, so the arithmetic after the load is the same for both; only
  * the values differ (rounded to float16 when written). */
 /* 8 elements of a key or value row from element `at` of `base`, as float32 */
+/* element `at` of a cache buffer of float16 (`half`) or float32 elements */
+ALWAYS_INLINE const void *element_at(const void *base, int64_t at, const int half) {
+    return half ? (const void *)((const uint16_t *)base + at) : (const void *)((const float *)base + at);
+}
+
 ALWAYS_INLINE v8 load8(const void *base, int64_t at, const int half) {
     if (half) return v8_load_half((const uint16_t *)base + at);
     return v8_load((const float *)base + at);
@@ -501,10 +506,8 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
         int parts = head_parts(H, Hkv, threads), g = t / parts, part = t % parts;
         int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
         int start = window > 0 && L > window ? L - window : 0;
-        const void *ks = half ? (const void *)((const uint16_t *)k + g * k_head_stride + (int64_t)start * D)
-                              : (const void *)((const float *)k + g * k_head_stride + (int64_t)start * D);
-        const void *vs = half ? (const void *)((const uint16_t *)v + g * v_head_stride + (int64_t)start * D)
-                              : (const void *)((const float *)v + g * v_head_stride + (int64_t)start * D);
+        const void *ks = element_at(k, g * k_head_stride + (int64_t)start * D, half);
+        const void *vs = element_at(v, g * v_head_stride + (int64_t)start * D, half);
         if (h1 - h0 == 1)
             attend_one(q + h0 * q_head, ks, vs, L - start, D, scale, scratch + (int64_t)t * stride, out + (int64_t)h0 * D,
                        half);
@@ -516,17 +519,13 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
     int h = t / chunks, c = t % chunks;
     int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
     int64_t kv_at = (int64_t)(h / group);
-    const void *kh = half ? (const void *)((const uint16_t *)k + kv_at * k_head_stride)
-                          : (const void *)((const float *)k + kv_at * k_head_stride);
-    const void *vh = half ? (const void *)((const uint16_t *)v + kv_at * v_head_stride)
-                          : (const void *)((const float *)v + kv_at * v_head_stride);
+    const void *kh = element_at(k, kv_at * k_head_stride, half), *vh = element_at(v, kv_at * v_head_stride, half);
     float *o = out + ((int64_t)r0 * H + h) * D;
     if (window > 0 && L > window) {
         for (int r = r0; r < r1; r++) {
             int limit = L - Q + r + 1, start = limit > window ? limit - window : 0;
             int64_t at = (int64_t)start * D;
-            const void *ks = half ? (const void *)((const uint16_t *)kh + at) : (const void *)((const float *)kh + at);
-            const void *vs = half ? (const void *)((const uint16_t *)vh + at) : (const void *)((const float *)vh + at);
+            const void *ks = element_at(kh, at, half), *vs = element_at(vh, at, half);
             attend_one(q + h * q_head + r * q_row, ks, vs, limit - start, D, scale, scratch + (int64_t)t * stride,
                        out + ((int64_t)r * H + h) * D, half);
         }
@@ -639,26 +638,27 @@ __attribute__((optimize("fp-contract=off"))) static void rotate_head(float *r, i
     }
 }
 
-/* The MLP's activation of n values at g, in place, times the n at u where u is not NULL: GELU
+/* The MLP's activation of the n values at x into out (x may be out), times the n at u where u is
+ * not NULL: GELU
  * (the tanh approximation, PyTorch's and llama.cpp's: 0.5 x (1 + tanh(c (x + 0.044715 x^3))),
  * computed as x / (1 + e^(-2 c (x + 0.044715 x^3))), the same function) or SiLU (x / (1 + e^-x)),
  * 8 values at a time (`v8_times_logistic`, a fixed polynomial: within a few float32 ulps of
  * libm's tanhf / expf, and ~10x faster; the last values of a block through a padded vector, so
  * every value gets the same operations wherever it is). */
-static void activate(float *g, const float *u, int n, int gelu) {
+static void activate(float *out, const float *x, const float *u, int n, int gelu) {
     for (int e = 0; e < n; e += 8) {
         int m = n - e < 8 ? n - e : 8;
-        float x[8] = {0}, up[8] = {0};
-        memcpy(x, g + e, sizeof(float) * m);
+        float in[8] = {0}, up[8] = {0};
+        memcpy(in, x + e, sizeof(float) * m);
         if (u) memcpy(up, u + e, sizeof(float) * m);
-        v8 xv = v8_load(x), y = xv;
+        v8 xv = v8_load(in), y = xv;
         if (gelu) /* 2 c (x + 0.044715 x x x) */
             y = v8_mul(v8_set1(2.0f * 0.7978845608028654f),
                        v8_add(xv, v8_mul(v8_mul(v8_mul(v8_set1(0.044715f), xv), xv), xv)));
         v8 a = v8_times_logistic(xv, y);
         if (u) a = v8_mul(a, v8_load(up));
-        v8_store(x, a);
-        memcpy(g + e, x, sizeof(float) * m);
+        v8_store(in, a);
+        memcpy(out + e, in, sizeof(float) * m);
     }
 }
 
@@ -894,15 +894,13 @@ static void layer_in_region(float *h, const Pass *p, const void *const *w, const
         matmul_block(&rp, wu, fu, u, F, b, panel);
         add_bias(u, bu, Q, F, n0, n1);
         if (p->ffn == FFN_GELU) { /* no gate: gelu(up x + b), into g for the down product */
-            for (int i = 0; i < Q; i++) {
-                memcpy(g + (int64_t)i * F + n0, u + (int64_t)i * F + n0, sizeof(float) * (n1 - n0));
-                activate(g + (int64_t)i * F + n0, NULL, n1 - n0, 1);
-            }
+            for (int i = 0; i < Q; i++) activate(g + (int64_t)i * F + n0, u + (int64_t)i * F + n0, NULL, n1 - n0, 1);
             continue;
         }
         matmul_block(&rp, wg, fg, g, F, b, panel);
         for (int i = 0; i < Q; i++)
-            activate(g + (int64_t)i * F + n0, u + (int64_t)i * F + n0, n1 - n0, p->ffn == FFN_GELU_GATED);
+            activate(g + (int64_t)i * F + n0, g + (int64_t)i * F + n0, u + (int64_t)i * F + n0, n1 - n0,
+                     p->ffn == FFN_GELU_GATED);
     }
     Rows rg = product_rows(p, g, F, fd, fd, fd); /* after the gate and up loop and its barrier */
     if (w[T_FFN_POST]) {
