@@ -243,9 +243,9 @@ class CpuDecoder(torch.nn.Module):
         d = spec.head_dim
         exponents = torch.arange(0, d, 2, dtype=torch.float) / d
         factors = tensors.get("rope_freqs")  # Llama 3's per-dimension divisors
-        self.inv_freq = torch.stack([1.0 / (theta ** exponents) / (1.0 if factors is None else factors)
-                                     for theta in spec.rotary_bases])  # [tables, D/2]
-        self.rotary_tables = RotaryTables(self.inv_freq, spec.rope_scale, spec.rotary)
+        inv_freq = torch.stack([1.0 / (theta ** exponents) / (1.0 if factors is None else factors)
+                                for theta in spec.rotary_bases])  # [tables, D/2]
+        self.rotary_tables = RotaryTables(inv_freq, spec.rope_scale, spec.rotary)
         self.layers = torch.nn.ModuleList(
             CpuDecoderLayer(spec, kernels, tensors, i) for i in range(spec.num_hidden_layers)
         )
