@@ -18,7 +18,9 @@ answer; figures are p50/p90/p95/p99 in ms, with the machine's load average.
     accept, press Enter (the new line indented as editors do by default) and ask.
   The very first request of the process (one-time costs) is reported apart. `warm_time_went`
   (here and in `leads`): where the warm requests' time went, part by part, from the server's
-  log (`where_the_time_went`, docs/latency.md).
+  log (`where_the_time_went`, docs/latency.md), and how much of it the serving thread spent off
+  the CPU (`off_the_cpu`: in the Python parts, waiting for the interpreter lock or a core; in
+  the model's passes, at the kernels' barriers).
 - `typing`: a typing session of `--typing-docs` documents: each opened, its cursor reported,
   `--typing-idle` seconds of looking, then the rest of a real line typed at `--cps` characters
   per second, one didChange + request per key without waiting for answers. Reports the share of
@@ -75,7 +77,7 @@ from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
-from lsp_server.decoding.results import parts_in  # noqa: E402
+from lsp_server.decoding.results import off_cpu_in, parts_in  # noqa: E402
 from lsp_server.positions import offset_at  # noqa: E402
 from lsp_server.server.work_ahead import after_enter  # noqa: E402
 
@@ -339,19 +341,24 @@ def where_the_time_went(log: str, asked: list[dict], phase: str = "warm") -> dic
     for a in asked:
         if a["phase"] != phase:
             continue
-        found = [parts_in(text) for text in said_while_waiting(lines, a) if COMPLETED.search(text)]
+        found = [text for text in said_while_waiting(lines, a) if COMPLETED.search(text)]
         if not found:  # another request's run served it (the same text and cursor)
             continue
-        rows.append({"client": a["ms"], "outside_the_engine": round(a["ms"] - sum(found[-1].values()), 2)} | found[-1])
+        parts = parts_in(found[-1])
+        off_cpu = {f"off_cpu_{k}": v for k, v in (off_cpu_in(found[-1]) or {}).items()}
+        rows.append({"client": a["ms"], "outside_the_engine": round(a["ms"] - sum(parts.values()), 2)} | parts | off_cpu)
     if not rows:
         return None
     slowest = [r for r in rows if r["client"] >= stats_ms([r["client"] / 1000 for r in rows])["p90_ms"]]
-    parts = {}
+    figures_of = {}
     for part in rows[0]:
         figures = stats_ms([r[part] / 1000 for r in rows])
-        parts[part] = {k: figures[k] for k in ("p50_ms", "p90_ms", "mean_ms")} | {
+        figures_of[part] = {k: figures[k] for k in ("p50_ms", "p90_ms", "mean_ms")} | {
             "slowest_tenth_mean_ms": round(sum(r[part] for r in slowest) / len(slowest), 2)}
-    return {"requests": len(rows), "asked": sum(a["phase"] == phase for a in asked), "parts": parts}
+    # the serving thread's time off the CPU (inside the parts, not beside them): RequestTimes.off_cpu
+    off = {k.removeprefix("off_cpu_"): figures_of.pop(k) for k in list(figures_of) if k.startswith("off_cpu_")}
+    return {"requests": len(rows), "asked": sum(a["phase"] == phase for a in asked), "parts": figures_of,
+            "off_the_cpu": off}
 
 
 def items_of(r) -> list:

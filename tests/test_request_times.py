@@ -5,6 +5,7 @@ wall time with a remainder that is never negative; the wait for the engine is it
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 from lsprotocol import types
 
 from lsp_server.decoding.engine import CompletionRequest
-from lsp_server.decoding.results import PARTS, parts_in
+from lsp_server.decoding.results import PARTS, off_cpu_in, parts_in
 from lsp_server.options import EngineOptions
 from lsp_server.server.documents import DocumentStore
 from lsp_server.server.engine_host import EngineHost
@@ -51,6 +52,41 @@ def test_a_decoded_request_is_split_into_its_parts(compiled):
     for part in ("setup", "prefill", "model", "mask", "checks", "gate"):
         assert parts[part] > 0, (part, parts)
     assert parts["names"] == 0  # the names analysis is never ready in these tests (conftest)
+    off = result.figures.off_cpu_ms  # the serving thread's time not running, inside those parts
+    assert set(off) == {"python", "model"} and all(ms >= 0 for ms in off.values()), off
+    assert off["model"] <= parts["prefill"] + parts["model"] + 0.01
+    assert off["python"] <= result.figures.engine_ms - parts["prefill"] - parts["model"] + 0.02
+
+
+def test_the_time_a_request_waits_for_the_interpreter_lock_is_counted_off_the_cpu(compiled):
+    """Another Python thread busy beside the request (as the event loop reading keystrokes is)
+    holds the interpreter lock for a switch interval each time the request's thread lets it go
+    (a model pass in C or torch lets it go; the switch interval forces it): the request waits,
+    and `off_cpu_ms` (the Python parts' and the model passes' wall time less the serving
+    thread's CPU time in each) holds those waits, each within its parts' wall time."""
+    engine, req = request_and_engine(compiled)
+    engine.complete(req)  # caches warm
+    done = threading.Event()
+
+    def busy() -> None:
+        while not done.is_set():
+            sum(i * i for i in range(1000))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.02)  # each wait for the lock up to 20 ms
+    hog = threading.Thread(target=busy)
+    hog.start()
+    try:
+        result = engine.complete(CompletionRequest(req.text, cursor=req.cursor, document="file:///other.py"))
+    finally:
+        done.set()
+        hog.join()
+        sys.setswitchinterval(interval)
+    parts = assert_adds_up(result)
+    off = result.figures.off_cpu_ms
+    model_ms = parts["prefill"] + parts["model"]
+    assert off["model"] <= model_ms + 0.01 and off["python"] <= result.figures.engine_ms - model_ms + 0.02
+    assert off["python"] + off["model"] >= 0.3 * result.figures.engine_ms, (off, result.figures.engine_ms, parts)
 
 
 def test_typing_through_the_shown_answer_runs_no_model_and_still_adds_up(compiled):
@@ -117,3 +153,5 @@ async def test_the_servers_log_gives_the_parts_as_the_latency_benchmark_reads_th
     assert list(logged) == ["join", "queue", *PARTS, "unaccounted"]  # the waits before the engine, then its parts
     assert logged["join"] >= 0 and logged["queue"] >= 0
     assert all(logged[part] == pytest.approx(ms, abs=0.01) for part, ms in got.result.figures.times_ms.items())
+    off = [off_cpu_in(r.getMessage()) for r in caplog.records if r.getMessage().startswith("completed ")]
+    assert off == [got.result.figures.off_cpu_ms] and set(off[0]) == {"python", "model"}

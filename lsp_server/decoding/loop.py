@@ -73,6 +73,7 @@ class ModelStepper:
         self.past = past
         self.pending: list[int] = []
         self.forward_ms: list[float] = []
+        self.forward_cpu_ms = 0.0  # the calling thread's CPU time in the passes (`RequestTimes.model_ran`)
         self.on_forward = on_forward  # (tokens fed, ms) for the speculation cost estimates
         # launch_early None: where the device runs asynchronously (CUDA)
         self.timing = StepTiming(logits.device, self._timed, launch_early)
@@ -89,8 +90,10 @@ class ModelStepper:
         self.pending.pop()
 
     def _run(self, ids: list[int], keep: int = 1, wanted: np.ndarray | None = None) -> torch.Tensor:
+        cpu = time.thread_time()
         with self.timing.forward(len(ids)):
             logits, self.past = self._forward(ids, self.past, keep, wanted=wanted)
+        self.forward_cpu_ms += (time.thread_time() - cpu) * 1000
         return logits
 
     def launch(self) -> None:

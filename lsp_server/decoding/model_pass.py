@@ -325,6 +325,7 @@ class ModelPasses:
         finally:
             self.prompt_cache.release(r.cache_key, stepper.past, len(r.prompt.ids))
             r.spent("model", sum(stepper.forward_ms))
+            r.times.model_ran(stepper.forward_cpu_ms)
         r.spent("mask", sum(outcome.mask_ms))
         log.debug("generated %r (healed %r), stop %s", outcome.generated, r.heal, outcome.stop)
         if outcome.stop.reason == StopReason.CANCELLED:

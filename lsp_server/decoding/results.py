@@ -36,6 +36,11 @@ The parts (`PARTS`), each measured once, none inside another:
   time and the masks are computed while it runs (loop.py), the two overlap: there the rest may
   come out below zero by the overlap.
 
+Beside the parts, `RequestTimes.off_cpu` says how much of the request's time its thread was not
+running (the wall time of the Python parts and of the model's passes less the thread's CPU
+time in each): in the Python parts, the waits for the interpreter lock (the server's event loop
+reading a keystroke, the work ahead) and for a core; in the model's, the kernels' barriers.
+
 Why: a warm request's p90 (issue 44: 387 ms on a machine that decodes at 14 ms per token) must
 be split before it can be cut; `bench/lsp_latency.py` reads the parts off the server's log.
 """
@@ -58,20 +63,41 @@ from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 PARTS = ("lock", "setup", "prefill", "model", "mask", "checks", "names", "gate")
 LOGGED = re.compile(r"parts \(ms\): ((?:\w+=-?[\d.]+ ?)+)")
+LOGGED_OFF_CPU = re.compile(r"off the CPU \(ms\): ((?:\w+=-?[\d.]+ ?)+)")
 
 
 class RequestTimes:
     """The milliseconds of one request's parts, added as they are measured. `arrived`: when the
     request reached the engine, `started`: when it held the engine's lock (`time.perf_counter`
-    seconds; the wait between them is the `lock` part), which `stamped` measures from."""
+    seconds; the wait between them is the `lock` part), which `stamped` measures from. Made in
+    the thread that serves the request, whose CPU time it reads (`off_cpu`)."""
 
     def __init__(self, arrived: float = 0.0, started: float = 0.0) -> None:
         self.ms = dict.fromkeys(PARTS, 0.0)
         self.ms["lock"] = (started - arrived) * 1000
         self.arrived, self.started = arrived, started
+        self.cpu_started = time.thread_time()
+        self.model_cpu_ms = 0.0  # the thread's CPU time inside the model's passes (prefill, model)
 
     def add(self, part: str, ms: float) -> None:
         self.ms[part] += ms
+
+    def model_ran(self, cpu_ms: float) -> None:
+        """The serving thread spent `cpu_ms` of CPU time in a model pass (counted in `prefill`
+        or `model`)."""
+        self.model_cpu_ms += cpu_ms
+
+    def off_cpu(self, engine_ms: float) -> dict[str, float]:
+        """How much of the request's `engine_ms` (its wall time since it held the lock) the
+        serving thread was not running: `python`, in the Python parts (everything but `prefill`
+        and `model`: waiting for the interpreter lock another thread held, or for a core the OS
+        gave to another thread), and `model`, in the model's passes (waiting at the kernels'
+        barriers for their other threads, or for a core). Wall less the thread's CPU time, part
+        by part, never below zero."""
+        cpu_ms = (time.thread_time() - self.cpu_started) * 1000
+        model_ms = self.ms["prefill"] + self.ms["model"]
+        python = (engine_ms - model_ms) - (cpu_ms - self.model_cpu_ms)
+        return {"python": round(max(0.0, python), 2), "model": round(max(0.0, model_ms - self.model_cpu_ms), 2)}
 
     def split(self, total_ms: float) -> dict[str, float]:
         """The parts, and `unaccounted` = `total_ms` (the request's wall time in the engine, its
@@ -84,19 +110,34 @@ class RequestTimes:
         """`result` with the request's time in the engine till now: `engine_ms` since it held
         the lock, and the wall time since it arrived split into the parts (`times_ms`)."""
         done = time.perf_counter()
-        return replace(result, figures=replace(result.figures, engine_ms=round((done - self.started) * 1000, 2),
-                                               times_ms=self.split((done - self.arrived) * 1000)))
+        engine_ms = (done - self.started) * 1000
+        return replace(result, figures=replace(result.figures, engine_ms=round(engine_ms, 2),
+                                               times_ms=self.split((done - self.arrived) * 1000),
+                                               off_cpu_ms=self.off_cpu(engine_ms)))
 
 
-def log_text(parts: dict[str, float]) -> str:
-    """`parts` as the server's log gives them (`parts_in` reads them back)."""
-    return "parts (ms): " + " ".join(f"{part}={ms:.2f}" for part, ms in parts.items())
+def log_text(parts: dict[str, float], off_cpu: dict[str, float] | None = None) -> str:
+    """`parts` (and the serving thread's time off the CPU) as the server's log gives them
+    (`parts_in`, `off_cpu_in` read them back)."""
+    text = "parts (ms): " + " ".join(f"{part}={ms:.2f}" for part, ms in parts.items())
+    if off_cpu:
+        text += "; off the CPU (ms): " + " ".join(f"{part}={ms:.2f}" for part, ms in off_cpu.items())
+    return text
+
+
+def _logged(pattern: re.Pattern, line: str) -> dict[str, float] | None:
+    m = pattern.search(line)
+    return None if m is None else {part: float(ms) for part, ms in (kv.split("=") for kv in m.group(1).split())}
 
 
 def parts_in(line: str) -> dict[str, float] | None:
     """The parts a log line gives (`log_text`), None where it gives none."""
-    m = LOGGED.search(line)
-    return None if m is None else {part: float(ms) for part, ms in (kv.split("=") for kv in m.group(1).split())}
+    return _logged(LOGGED, line)
+
+
+def off_cpu_in(line: str) -> dict[str, float] | None:
+    """The serving thread's time off the CPU a log line gives (`log_text`), None where it gives none."""
+    return _logged(LOGGED_OFF_CPU, line)
 
 
 # ---------------------------------------------------------------------------- the request and its answer
@@ -166,6 +207,7 @@ class Figures:
     gate_ms: float = 0.0  # spent in the compiler gate after decoding (`request.compiler_gate`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)
     times_ms: dict[str, float] = field(default_factory=dict)  # the wall time in `complete` (the lock's wait included) in parts: `RequestTimes`
+    off_cpu_ms: dict[str, float] = field(default_factory=dict)  # of `engine_ms`, the serving thread's time off the CPU: `RequestTimes.off_cpu`
 
 
 NO_FIGURES = Figures()

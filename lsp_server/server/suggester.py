@@ -292,7 +292,7 @@ class Suggester:
             " (without the context block)" if result.without_block else " (first window)" if result.short_window else "",
             result.figures.prompt_reused, result.figures.prompt_ms, result.figures.decode_ms,
             result.figures.tokens_generated, result.figures.tokens_forced, result.figures.engine_ms, result.figures.gate_ms,
-            (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.figures.times_ms),
+            (time.perf_counter() - arrived) * 1000, log_text(before_the_engine | result.figures.times_ms, result.figures.off_cpu_ms),
         )
         return result
 
