@@ -68,12 +68,13 @@ def test_every_architecture_gives_the_reference_logits(files, arch, model_kernel
     def error(got, ref):  # relative to the logits' spread around each row's mean
         return np.linalg.norm(got - ref) / np.linalg.norm(ref - ref.mean(-1, keepdims=True))
 
-    # a prompt de-quantizes the blocks exactly and computes in float32: ~1e-6 here
-    assert error(prompt, want) < 1e-4, error(prompt, want)
-    # steps quantize each product's input rows to 8 bits (llama.cpp's way): 0.7-6% here over 2-6
-    # layers of random weights; a wrong rotation, norm or window gives the size of the logits
+    # a prompt de-quantizes the legacy blocks exactly and computes them in float32, but quantizes
+    # the K-quant products' input rows to 8 bits as a step does (decode_kernels.c, `int8_path`);
+    # steps quantize every product's input rows (llama.cpp's way): 0.7-6% here over 2-6 layers of
+    # random weights; a wrong rotation, norm or window gives the size of the logits
+    assert error(prompt, want) < 0.1, error(prompt, want)
     assert error(steps, want[40:]) < 0.1, error(steps, want[40:])
-    assert (prompt.argmax(-1) == want.argmax(-1)).all() and (steps.argmax(-1) == want[40:].argmax(-1)).mean() >= 0.75
+    assert (prompt.argmax(-1) == want.argmax(-1)).mean() >= 0.75 and (steps.argmax(-1) == want[40:].argmax(-1)).mean() >= 0.75
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -4,11 +4,12 @@
  * weights_matmul: the same with the weights in any storage format of block_formats.h (GGUF's
  * blocks, F32, BF16, F16):
  * - short products (at most INT8_ROWS rows: decoding steps, verification passes) of quantized
- *   weights take the int8 path of int8_products.h: each row quantized once to int8, integer
+ *   weights, and every product of K-quant weights (`int8_path`), take the int8 path of
+ *   int8_products.h / kquant_products.h: each row quantized once to int8, integer
  *   dot products per weight unit, the scales applied in float (llama.cpp's way: the weights'
  *   own codes, 64 multiply-adds per vpdpbusd; a decoding step reads Q8_0 weights at ~34 GB/s
  *   here against ~10 through the float path, docs/latency.md);
- * - the others (prompts; F32/BF16 weights) de-quantize the weights exactly to float32 into a
+ * - the others (prompts of legacy-format weights; F32/BF16 weights) de-quantize the weights exactly to float32 into a
  *   per-thread panel (PANEL_ROWS rows, or WIDE_BLOCKS blocks of NB outputs for a prompt) and
  *   multiply it with the float tiles that float16 weights take.
  * dequantize_matrix: rows of a matrix in any format as float32, exactly gguf's values.
@@ -180,7 +181,13 @@ typedef struct {
     const uint8_t *keep; /* per output, nonzero where it is wanted (NULL: all); the others -inf */
 } Rows;
 
-static inline int int8_path(int f, int M) { return format_quantized(f) && M <= INT8_ROWS; }
+/* K-quant weights take it whatever the number of rows (a prompt's too): their sub-block scales
+ * apply in integers, two float operations per super-block and row, which beats de-quantizing the
+ * weights for the float tiles (a prompt's 512 tokens: StarCoder2-3B's layer shape 5.8 -> 4.6 ms a
+ * token, Qwen2.5-Coder-0.5B's Q4_K_M file 5.4 -> 4.9, Gemma 3 270M's 1.83 -> 1.77; llama.cpp
+ * quantizes a prompt's rows too). The legacy formats' per-unit float work makes their int8 path
+ * the slower one past INT8_ROWS rows (SmolLM2's prompt 2.1 -> 2.9 ms a token). */
+static inline int int8_path(int f, int M) { return format_quantized(f) && (M <= INT8_ROWS || is_kquant(f)); }
 
 /* block b of outputs (NB of them, fewer at the end) for every row: the parallel task of a product.
  * Float16 and F32 weights are multiplied as they are; quantized ones by the int8 path for a

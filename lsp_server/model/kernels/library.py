@@ -5,9 +5,10 @@ sizes, or a `KernelArgumentError`.
 - `DecodeKernels.half_matmul(x, w)`: float32 rows times float16 weights (`half_weights`);
   `DecodeKernels.matmul(x, w)`: the same for float16 weights or a `block_weights.BlockMatrix`
   in any of its formats (GGUF's Q4_0 .. Q6_K blocks, F32, BF16): products of at most
-  `INT8_ROWS` rows of quantized weights (decoding steps, verification passes) quantize each row
-  to int8 and multiply in integers (llama.cpp's way), longer ones (prompts) de-quantize the
-  weights exactly to float32 inside the kernel;
+  `INT8_ROWS` rows of quantized weights (decoding steps, verification passes), and every
+  product of K-quant weights (prompts too), quantize each row to int8 and multiply in integers
+  (llama.cpp's way), longer ones of the other formats (prompts) de-quantize the weights exactly
+  to float32 inside the kernel;
 - `DecodeKernels.dequantize(w, ids)`: rows of a `BlockMatrix` as float32, gguf's exact values;
 - `DecodeKernels.row_attention(q, k, v, scale)`: causal attention of the last few positions
   over the KV cache (`fused_layers.use_row_attention(model)` routes a transformers model's
@@ -158,7 +159,8 @@ class DecodeKernels:
 
     def matmul(self, x: torch.Tensor, w, keep: torch.Tensor | None = None) -> torch.Tensor:
         """x @ w.T for float32 `x` [..., K] and `w` [N, K]: a float16 tensor (`half_matmul`) or
-        a `BlockMatrix`. Quantized weights and at most `INT8_ROWS` rows: each row quantized to
+        a `BlockMatrix`. Quantized weights and at most `INT8_ROWS` rows (K-quant weights: any
+        number of rows): each row quantized to
         int8 in units of 32 values, integer products, float scales (`int8_products.h`: within
         max|x_unit| / 254 * sum|w_unit| per unit of the float64 product); for K-quant weights in
         blocks of 256 values, the sub-block scales applied in integers (`kquant_products.h`:
