@@ -48,11 +48,13 @@ def stats_ms(samples_s) -> dict:
     }
 
 
-def child_json(cmd: list[str]) -> dict:
+def child_json(cmd: list[str], without: tuple[str, ...] = ()) -> dict:
     """The JSON a benchmark's child process prints last (run from the repository's root, which
-    it imports), or {"error": the last line of its stderr} when it failed."""
+    it imports; `without`: environment variables it does not inherit), or {"error": the last
+    line of its stderr} when it failed."""
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=os.environ | {"PYTHONPATH": str(root)})
+    env = {k: v for k, v in os.environ.items() if k not in without} | {"PYTHONPATH": str(root)}
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["?"])[-1][-500:]}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -96,10 +96,15 @@ def measure(path: str, text: str, decode_tokens: int, prompt_text_ids: list[int]
 
 def anchor_in_child(path: Path, prompt_tokens: int = 512, decode_tokens: int = 64) -> dict:
     """`measure` on `path` in a fresh process (its memory and threads its own; nothing else of
-    ours runs meanwhile), with the machine's load average when it started and ended."""
+    ours runs meanwhile), with the machine's load average when it started and ended. The child
+    runs llama.cpp as its users do: without our server's thread settings (`FAIR_ENVIRONMENT`,
+    which a benchmark that imports the server has set in its own environment: llama.cpp's OpenMP
+    threads under OMP_WAIT_POLICY=PASSIVE decode SmolLM2 at ~29 ms a token instead of ~13)."""
+    from lsp_server.threads import FAIR_ENVIRONMENT
+
     load = [round(x, 2) for x in os.getloadavg()]
     out = child_json([sys.executable, __file__, "--model", str(path), "--prompt-tokens", str(prompt_tokens),
-                      "--decode-tokens", str(decode_tokens)])
+                      "--decode-tokens", str(decode_tokens)], without=tuple(FAIR_ENVIRONMENT))
     return out | {"file": str(path), "threads": THREADS,
                   "load_average": {"before": load, "after": [round(x, 2) for x in os.getloadavg()]}}
 

@@ -337,7 +337,7 @@ def where_the_time_went(log: str, asked: list[dict], phase: str = "warm") -> dic
     pipe, the event loop, the answer written), `join` (a prefetch it joined), `queue` (the
     engine's worker thread busy), then the engine's parts (decoding/results.py, `RequestTimes`: they add up
     to its wall time, `unaccounted` the rest)."""
-    lines, rows = log_lines(log), []
+    lines, rows, offs = log_lines(log), [], []
     for a in asked:
         if a["phase"] != phase:
             continue
@@ -345,20 +345,30 @@ def where_the_time_went(log: str, asked: list[dict], phase: str = "warm") -> dic
         if not found:  # another request's run served it (the same text and cursor)
             continue
         parts = parts_in(found[-1])
-        off_cpu = {f"off_cpu_{k}": v for k, v in (off_cpu_in(found[-1]) or {}).items()}
-        rows.append({"client": a["ms"], "outside_the_engine": round(a["ms"] - sum(parts.values()), 2)} | parts | off_cpu)
+        rows.append({"client": a["ms"], "outside_the_engine": round(a["ms"] - sum(parts.values()), 2)} | parts)
+        off_cpu = off_cpu_in(found[-1])  # none where the answer was typed through (no engine run)
+        if off_cpu:
+            offs.append({"client": a["ms"]} | off_cpu)
     if not rows:
         return None
+    return {"requests": len(rows), "asked": sum(a["phase"] == phase for a in asked), "parts": _spread(rows),
+            # the serving thread's time off the CPU (inside the parts, not beside them), over the
+            # requests that ran in the engine: RequestTimes.off_cpu
+            "off_the_cpu": {"requests": len(offs)} | {k: v for k, v in _spread(offs).items() if k != "client"}}
+
+
+def _spread(rows: list[dict]) -> dict:
+    """Per key of the rows, its p50/p90/mean, and its mean over the slowest tenth of the rows
+    (their `client` time at or above its p90)."""
+    if not rows:
+        return {}
     slowest = [r for r in rows if r["client"] >= stats_ms([r["client"] / 1000 for r in rows])["p90_ms"]]
-    figures_of = {}
+    out = {}
     for part in rows[0]:
         figures = stats_ms([r[part] / 1000 for r in rows])
-        figures_of[part] = {k: figures[k] for k in ("p50_ms", "p90_ms", "mean_ms")} | {
+        out[part] = {k: figures[k] for k in ("p50_ms", "p90_ms", "mean_ms")} | {
             "slowest_tenth_mean_ms": round(sum(r[part] for r in slowest) / len(slowest), 2)}
-    # the serving thread's time off the CPU (inside the parts, not beside them): RequestTimes.off_cpu
-    off = {k.removeprefix("off_cpu_"): figures_of.pop(k) for k in list(figures_of) if k.startswith("off_cpu_")}
-    return {"requests": len(rows), "asked": sum(a["phase"] == phase for a in asked), "parts": figures_of,
-            "off_the_cpu": off}
+    return out
 
 
 def items_of(r) -> list:

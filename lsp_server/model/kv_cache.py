@@ -234,10 +234,13 @@ def position_bytes(past) -> float:
 
 PREFILL_CHUNK = 128  # a request's prompt tokens per forward pass (a chunk once started is finished)
 # work ahead's prompt tokens per forward pass: a chunk once started is finished and kept, so a
-# keystroke waits for at most one chunk (64 tokens: ~70 ms at 1.1 ms per prompt token, ~150 ms
-# at 2.4) and nothing the work ahead computed is ever thrown away (stopping between the layers
-# of 256-token chunks lost up to 255 tokens of work to each keystroke: docs/latency.md)
-AHEAD_CHUNK = 64
+# keystroke waits for at most one chunk and nothing the work ahead computed is ever thrown away
+# (stopping between the layers of 256-token chunks lost up to 255 tokens of work to each
+# keystroke: docs/latency.md). 24 tokens: a pass short enough for the layers in C (at most
+# MAX_ATTENTION_ROWS rows), as fast per token as any (SmolLM2 after 500 tokens: 24 rows 2.2-2.4 ms
+# a token, 32 rows 2.2-2.8, 64 rows 2.8-3.0, 128 rows 2.4), and a keystroke's wait ~55 ms there
+# (64 tokens: ~190 ms, the warm requests' p90 spent in `queue`)
+AHEAD_CHUNK = 24
 # the work ahead's chunk for the window with a context block, which the window without it serves
 # in the meantime (decoding/parts.py): not worth a keystroke's wait for 64 tokens
 SPARE_CHUNK = 16
