@@ -9,6 +9,12 @@ modules of the package it imports are its open tabs. Two kinds of cut points, as
 - `cross`: the line's real continuation uses a name defined in another module of the package
   (imported with `from .m import name`, or `m.attr` after `from . import m`): the cut is just
   before that name;
+- `member`: the real continuation is a member of a class or module of another module of the
+  package (`Header.parse` after `from .util import Header`, `util.parse_header` after `from .
+  import util`; the member defined there, in the class's body, as a `self.` attribute its methods
+  set, or in its bases of that module): the cut is just after the dot. The name before the dot is
+  in the file's imports already; what it holds is not, so this is where the other module's text
+  is needed;
 - `ordinary`: random line starts and mid-line points of the same files.
 Each cut point is completed twice by the same engine, as two new documents (the first request's
 prompt is computed, as after opening a file; `--window first`, the default: a first request's
@@ -20,7 +26,7 @@ reported apart). Reported per code set, kind and mode: exact match and edit simi
 first line against the real rest of the line, the share of empty answers, undefined names and
 unknown attributes per 100 offered items (a name the completion reads that nothing in the spliced
 file binds and that is no builtin; `m.attr` for a module `m` of the package that does not define
-`attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
+`attr`, `C.attr` for a class `C` of another module that has no member `attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
 
     .venv/bin/python bench/repo_context.py --cuts 20 [--code thirdparty|stdlib] [--out cuts.jsonl]
 
@@ -122,7 +128,8 @@ def package_imports(path: Path, tree: ast.Module) -> tuple[dict[str, Path], dict
 def cut_points(packages: list[tuple[Path, Path]], n: int, seed: int) -> list[dict]:
     """`n` cross cuts and `n` ordinary ones (see the module's docstring)."""
     rng = random.Random(seed)
-    cross, ordinary = [], []
+    members_rng = random.Random(seed + 1)  # apart, so that the other kinds' cut points stay those of a seed
+    cross, member, ordinary = [], [], []
     files = []
     for root, pkg in packages:
         for p in sorted(pkg.rglob("*.py")):
@@ -152,6 +159,11 @@ def cut_points(packages: list[tuple[Path, Path]], n: int, seed: int) -> list[dic
         for i, ch, word in found[:2]:
             if len(cross) < n:
                 cross.append({"root": str(root), "path": str(p), "line": i, "character": ch, "kind": "cross", "name": word})
+        places = member_places(lines, import_end, names, modules)
+        members_rng.shuffle(places)
+        for i, ch, word in places[:2]:
+            if len(member) < n:
+                member.append({"root": str(root), "path": str(p), "line": i, "character": ch, "kind": "member", "name": word})
         for _ in range(2):
             i = rng.randrange(import_end, len(lines))
             s = lines[i].strip()
@@ -159,9 +171,26 @@ def cut_points(packages: list[tuple[Path, Path]], n: int, seed: int) -> list[dic
                 indent = len(lines[i]) - len(lines[i].lstrip())
                 ch = indent if rng.random() < 0.5 else rng.randrange(indent + 1, len(lines[i]))
                 ordinary.append({"root": str(root), "path": str(p), "line": i, "character": ch, "kind": "ordinary"})
-        if len(cross) >= n and len(ordinary) >= n:
+        if len(cross) >= n and len(ordinary) >= n and len(member) >= n:
             break
-    return cross + ordinary
+    return cross + member + ordinary
+
+
+def member_places(lines: list[str], import_end: int, names: dict[str, Path], modules: dict[str, Path]) -> list[tuple[int, int, str]]:
+    """(line, character just after the dot, `name.attr`) of each `name.attr` read below the
+    imports where `name` is a class or module of another module of the package and `attr` one
+    of its members there (`member_names`)."""
+    out = []
+    for i, line in enumerate(lines):
+        if i < import_end or line.lstrip().startswith(("#", "from ", "import ", "@")):
+            continue
+        for m in _ATTR.finditer(line.split("#")[0]):
+            word, attr = m.group(1), m.group(2)
+            known = (module_names(modules[word]) if word in modules
+                     else member_names(names[word], word) if word in names else None)
+            if known and attr in known and not attr.startswith("__"):
+                out.append((i, m.start(2), f"{word}.{attr}"))
+    return out
 
 
 def tabs(path: Path) -> list[Path]:
@@ -219,6 +248,41 @@ def module_names(path: Path) -> set[str] | None:
     return out
 
 
+def member_names(path: Path, name: str) -> set[str] | None:
+    """The members of class `name` of the module at `path`: what its body binds, the `self.`
+    attributes its methods set, and the same of its bases defined in that module (None: no such
+    class, or a base from elsewhere, whose members are not known here)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:
+        return None
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    out: set[str] = set()
+    todo, seen = [name], set()
+    while todo:
+        node = classes.get(todo.pop())
+        if node is None:
+            return None
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id != "object":
+                todo.append(base.id)
+            elif not isinstance(base, ast.Name):
+                return None
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(item.name)
+            for t in getattr(item, "targets", []) + ([item.target] if isinstance(item, ast.AnnAssign) else []):
+                out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        for sub in ast.walk(node):
+            if (isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store)
+                    and isinstance(sub.value, ast.Name) and sub.value.id == "self"):
+                out.add(sub.attr)
+    return out
+
+
 def wrong_names(spliced: str, head: str, offered: str, path: Path) -> tuple[int, int]:
     """(undefined names, unknown attributes) the offered text reads after `head` (the cursor's
     line before it): names and attributes that reach into the offered text (see the module's docstring)."""
@@ -230,11 +294,12 @@ def wrong_names(spliced: str, head: str, offered: str, path: Path) -> tuple[int,
     undefined = sum(1 for m in _NAME.finditer(code) if m.end() > len(head) and m.group() not in bound
                     and m.group() not in _KNOWN
                     and not code[m.end():].lstrip().startswith("="))  # `f(key=`: a keyword argument
-    _, modules = package_imports(path, ast.parse(spliced))
+    imported, modules = package_imports(path, ast.parse(spliced))
     unknown = 0
     for m in _ATTR.finditer(code):
-        if m.end() > len(head) and m.group(1) in modules:
-            names = module_names(modules[m.group(1)])
+        if m.end() > len(head) and (m.group(1) in modules or m.group(1) in imported):
+            word = m.group(1)
+            names = module_names(modules[word]) if word in modules else member_names(imported[word], word)
             if names is not None and m.group(2) not in names:
                 unknown += 1
     return undefined, unknown
@@ -366,7 +431,7 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
             "first_answers": {kind: {"n": len(rows), "offered": sum(q["offered"] for q in rows),
                                      "exact": round(sum(q.get("exact", False) for q in rows) / max(len(rows), 1), 3),
                                      "similarity": round(float(np.mean([q.get("similarity", 0.0) for q in rows])), 3)}
-                              for kind in ("cross", "ordinary") for rows in [[q for q in quality if q["kind"] == kind]]},
+                              for kind in ("cross", "member", "ordinary") for rows in [[q for q in quality if q["kind"] == kind]]},
             "offered_compile": f"{sum(q['compiles'] for q in offered)}/{len(offered)}",
             "first_requests_with_a_block_made_before": with_block,
             "completions_from_a_first_window": first_window,

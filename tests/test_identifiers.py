@@ -186,6 +186,11 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("x = os.path.jo", SlotKind.ATTRIBUTE, b"jo", b"os.path"),
     ("    self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
     ("    if self.", SlotKind.ATTRIBUTE, b"", b"self"),
+    ("    if ok: self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),  # a one-line body: maybe assigned
+    ("    else: self.", SlotKind.ATTRIBUTE_TARGET, b"", b"self"),
+    ("    self.kind: types.Pa", SlotKind.ATTRIBUTE, b"Pa", b"types"),  # an annotation reads
+    ("f = lambda: types.", SlotKind.ATTRIBUTE, b"", b"types"),
+    ("d = {1: types.", SlotKind.ATTRIBUTE, b"", b"types"),
     ("def f(a, b", SlotKind.PARAMETER, b"b", b""),  # a parameter's name
     ("    def f(\n        self,\n        *na", SlotKind.PARAMETER, b"na", b""),
     ("def f(a: int = 1, b", SlotKind.PARAMETER, b"b", b""),

@@ -464,6 +464,22 @@ def test_the_names_analysis_knows_the_workspace_modules_and_their_classes_instan
     assert {b"Header", b"parse_header", b"LIMIT"} <= set(util.attributes) and util.closed
 
 
+def test_a_class_of_another_module_is_closed_by_its_own_modules_rules(workspace: Path):
+    """`Header.` after `from .util import Header`: util.py's Header has no base, decorator or
+    dynamic attribute, so nothing but what jedi lists follows it (masked where sure); a class
+    its module decorates, or one the document adds an attribute to, stays open."""
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    path = str(workspace / "pkg" / "main.py")
+    text = "from .util import Header\n\n\ndef make():\n    return Header.\n"
+    header = analyse(text, 4, path).receivers[b"Header"]
+    assert {b"render", b"kind", b"__init__"} <= set(header.attributes) and header.closed
+    added = text.replace("def make", "Header.extra = 1\n\n\ndef make")
+    assert not analyse(added, 7, path).receivers[b"Header"].closed  # the document gives it one more
+    (workspace / "pkg" / "util.py").write_text(UTIL.replace("class Header:", "@register\nclass Header:"))
+    assert not analyse(text, 4, path).receivers[b"Header"].closed  # a decorator may add attributes
+
+
 def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: Path):
     from lsp_server.decoding.identifiers.analysis import analyse
 

@@ -17,9 +17,12 @@ this file deriving from it (its methods may use what a subclass defines); an ins
 class (`shop = Shop(...)`; `shop.` closed) when every binding of its name in the document is a
 call of that class, jedi infers that class there, and the document neither calls `setattr` nor
 assigns an attribute through any receiver but `self`/`cls` that the class does not list.
-Anything else jedi lists is known but open: biased towards, never masked; so are names bound to
+A class of another file of the workspace read as a receiver (`Style.` after `from .style import
+Style`) is closed by the same rules applied to its own file (`_workspace_class_closed`). Anything
+else jedi lists is known but open: biased towards, never masked; so are names bound to
 instances of classes of other modules of the workspace (`h = parse_header(x)`, jedi infers util's
-`Header`: `h.` lists its methods and attributes; docs/context.md). Names imported from the
+`Header`: `h.` lists its methods and attributes, but the instance may be a subclass's;
+docs/context.md). Names imported from the
 workspace's modules and those modules' attributes (`from . import util`; `util.`) come from jedi
 like any import's, the document's path letting it follow relative imports.
 """
@@ -240,6 +243,9 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
                       and _closed(made, classes, text, set()) and _nothing_added(text, attributes))
         elif kind is _Kind.WORKSPACE:
             closed = False  # its class's rules are another file's: favoured, never masked
+        elif kind is _Kind.CLASS and name not in classes and path is not None:  # a class of another file
+            closed = (_workspace_class_closed(synthetic.infer(line + 1, len(indent) + len(name)), memo)
+                      and _nothing_added_to(name, text, attributes))
         else:
             closed = (_closed(enclosing if kind is _Kind.OWN else name, classes, text, set())
                       and _nothing_added(text, attributes))
@@ -254,21 +260,48 @@ _ENVIRONMENT = tuple(sorted({os.path.normpath(p) + os.sep for p in (sys.prefix, 
                                                                     sysconfig.get_paths()["stdlib"])}))
 
 
+def _in_workspace(d) -> bool:
+    """jedi's definition `d` lies in a Python file of the workspace (not the environment's
+    packages, the stdlib or typeshed's stubs)."""
+    path = str(d.module_path) if d.module_path is not None else ""
+    return (path.endswith(".py") and not os.path.normpath(path).startswith(_ENVIRONMENT)
+            and not any(part in ("site-packages", "dist-packages", "typeshed") for part in path.split(os.sep)))
+
+
 def _workspace_instance(inferred: list) -> bool:
-    """jedi infers instances of classes defined in files of the workspace only (not the
-    environment's packages, the stdlib or typeshed's stubs): the receivers this adds."""
-    for d in inferred:
-        path = str(d.module_path) if d.module_path is not None else ""
-        if (d.type != "instance" or not path.endswith(".py") or os.path.normpath(path).startswith(_ENVIRONMENT)
-                or any(part in ("site-packages", "dist-packages", "typeshed") for part in path.split(os.sep))):
-            return False
-    return bool(inferred)
+    """jedi infers instances of classes defined in files of the workspace only: the receivers
+    this adds."""
+    return bool(inferred) and all(d.type == "instance" and _in_workspace(d) for d in inferred)
+
+
+def _workspace_class_closed(inferred: list, memo: dict) -> bool:
+    """A class of another file of the workspace read as a receiver (`Style.` after `from .style
+    import Style`) is closed where jedi infers that one class and its own file's rules close it
+    (`_closed` over that file: the same rules as for a class of the document); memoized by the
+    file's path and modification time."""
+    if len(inferred) != 1 or inferred[0].type != "class" or not _in_workspace(inferred[0]):
+        return False
+    d = inferred[0]
+    path = str(d.module_path)
+    try:
+        key = ("class", path, d.name, os.stat(path).st_mtime_ns)
+    except OSError:
+        return False
+    if key not in memo:
+        try:
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            names = jedi.Script(source, path=path).get_names(all_scopes=True, definitions=True)
+            memo[key] = _closed(d.name, _file_classes(names, source.split("\n")), source, set())
+        except (OSError, UnicodeDecodeError, ValueError):
+            memo[key] = False
+    return memo[key]
 
 
 def _file_classes(definitions: list, lines: list[str]) -> dict[str, str]:
-    """The classes defined in the document (`definitions`: jedi's names of every scope): name ->
-    source (decorators included). A name defined twice is left out (which one applies depends
-    on where)."""
+    """The classes defined in the document (`definitions`: jedi's names of every scope; not the
+    classes it imports): name -> source (decorators included). A name defined twice is left out
+    (which one applies depends on where)."""
     out: dict[str, str] = {}
     seen: set[str] = set()
     for n in definitions:
@@ -282,6 +315,8 @@ def _file_classes(definitions: list, lines: list[str]) -> dict[str, str]:
         if start is None or end is None:
             continue
         first = start[0] - 1
+        if not re.match(rf"[ \t]*class[ \t]+{re.escape(n.name)}\b", lines[first] if first < len(lines) else ""):
+            continue  # an imported class (jedi types the import's name as the class): not defined here
         while first > 0 and lines[first - 1].lstrip().startswith("@"):
             first -= 1
         out[n.name] = "\n".join(lines[first : end[0]])
@@ -311,6 +346,14 @@ def _nothing_added(text: str, attributes: Names) -> bool:
         if m.group(1).split(".")[0].strip() not in _OWN and m.group(2).encode() not in attributes:
             return False
     return True
+
+
+def _nothing_added_to(name: str, text: str, attributes: Names) -> bool:
+    """The document adds no attribute to `name` (`Style.extra = 1`, `setattr(Style, ...)`)."""
+    if re.search(rf"\bsetattr\s*\(\s*{re.escape(name)}\b", text):
+        return False
+    return all(m.group(2).encode() in attributes for m in _ATTRIBUTE_ASSIGNED.finditer(text)
+               if re.sub(r"\s", "", m.group(1)) == name)
 
 
 def _enclosing_class(script: jedi.Script, line: int, column: int) -> str | None:

@@ -46,6 +46,8 @@ _FREE_KEYWORD = re.compile(rb"(?:^|[^\w.])(?:global|nonlocal|from|del)\Z")
 _FOR_TARGET = re.compile(rb"(?:^|[^\w.])for\b(?:(?!\bin\b)[^=])*\Z")
 _LAMBDA_PARAMS = re.compile(rb"(?:^|[^\w.])lambda\b[^:]*\Z")
 _DEF_HEADER = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]")
+_COMPOUND_HEADER = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:if|elif|else|for|while|with|try|except|finally|def|class"
+                              rb"|match|case)\b")
 _CASE_HEADER = re.compile(rb"^[ \t]*case(?:\Z|[ \t]+(?![=.(\[:]))")  # a match's case: its names are captures
 _TYPE_ALIAS = re.compile(rb"^[ \t]*type\Z")  # `type Alias = ...` (3.12): the alias' name
 _WALRUS_PLACE = re.compile(rb"(?:^|[^\w.])(?:if|elif|while|match)\Z")  # `if n := len(a) ...`: maybe a target
@@ -126,7 +128,7 @@ def slot_at(text: bytes) -> Slot:
             return NONE
         receiver = re.sub(rb"[ \t]", b"", m.group(1))
         lead = _logical_line(before.rstrip(b" \t"))
-        at_start = not lead.strip() or lead.rstrip().endswith((b";", b":"))
+        at_start = not lead.strip() or lead.rstrip().endswith(b";") or _ends_header(lead)
         kind = SlotKind.ATTRIBUTE_TARGET if at_start or _binds(lead) else SlotKind.ATTRIBUTE
         return Slot(kind, partial, receiver)
     if _binds_surely(line):
@@ -159,6 +161,14 @@ def slot_at(text: bytes) -> Slot:
             return Slot(SlotKind.NAME, partial)  # `not in (`, `+ (`: an expression (maybe a generator's variable)
         return Slot(SlotKind.FREE, partial)  # a parenthesised tuple: maybe targets
     return Slot(SlotKind.NAME, partial)
+
+
+def _ends_header(line: bytes) -> bool:
+    """The logical line so far is a compound statement's header (`if x:`, `else:`, `with f() as
+    g:`), so what follows starts a statement; not an annotation's colon (`self.kind: types.` reads
+    the attribute), a lambda's, a slice's or a dict's."""
+    return (line.rstrip().endswith(b":") and not _scan(line)[1]
+            and _COMPOUND_HEADER.match(line.lstrip(b"\n")) is not None)
 
 
 def _binds_surely(line: bytes) -> bool:
