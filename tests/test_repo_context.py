@@ -19,6 +19,7 @@ from lsp_server.decoding.repo_context import ContextBlock, ContextSection, RepoC
 from lsp_server.decoding.jedi_process import CAN_STOP, NICE, JediFailed
 from lsp_server.decoding.repo_context.lookup_process import DefinitionsProcess
 from lsp_server.decoding.repo_context.neighbours import CHUNK_STEP, chunks, jaccard, identifiers, nearest
+from lsp_server.decoding.repo_context.sections import MIN_LINES, block_sections
 from lsp_server.decoding.repo_context.stubs import MAX_LINE, stub_of
 from lsp_server.decoding.workspace_context import WorkspaceContext
 from lsp_server.options import EngineOptions
@@ -462,6 +463,21 @@ def test_the_names_analysis_knows_the_workspace_modules_and_their_classes_instan
     scope = analyse(text, text.split("\n").index("    return util."), str(workspace / "pkg" / "main.py"))
     util = scope.receivers[b"util"]  # `from . import util`: the module's names, and nothing else
     assert {b"Header", b"parse_header", b"LIMIT"} <= set(util.attributes) and util.closed
+
+
+def test_definitions_too_long_for_the_block_keep_their_first_lines_and_other_sections_stay_whole():
+    stubs = "class Style:\n" + "".join(f"    def method_{i}(self, value: int) -> 'Style': ...\n" for i in range(30))
+    neighbour = "def helper():\n    return Style.null()\n" * 20
+    others = [("pkg/other.py", neighbour)]
+    (name, text, kind), = block_sections([("pkg/style.py", stubs)], "Style.null()", "", others, [], 400)
+    assert (name, kind) == ("pkg/style.py", "definitions") and len(text) <= 400
+    assert stubs.startswith(text) and text.endswith("\n") and text.startswith("class Style:\n    def method_0(")
+    whole = block_sections([("pkg/style.py", stubs)], "Style.null()", "", others, [], 10_000)
+    assert whole[0] == ("pkg/style.py", stubs, "definitions") and {k for _, _, k in whole[1:]} == {"neighbour"}
+    assert all(t in neighbour for _, t, _ in whole[1:])  # chunks of the other document, whole
+    # fewer than MIN_LINES fit: no section; a neighbour is never cut
+    assert block_sections([("pkg/style.py", stubs)], "", "", [], [], len("class Style:\n") + MIN_LINES - 2) == []
+    assert block_sections([], "Style.null()", "", others, [], 30) == []
 
 
 def test_a_class_of_another_module_is_closed_by_its_own_modules_rules(workspace: Path):
