@@ -589,6 +589,34 @@ def test_a_step_both_favoured_and_held_back_is_counted_once(compiled):
     assert guide.stats["shaped"] == 1 and guide.stats["lowered"] == 1
 
 
+def test_after_a_closed_receiver_at_a_statements_start_what_leaves_its_attributes_is_lowered(compiled):
+    """`json.` read in an expression: a token no attribute of json starts with is masked; at a
+    statement's start (where `json.extra = 1` would add one) it loses SURE_NATS, not the mask;
+    after `self.` there nothing is held back (constrain)."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    x, d = tok.vocab.by_bytes[b"x"], tok.vocab.by_bytes[b"d"]  # no attribute of json starts with x; dumps with d
+    for line, masked in (("    y = json.", True), ("    json.", False)):
+        doc = f"import json\n\n\ndef f():\n{line}\n"
+        scope = analyse(doc, 4)
+        assert scope.receivers[b"json"].closed and not any(a.startswith(b"x") for a in scope.receivers[b"json"].attributes)
+        before = f"import json\n\n\ndef f():\n{line}".encode()
+        matcher = GrammarMatcher.from_prefix(comp, before)
+        mask = matcher.next_token_mask()
+        assert mask[x] and mask[d]
+        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+        shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+        assert kept[d] and float(shaped[d]) == 0.0
+        if masked:
+            assert not kept[x] and guide.stats["masked"] == 1
+        else:
+            assert kept[x] and float(shaped[x]) == -SURE_NATS and guide.stats["lowered"] == 1
+
+
 def test_the_first_later_line_that_reads_a_name_bound_nowhere():
     from lsp_server.decoding.identifiers.later_lines import first_unbound_line, line_start
 

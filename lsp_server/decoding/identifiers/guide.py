@@ -8,7 +8,10 @@ on a name that is not known) are held back as `Hold` says:
 - `MASK` (`CONSTRAIN` only): after a closed receiver (`analysis.Receiver.closed`) read in an
   expression: nothing can add an attribute there, the tokens are masked (only while a token
   towards a known name is left in the mask: the analysis never refuses a completion);
-- `LOWER` (`CONSTRAIN` only): a name read outside brackets (`SlotKind.LOAD`, or read at a
+- `LOWER` (`CONSTRAIN` only): after a closed receiver at a statement's start
+  (`SlotKind.ATTRIBUTE_TARGET`, `util.` but not `self.`/`cls.`): an attribute may be added
+  there (`util.flag = 1`), which code does seldom from outside a module or class, so they lose
+  `SURE_NATS`, not the mask; and a name read outside brackets (`SlotKind.LOAD`, or read at a
   statement's start) when the analysis' names are closed (`analysis.NameSet.CLOSED`): they lose
   `SURE_NATS`, not the mask. The name may still be bound before it is read: the body of a
   conditional expression is evaluated after its test, so `m.group(1) if (m := match(s)) else
@@ -107,6 +110,7 @@ class IdentifierGuide:
         self._line_start = self.before.rfind(b"\n") + 1  # the analysis read the lines before this one
         constrain = mode is IdentifierMode.CONSTRAIN
         self._attributes_hold = Hold.MASK if constrain else Hold.BIAS  # after a closed receiver
+        self._targets_hold = Hold.LOWER if constrain else Hold.BIAS  # the same at a statement's start
         self._loads_hold = Hold.LOWER if constrain and scope.name_set is NameSet.CLOSED else Hold.BIAS
         self._compiled = compiled
         grammar = compiled.recognizer.grammar
@@ -322,7 +326,11 @@ class IdentifierGuide:
         return self.scope.receivers.get(slot.receiver)
 
     def _attribute_hold(self, slot: Slot, receiver: Receiver) -> Hold:
-        return self._attributes_hold if receiver.closed and slot.kind is SlotKind.ATTRIBUTE else Hold.BIAS
+        if not receiver.closed:
+            return Hold.BIAS
+        # at a statement's start the attribute may be one being added (`util.flag = 1`): legal,
+        # rare from outside a module or class, so lowered there, not masked
+        return self._attributes_hold if slot.kind is SlotKind.ATTRIBUTE else self._targets_hold
 
     def _toward(self, names: Names, p: bytes, spaced: bool) -> tuple[np.ndarray, bool]:
         """The tokens towards the `names` that start with `p`, and whether `p` is one of them."""
