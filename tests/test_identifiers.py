@@ -509,6 +509,34 @@ def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compi
     assert not kept[f] and kept[flags]
 
 
+def test_a_token_after_which_only_a_longer_name_is_spelled_canonically_is_masked(compiled):
+    """`Locks.Thread` towards `ThreadLock`: after `L`, canonical tokenization forbids `ock`
+    (`L` + `ock` would have been the token `Lock`) but allows `ocker`, which starts with the
+    rest yet writes `ThreadLocker`, a name the class lacks: `L` is a dead end and is masked
+    (multiprocessing's `util.ForkAwareThreadL` + `ocker` got through so)."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    doc = "class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n"
+    assert [tok.vocab.token_bytes[i] for i in tok.encode(" Locks.ThreadLocker")][-2:] == [b"L", b"ocker"]
+    scope = analyse(doc, 5)
+    assert scope.receivers[b"Locks"].closed
+    before = doc[:-1].encode()
+    state = comp.canonical.state_after(tok.encode(doc[:-1]))
+    matcher = GrammarMatcher.from_prefix(comp, before, canonical=state)
+    mask = matcher.next_token_mask()
+    big_l, lock = tok.vocab.by_bytes[b"L"], tok.vocab.by_bytes[b"Lock"]
+    assert mask[big_l] and mask[lock]
+    row = torch.zeros(comp.V)
+    row[big_l] = 5.0  # the model's first choice
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+    _, kept = guide.shape(row, mask, matcher, b"")
+    assert not kept[big_l] and kept[lock]
+
+
 def test_a_written_wanted_name_keeps_the_models_order_of_what_follows_it(compiled):
     """`test` is written where the line below reads it unbound: every token that ends the name
     gains the same favour, the spaced ones (` in`) as much as `,` or `(`, so the model's own

@@ -54,7 +54,7 @@ import torch
 from .analysis import Names, NameSet, Receiver, ScopeAnalysis
 from .modes import IdentifierMode
 from .slots import Slot, SlotKind, slot_at
-from .token_index import IdentifierTokens
+from .token_index import IdentifierTokens, is_name_byte
 
 # what a token leaving every known name loses: measured on both code sets (docs/identifiers.md)
 BIAS_NATS = 4.0
@@ -180,9 +180,9 @@ class IdentifierGuide:
         if not hit.any():
             return row, mask
         events.add("shaped")
+        if hold is not Hold.BIAS and rests and canonical is not None:  # held back with what leaves every name
+            hit[:n] |= self._dead_ends(row, good[:n] & mask[:n] & ~hit[:n], rests, canonical)
         if hold is Hold.MASK:
-            if rests and canonical is not None:
-                hit[:n] |= self._dead_ends(row, good[:n] & mask[:n] & ~hit[:n], rests, canonical)
             if (good[:n] & mask[:n] & ~hit[:n]).any():  # a known name can still be written from here
                 events.add("masked")
                 return row, mask & ~hit
@@ -212,8 +212,25 @@ class IdentifierGuide:
         whole rest, or a rest that canonical tokens can go on spelling after it."""
         if len(_LEAD.match(w).group()) < len(w) or any(r == w for r in rests):
             return True
-        return any(self._compiled.heal_goes_on(pairs.after(canonical, u), r[len(w) :])
-                   for r in rests if r.startswith(w))
+        return any(self._spells_name(pairs.after(canonical, u), r[len(w) :]) for r in rests if r.startswith(w))
+
+    def _spells_name(self, state, rest: bytes) -> bool:
+        """Whether tokens canonical from `state` can write `rest` and end the name there: a
+        token longer than `rest` must go on with a byte that ends an identifier (after `L`,
+        `ocker` writes `Locker`, not `Lock`: `CompiledGrammar.heal_goes_on` counts any token
+        that starts with the rest, as healing needs)."""
+        key = ("spells", state, rest)
+        if key not in self._cache:
+            compiled = self._compiled
+            ids = compiled.vocab.tokens_compatible_with(rest)
+            ids = ids[compiled.canonical.allowed_after(state)[ids]].tolist()
+            token_bytes = compiled.tokens
+            self._cache[key] = any(
+                len(token_bytes[u]) == len(rest)
+                or (not is_name_byte(token_bytes[u][len(rest)]) if len(token_bytes[u]) > len(rest)
+                    else self._spells_name(compiled.canonical.after(state, u), rest[len(token_bytes[u]) :]))
+                for u in ids)
+        return self._cache[key]
 
     def _favour(self, row: torch.Tensor, mask: np.ndarray, slot: Slot, only: np.ndarray | None,
                 events: set[str], canonical=None) -> torch.Tensor:
