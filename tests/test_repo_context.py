@@ -504,6 +504,47 @@ def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: P
     assert b"b" not in scope.receivers
 
 
+def test_a_receiver_in_a_def_header_spread_over_lines_is_analysed(workspace: Path):
+    """`node: util.` on a parameter's line of a `def` written over several lines (as black
+    writes long signatures): jedi completes nothing where a parameter's name goes, so the line
+    is read as an annotation's place and `util` is a closed receiver there as anywhere."""
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    path = str(workspace / "pkg" / "main.py")
+    text = "from . import util\n\n\ndef render(\n    self,\n    header: util.\n) -> None:\n    pass\n"
+    scope = analyse(text, 5, path)
+    receiver = scope.receivers[b"util"]
+    assert {b"Header", b"LIMIT", b"parse_header"} <= set(receiver.attributes) and receiver.closed
+    assert b"util" in set(scope.names)
+
+
+def test_names_a_module_binds_only_when_run_as_a_script_are_not_its_attributes(workspace: Path):
+    """An imported module never runs its `if __name__ == "__main__":` block: what only that
+    block binds (rich's box.py: `from . import box as box` in its demo) is no attribute."""
+    from lsp_server.decoding.identifiers.analysis import analyse
+    from lsp_server.decoding.identifiers.main_block import main_only
+
+    (workspace / "pkg" / "util.py").write_text(UTIL + "\n\nif __name__ == '__main__':\n    from . import util as util\n"
+                                               "    demo = Header('a')\n    LIMIT = 3\nelse:\n    quiet = True\n")
+    text = "from . import util\n\n\ndef f():\n    return util.\n"
+    receiver = analyse(text, 4, str(workspace / "pkg" / "main.py")).receivers[b"util"]
+    assert {b"Header", b"LIMIT", b"quiet"} <= set(receiver.attributes) and receiver.closed
+    assert not {b"util", b"demo"} & set(receiver.attributes)
+    assert main_only("x = 1\nif '__main__' == __name__:\n    import sys\n    x = [y := 2 for _ in ()]\n") == {"sys", "y"}
+    assert main_only("if __name__ == '__main__':\n    def f(:\n") == frozenset()  # unreadable: nothing hidden
+
+
+def test_an_instance_another_module_makes_is_an_open_receiver(workspace: Path):
+    """`from .util import default; default.`: jedi types the name as an instance (or, where it
+    infers several things, by whichever comes first): its class's attributes are listed, open."""
+    from lsp_server.decoding.identifiers.analysis import analyse
+
+    (workspace / "pkg" / "util.py").write_text(UTIL + "\n\ndefault = Header('x')\n")
+    text = "from .util import default\n\n\ndef f():\n    return default.\n"
+    receiver = analyse(text, 4, str(workspace / "pkg" / "main.py")).receivers[b"default"]
+    assert {b"render", b"name"} <= set(receiver.attributes) and not receiver.closed
+
+
 def test_a_recently_closed_document_is_still_searched_for_neighbours(workspace: Path):
     contexts = RepoContexts(roots=(str(workspace),))
     main, helpers = workspace / "pkg" / "main.py", workspace / "pkg" / "helpers.py"

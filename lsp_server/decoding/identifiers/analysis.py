@@ -6,11 +6,13 @@ incomplete code, follows imports into the environment and typeshed, and never ru
     scope.names.with_prefix(b"cus")          # the names in scope that start so
     scope.receivers[b"os"].closed            # True: nothing but these attributes can follow `os.`
 
-The cursor's line is analysed as its indentation and `pass`, so one analysis serves every text that
-differs from it only on that line (the user typing there): `analyses.line_key(text, line)`.
+The cursor's line is analysed as its indentation and `pass` (in a `def`'s parameters spread over
+lines, as an annotation's place: `_: `), so one analysis serves every text that differs from it
+only on that line (the user typing there): `analyses.line_key(text, line)`.
 
 Closed receivers (where decoding may mask what leaves every attribute): a module that defines no
-module-level `__getattr__`; a class of this file (and `self`/`cls` in its methods) with no bases
+module-level `__getattr__` (its attributes: what jedi lists but the names only its
+`if __name__ == "__main__":` blocks bind, `main_block`); a class of this file (and `self`/`cls` in its methods) with no bases
 but `object`, builtins and closed classes of this file, no metaclass, no decorator but
 `dataclass`, no `__getattr__`/`__getattribute__`/`setattr(`/`__dict__` in its body, and no class of
 this file deriving from it (its methods may use what a subclass defines); an instance of such a
@@ -42,6 +44,8 @@ from dataclasses import dataclass, field
 
 import jedi
 
+from .line_place import line_place
+from .main_block import main_only
 from .parso_disk import memory_only
 from .unbound import IMPLICIT, unbound_at
 
@@ -179,12 +183,18 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
     lines = text.split("\n")
     line = min(max(line, 0), len(lines) - 1)
     indent = re.match(r"[ \t]*", lines[line]).group()
+    # where the cursor's line continues a `def`'s parameters, it is read as a parameter's
+    # annotation (jedi completes nothing where a parameter's name goes)
+    where = line_place("\n".join(lines[:line]) + "\n")
+    parameters = where.parameters
+    lead = indent + ("_: " if parameters else "")
 
     def script_with(cursor_text: str) -> jedi.Script:
         return jedi.Script("\n".join(lines[:line] + [cursor_text] + lines[line + 1 :]), path=path)
 
-    script = script_with(indent + "pass")  # a statement: a block the cursor line alone makes stays one
-    here = script.complete(line + 1, len(indent))
+    # a statement (a block the cursor line alone makes stays one), or a parameter
+    script = script_with(lead + ("None," if parameters else "pass"))
+    here = script.complete(line + 1, len(lead))
     definitions = script.get_names(all_scopes=True, definitions=True)
     names = Names([c.name for c in here] + [d.name for d in definitions] + keyword.kwlist + keyword.softkwlist + dir(builtins)
                   + list(IMPLICIT))
@@ -192,14 +202,16 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
     document_names = Names(_KEYWORD_NAME.findall(text))
     visible = {c.name for c in here}  # what jedi finds bound at the cursor is not wanted
     wanted = Names(()) if open_scope else Names(
-        n for n in unbound_at(text, line, MAX_WANTED) if n not in visible)
+        n for n in unbound_at(text, line, MAX_WANTED, where) if n not in visible)
     classes = _file_classes(definitions, lines)
     candidates: list[tuple[str, _Kind]] = []
     instances: dict[str, str] = {}  # name -> the class of this file every binding of it calls
     for c in here:
         if c.type == "module":
             candidates.append((c.name, _Kind.MODULE))
-        elif c.type == "class" and (c.name in classes or re.search(rf"\b{re.escape(c.name)}\s*\.", text)):
+        # "instance" too: jedi types a name by the first of what it infers, in no fixed order
+        # (rich's decorated `Style`: the class and an instance of Callable)
+        elif c.type in ("class", "instance") and (c.name in classes or re.search(rf"\b{re.escape(c.name)}\s*\.", text)):
             candidates.append((c.name, _Kind.CLASS))
         elif c.type == "statement" and c.name not in _OWN and re.search(rf"\b{re.escape(c.name)}\s*\.", text):
             made = _made_by(c.name, definitions, classes)
@@ -208,7 +220,7 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
                 candidates.append((c.name, _Kind.INSTANCE))
             elif path is not None:  # `h = parse_header(x)` with `from .util import parse_header`: util's Header?
                 candidates.append((c.name, _Kind.WORKSPACE))
-    enclosing = _enclosing_class(script, line + 1, len(indent))
+    enclosing = _enclosing_class(script, line + 1, len(lead))
     for own in _OWN:
         if own in (c.name for c in here if c.type == "param") and enclosing is not None:
             candidates.insert(0, (own, _Kind.OWN))
@@ -221,30 +233,31 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
             if memo[key] is not None:
                 receivers[name.encode()] = memo[key]
             continue
-        synthetic = script_with(f"{indent}{name}.")
-        if kind is _Kind.WORKSPACE and not _workspace_instance(synthetic.infer(line + 1, len(indent) + len(name))):
+        synthetic = script_with(f"{lead}{name}.")
+        if kind is _Kind.WORKSPACE and not _workspace_instance(synthetic.infer(line + 1, len(lead) + len(name))):
             continue
-        listed = synthetic.complete(line + 1, len(indent) + len(name) + 1)
+        listed = synthetic.complete(line + 1, len(lead) + len(name) + 1)
         if not listed:
             if kind is _Kind.MODULE:
                 memo[key] = None
             continue  # jedi can't read it: unknown, not empty
-        attributes = Names(c.name for c in listed)
+        inferred = synthetic.infer(line + 1, len(lead) + len(name)) if kind is _Kind.MODULE else []
+        hidden = _main_only(inferred, memo)  # a module's names bound only when it runs as a script
+        attributes = Names(c.name for c in listed if c.name not in hidden)
         if kind is _Kind.MODULE:
-            closed = b"__getattr__" not in attributes and ("." not in name or all(
-                d.type == "module" for d in synthetic.infer(line + 1, len(indent) + len(name))))
+            closed = b"__getattr__" not in attributes and ("." not in name or all(d.type == "module" for d in inferred))
             for c in listed:  # what the document reads through it (`os.path.`)
                 if re.search(rf"\b{re.escape(name)}\s*\.\s*{re.escape(c.name)}\s*\.", text):
                     queue.append((f"{name}.{c.name}", _Kind.MODULE))
         elif kind is _Kind.INSTANCE:
             made = instances[name]
-            inferred = synthetic.infer(line + 1, len(indent) + len(name))
+            inferred = synthetic.infer(line + 1, len(lead) + len(name))
             closed = (bool(inferred) and all(d.type == "instance" and d.name == made for d in inferred)
                       and _closed(made, classes, text, set()) and _nothing_added(text, attributes))
         elif kind is _Kind.WORKSPACE:
             closed = False  # its class's rules are another file's: favoured, never masked
         elif kind is _Kind.CLASS and name not in classes and path is not None:  # a class of another file
-            closed = (_workspace_class_closed(synthetic.infer(line + 1, len(indent) + len(name)), memo)
+            closed = (_workspace_class_closed(synthetic.infer(line + 1, len(lead) + len(name)), memo)
                       and _nothing_added_to(name, text, attributes))
         else:
             closed = (_closed(enclosing if kind is _Kind.OWN else name, classes, text, set())
@@ -295,6 +308,22 @@ def _workspace_class_closed(inferred: list, memo: dict) -> bool:
             memo[key] = _closed(d.name, _file_classes(names, source.split("\n")), source, set())
         except (OSError, UnicodeDecodeError, ValueError):
             memo[key] = False
+    return memo[key]
+
+
+def _main_only(inferred: list, memo: dict) -> frozenset[str]:
+    """The names the module jedi infers (one module of a Python file) binds only in its
+    `if __name__ == "__main__":` blocks (`main_block.main_only`); memoized by its path."""
+    if len(inferred) != 1 or inferred[0].type != "module" or inferred[0].module_path is None:
+        return frozenset()
+    path = str(inferred[0].module_path)
+    key = ("main-only", path)
+    if key not in memo:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                memo[key] = main_only(f.read()) if path.endswith(".py") else frozenset()
+        except OSError:
+            memo[key] = frozenset()
     return memo[key]
 
 

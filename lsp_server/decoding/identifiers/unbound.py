@@ -28,13 +28,12 @@ written rarely does (an open bracket's next lines, a header's body).
 from __future__ import annotations
 
 import builtins
-import enum
-import io
 import keyword
-import tokenize
 
 import parso
 from parso.python import tree
+
+from .line_place import LinePlace, Place, line_place
 
 _SCOPES = ("funcdef", "lambdef", "classdef", "file_input")
 _COMPREHENSIONS = ("sync_comp_for", "comp_for")
@@ -45,24 +44,23 @@ IMPLICIT = ("__name__", "__file__", "__doc__", "__package__", "__spec__", "__loa
             "__debug__", "WindowsError")
 MAX_ERRORS = 24  # more error parts than this: the cursor's line broke the file (on 400 lines of two code sets,
 # a line that does not open a string spanning lines left at most 16; a docstring's first line 31 to 1,700)
-_CLOSING = {"(": ")", "[": "]", "{": "}"}
 _GIVEN = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(IMPLICIT)
 
 
-def unbound_at(text: str, line: int, limit: int = 64) -> list[str]:
+def unbound_at(text: str, line: int, limit: int = 64, where: LinePlace | None = None) -> list[str]:
     """The names `text` reads that nothing binds where they are read and that a binding at its
     0-based `line` (whatever that line holds now) would bind (module docstring), in the order
-    first read, at most `limit`."""
+    first read, at most `limit`. `where`: the line's `line_place`, when the caller has it."""
     lines = text.split("\n")
     if not 0 <= line < len(lines):
         return []
     indent = lines[line][: len(lines[line]) - len(lines[line].lstrip(" \t"))]
-    place, closers = _line_place("\n".join(lines[:line]) + "\n")
-    if place is _Place.STRING:
+    where = where or line_place("\n".join(lines[:line]) + "\n")
+    if where.place is Place.STRING:
         return []
     stand_ins = [indent + "pass"]
-    if place is _Place.CONTINUATION:  # the line goes on with the statement, or closes its brackets
-        stand_ins = [indent, indent + closers, indent + closers + ":"]
+    if where.place is Place.CONTINUATION:  # the line goes on with the statement, or closes its brackets
+        stand_ins = [indent, indent + where.closers, indent + where.closers + ":"]
     module, errors = None, MAX_ERRORS + 1
     for stand_in in stand_ins:
         tried = parso.parse("\n".join(lines[:line] + [stand_in] + lines[line + 1 :]))
@@ -153,34 +151,6 @@ def _bound(leaf: tree.Name, scopes) -> bool:
             in_function = True
         node = node.parent
     return False
-
-
-class _Place(enum.Enum):
-    """Where a line starts, read from the text before it."""
-
-    STATEMENT = "statement"  # a new statement
-    CONTINUATION = "continuation"  # inside a bracket: the statement before it goes on
-    STRING = "string"  # inside a string that spans lines
-
-
-def _line_place(before: str) -> tuple[_Place, str]:
-    """Where the line after `before` starts (Python's tokenizer: it ends inside a bracket or a
-    string), and the brackets that close what is open there (`)]`); a text it can't read (an
-    indentation error) is taken as ending a statement."""
-    open_: list[str] = []
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(before).readline):
-            if token.type == tokenize.OP and token.string in _CLOSING:
-                open_.append(_CLOSING[token.string])
-            elif token.type == tokenize.OP and token.string in _CLOSING.values() and open_:
-                open_.pop()
-    except tokenize.TokenError as e:
-        if "string" in str(e.args[0]):
-            return _Place.STRING, ""
-        return _Place.CONTINUATION, "".join(reversed(open_))
-    except (SyntaxError, ValueError):  # IndentationError is a SyntaxError
-        pass
-    return _Place.STATEMENT, ""
 
 
 def _errors(module) -> int:
