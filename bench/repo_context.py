@@ -19,16 +19,18 @@ modules of the package it imports are its open tabs. Two kinds of cut points, as
 Each cut point is completed twice by the same engine, as two new documents (the first request's
 prompt is computed, as after opening a file; `--window first`, the default: a first request's
 short window, which holds no block, so both modes are alike by construction; `--window full`: the
-full window, as a request finds it once the work ahead has computed it): without a context block,
-and with the block
-`RepoContexts` makes for it (made before the request, as the server makes it ahead; its time is
-reported apart). Reported per code set, kind and mode: exact match and edit similarity of the
+full window, as a request finds it once the work ahead has computed it): without a context block
+(`off`), and with the block `RepoContexts` makes for it (`on`: made before the request, as the
+server makes it ahead; its time is reported apart). `--alone` adds a mode before them: no block,
+and the document completed as an unsaved one (`untitled:`), so the names analysis reads the file
+alone and knows no other module of the package (what the names guide knew before it followed
+the workspace's imports): `alone` against `on` is the whole of the repository's context. Reported per code set, kind and mode: exact match and edit similarity of the
 first line against the real rest of the line, the share of empty answers, undefined names and
 unknown attributes per 100 offered items (a name the completion reads that nothing in the spliced
 file binds and that is no builtin; `m.attr` for a module `m` of the package that does not define
 `attr`, `C.attr` for a class `C` of another module that has no member `attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
 
-    .venv/bin/python bench/repo_context.py --cuts 20 [--code thirdparty|stdlib] [--out cuts.jsonl]
+    .venv/bin/python bench/repo_context.py --cuts 20 [--code thirdparty|stdlib] [--alone] [--out cuts.jsonl]
 
 `--server`: what the user sees instead, through the real server over stdio (bench/lsp_latency.py's
 client), one server per mode (`contextShare` 0, then `--share`), the code set's package roots as
@@ -47,15 +49,16 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import io
 import json
 import keyword
 import random
-import re
 import shutil
 import sys
 import sysconfig
 import tempfile
 import time
+import tokenize
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -73,8 +76,6 @@ from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 STDLIB_PACKAGES = ("asyncio", "json", "multiprocessing", "importlib/metadata", "concurrent/futures", "email")
-_NAME = re.compile(r"(?<![\w.])[^\W\d]\w*")
-_ATTR = re.compile(r"(?<![\w.])([^\W\d]\w*)\.([^\W\d]\w*)")
 _KNOWN = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls", "__class__"}
 
 
@@ -145,21 +146,21 @@ def cut_points(packages: list[tuple[Path, Path]], n: int, seed: int) -> list[dic
         lines = text.split("\n")
         import_end = max((getattr(node, "end_lineno", 0) for node in tree.body
                           if isinstance(node, (ast.Import, ast.ImportFrom))), default=0)
+        toks = code_tokens(text)
         found = []
-        for i, line in enumerate(lines):
-            if i < import_end or line.lstrip().startswith(("#", "from ", "import ", "@")):
+        for k, t in enumerate(toks):
+            i = t.start[0] - 1
+            if t.type != tokenize.NAME or i < import_end or _after_dot(toks, k) or not _code_line(lines[i]):
                 continue
-            for m in _NAME.finditer(line.split("#")[0]):
-                word = m.group()
-                if word in names:
-                    found.append((i, m.start(), word))
-                elif word in modules and line[m.end():].startswith("."):
-                    found.append((i, m.end() + 1, word))
+            if t.string in names:
+                found.append((i, t.start[1], t.string))
+            elif t.string in modules and _dot_at(toks, k + 1, t.end):
+                found.append((i, toks[k + 1].end[1], t.string))
         rng.shuffle(found)
         for i, ch, word in found[:2]:
             if len(cross) < n:
                 cross.append({"root": str(root), "path": str(p), "line": i, "character": ch, "kind": "cross", "name": word})
-        places = member_places(lines, import_end, names, modules)
+        places = member_places(toks, lines, import_end, names, modules)
         members_rng.shuffle(places)
         for i, ch, word in places[:2]:
             if len(member) < n:
@@ -176,21 +177,51 @@ def cut_points(packages: list[tuple[Path, Path]], n: int, seed: int) -> list[dic
     return cross + member + ordinary
 
 
-def member_places(lines: list[str], import_end: int, names: dict[str, Path], modules: dict[str, Path]) -> list[tuple[int, int, str]]:
+def member_places(toks: list, lines: list[str], import_end: int, names: dict[str, Path],
+                  modules: dict[str, Path]) -> list[tuple[int, int, str]]:
     """(line, character just after the dot, `name.attr`) of each `name.attr` read below the
-    imports where `name` is a class or module of another module of the package and `attr` one
-    of its members there (`member_names`)."""
+    imports (in code: not in a string or a comment; `code_tokens`) where `name` is a class or
+    module of another module of the package and `attr` one of its members there (`member_names`)."""
     out = []
-    for i, line in enumerate(lines):
-        if i < import_end or line.lstrip().startswith(("#", "from ", "import ", "@")):
+    for k, t in enumerate(toks[:-2]):
+        i = t.start[0] - 1
+        if t.type != tokenize.NAME or i < import_end or _after_dot(toks, k) or not _code_line(lines[i]):
             continue
-        for m in _ATTR.finditer(line.split("#")[0]):
-            word, attr = m.group(1), m.group(2)
-            known = (module_names(modules[word]) if word in modules
-                     else member_names(names[word], word) if word in names else None)
-            if known and attr in known and not attr.startswith("__"):
-                out.append((i, m.start(2), f"{word}.{attr}"))
+        attr = toks[k + 2]
+        if not (_dot_at(toks, k + 1, t.end) and attr.type == tokenize.NAME and attr.start == toks[k + 1].end):
+            continue
+        known = (module_names(modules[t.string]) if t.string in modules
+                 else member_names(names[t.string], t.string) if t.string in names else None)
+        if known and attr.string in known and not attr.string.startswith("__"):
+            out.append((i, attr.start[1], f"{t.string}.{attr.string}"))
     return out
+
+
+def code_tokens(text: str) -> list:
+    """The text's NAME and OP tokens (Python's tokenizer: what is in strings and comments is not
+    among them), up to where it can't read further."""
+    out = []
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(text).readline):
+            if t.type in (tokenize.NAME, tokenize.OP):
+                out.append(t)
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out
+
+
+def _code_line(line: str) -> bool:
+    """Not an import or decorator line (where no name of another module is completed as a use)."""
+    return not line.lstrip().startswith(("from ", "import ", "@"))
+
+
+def _after_dot(toks: list, k: int) -> bool:
+    return k > 0 and toks[k - 1].type == tokenize.OP and toks[k - 1].string == "."
+
+
+def _dot_at(toks: list, k: int, end: tuple[int, int]) -> bool:
+    """Token `k` is a `.` right after position `end` (no space between)."""
+    return k < len(toks) and toks[k].string == "." and toks[k].start == end
 
 
 def tabs(path: Path) -> list[Path]:
@@ -283,25 +314,37 @@ def member_names(path: Path, name: str) -> set[str] | None:
     return out
 
 
-def wrong_names(spliced: str, head: str, offered: str, path: Path) -> tuple[int, int]:
-    """(undefined names, unknown attributes) the offered text reads after `head` (the cursor's
-    line before it): names and attributes that reach into the offered text (see the module's docstring)."""
+def wrong_names(spliced: str, line: int, head: str, path: Path) -> tuple[int, int]:
+    """(undefined names, unknown attributes) the offered text reads on line `line` of the
+    spliced file after `head` (the cursor's line before it): the names and attributes in code
+    (not in strings or comments: `code_tokens`) that reach into the offered text (see the
+    module's docstring)."""
     bound = bound_names(spliced)
     if bound is None:
         return 0, 0
-    line = head + offered.split("\n")[0]
-    code = re.sub(r"(['\"]).*?\1", lambda m: " " * len(m.group()), line.split("#")[0])
-    undefined = sum(1 for m in _NAME.finditer(code) if m.end() > len(head) and m.group() not in bound
-                    and m.group() not in _KNOWN
-                    and not code[m.end():].lstrip().startswith("="))  # `f(key=`: a keyword argument
+    toks = code_tokens(spliced)
+    on_line = [k for k, t in enumerate(toks) if t.start[0] == line + 1]
+    undefined = 0
+    for k in on_line:
+        t = toks[k]
+        if (t.type == tokenize.NAME and t.end[1] > len(head) and not _after_dot(toks, k)
+                and t.string not in bound and t.string not in _KNOWN
+                and not (k + 1 < len(toks) and toks[k + 1].string == "=")):  # `f(key=`: a keyword argument
+            undefined += 1
     imported, modules = package_imports(path, ast.parse(spliced))
     unknown = 0
-    for m in _ATTR.finditer(code):
-        if m.end() > len(head) and (m.group(1) in modules or m.group(1) in imported):
-            word = m.group(1)
-            names = module_names(modules[word]) if word in modules else member_names(imported[word], word)
-            if names is not None and m.group(2) not in names:
-                unknown += 1
+    for k in on_line:
+        t = toks[k]
+        if (t.type != tokenize.NAME or _after_dot(toks, k) or t.string not in modules and t.string not in imported
+                or not _dot_at(toks, k + 1, t.end) or k + 2 >= len(toks)):
+            continue
+        attr = toks[k + 2]
+        if attr.type != tokenize.NAME or attr.start != toks[k + 1].end or attr.end[1] <= len(head):
+            continue
+        word = t.string
+        names = module_names(modules[word]) if word in modules else member_names(imported[word], word)
+        if names is not None and attr.string not in names:
+            unknown += 1
     return undefined, unknown
 
 
@@ -314,7 +357,10 @@ def cut_document(cut: dict) -> tuple[Path, list[str], int, int, str]:
     return path, lines, i, ch, "\n".join(lines[:i] + [lines[i][:ch]] + lines[i + 1 :])
 
 
-def run(engine, contexts, cut: dict, with_context: bool, tag: str, window: str = "first") -> dict:
+def run(engine, contexts, cut: dict, mode: str, tag: str, window: str = "first") -> dict:
+    """Cut point `cut` completed in `mode`: `on` (the context block made for it), `off` (none),
+    `alone` (none, and the document unsaved: the names analysis reads the file alone, knowing no
+    other module of the package, as before the repository's context)."""
     from lsp_server.decoding.engine import CompletionRequest
     from lsp_server.decoding.workspace_context import workspace_context
 
@@ -324,7 +370,7 @@ def run(engine, contexts, cut: dict, with_context: bool, tag: str, window: str =
     others = [(p.as_uri(), p.read_text(encoding="utf-8", errors="replace")) for p in tabs(path)]
     ws = workspace_context(uri, [(uri, doc)] + others)
     block_ms, sections = 0.0, []
-    if with_context:
+    if mode == "on":
         t = time.perf_counter()
         block = contexts.wait(uri, doc, i, [(uri, doc)] + others, 120)
         block_ms = (time.perf_counter() - t) * 1000
@@ -335,7 +381,8 @@ def run(engine, contexts, cut: dict, with_context: bool, tag: str, window: str =
             sections = [f"{s.kind}:{s.name}" for s in block.sections]
     # "first": a new document's first request (the short first window); "full": the full window,
     # as a request finds it once the work ahead has computed it
-    req = CompletionRequest.at(doc, i, ch, document=f"{uri}#{tag}", workspace=ws, short_first=window == "first")
+    document = f"untitled:{tag}" if mode == "alone" else f"{uri}#{tag}"  # untitled: no path for jedi
+    req = CompletionRequest.at(doc, i, ch, document=document, workspace=ws, short_first=window == "first")
     engine.names_ahead(req, wait=60.0)
     t0 = time.perf_counter()
     r = engine.complete(req)
@@ -343,8 +390,8 @@ def run(engine, contexts, cut: dict, with_context: bool, tag: str, window: str =
     spliced = "\n".join(lines[:i] + [lines[i][:ch] + r.text] + lines[i + 1 :])
     first, ref_first = r.text.split("\n")[0].rstrip(), reference.rstrip()
     offered = bool(r.text.strip())
-    undefined, unknown = wrong_names(spliced, lines[i][:ch], r.text, path) if offered else (0, 0)
-    engine.forget(f"{uri}#{tag}")
+    undefined, unknown = wrong_names(spliced, i, lines[i][:ch], path) if offered else (0, 0)
+    engine.forget(document)
     return {"exact": first == ref_first, "similarity": edit_similarity(first, ref_first), "offered": offered,
             "compiles": compiles(spliced) if offered else None, "undefined": undefined, "unknown": unknown,
             "latency_ms": latency, "block_ms": block_ms, "sections": sections, "prompt_tokens": r.figures.prompt_tokens,
@@ -478,6 +525,8 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.25)
     ap.add_argument("--form", choices=("comments", "code"), default="comments", help="how the plain model reads the block")
     ap.add_argument("--out", help="a JSON line per cut point and mode")
+    ap.add_argument("--alone", action="store_true",
+                    help="a third mode first: no block and the names analysis without the document's path (the file alone)")
     ap.add_argument("--window", choices=("first", "full"), default="first",
                     help="the prompt window of the (cold) request: the short first window, or the full one")
     ap.add_argument("--server", action="store_true", help="through the real server over stdio (module docstring)")
@@ -506,8 +555,8 @@ def main() -> None:
         contexts = contexts_by_root.setdefault(cut["root"], RepoContexts(roots=(cut["root"],), share=args.share,
                                                                           context_tokens=engine.options.context_tokens,
                                                                           form=args.form))
-        for mode in ("off", "on"):
-            row = run(engine, contexts, cut, mode == "on", f"{mode}{n}", args.window)
+        for mode in (("alone",) if args.alone else ()) + ("off", "on"):
+            row = run(engine, contexts, cut, mode, f"{mode}{n}", args.window)
             rows.setdefault((cut["kind"], mode), []).append(row)
             if out:
                 out.write(json.dumps(cut | {"mode": mode} | row) + "\n")
