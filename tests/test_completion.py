@@ -243,9 +243,10 @@ def test_newline_in_a_docstring_ends_a_single_line_completion(compiled):
     assert compiles(accept(text, off, r))
 
 
-def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, launch_early: bool | None = None):
-    """Decode after `prefix` with a scripted model that writes `script`: (the outcome, the
-    stepper, the forward passes it asked for)."""
+def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, launch_early: bool | None = None,
+                    avoid: frozenset[int] = frozenset(), names=None):
+    """Decode after `prefix` with a scripted model that writes `script` (`avoid`: banned at the
+    first step; `names`: a names guide): (the outcome, the stepper, the forward passes it asked for)."""
     from lsp_server.decoding.loop import ModelStepper, decode
     from lsp_server.decoding.sampling import Sampler
     from lsp_server.decoding.stopping.rest_of_file import LineScanner
@@ -264,7 +265,7 @@ def scripted_decode(compiled, prefix: bytes, script: bytes, max_tokens: int, lau
     rest = RestOfFile.build(prefix.decode(), "\n", "auto", scanner, held, b"", 0, matcher_parser(comp), prefix)
     policy = StopPolicy(rest, scanner, held, b"", 0)
     stepper = ModelStepper(runtime.forward, logits[-1], past, launch_early=launch_early)
-    out = decode(stepper, matcher, comp.tokens, {0, 2}, Sampler(), policy, max_tokens)
+    out = decode(stepper, matcher, comp.tokens, {0, 2}, Sampler(), policy, max_tokens, avoid=avoid, names=names)
     return out, stepper, len(runtime.calls) - calls
 
 
@@ -276,6 +277,26 @@ def test_fast_forward_takes_forced_tokens_without_the_model(compiled):
     assert out.generated[: out.stop.cut] == b"e 0"
     # one forward pass per sampled token: the forced one was never asked of the model
     assert calls == out.sampled == len(out.tokens) - out.forced
+
+
+def test_the_names_guide_reads_a_step_without_its_banned_tokens(compiled):
+    """A search pass bans the earlier passes' choice at its step: the names guide is shown the
+    banned tokens, so it walks its dead ends from the best token the step can take (a dead end
+    below the banned choice was taken: rich's `box.` + `M` + `Box`)."""
+    _, tok = compiled
+
+    class Recorder:
+        def __init__(self):
+            self.seen: list[tuple[bytes, set[int]]] = []
+
+        def shape(self, row, mask, matcher, generated, banned=()):
+            self.seen.append((generated, set(banned)))
+            return row, mask
+
+    names = Recorder()
+    x = tok.vocab.by_bytes[b" x"]
+    out, _, _ = scripted_decode(compiled, b"y = 1\nz =", b"y = 1\nz = x\n", 8, avoid=frozenset({x}), names=names)
+    assert names.seen[0] == (b"", {x}) and out.tokens[0] != x
 
 
 def matcher_parser(comp):

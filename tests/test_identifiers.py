@@ -537,6 +537,34 @@ def test_a_token_after_which_only_a_longer_name_is_spelled_canonically_is_masked
     assert not kept[big_l] and kept[lock]
 
 
+def test_a_dead_end_below_a_banned_token_is_masked(compiled):
+    """The dead ends are walked from the best token the step can take: where a search pass bans
+    the earlier passes' choice (`Lock`, towards `ThreadLock`), the next best (`L`, after which
+    no known name is spelled canonically) is masked, not taken (rich's `box.` + `M` + `Box`
+    after the search banned `Box`)."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    doc = "class Locks:\n    ThreadLock = 1\n    ThreadPool = 2\n\n\ndef here():\n    return Locks.Thread\n"
+    scope = analyse(doc, 6)
+    before = doc[:-1].encode()
+    state = comp.canonical.state_after(tok.encode(doc[:-1]))
+    matcher = GrammarMatcher.from_prefix(comp, before, canonical=state)
+    mask = matcher.next_token_mask()
+    big_l, lock, pool = (tok.vocab.by_bytes[b] for b in (b"L", b"Lock", b"Pool"))
+    row = torch.zeros(comp.V)
+    row[lock], row[big_l], row[pool] = 9.0, 5.0, 1.0  # the model's order
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+    _, kept = guide.shape(row, mask, matcher, b"")
+    assert kept[lock] and kept[big_l] and kept[pool]  # `Lock` leads somewhere: the walk stops there
+    _, kept = guide.shape(row, mask, matcher, b"", banned={lock})
+    assert not kept[big_l] and not kept[lock] and kept[pool] and not (kept & ~mask).any()
+    assert mask[lock] and mask[big_l] and mask[pool]  # the step's own mask is left as it was
+
+
 def test_a_written_wanted_name_keeps_the_models_order_of_what_follows_it(compiled):
     """`test` is written where the line below reads it unbound: every token that ends the name
     gains the same favour, the spaced ones (` in`) as much as `,` or `(`, so the model's own

@@ -313,13 +313,14 @@ class _Decoding:
         if forced and draft_token in banned:
             return None, Stop(0, StopReason.NO_CONTINUATION)  # no other token at this step
         guided = self.names is not None and mask is not None  # a constrained step with the names guide
-        if guided and not forced:
-            row, mask = self.names.shape(row, mask, self.matcher, bytes(self.generated))
+        shaped, shaped_for = (row, mask), None  # the guide's row and mask, for the `banned` of that size
         while True:
             if forced:
                 token = draft_token
             else:
-                token = choose(self.sampler, row, mask, banned, draft_token if not banned else None, q, self.scratch)
+                if guided and shaped_for != len(banned):  # first, and again after a token is banned
+                    shaped, shaped_for = self.names.shape(row, mask, self.matcher, bytes(self.generated), banned), len(banned)
+                token = choose(self.sampler, *shaped, banned, draft_token if not banned else None, q, self.scratch)
             if token is None:
                 return None, self.stop_where_it_can(StopReason.NO_CONTINUATION)
             if token in self.stop_tokens:

@@ -201,8 +201,8 @@ class Figures:
     canonical_fallbacks: int = 0  # steps where it left nothing and the grammar's mask was used alone
     check_ms: float = 0.0  # spent checking edits against the whole file: set-up, the stop policy's checks, the search
     names_ready: bool = False  # the names analysis was ready and guided the decoding (decoding/identifiers)
-    names_shaped: int = 0  # steps whose logits or mask it reshaped
-    names_masked: int = 0  # of those, steps where it masked (a closed receiver, `identifiers: constrain`)
+    names_shaped: int = 0  # steps whose logits or mask it reshaped (a step shaped again after a token there is banned: twice)
+    names_masked: int = 0  # of those, the ones where it masked (a closed receiver, `identifiers: constrain`)
     names_ms: float = 0.0  # spent reshaping the steps (the analysis itself is made ahead)
     gate_ms: float = 0.0  # spent in the compiler gate after decoding (`request.compiler_gate`)
     engine_ms: float = 0.0  # wall time in `complete` once it held the engine (the request's wait before it: the caller's)

@@ -46,6 +46,7 @@ import enum
 import keyword
 import re
 import time
+from collections.abc import Collection
 from typing import NamedTuple
 
 import numpy as np
@@ -121,10 +122,17 @@ class IdentifierGuide:
         self._receiver_tails = frozenset(r.rsplit(b".", 1)[-1] for r in scope.receivers)  # `sys`, `path` of `os.path`
         self.stats = {"shaped": 0, "masked": 0, "lowered": 0, "fallbacks": 0, "ms": 0.0}
 
-    def shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes):
-        """(logits, mask) for this step: unchanged, or as the module docstring says."""
+    def shape(self, row: torch.Tensor, mask: np.ndarray, matcher, generated: bytes,
+              banned: Collection[int] = ()):
+        """(logits, mask) for this step: unchanged, or as the module docstring says. `banned`:
+        the tokens this step may not take (a search pass's earlier choices, rejected tokens): out
+        of the mask the guide reads, so the best token it walks its dead ends from and the token
+        towards a known name it keeps the mask for are ones the step can take."""
         t0 = time.perf_counter()
-        events: set[str] = set()  # what this step did (`stats` counts each once per step)
+        events: set[str] = set()  # what this call did (`stats` counts each once per call)
+        if banned:
+            mask = mask.copy()
+            mask[[u for u in banned if u < len(mask)]] = False
         try:
             return self._shape(row, mask, matcher, generated, events)
         finally:
