@@ -482,11 +482,9 @@ def test_an_attribute_written_with_its_dot_in_one_token_is_held_back(compiled):
     assert kept.all() and float(shaped[find]) == -BIAS_NATS and float(shaped[fork]) == 0.0
 
 
-def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compiled):
-    """After `sys.`, `f` goes on towards `flags` and `float_info`, but canonical tokenization
-    spells those `flags` and `float...`: after `f` nothing known can be written, and the mask
-    would fall back to the model's own name (`sys.f` `inally`: `sys.finally_context` got
-    through so). Such a token is masked while a better-scored one leads somewhere."""
+def _guide_at_end(compiled, doc: str, line: int):
+    """The names guide (constrain), grammar matcher and mask at the end of `doc` less its last
+    newline (the cursor on line `line`), under canonical tokenization."""
     from mask_store.matcher import GrammarMatcher
 
     from lsp_server.decoding.identifiers.guide import IdentifierGuide
@@ -494,17 +492,24 @@ def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compi
 
     comp, tok = compiled
     assert comp.canonical is not None
-    doc = "import sys\n\n\ndef here():\n    return sys.\n"
-    scope = analyse(doc, 4)
     before = doc[:-1].encode()
     state = comp.canonical.state_after(tok.encode(doc[:-1]))
     matcher = GrammarMatcher.from_prefix(comp, before, canonical=state)
-    mask = matcher.next_token_mask()
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, analyse(doc, line), _guide_tokens(compiled), comp, before)
+    return guide, matcher, matcher.next_token_mask()
+
+
+def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compiled):
+    """After `sys.`, `f` goes on towards `flags` and `float_info`, but canonical tokenization
+    spells those `flags` and `float...`: after `f` nothing known can be written, and the mask
+    would fall back to the model's own name (`sys.f` `inally`: `sys.finally_context` got
+    through so). Such a token is masked while a better-scored one leads somewhere."""
+    comp, tok = compiled
+    guide, matcher, mask = _guide_at_end(compiled, "import sys\n\n\ndef here():\n    return sys.\n", 4)
     f, flags = tok.vocab.by_bytes[b"f"], tok.vocab.by_bytes[b"flags"]
     assert mask[f] and mask[flags]
     row = torch.zeros(comp.V)
     row[f] = 5.0  # the model's first choice
-    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
     _, kept = guide.shape(row, mask, matcher, b"")
     assert not kept[f] and kept[flags]
 
@@ -514,25 +519,15 @@ def test_a_token_after_which_only_a_longer_name_is_spelled_canonically_is_masked
     (`L` + `ock` would have been the token `Lock`) but allows `ocker`, which starts with the
     rest yet writes `ThreadLocker`, a name the class lacks: `L` is a dead end and is masked
     (multiprocessing's `util.ForkAwareThreadL` + `ocker` got through so)."""
-    from mask_store.matcher import GrammarMatcher
-
-    from lsp_server.decoding.identifiers.guide import IdentifierGuide
-    from lsp_server.decoding.identifiers.modes import IdentifierMode
-
     comp, tok = compiled
-    doc = "class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n"
     assert [tok.vocab.token_bytes[i] for i in tok.encode(" Locks.ThreadLocker")][-2:] == [b"L", b"ocker"]
-    scope = analyse(doc, 5)
-    assert scope.receivers[b"Locks"].closed
-    before = doc[:-1].encode()
-    state = comp.canonical.state_after(tok.encode(doc[:-1]))
-    matcher = GrammarMatcher.from_prefix(comp, before, canonical=state)
-    mask = matcher.next_token_mask()
+    doc = "class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n"
+    guide, matcher, mask = _guide_at_end(compiled, doc, 5)
+    assert guide.scope.receivers[b"Locks"].closed
     big_l, lock = tok.vocab.by_bytes[b"L"], tok.vocab.by_bytes[b"Lock"]
     assert mask[big_l] and mask[lock]
     row = torch.zeros(comp.V)
     row[big_l] = 5.0  # the model's first choice
-    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
     _, kept = guide.shape(row, mask, matcher, b"")
     assert not kept[big_l] and kept[lock]
 
@@ -542,22 +537,12 @@ def test_a_dead_end_below_a_banned_token_is_masked(compiled):
     the earlier passes' choice (`Lock`, towards `ThreadLock`), the next best (`L`, after which
     no known name is spelled canonically) is masked, not taken (rich's `box.` + `M` + `Box`
     after the search banned `Box`)."""
-    from mask_store.matcher import GrammarMatcher
-
-    from lsp_server.decoding.identifiers.guide import IdentifierGuide
-    from lsp_server.decoding.identifiers.modes import IdentifierMode
-
     comp, tok = compiled
     doc = "class Locks:\n    ThreadLock = 1\n    ThreadPool = 2\n\n\ndef here():\n    return Locks.Thread\n"
-    scope = analyse(doc, 6)
-    before = doc[:-1].encode()
-    state = comp.canonical.state_after(tok.encode(doc[:-1]))
-    matcher = GrammarMatcher.from_prefix(comp, before, canonical=state)
-    mask = matcher.next_token_mask()
+    guide, matcher, mask = _guide_at_end(compiled, doc, 6)
     big_l, lock, pool = (tok.vocab.by_bytes[b] for b in (b"L", b"Lock", b"Pool"))
     row = torch.zeros(comp.V)
     row[lock], row[big_l], row[pool] = 9.0, 5.0, 1.0  # the model's order
-    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
     _, kept = guide.shape(row, mask, matcher, b"")
     assert kept[lock] and kept[big_l] and kept[pool]  # `Lock` leads somewhere: the walk stops there
     _, kept = guide.shape(row, mask, matcher, b"", banned={lock})
