@@ -499,37 +499,28 @@ def _guide_at_end(compiled, doc: str, line: int):
     return guide, matcher, matcher.next_token_mask()
 
 
-def test_a_token_after_which_no_attribute_is_spelled_canonically_is_masked(compiled):
+@pytest.mark.parametrize("doc, line, dead, live", [
+    ("import sys\n\n\ndef here():\n    return sys.\n", 4, b"f", b"flags"),
+    ("class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n", 5, b"L", b"Lock"),
+])
+def test_a_token_after_which_no_known_name_is_spelled_canonically_is_masked(compiled, doc, line, dead, live):
     """After `sys.`, `f` goes on towards `flags` and `float_info`, but canonical tokenization
     spells those `flags` and `float...`: after `f` nothing known can be written, and the mask
     would fall back to the model's own name (`sys.f` `inally`: `sys.finally_context` got
-    through so). Such a token is masked while a better-scored one leads somewhere."""
-    comp, tok = compiled
-    guide, matcher, mask = _guide_at_end(compiled, "import sys\n\n\ndef here():\n    return sys.\n", 4)
-    f, flags = tok.vocab.by_bytes[b"f"], tok.vocab.by_bytes[b"flags"]
-    assert mask[f] and mask[flags]
-    row = torch.zeros(comp.V)
-    row[f] = 5.0  # the model's first choice
-    _, kept = guide.shape(row, mask, matcher, b"")
-    assert not kept[f] and kept[flags]
-
-
-def test_a_token_after_which_only_a_longer_name_is_spelled_canonically_is_masked(compiled):
-    """`Locks.Thread` towards `ThreadLock`: after `L`, canonical tokenization forbids `ock`
-    (`L` + `ock` would have been the token `Lock`) but allows `ocker`, which starts with the
-    rest yet writes `ThreadLocker`, a name the class lacks: `L` is a dead end and is masked
-    (multiprocessing's `util.ForkAwareThreadL` + `ocker` got through so)."""
+    through so). `Locks.Thread` towards `ThreadLock`: after `L`, canonical tokenization forbids
+    `ock` (`L` + `ock` would have been the token `Lock`) but allows `ocker`, which starts with
+    the rest yet writes `ThreadLocker`, a name the class lacks (multiprocessing's
+    `util.ForkAwareThreadL` + `ocker` got through so). Such a token is masked while a
+    better-scored one leads somewhere."""
     comp, tok = compiled
     assert [tok.vocab.token_bytes[i] for i in tok.encode(" Locks.ThreadLocker")][-2:] == [b"L", b"ocker"]
-    doc = "class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n"
-    guide, matcher, mask = _guide_at_end(compiled, doc, 5)
-    assert guide.scope.receivers[b"Locks"].closed
-    big_l, lock = tok.vocab.by_bytes[b"L"], tok.vocab.by_bytes[b"Lock"]
-    assert mask[big_l] and mask[lock]
+    guide, matcher, mask = _guide_at_end(compiled, doc, line)
+    dead, live = tok.vocab.by_bytes[dead], tok.vocab.by_bytes[live]
+    assert mask[dead] and mask[live]
     row = torch.zeros(comp.V)
-    row[big_l] = 5.0  # the model's first choice
+    row[dead] = 5.0  # the model's first choice
     _, kept = guide.shape(row, mask, matcher, b"")
-    assert not kept[big_l] and kept[lock]
+    assert not kept[dead] and kept[live]
 
 
 def test_a_dead_end_below_a_banned_token_is_masked(compiled):
