@@ -75,6 +75,10 @@ from completion_quality import edit_similarity  # noqa: E402
 from grammar_tools.parsing.cpython_check import compiles  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
+# seconds a cut point waits for its names analysis and its block: the quality modes compare
+# answers with both made, so a loaded machine (jedi on a 3,000-line module beside a test run took
+# over a minute) waits rather than fails
+ANALYSIS_WAIT = 600.0
 STDLIB_PACKAGES = ("asyncio", "json", "multiprocessing", "importlib/metadata", "concurrent/futures", "email")
 _KNOWN = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | {"self", "cls", "__class__"}
 
@@ -372,7 +376,7 @@ def run(engine, contexts, cut: dict, mode: str, tag: str, window: str = "first")
     block_ms, sections = 0.0, []
     if mode == "on":
         t = time.perf_counter()
-        block = contexts.wait(uri, doc, i, [(uri, doc)] + others, 120)
+        block = contexts.wait(uri, doc, i, [(uri, doc)] + others, ANALYSIS_WAIT)
         block_ms = (time.perf_counter() - t) * 1000
         if block is not None:
             from dataclasses import replace
@@ -383,7 +387,7 @@ def run(engine, contexts, cut: dict, mode: str, tag: str, window: str = "first")
     # as a request finds it once the work ahead has computed it
     document = f"untitled:{tag}" if mode == "alone" else f"{uri}#{tag}"  # untitled: no path for jedi
     req = CompletionRequest.at(doc, i, ch, document=document, workspace=ws, short_first=window == "first")
-    engine.names_ahead(req, wait=60.0)
+    engine.names_ahead(req, wait=ANALYSIS_WAIT)
     t0 = time.perf_counter()
     r = engine.complete(req)
     latency = (time.perf_counter() - t0) * 1000
