@@ -311,7 +311,9 @@ class IdentifierGuide:
                 self._cache[key] = self._toward(receiver.attributes, slot.partial, spaced)
             good, known = self._cache[key]
             rests = tuple(n[len(slot.partial) :] for n in receiver.attributes.with_prefix(slot.partial))
-            return _Found(self._leaving(good, known, slot.partial, spaced), good, self._attribute_hold(slot, receiver),
+            # a token that starts with a space writes the attribute after a blank (`box. thematic`:
+            # legal, and written by no one): it leaves every known name, held back as the rest are
+            return _Found(self._leaving(good, known, slot.partial, True), good, self._attribute_hold(slot, receiver),
                           rests)
         key = (kind, slot.partial)
         if key not in self._cache:  # the analysis' names: once per place and partial
