@@ -524,18 +524,21 @@ def test_a_token_after_which_no_known_name_is_spelled_canonically_is_masked(comp
 
 
 def test_an_attribute_after_a_blank_is_held_back_as_an_unknown_one(compiled):
-    """`Locks.` then ` Thread`: Python allows a blank after the dot, no one writes one, and the
-    token's name is the receiver's all the same: it leaves every known name and is masked after
-    a closed receiver (Qwen2.5-Coder wrote rich's `box. thematic` and packaging's
-    `Specifier. or_ | or_ | ...` so)."""
+    """`Locks.` then ` Thread` or a tab: Python allows blanks (and a line's continuation) after
+    the dot, no one writes them, and the name after them is the receiver's all the same: they
+    leave every known name and are masked after a closed receiver (Qwen2.5-Coder wrote rich's
+    `box. thematic` and packaging's `Specifier. or_ | or_ | ...`, then `box.\\` + newline +
+    `border_style`)."""
     comp, tok = compiled
     guide, matcher, mask = _guide_at_end(compiled, "class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.\n", 5)
     spaced, plain = tok.vocab.by_bytes[b" Thread"], tok.vocab.by_bytes[b"Thread"]
-    assert mask[spaced] and mask[plain]
-    row = torch.zeros(comp.V)
-    row[spaced] = 5.0  # the model's first choice
-    _, kept = guide.shape(row, mask, matcher, b"")
-    assert not kept[spaced] and kept[plain]
+    blank = tok.vocab.by_bytes[b"\t"]  # blanks alone: the name comes with the next token
+    assert mask[spaced] and mask[plain] and mask[blank]
+    for first in (spaced, blank):
+        row = torch.zeros(comp.V)
+        row[first] = 5.0  # the model's first choice
+        _, kept = guide.shape(row, mask, matcher, b"")
+        assert not kept[first] and kept[plain]
 
 
 def test_a_dead_end_below_a_banned_token_is_masked(compiled):

@@ -311,10 +311,11 @@ class IdentifierGuide:
                 self._cache[key] = self._toward(receiver.attributes, slot.partial, spaced)
             good, known = self._cache[key]
             rests = tuple(n[len(slot.partial) :] for n in receiver.attributes.with_prefix(slot.partial))
-            # a token that starts with a space writes the attribute after a blank (`box. thematic`:
-            # legal, and written by no one): it leaves every known name, held back as the rest are
-            return _Found(self._leaving(good, known, slot.partial, True), good, self._attribute_hold(slot, receiver),
-                          rests)
+            # right after the dot only a name can follow, after blanks or a line's continuation too
+            # (`box. thematic`, `box.\` then `border_style`: legal, written by no one): there every
+            # token not towards a known attribute leaves them all, held back as the rest are
+            bad = ~good if not slot.partial else self._leaving(good, known, slot.partial, False)
+            return _Found(bad, good, self._attribute_hold(slot, receiver), rests)
         key = (kind, slot.partial)
         if key not in self._cache:  # the analysis' names: once per place and partial
             names = self.scope.names
