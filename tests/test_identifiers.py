@@ -499,11 +499,11 @@ def _guide_at_end(compiled, doc: str, line: int):
     return guide, matcher, matcher.next_token_mask()
 
 
-@pytest.mark.parametrize("doc, line, dead, live", [
-    ("import sys\n\n\ndef here():\n    return sys.\n", 4, b"f", b"flags"),
-    ("class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n", 5, b"L", b"Lock"),
+@pytest.mark.parametrize("doc, line, receiver, dead, live", [
+    ("import sys\n\n\ndef here():\n    return sys.\n", 4, b"sys", b"f", b"flags"),
+    ("class Locks:\n    ThreadLock = 1\n\n\ndef here():\n    return Locks.Thread\n", 5, b"Locks", b"L", b"Lock"),
 ])
-def test_a_token_after_which_no_known_name_is_spelled_canonically_is_masked(compiled, doc, line, dead, live):
+def test_a_token_after_which_no_known_name_is_spelled_canonically_is_masked(compiled, doc, line, receiver, dead, live):
     """After `sys.`, `f` goes on towards `flags` and `float_info`, but canonical tokenization
     spells those `flags` and `float...`: after `f` nothing known can be written, and the mask
     would fall back to the model's own name (`sys.f` `inally`: `sys.finally_context` got
@@ -515,6 +515,7 @@ def test_a_token_after_which_no_known_name_is_spelled_canonically_is_masked(comp
     comp, tok = compiled
     assert [tok.vocab.token_bytes[i] for i in tok.encode(" Locks.ThreadLocker")][-2:] == [b"L", b"ocker"]
     guide, matcher, mask = _guide_at_end(compiled, doc, line)
+    assert guide.scope.receivers[receiver].closed
     dead, live = tok.vocab.by_bytes[dead], tok.vocab.by_bytes[live]
     assert mask[dead] and mask[live]
     row = torch.zeros(comp.V)
