@@ -150,6 +150,18 @@ def test_a_misspelled_function_read_outside_brackets_is_lowered(compiled):
     assert complete(compiled, doc, "helpr(items)\n", "helper(items)\n", margin=SURE, identifiers="off").text == "helpr(items)"
 
 
+def test_an_unknown_name_in_a_parameters_default_is_lowered_as_outside_brackets(compiled):
+    """A default is read where the function is defined: an unknown name there (a module the file
+    never imports: stdlib's asyncio/staggered.py got `= asyncio.Future(None)`) is held back as a
+    read outside brackets, where before the `def`'s parenthesis left it unrestricted."""
+    doc = "import time\n\n\ndef wait(delay, *, clock=|\n    return clock() + delay\n"
+    r = complete(compiled, doc, "timer.monotonic):\n", "time.monotonic):\n", margin=SURE)
+    assert r.figures.names_ready and r.figures.names_shaped > 0
+    assert r.text == "time.monotonic):"
+    assert complete(compiled, doc, "timer.monotonic):\n", "time.monotonic):\n", margin=SURE,
+                    identifiers="bias").text == "timer.monotonic):"
+
+
 def test_an_unknown_name_at_a_statement_start_is_not_read_but_may_be_bound(compiled):
     doc = HELPER + "    |\n"
     r = complete(compiled, doc, "helpr(items)\n", "helpr = items\n", margin=SURE)
@@ -194,10 +206,16 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("def f(a, b", SlotKind.PARAMETER, b"b", b""),  # a parameter's name
     ("    def f(\n        self,\n        *na", SlotKind.PARAMETER, b"na", b""),
     ("def f(a: int = 1, b", SlotKind.PARAMETER, b"b", b""),
-    ("def f(a=b", SlotKind.FREE, b"b", b""),  # a default reads
-    ("def f(a, x=2 *", SlotKind.FREE, b"", b""),
-    ("def f(a: Dict[str, ", SlotKind.FREE, b"", b""),  # an annotation reads
-    ("def f(a) -> Tuple[int, ", SlotKind.FREE, b"", b""),
+    ("def f(a=b", SlotKind.LOAD, b"b", b""),  # a default reads, where the function is defined
+    ("def f(a, x=2 *", SlotKind.LOAD, b"", b""),
+    ("def f(a, *, loop: asyncio.Abs", SlotKind.ATTRIBUTE, b"Abs", b"asyncio"),  # an annotation reads
+    ("def f(\n    a,\n    b: int = ", SlotKind.LOAD, b"", b""),
+    ("def f(a: Dict[str, ", SlotKind.NAME, b"", b""),  # a deeper bracket as any bracket
+    ("def f(a=g(", SlotKind.ARGUMENT, b"", b""),
+    ("def f(a) -> Tuple[int, ", SlotKind.NAME, b"", b""),
+    ("def f(a=lambda x", SlotKind.FREE, b"x", b""),  # a lambda's parameter
+    ("def f(a='x=y', b", SlotKind.PARAMETER, b"b", b""),  # a string's `=`
+    ("def f(a={1: 2}, b", SlotKind.PARAMETER, b"b", b""),  # a dict's `:`
     ("for x", SlotKind.BINDING, b"x", b""),
     ("    for k, v", SlotKind.BINDING, b"v", b""),
     ("class Sh", SlotKind.BINDING, b"Sh", b""),

@@ -26,7 +26,8 @@ class SlotKind(enum.Enum):
     STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
     NAME = "name"  # a name read in an expression (a load) inside a bracket or a string: a comprehension's
     # variable (`[x for x in ...]`) or a walrus target (`if n := ...`) may be bound after it
-    LOAD = "load"  # a name read in an expression outside brackets and strings: it must exist already
+    LOAD = "load"  # a name read in an expression outside brackets and strings, or in a parameter's annotation
+    # or default at the `def`'s own parenthesis (read where the function is defined): it must exist already
     ARGUMENT = "argument"  # the start of a call's argument: a load, or a keyword of the callee
     ATTRIBUTE = "attribute"  # after `receiver.`, read (not assigned)
     ATTRIBUTE_TARGET = "attribute-target"  # after `receiver.` at a statement's start: maybe assigned
@@ -140,6 +141,8 @@ def slot_at(text: bytes) -> Slot:
                 or _CASE_HEADER.match(unbroken))  # a binding place, or one where reading and binding both fit
     if any_name:
         return Slot(SlotKind.FREE, partial)
+    if _parameter_value(line, open_):
+        return Slot(SlotKind.LOAD, partial)
     body = line.strip()
     if body.endswith(b"@") and not open_:
         return Slot(SlotKind.FREE, partial)
@@ -186,8 +189,7 @@ def _is_parameter(line: bytes, open_: list[tuple[int, int]]) -> bool:
     """The next name is a parameter's (not an annotation or a default): the logical line is a
     `def` header whose only open bracket is its first `(`, and the text ends with that `(` or a
     `,` in it (`*`/`**` after them)."""
-    return (len(open_) == 1 and open_[0] == (line.find(b"("), 0x28) and _DEF_HEADER.match(line.lstrip(b"\n")) is not None
-            and _PARAMETER_BEFORE.search(line) is not None)
+    return _in_def_parens(line, open_) and _PARAMETER_BEFORE.search(line) is not None
 
 
 def _binds(line: bytes) -> bool:
@@ -199,5 +201,42 @@ def _binds(line: bytes) -> bool:
     if _IMPORT_LINE.match(line.lstrip(b"\n")):
         return True
     if _DEF_HEADER.match(line.lstrip(b"\n")):
-        return bool(_scan(line)[1])  # the parameters (the return annotation is a load)
+        # a parameter's name (its annotation, its default and the return annotation are loads)
+        open_ = _scan(line)[1]
+        return len(open_) == 1 and _in_def_parens(line, open_) and not _after_colon_or_equals(line[open_[0][0] + 1 :])
     return False
+
+
+def _in_def_parens(line: bytes, open_: list[tuple[int, int]]) -> bool:
+    """The only bracket open is a `def` header's own parenthesis."""
+    return (len(open_) == 1 and open_[0] == (line.find(b"("), 0x28)
+            and _DEF_HEADER.match(line.lstrip(b"\n")) is not None)
+
+
+def _after_colon_or_equals(params: bytes) -> bool:
+    """In `params` (a `def`'s parameters so far, after its `(`), the last parameter has its `:`
+    or `=` already (at its own level: not a slice's, a dict's or a keyword's in brackets)."""
+    depth, quote, colon = 0, 0, False
+    for i, b in enumerate(params):
+        if quote:
+            if b == quote and params[i - 1] != 0x5C:
+                quote = 0
+        elif b in b"'\"":
+            quote = b
+        elif b in _OPEN:
+            depth += 1
+        elif b in _CLOSE:
+            depth -= 1
+        elif depth == 0 and b == 0x2C:
+            colon = False
+        elif depth == 0 and b in b":=":
+            colon = True
+    return colon
+
+
+def _parameter_value(line: bytes, open_: list[tuple[int, int]]) -> bool:
+    """The next name is read in a parameter's annotation or default of a `def` header, at the
+    `def`'s own parenthesis (a deeper bracket there is read as any bracket): a default is
+    evaluated where the function is defined, and so is an annotation unless annotations are
+    postponed, where it still names what the module binds somewhere."""
+    return _in_def_parens(line, open_) and _after_colon_or_equals(line[open_[0][0] + 1 :])
