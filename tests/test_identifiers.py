@@ -686,6 +686,45 @@ def test_after_a_closed_receiver_at_a_statements_start_what_leaves_its_attribute
             assert kept[x] and float(shaped[x]) == -SURE_NATS and guide.stats["lowered"] == 1
 
 
+@pytest.mark.parametrize("decorator, closed, decorated", [
+    ("", True, False),
+    ("@dataclass\n", True, False),
+    ("@register\n", False, True),  # may add attributes (rich's `@rich_repr class Style`): lowered, not masked
+])
+def test_a_class_closed_but_for_a_decorator_has_what_leaves_its_attributes_lowered(compiled, decorator, closed,
+                                                                                    decorated):
+    """`Shape.` read in an expression: after a closed class a token no attribute starts with is
+    masked; after one whose only open door is a decorator other than `dataclass` it loses
+    SURE_NATS, not the mask; a class that subclasses one so decorated is lowered the same."""
+    from mask_store.matcher import GrammarMatcher
+
+    from lsp_server.decoding.identifiers.guide import IdentifierGuide
+    from lsp_server.decoding.identifiers.modes import IdentifierMode
+
+    comp, tok = compiled
+    x, a = tok.vocab.by_bytes[b"x"], tok.vocab.by_bytes[b"a"]  # no attribute starts with x; area with a
+    head = (f"from dataclasses import dataclass\n\n\ndef register(cls):\n    return cls\n\n\n{decorator}"
+            "class Shape:\n    area = 0\n\n\ndef f():\n")
+    for receiver in (b"Shape",):
+        line = f"    y = {receiver.decode()}."
+        doc = head + line + "\n"
+        scope = analyse(doc, doc.count("\n") - 1)
+        r = scope.receivers[receiver]
+        assert (r.closed, r.decorated) == (closed, decorated)
+        assert not any(name.startswith(b"x") for name in r.attributes)
+        before = (head + line).encode()
+        matcher = GrammarMatcher.from_prefix(comp, before)
+        mask = matcher.next_token_mask()
+        assert mask[x] and mask[a]
+        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
+        shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+        assert kept[a] and float(shaped[a]) == 0.0
+        if closed:
+            assert not kept[x] and guide.stats["masked"] == 1
+        else:
+            assert kept[x] and float(shaped[x]) == -SURE_NATS and guide.stats["lowered"] == 1
+
+
 def test_the_first_later_line_that_reads_a_name_bound_nowhere():
     from lsp_server.decoding.identifiers.later_lines import first_unbound_line, line_start
 

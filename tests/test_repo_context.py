@@ -482,8 +482,9 @@ def test_definitions_too_long_for_the_block_keep_their_first_lines_and_other_sec
 
 def test_a_class_of_another_module_is_closed_by_its_own_modules_rules(workspace: Path):
     """`Header.` after `from .util import Header`: util.py's Header has no base, decorator or
-    dynamic attribute, so nothing but what jedi lists follows it (masked where sure); a class
-    its module decorates, or one the document adds an attribute to, stays open."""
+    dynamic attribute, so nothing but what jedi lists follows it (masked where sure); one the
+    document adds an attribute to stays open, and a class its module decorates is closed but
+    for the decorator (lowered where sure)."""
     from lsp_server.decoding.identifiers.analysis import analyse
 
     path = str(workspace / "pkg" / "main.py")
@@ -493,7 +494,9 @@ def test_a_class_of_another_module_is_closed_by_its_own_modules_rules(workspace:
     added = text.replace("def make", "Header.extra = 1\n\n\ndef make")
     assert not analyse(added, 7, path).receivers[b"Header"].closed  # the document gives it one more
     (workspace / "pkg" / "util.py").write_text(UTIL.replace("class Header:", "@register\nclass Header:"))
-    assert not analyse(text, 4, path).receivers[b"Header"].closed  # a decorator may add attributes
+    header = analyse(text, 4, path).receivers[b"Header"]
+    assert not header.closed and header.decorated  # a decorator may add attributes: lowered, not masked
+    assert not analyse(added, 7, path).receivers[b"Header"].decorated  # nothing else may open it
 
 
 def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: Path):

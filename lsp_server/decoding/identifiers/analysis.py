@@ -14,7 +14,8 @@ Closed receivers (where decoding may mask what leaves every attribute): a module
 module-level `__getattr__` (its attributes: what jedi lists but the names only its
 `if __name__ == "__main__":` blocks bind, `main_block`); a class of this file (and `self`/`cls` in its methods) with no bases
 but `object`, builtins and closed classes of this file, no metaclass, no decorator but
-`dataclass`, no `__getattr__`/`__getattribute__`/`setattr(`/`__dict__` in its body, and no class of
+`dataclass` (a class that has another, or whose base has, is `Receiver.decorated`: lowered, not
+masked), no `__getattr__`/`__getattribute__`/`setattr(`/`__dict__` in its body, and no class of
 this file deriving from it (its methods may use what a subclass defines); an instance of such a
 class (`shop = Shop(...)`; `shop.` closed) when every binding of its name in the document is a
 call of that class, jedi infers that class there, and the document neither calls `setattr` nor
@@ -104,6 +105,18 @@ class Receiver:
 
     attributes: Names
     closed: bool
+    # not closed only for a decorator of its class (or of a base) other than `dataclass`: one may
+    # add attributes (rich's `@rich_repr` adds `__rich_repr__`), seldom any that code reads after
+    # the class's name, so what leaves the attributes is lowered there, not masked
+    decorated: bool = False
+
+
+class Closure(enum.Enum):
+    """What the rules for a class of a file say of its attributes (`_closed`)."""
+
+    CLOSED = "closed"  # nothing but what jedi lists
+    DECORATED = "decorated"  # the same, but for a decorator other than `dataclass` (`Receiver.decorated`)
+    OPEN = "open"
 
 
 class _Kind(enum.Enum):
@@ -139,13 +152,15 @@ class ScopeAnalysis:
         """This analysis as JSON (the jedi process's answer, `scope_job`; names are identifiers:
         UTF-8 both ways)."""
         return {"names": _strs(self.names), "document_names": _strs(self.document_names),
-                "receivers": {k.decode(): [_strs(r.attributes), r.closed] for k, r in self.receivers.items()},
+                "receivers": {k.decode(): [_strs(r.attributes), r.closed, r.decorated]
+                              for k, r in self.receivers.items()},
                 "name_set": self.name_set.value, "wanted": _strs(self.wanted)}
 
     @classmethod
     def from_json(cls, d: dict) -> ScopeAnalysis:
         return cls(Names(d["names"]), Names(d["document_names"]),
-                   {k.encode(): Receiver(Names(attrs), closed) for k, (attrs, closed) in d["receivers"].items()},
+                   {k.encode(): Receiver(Names(attrs), closed, decorated)
+                    for k, (attrs, closed, decorated) in d["receivers"].items()},
                    NameSet(d["name_set"]), Names(d["wanted"]))
 
 
@@ -244,25 +259,27 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
         inferred = synthetic.infer(line + 1, len(lead) + len(name)) if kind is _Kind.MODULE else []
         hidden = _main_only(inferred, memo)  # a module's names bound only when it runs as a script
         attributes = Names(c.name for c in listed if c.name not in hidden)
+        closure = Closure.OPEN
         if kind is _Kind.MODULE:
             closed = b"__getattr__" not in attributes and ("." not in name or all(d.type == "module" for d in inferred))
+            closure = Closure.CLOSED if closed else Closure.OPEN
             for c in listed:  # what the document reads through it (`os.path.`)
                 if re.search(rf"\b{re.escape(name)}\s*\.\s*{re.escape(c.name)}\s*\.", text):
                     queue.append((f"{name}.{c.name}", _Kind.MODULE))
         elif kind is _Kind.INSTANCE:
             made = instances[name]
             inferred = synthetic.infer(line + 1, len(lead) + len(name))
-            closed = (bool(inferred) and all(d.type == "instance" and d.name == made for d in inferred)
-                      and _closed(made, classes, text, set()) and _nothing_added(text, attributes))
+            if (bool(inferred) and all(d.type == "instance" and d.name == made for d in inferred)
+                    and _nothing_added(text, attributes)):
+                closure = _closed(made, classes, text, set())
         elif kind is _Kind.WORKSPACE:
-            closed = False  # its class's rules are another file's: favoured, never masked
+            pass  # its class's rules are another file's: favoured, never masked
         elif kind is _Kind.CLASS and name not in classes and path is not None:  # a class of another file
-            closed = (_workspace_class_closed(synthetic.infer(line + 1, len(lead) + len(name)), memo)
-                      and _nothing_added_to(name, text, attributes))
-        else:
-            closed = (_closed(enclosing if kind is _Kind.OWN else name, classes, text, set())
-                      and _nothing_added(text, attributes))
-        receivers[name.encode()] = Receiver(attributes, closed)
+            if _nothing_added_to(name, text, attributes):
+                closure = _workspace_class_closed(synthetic.infer(line + 1, len(lead) + len(name)), memo)
+        elif _nothing_added(text, attributes):
+            closure = _closed(enclosing if kind is _Kind.OWN else name, classes, text, set())
+        receivers[name.encode()] = Receiver(attributes, closure is Closure.CLOSED, closure is Closure.DECORATED)
         if kind is _Kind.MODULE:
             memo[key] = receivers[name.encode()]
     return ScopeAnalysis(names, document_names, receivers, NameSet.OPEN if open_scope else NameSet.CLOSED, wanted)
@@ -287,19 +304,19 @@ def _workspace_instance(inferred: list) -> bool:
     return bool(inferred) and all(d.type == "instance" and _in_workspace(d) for d in inferred)
 
 
-def _workspace_class_closed(inferred: list, memo: dict) -> bool:
+def _workspace_class_closed(inferred: list, memo: dict) -> Closure:
     """A class of another file of the workspace read as a receiver (`Style.` after `from .style
     import Style`) is closed where jedi infers that one class and its own file's rules close it
     (`_closed` over that file: the same rules as for a class of the document); memoized by the
     file's path and modification time."""
     if len(inferred) != 1 or inferred[0].type != "class" or not _in_workspace(inferred[0]):
-        return False
+        return Closure.OPEN
     d = inferred[0]
     path = str(d.module_path)
     try:
         key = ("class", path, d.name, os.stat(path).st_mtime_ns)
     except OSError:
-        return False
+        return Closure.OPEN
     if key not in memo:
         try:
             with open(path, encoding="utf-8") as f:
@@ -307,7 +324,7 @@ def _workspace_class_closed(inferred: list, memo: dict) -> bool:
             names = jedi.Script(source, path=path).get_names(all_scopes=True, definitions=True)
             memo[key] = _closed(d.name, _file_classes(names, source.split("\n")), source, set())
         except (OSError, UnicodeDecodeError, ValueError):
-            memo[key] = False
+            memo[key] = Closure.OPEN
     return memo[key]
 
 
@@ -397,28 +414,34 @@ def _enclosing_class(script: jedi.Script, line: int, column: int) -> str | None:
     return parent.name if parent is not None and parent.type == "class" else None
 
 
-def _closed(name: str | None, classes: dict[str, str], text: str, visiting: set[str]) -> bool:
-    """Whether class `name` of this file has no attributes but those jedi lists (module docstring)."""
+def _closed(name: str | None, classes: dict[str, str], text: str, visiting: set[str]) -> Closure:
+    """Whether class `name` of this file has no attributes but those jedi lists (module
+    docstring), or would have but for a decorator of its own or of a base (`Closure.DECORATED`)."""
     source = classes.get(name) if name else None
     if source is None or name in visiting:
-        return False
+        return Closure.OPEN
     visiting.add(name)
     if _DYNAMIC.search(source):
-        return False
-    for decorator in re.findall(r"^[ \t]*@.*$", source.split("class", 1)[0], re.M):
-        if not _ALLOWED_DECORATOR.match(decorator.strip()):
-            return False
+        return Closure.OPEN
     if re.search(rf"^[ \t]*class\s+\w+\s*\([^)]*\b{re.escape(name)}\b", text, re.M):
-        return False  # a subclass in this file: the methods may use its attributes
+        return Closure.OPEN  # a subclass in this file: the methods may use its attributes
     header = _HEADER.search(source)
     if header is None:
-        return False
+        return Closure.OPEN
+    closure = Closure.CLOSED
+    decorators = re.split(r"^[ \t]*class\b", source, maxsplit=1, flags=re.M)[0]  # not `dataclass`'s "class"
+    for decorator in re.findall(r"^[ \t]*@.*$", decorators, re.M):
+        if not _ALLOWED_DECORATOR.match(decorator.strip()):
+            closure = Closure.DECORATED
     for base in filter(None, (b.strip() for b in (header.group("bases") or "").split(","))):
         if "=" in base or base.startswith("*"):
-            return False  # metaclass=, **kwargs
+            return Closure.OPEN  # metaclass=, **kwargs
         if base in classes:
-            if not _closed(base, classes, text, visiting):
-                return False
+            below = _closed(base, classes, text, visiting)
+            if below is Closure.OPEN:
+                return Closure.OPEN
+            if below is Closure.DECORATED:
+                closure = Closure.DECORATED
         elif not isinstance(getattr(builtins, base, None), type):
-            return False
-    return True
+            return Closure.OPEN
+    return closure

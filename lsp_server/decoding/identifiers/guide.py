@@ -11,14 +11,15 @@ on a name that is not known) are held back as `Hold` says:
 - `LOWER` (`CONSTRAIN` only): after a closed receiver at a statement's start
   (`SlotKind.ATTRIBUTE_TARGET`, `util.` but not `self.`/`cls.`): an attribute may be added
   there (`util.flag = 1`), which code does seldom from outside a module or class, so they lose
-  `SURE_NATS`, not the mask; and a name read outside brackets or in a parameter's annotation or
-  default (`SlotKind.LOAD`), or read at a statement's start, when the analysis' names are
-  closed (`analysis.NameSet.CLOSED`): they lose `SURE_NATS`, not the mask. The name may still
-  be bound before it is read: the body of a conditional expression is evaluated after its
-  test, so `m.group(1) if (m := match(s)) else None` reads `m` where the text has not bound it
-  yet, and any read outside brackets may be such a body (`x = a + 1 if (a := f()) else 0`). A
-  mask there would refuse a valid program; only a model far surer of the name than of every
-  known one writes it;
+  `SURE_NATS`, not the mask; so do they after a receiver closed but for a class decorator
+  (`analysis.Receiver.decorated`: rich's `@rich_repr class Style`), and a name read outside
+  brackets or in a parameter's annotation or default (`SlotKind.LOAD`), or read at a
+  statement's start, when the analysis' names are closed (`analysis.NameSet.CLOSED`): they
+  lose `SURE_NATS`, not the mask. The name may still be bound before it is read: the body of a
+  conditional expression is evaluated after its test, so `m.group(1) if (m := match(s)) else
+  None` reads `m` where the text has not bound it yet, and any read outside brackets may be
+  such a body (`x = a + 1 if (a := f()) else 0`). A mask there would refuse a valid program;
+  only a model far surer of the name than of every known one writes it;
 - `BIAS`: everywhere else, and in `BIAS` mode: they lose `BIAS_NATS`.
 A token that writes the dot and an attribute's start at once after a receiver's name (`sys` then
 `.fin`: byte-level BPE spells attributes so) is held back as the attribute after `sys.` would be
@@ -355,6 +356,8 @@ class IdentifierGuide:
         return self.scope.receivers.get(slot.receiver)
 
     def _attribute_hold(self, slot: Slot, receiver: Receiver) -> Hold:
+        if receiver.decorated:  # closed but for a decorator, which may add attributes: lowered
+            return self._targets_hold
         if not receiver.closed:
             return Hold.BIAS
         # at a statement's start the attribute may be one being added (`util.flag = 1`): legal,
