@@ -210,9 +210,16 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("def f(a, x=2 *", SlotKind.LOAD, b"", b""),
     ("def f(a, *, loop: asyncio.Abs", SlotKind.ATTRIBUTE, b"Abs", b"asyncio"),  # an annotation reads
     ("def f(\n    a,\n    b: int = ", SlotKind.LOAD, b"", b""),
-    ("def f(a: Dict[str, ", SlotKind.NAME, b"", b""),  # a deeper bracket as any bracket
+    ("def f(a: Dict[str, ", SlotKind.LOAD, b"", b""),  # a deeper bracket as any bracket: a subscript reads
     ("def f(a=g(", SlotKind.ARGUMENT, b"", b""),
-    ("def f(a) -> Tuple[int, ", SlotKind.NAME, b"", b""),
+    ("def f(a) -> Tuple[int, ", SlotKind.LOAD, b"", b""),
+    ("    return rows[ro", SlotKind.LOAD, b"ro", b""),  # a subscript: no comprehension binds there
+    ("x = table[k][", SlotKind.LOAD, b"", b""),
+    ("x = f()[", SlotKind.LOAD, b"", b""),
+    ("    return [ro", SlotKind.NAME, b"ro", b""),  # a list: maybe a comprehension's variable
+    ("    if x in[ro", SlotKind.NAME, b"ro", b""),
+    ("class Box[T", SlotKind.NAME, b"T", b""),  # type parameters, not a subscript
+    ("x = f'{a[i", SlotKind.NAME, b"i", b""),
     ("def f(a=lambda x", SlotKind.FREE, b"x", b""),  # a lambda's parameter
     ("def f(a='x=y', b", SlotKind.PARAMETER, b"b", b""),  # a string's `=`
     ("def f(a={1: 2}, b", SlotKind.PARAMETER, b"b", b""),  # a dict's `:`

@@ -13,13 +13,14 @@ on a name that is not known) are held back as `Hold` says:
   there (`util.flag = 1`), which code does seldom from outside a module or class, so they lose
   `SURE_NATS`, not the mask; so do they after a receiver closed but for a class decorator
   (`analysis.Receiver.decorated`: rich's `@rich_repr class Style`), and a name read outside
-  brackets or in a parameter's annotation or default (`SlotKind.LOAD`), or read at a
-  statement's start, when the analysis' names are closed (`analysis.NameSet.CLOSED`): they
-  lose `SURE_NATS`, not the mask. The name may still be bound before it is read: the body of a
-  conditional expression is evaluated after its test, so `m.group(1) if (m := match(s)) else
-  None` reads `m` where the text has not bound it yet, and any read outside brackets may be
-  such a body (`x = a + 1 if (a := f()) else 0`). A mask there would refuse a valid program;
-  only a model far surer of the name than of every known one writes it;
+  brackets, in a parameter's annotation or default or at a subscript's own level
+  (`SlotKind.LOAD`), or read at a statement's start, when the analysis' names are closed
+  (`analysis.NameSet.CLOSED`): they lose `SURE_NATS`, not the mask. The name may still be
+  bound before it is read: the body of a conditional expression is evaluated after its test,
+  so `m.group(1) if (m := match(s)) else None` reads `m` where the text has not bound it yet,
+  and any read outside brackets may be such a body (`x = a + 1 if (a := f()) else 0`). A mask
+  there would refuse a valid program; only a model far surer of the name than of every known
+  one writes it;
 - `BIAS`: everywhere else, and in `BIAS` mode: they lose `BIAS_NATS`.
 A token that writes the dot and an attribute's start at once after a receiver's name (`sys` then
 `.fin`: byte-level BPE spells attributes so) is held back as the attribute after `sys.` would be

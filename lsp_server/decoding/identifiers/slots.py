@@ -11,6 +11,7 @@ comment.
 from __future__ import annotations
 
 import enum
+import keyword
 import re
 from dataclasses import dataclass
 
@@ -26,8 +27,9 @@ class SlotKind(enum.Enum):
     STATEMENT = "statement"  # a statement's start: a target or a load, told by what follows the name
     NAME = "name"  # a name read in an expression (a load) inside a bracket or a string: a comprehension's
     # variable (`[x for x in ...]`) or a walrus target (`if n := ...`) may be bound after it
-    LOAD = "load"  # a name read in an expression outside brackets and strings, or in a parameter's annotation
-    # or default at the `def`'s own parenthesis (read where the function is defined): it must exist already
+    LOAD = "load"  # a name read in an expression outside brackets and strings, in a parameter's annotation or
+    # default at the `def`'s own parenthesis (read where the function is defined), or at a subscript's own
+    # level (no comprehension binds there): it must exist already
     ARGUMENT = "argument"  # the start of a call's argument: a load, or a keyword of the callee
     ATTRIBUTE = "attribute"  # after `receiver.`, read (not assigned)
     ATTRIBUTE_TARGET = "attribute-target"  # after `receiver.` at a statement's start: maybe assigned
@@ -57,6 +59,7 @@ _READS_BEFORE = re.compile(rb"(?:[-+*/%&|^~<>!@]|==|(?:^|[^\w.])(?:in|not|is|and
                            rb"|assert|else|raise))\Z")
 _PARAMETER_BEFORE = re.compile(rb"[(,]\s*(?:\*\*?)?\Z")  # in a def's parentheses, a parameter's name follows
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:import|from)[ \t]")
+_TYPE_PARAMETERS = re.compile(rb"^\s*(?:(?:async[ \t]+)?def|class|type)[ \t]+\w+[ \t]*\Z")  # `class Box[T]`
 _OPEN = b"([{"
 _CLOSE = b")]}"
 
@@ -163,7 +166,20 @@ def slot_at(text: bytes) -> Slot:
         if _READS_BEFORE.search(line[:pos].rstrip(b" \t")):
             return Slot(SlotKind.NAME, partial)  # `not in (`, `+ (`: an expression (maybe a generator's variable)
         return Slot(SlotKind.FREE, partial)  # a parenthesised tuple: maybe targets
+    if bracket == 0x5B and not quoted and _is_subscript(line[:pos]):
+        return Slot(SlotKind.LOAD, partial)
     return Slot(SlotKind.NAME, partial)
+
+
+def _is_subscript(before: bytes) -> bool:
+    """A `[` after `before` opens a subscript (`t.List[`, `rows[i][`, `f()[`), not a list (`= [`,
+    `return [`) nor type parameters (`class Box[`, `def first[`, `type Pair[`): what is read at
+    its own level is read where it stands, since no comprehension can bind a name there (`a[x
+    for x in y]` is no Python; a comprehension needs brackets of its own)."""
+    if not before or not (is_name_byte(before[-1]) or before[-1:] in (b")", b"]")):
+        return False
+    word = re.search(rb"[A-Za-z_0-9]*\Z", before).group()
+    return not keyword.iskeyword(word.decode("ascii", "replace")) and _TYPE_PARAMETERS.match(before) is None
 
 
 def _ends_header(line: bytes) -> bool:
