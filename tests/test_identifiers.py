@@ -665,32 +665,42 @@ def test_a_step_both_favoured_and_held_back_is_counted_once(compiled):
     assert guide.stats["shaped"] == 1 and guide.stats["lowered"] == 1
 
 
-def test_after_a_closed_receiver_at_a_statements_start_what_leaves_its_attributes_is_lowered(compiled):
-    """`json.` read in an expression: a token no attribute of json starts with is masked; at a
-    statement's start (where `json.extra = 1` would add one) it loses SURE_NATS, not the mask;
-    after `self.` there nothing is held back (constrain)."""
+def _shaped_after_receiver(compiled, before: str, receiver: bytes, leaving: bytes, toward: bytes):
+    """The names guide (constrain) at the end of `before`, just after `receiver.`: the receiver
+    as analysed, the guide's tallies, and what became of the token `leaving` (no attribute starts
+    so): None where masked, else its logit's change; the token `toward` (an attribute starts so)
+    is kept untouched."""
     from mask_store.matcher import GrammarMatcher
 
     from lsp_server.decoding.identifiers.guide import IdentifierGuide
     from lsp_server.decoding.identifiers.modes import IdentifierMode
 
     comp, tok = compiled
-    x, d = tok.vocab.by_bytes[b"x"], tok.vocab.by_bytes[b"d"]  # no attribute of json starts with x; dumps with d
+    scope = analyse(before + "\n", before.count("\n"))
+    found = scope.receivers[receiver]
+    assert not any(a.startswith(leaving) for a in found.attributes)
+    matcher = GrammarMatcher.from_prefix(comp, before.encode())
+    mask = matcher.next_token_mask()
+    out, keep = tok.vocab.by_bytes[leaving], tok.vocab.by_bytes[toward]
+    assert mask[out] and mask[keep]
+    guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before.encode())
+    shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
+    assert kept[keep] and float(shaped[keep]) == 0.0
+    return found, guide.stats, float(shaped[out]) if kept[out] else None
+
+
+def test_after_a_closed_receiver_at_a_statements_start_what_leaves_its_attributes_is_lowered(compiled):
+    """`json.` read in an expression: a token no attribute of json starts with is masked; at a
+    statement's start (where `json.extra = 1` would add one) it loses SURE_NATS, not the mask;
+    after `self.` there nothing is held back (constrain)."""
     for line, masked in (("    y = json.", True), ("    json.", False)):
-        doc = f"import json\n\n\ndef f():\n{line}\n"
-        scope = analyse(doc, 4)
-        assert scope.receivers[b"json"].closed and not any(a.startswith(b"x") for a in scope.receivers[b"json"].attributes)
-        before = f"import json\n\n\ndef f():\n{line}".encode()
-        matcher = GrammarMatcher.from_prefix(comp, before)
-        mask = matcher.next_token_mask()
-        assert mask[x] and mask[d]
-        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
-        shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
-        assert kept[d] and float(shaped[d]) == 0.0
+        # no attribute of json starts with x; dumps with d
+        found, stats, x = _shaped_after_receiver(compiled, f"import json\n\n\ndef f():\n{line}", b"json", b"x", b"d")
+        assert found.closed
         if masked:
-            assert not kept[x] and guide.stats["masked"] == 1
+            assert x is None and stats["masked"] == 1
         else:
-            assert kept[x] and float(shaped[x]) == -SURE_NATS and guide.stats["lowered"] == 1
+            assert x == -SURE_NATS and stats["lowered"] == 1
 
 
 @pytest.mark.parametrize("decorator, closed, decorated", [
@@ -702,34 +712,15 @@ def test_a_class_closed_but_for_a_decorator_has_what_leaves_its_attributes_lower
                                                                                     decorated):
     """`Shape.` read in an expression: after a closed class a token no attribute starts with is
     masked; after one whose only open door is a decorator other than `dataclass` it loses
-    SURE_NATS, not the mask; a class that subclasses one so decorated is lowered the same."""
-    from mask_store.matcher import GrammarMatcher
-
-    from lsp_server.decoding.identifiers.guide import IdentifierGuide
-    from lsp_server.decoding.identifiers.modes import IdentifierMode
-
-    comp, tok = compiled
-    x, a = tok.vocab.by_bytes[b"x"], tok.vocab.by_bytes[b"a"]  # no attribute starts with x; area with a
-    head = (f"from dataclasses import dataclass\n\n\ndef register(cls):\n    return cls\n\n\n{decorator}"
-            "class Shape:\n    area = 0\n\n\ndef f():\n")
-    for receiver in (b"Shape",):
-        line = f"    y = {receiver.decode()}."
-        doc = head + line + "\n"
-        scope = analyse(doc, doc.count("\n") - 1)
-        r = scope.receivers[receiver]
-        assert (r.closed, r.decorated) == (closed, decorated)
-        assert not any(name.startswith(b"x") for name in r.attributes)
-        before = (head + line).encode()
-        matcher = GrammarMatcher.from_prefix(comp, before)
-        mask = matcher.next_token_mask()
-        assert mask[x] and mask[a]
-        guide = IdentifierGuide(IdentifierMode.CONSTRAIN, scope, _guide_tokens(compiled), comp, before)
-        shaped, kept = guide.shape(torch.zeros(comp.V), mask, matcher, b"")
-        assert kept[a] and float(shaped[a]) == 0.0
-        if closed:
-            assert not kept[x] and guide.stats["masked"] == 1
-        else:
-            assert kept[x] and float(shaped[x]) == -SURE_NATS and guide.stats["lowered"] == 1
+    SURE_NATS, not the mask."""
+    before = (f"from dataclasses import dataclass\n\n\ndef register(cls):\n    return cls\n\n\n{decorator}"
+              "class Shape:\n    area = 0\n\n\ndef f():\n    y = Shape.")
+    found, stats, x = _shaped_after_receiver(compiled, before, b"Shape", b"x", b"a")  # area with a
+    assert (found.closed, found.decorated) == (closed, decorated)
+    if closed:
+        assert x is None and stats["masked"] == 1
+    else:
+        assert x == -SURE_NATS and stats["lowered"] == 1
 
 
 def test_the_first_later_line_that_reads_a_name_bound_nowhere():
