@@ -497,6 +497,16 @@ def test_a_class_of_another_module_is_closed_by_its_own_modules_rules(workspace:
     header = analyse(text, 4, path).receivers[b"Header"]
     assert not header.closed and header.decorated  # a decorator may add attributes: lowered, not masked
     assert not analyse(added, 7, path).receivers[b"Header"].decorated  # nothing else may open it
+    # a decorator whose overloads return the class or a callable: jedi infers the class and an
+    # instance of Callable (rich's `@rich_repr class Style`); still closed but for the decorator
+    overloaded = ("from typing import Callable, Optional, Type, TypeVar, overload\nT = TypeVar('T')\n\n\n@overload\n"
+                  "def register(cls: Optional[Type[T]]) -> Type[T]: ...\n@overload\n"
+                  "def register(*, tag: str = '') -> Callable[[Type[T]], Type[T]]: ...\n"
+                  "def register(cls=None, *, tag=''):\n    return cls\n\n\n")
+    (workspace / "pkg" / "util.py").write_text(overloaded + UTIL.replace("class Header:", "@register\nclass Header:"))
+    scope = analyse(text, 4, path)
+    header = scope.receivers[b"Header"]
+    assert not header.closed and header.decorated and {b"render", b"kind"} <= set(header.attributes)
 
 
 def test_an_instance_of_an_environment_class_is_not_made_a_receiver(workspace: Path):

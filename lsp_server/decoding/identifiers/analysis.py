@@ -308,10 +308,17 @@ def _workspace_class_closed(inferred: list, memo: dict) -> Closure:
     """A class of another file of the workspace read as a receiver (`Style.` after `from .style
     import Style`) is closed where jedi infers that one class and its own file's rules close it
     (`_closed` over that file: the same rules as for a class of the document); memoized by the
-    file's path and modification time."""
-    if len(inferred) != 1 or inferred[0].type != "class" or not _in_workspace(inferred[0]):
+    file's path and modification time. Where jedi infers instances beside the class (what a
+    decorator's annotations say it returns), it is at most closed but for its decorator."""
+    classes = [d for d in inferred if d.type == "class"]
+    if len(classes) != 1 or not _in_workspace(classes[0]) or any(d.type != "instance" for d in inferred
+                                                                   if d is not classes[0]):
         return Closure.OPEN
-    d = inferred[0]
+    d = classes[0]
+    if len(inferred) > 1:  # what its decorator returns too (rich's `Style`: the class and an instance
+        # of `Callable`, the decorator's overloads): no more than closed but for the decorator
+        closure = _workspace_class_closed([d], memo)
+        return closure if closure is Closure.DECORATED else Closure.OPEN
     path = str(d.module_path)
     try:
         key = ("class", path, d.name, os.stat(path).st_mtime_ns)
