@@ -223,6 +223,10 @@ def test_without_a_ready_analysis_the_request_decodes_without_it(compiled):
     ("def f(a=lambda x", SlotKind.FREE, b"x", b""),  # a lambda's parameter
     ("def f(a='x=y', b", SlotKind.PARAMETER, b"b", b""),  # a string's `=`
     ("def f(a={1: 2}, b", SlotKind.PARAMETER, b"b", b""),  # a dict's `:`
+    # a parameter's name after a comment is free (not told from a read), never a read: not after
+    # a comment's `:`, nor after a string that ends in an escaped backslash
+    ("def f(\n    a,  # the size: in bytes\n    b", SlotKind.FREE, b"b", b""),
+    ("def f(\n    a='\\\\',  # a\n    b", SlotKind.FREE, b"b", b""),
     ("for x", SlotKind.BINDING, b"x", b""),
     ("    for k, v", SlotKind.BINDING, b"v", b""),
     ("class Sh", SlotKind.BINDING, b"Sh", b""),

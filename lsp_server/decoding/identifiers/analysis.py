@@ -261,8 +261,8 @@ def _analyse(text: str, line: int, path: str | None, memo: dict) -> ScopeAnalysi
         attributes = Names(c.name for c in listed if c.name not in hidden)
         closure = Closure.OPEN
         if kind is _Kind.MODULE:
-            closed = b"__getattr__" not in attributes and ("." not in name or all(d.type == "module" for d in inferred))
-            closure = Closure.CLOSED if closed else Closure.OPEN
+            if b"__getattr__" not in attributes and ("." not in name or all(d.type == "module" for d in inferred)):
+                closure = Closure.CLOSED
             for c in listed:  # what the document reads through it (`os.path.`)
                 if re.search(rf"\b{re.escape(name)}\s*\.\s*{re.escape(c.name)}\s*\.", text):
                     queue.append((f"{name}.{c.name}", _Kind.MODULE))

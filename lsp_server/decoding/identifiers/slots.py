@@ -219,7 +219,7 @@ def _binds(line: bytes) -> bool:
     if _DEF_HEADER.match(line.lstrip(b"\n")):
         # a parameter's name (its annotation, its default and the return annotation are loads)
         open_ = _scan(line)[1]
-        return len(open_) == 1 and _in_def_parens(line, open_) and not _after_colon_or_equals(line[open_[0][0] + 1 :])
+        return _in_def_parens(line, open_) and not _after_colon_or_equals(line[open_[0][0] + 1 :])
     return False
 
 
@@ -231,14 +231,23 @@ def _in_def_parens(line: bytes, open_: list[tuple[int, int]]) -> bool:
 
 def _after_colon_or_equals(params: bytes) -> bool:
     """In `params` (a `def`'s parameters so far, after its `(`), the last parameter has its `:`
-    or `=` already (at its own level: not a slice's, a dict's or a keyword's in brackets)."""
+    or `=` already (at its own level: not a slice's, a dict's or a keyword's in brackets; not in
+    a string or a comment: read as `_scan` reads them)."""
     depth, quote, colon = 0, 0, False
-    for i, b in enumerate(params):
+    i, n = 0, len(params)
+    while i < n:
+        b = params[i]
         if quote:
-            if b == quote and params[i - 1] != 0x5C:
+            if b == 0x5C:
+                i += 1
+            elif b == quote or b == 0x0A:
                 quote = 0
         elif b in b"'\"":
             quote = b
+        elif b == 0x23:  # a comment, to the line's end (`a,  # the size: in bytes`)
+            j = params.find(b"\n", i)
+            i = n if j < 0 else j
+            continue
         elif b in _OPEN:
             depth += 1
         elif b in _CLOSE:
@@ -247,6 +256,7 @@ def _after_colon_or_equals(params: bytes) -> bool:
             colon = False
         elif depth == 0 and b in b":=":
             colon = True
+        i += 1
     return colon
 
 
