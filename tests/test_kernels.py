@@ -112,11 +112,11 @@ def test_a_model_steps_and_verification_passes_agree_bit_for_bit(tiny_model_dir,
 
 @pytest.mark.parametrize("d", [16, 24, 40])  # head sizes a multiple of 8, not always of 16
 @pytest.mark.parametrize("h, h_kv", [(6, 2), (14, 2), (4, 1)])  # a single row's heads alone, or in parts of 3-4
-def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, h, h_kv, kernels):
+@pytest.mark.parametrize("length", [70, 300])  # several rows read the keys in blocks of 4096 floats: 300 are 2-3 of them
+def test_row_attention_matches_causal_sdpa_and_ignores_the_number_of_rows(d, h, h_kv, length, kernels):
     torch.manual_seed(3)
-    length = 70
-    cap = torch.randn(1, h_kv, 128, d)  # a GrowingCache-like buffer: rows contiguous, heads spaced
-    key, value = cap[:, :, :length], torch.randn(1, h_kv, 128, d)[:, :, :length]
+    cap = torch.randn(1, h_kv, 320, d)  # a GrowingCache-like buffer: rows contiguous, heads spaced
+    key, value = cap[:, :, :length], torch.randn(1, h_kv, 320, d)[:, :, :length]
     query = torch.randn(1, h, 9, d) * 3
     out = kernels.row_attention(query, key, value, d ** -0.5)  # [1, 9, h, d]
     rk = key.repeat_interleave(h // h_kv, 1)
@@ -137,8 +137,8 @@ def test_row_attention_reads_a_float16_cache_as_its_exact_float32_values(d, kern
     """A float16 cache is converted exactly when read: the same bits as the float32 tensors of
     its values, for every number of rows."""
     torch.manual_seed(7)
-    key = (torch.randn(1, 2, 128, d) * 4).half()[:, :, :70]  # heads spaced, as a cache buffer
-    value = torch.randn(1, 2, 128, d).half()[:, :, :70]
+    key = (torch.randn(1, 2, 384, d) * 4).half()[:, :, :300]  # heads spaced, as a cache buffer; blocks of keys
+    value = torch.randn(1, 2, 384, d).half()[:, :, :300]
     query = torch.randn(1, 6, 9, d) * 3
     wide = kernels.row_attention(query, key.float(), value.float(), d ** -0.5)
     for q_len in (1, 2, 4, 5, 9):

@@ -475,14 +475,18 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
 
 /* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and
  * sees keys 0 .. L - Q + i). Query (h, i) at q + h * q_head + i * q_row; key/value row j of
- * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D. Several
- * rows: one task per head and group of up to ROWS consecutive rows (one row: `attend_one`).
+ * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D.
  * One row (a decoding step): one task per part of a key head's group of query heads
  * (`head_parts`: parts of 3 to ROWS heads, as many as make the tasks a multiple of the threads
  * where the group allows; else a head a part), the part's heads together (`attend_rows`, not
- * causal): Qwen2.5-Coder's 7 heads a key head, StarCoder2's 12. */
-static inline int attention_chunks(int Q) { return (Q + ROWS - 1) / ROWS; }
-static inline int64_t attention_stride(int L) { return (int64_t)ROWS * (L + ROWS + 8); }
+ * causal): Qwen2.5-Coder's 7 heads a key head, StarCoder2's 12.
+ * 2 to ROWS rows (a short verification pass): one task per head and its rows (`attend_rows`,
+ * causal; one row: `attend_one`).
+ * More (a long verification pass, a prompt's chunk): one task per part of a key head's queries
+ * (every row of every head of its group: `group_parts` of them), the part's queries over one
+ * read of the keys and values (`attend_group`); per head, a key head's keys and values were read
+ * once per query head of its group and per ROWS rows (SmolLM2's 24-row chunk after 1,000
+ * positions: 18 times). Every way computes each (query, key) and each output element alike. */
 
 /* the parts each key head's group of query heads is split into, for one row; a part of fewer
  * than 3 heads is no faster than its heads alone (one head a part: `attend_one`'s 4 keys at a
@@ -493,22 +497,126 @@ static inline int head_parts(int H, int Hkv, int threads) {
     return group < 3 * parts ? group : parts;
 }
 
-/* the tasks of an attention of Q rows (at most H * attention_chunks(Q)) */
-static inline int attention_tasks(int H, int Hkv, int Q, int threads) {
-    return Q == 1 ? Hkv * head_parts(H, Hkv, threads) : H * attention_chunks(Q);
+/* the parts a key head's Q * group queries are split into, for more than ROWS rows: the fewest
+ * that make the tasks a multiple of the threads (each part reads the key head's keys and values once) */
+static inline int group_parts(int H, int Hkv, int Q, int threads) {
+    int queries = Q * (H / Hkv), parts = 1;
+    while (parts < queries && (Hkv * parts) % threads) parts++;
+    return parts;
 }
 
-/* task t of `attention` (head t / chunks, its chunk t % chunks of rows); `scratch` holds every task's.
+/* the tasks of an attention of Q rows */
+static inline int attention_tasks(int H, int Hkv, int Q, int threads) {
+    return Q == 1 ? Hkv * head_parts(H, Hkv, threads) : Q <= ROWS ? H : Hkv * group_parts(H, Hkv, Q, threads);
+}
+
+/* keys (values) a block of `attend_group` holds as float32: 16 KB of them, read from L1 by
+ * every query of the task */
+static inline int key_block(int D) { int b = (4096 / D) & ~3; return b < 4 ? 4 : b; }
+
+/* the weighted values of one query, keys [j0, j1) of a block (`vb`: key j0's row as float32),
+ * into its accumulators `acc` (dims d0 .. d0 + 8 vecs); `vecs` a constant at each call */
+ALWAYS_INLINE void weigh_block(const float *p, const float *vb, int j0, int j1, int D, int d0, float *acc,
+                               const int vecs) {
+    v8 a[8];
+    for (int c = 0; c < vecs; c++) a[c] = v8_load(acc + 8 * c);
+    for (int j = j0; j < j1; j++) {
+        v8 pj = v8_set1(p[j]);
+        const float *v = vb + (int64_t)(j - j0) * D + d0;
+        for (int c = 0; c < vecs; c++) a[c] = v8_fma(pj, v8_load(v + 8 * c), a[c]);
+    }
+    for (int c = 0; c < vecs; c++) v8_store(acc + 8 * c, a[c]);
+}
+
+/* keys (or values) [j0, j1) as float32: the rows themselves, or converted into `blk` */
+ALWAYS_INLINE const float *block_rows(const void *base, int j0, int j1, int D, float *blk, const int half) {
+    if (!half) return (const float *)base + (int64_t)j0 * D;
+    for (int64_t e = 0; e < (int64_t)(j1 - j0) * D; e += 8) v8_store(blk + e, load8(base, (int64_t)j0 * D + e, 1));
+    return blk;
+}
+
+/* Queries [x0, x1) of one key head's group (query x: row x / group, head x % group of the group;
+ * at q + head * q_head + row * q_row, its output at o + row * o_row + head * D; row r sees keys
+ * 0 .. limit0 + r - 1) over one read of the keys and values, a block of `key_block` of them at
+ * a time (converted once from float16): every query's scores of the block, then, after the
+ * softmaxes, every query's weighted values of each block. Per (query, key) and per output
+ * element the arithmetic of `attend_one` (scores summed as alone; each output element one chain
+ * of FMAs in key order, its accumulator kept between blocks), so the same bits as a single step.
+ * `s`: `attention_task_floats` of scratch. */
+ALWAYS_INLINE void attend_group(const float *q, int64_t q_head, int64_t q_row, const void *kh, const void *vh,
+                                int limit0, int group, int x0, int x1, int D, float scale, float *s, float *o,
+                                int64_t o_row, const int half) {
+    int R = x1 - x0, last = limit0 + (x1 - 1) / group, kb = key_block(D);
+    int64_t stride = (int64_t)last + 8;
+    float *inv = s + R * stride, *acc = inv + R, *blk = acc + (int64_t)R * D;
+    for (int b0 = 0; b0 < last; b0 += kb) { /* the scores */
+        int b1 = b0 + kb < last ? b0 + kb : last;
+        const float *kf = block_rows(kh, b0, b1, D, blk, half);
+        for (int x = x0; x < x1; x++) {
+            const float *qv = q + (x % group) * q_head + (x / group) * q_row;
+            float *sx = s + (x - x0) * stride;
+            int end = limit0 + x / group < b1 ? limit0 + x / group : b1, j = b0;
+            for (; j + 4 <= end; j += 4) { /* four keys at a time, each summed as alone */
+                v8 a0 = v8_zero(), a1 = a0, a2 = a0, a3 = a0;
+                const float *k0 = kf + (int64_t)(j - b0) * D;
+                for (int d = 0; d < D; d += 8) {
+                    v8 qd = v8_load(qv + d);
+                    a0 = v8_fma(qd, v8_load(k0 + d), a0);
+                    a1 = v8_fma(qd, v8_load(k0 + D + d), a1);
+                    a2 = v8_fma(qd, v8_load(k0 + 2 * D + d), a2);
+                    a3 = v8_fma(qd, v8_load(k0 + 3 * D + d), a3);
+                }
+                sx[j] = v8_hsum(a0) * scale;
+                sx[j + 1] = v8_hsum(a1) * scale;
+                sx[j + 2] = v8_hsum(a2) * scale;
+                sx[j + 3] = v8_hsum(a3) * scale;
+            }
+            for (; j < end; j++) sx[j] = key_score(qv, kf, (int64_t)(j - b0) * D, D, scale, 0);
+        }
+    }
+    for (int x = x0; x < x1; x++) inv[x - x0] = softmax_row(s + (x - x0) * stride, limit0 + x / group);
+    memset(acc, 0, sizeof(float) * (size_t)R * D);
+    for (int b0 = 0; b0 < last; b0 += kb) { /* the weighted values */
+        int b1 = b0 + kb < last ? b0 + kb : last;
+        const float *vf = block_rows(vh, b0, b1, D, blk, half);
+        for (int x = x0; x < x1; x++) {
+            int end = limit0 + x / group < b1 ? limit0 + x / group : b1;
+            const float *p = s + (x - x0) * stride;
+            float *ax = acc + (int64_t)(x - x0) * D;
+            int d0 = 0;
+            for (; d0 + 64 <= D; d0 += 64) weigh_block(p, vf, b0, end, D, d0, ax + d0, 8);
+            for (; d0 < D; d0 += 8) weigh_block(p, vf, b0, end, D, d0, ax + d0, 1);
+        }
+    }
+    for (int x = x0; x < x1; x++) {
+        v8 iv = v8_set1(inv[x - x0]);
+        float *out = o + (x / group) * o_row + (x % group) * D;
+        for (int d = 0; d < D; d += 8) v8_store(out + d, v8_mul(v8_load(acc + (int64_t)(x - x0) * D + d), iv));
+    }
+}
+
+/* the floats of scratch one task needs: a row's or a head's (`attend_one`, `attend_rows`), or,
+ * for more than ROWS rows, a part's scores (L + 8 a query), their sums' inverses, its outputs'
+ * accumulators (D a query) and a block of keys or values as float32 (`attend_group`) */
+static inline int64_t attention_task_floats(int H, int Hkv, int Q, int L, int D, int threads) {
+    int64_t one = (int64_t)ROWS * (L + ROWS + 8);
+    if (Q <= ROWS) return one;
+    int parts = group_parts(H, Hkv, Q, threads);
+    int64_t part = ((int64_t)Q * (H / Hkv) + parts - 1) / parts;
+    int64_t group = part * (L + 8 + 1 + D) + (int64_t)key_block(D) * D;
+    return group > one ? group : one;
+}
+
+/* task t of `attention`; `scratch` holds every task's (`attention_task_floats` each).
  * `window` (0: none): a row at position p attends to the keys at positions p - window + 1 .. p
- * only (Gemma 3's sliding-window layers); where it cuts keys off, each row of the chunk is
+ * only (Gemma 3's sliding-window layers); where it cuts keys off, each query of the task is
  * computed alone by `attend_one` over its own keys: the arithmetic a single step gives it. */
 ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int64_t q_row, const void *k,
                                      const void *v, float *out, int H, int Hkv, int Q, int L, int D,
                                      int64_t k_head_stride, int64_t v_head_stride, float scale, float *scratch,
                                      int window, int threads, const int half) {
     int group = H / Hkv;
-    int chunks = attention_chunks(Q);
-    int64_t stride = attention_stride(L);
+    float *s = scratch + (int64_t)t * attention_task_floats(H, Hkv, Q, L, D, threads);
     if (Q == 1) { /* part t % parts of key head t / parts's query heads, as even as can be */
         int parts = head_parts(H, Hkv, threads), g = t / parts, part = t % parts;
         int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
@@ -516,32 +624,34 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
         const void *ks = element_at(k, g * k_head_stride + (int64_t)start * D, half);
         const void *vs = element_at(v, g * v_head_stride + (int64_t)start * D, half);
         if (h1 - h0 == 1)
-            attend_one(q + h0 * q_head, ks, vs, L - start, D, scale, scratch + (int64_t)t * stride, out + (int64_t)h0 * D,
-                       half);
+            attend_one(q + h0 * q_head, ks, vs, L - start, D, scale, s, out + (int64_t)h0 * D, half);
         else
-            attend_rows(q + h0 * q_head, q_head, ks, vs, L - start, h1 - h0, D, scale, scratch + (int64_t)t * stride,
-                        out + (int64_t)h0 * D, D, half, 0);
+            attend_rows(q + h0 * q_head, q_head, ks, vs, L - start, h1 - h0, D, scale, s, out + (int64_t)h0 * D, D,
+                        half, 0);
         return;
     }
-    int h = t / chunks, c = t % chunks;
-    int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
-    int64_t kv_at = (int64_t)(h / group);
-    const void *kh = element_at(k, kv_at * k_head_stride, half), *vh = element_at(v, kv_at * v_head_stride, half);
-    float *o = out + ((int64_t)r0 * H + h) * D;
+    /* queries [x0, x1) of key head g's Q * group (x: row x / group, head g * group + x % group):
+     * up to ROWS rows, head t's rows; more, part t % parts of key head t / parts's queries */
+    int parts = Q <= ROWS ? group : group_parts(H, Hkv, Q, threads), g = t / parts, part = t % parts;
+    int x0 = Q <= ROWS ? part : part * Q * group / parts, x1 = Q <= ROWS ? part + 1 : (part + 1) * Q * group / parts;
+    const void *kh = element_at(k, g * k_head_stride, half), *vh = element_at(v, g * v_head_stride, half);
+    const float *qg = q + (int64_t)g * group * q_head;
+    float *og = out + (int64_t)g * group * D;
     if (window > 0 && L > window) {
-        for (int r = r0; r < r1; r++) {
-            int limit = L - Q + r + 1, start = limit > window ? limit - window : 0;
-            int64_t at = (int64_t)start * D;
-            const void *ks = element_at(kh, at, half), *vs = element_at(vh, at, half);
-            attend_one(q + h * q_head + r * q_row, ks, vs, limit - start, D, scale, scratch + (int64_t)t * stride,
-                       out + ((int64_t)r * H + h) * D, half);
+        for (int x = x0; x < x1; x++) { /* up to ROWS rows: x a head, its rows; more: x one query */
+            int hh = Q <= ROWS ? x : x % group, r0 = Q <= ROWS ? 0 : x / group, r1 = Q <= ROWS ? Q : r0 + 1;
+            for (int r = r0; r < r1; r++) {
+                int limit = L - Q + r + 1, start = limit > window ? limit - window : 0;
+                int64_t at = (int64_t)start * D;
+                attend_one(qg + hh * q_head + r * q_row, element_at(kh, at, half), element_at(vh, at, half),
+                           limit - start, D, scale, s, og + (int64_t)r * H * D + (int64_t)hh * D, half);
+            }
         }
-    } else if (r1 - r0 == 1)
-        attend_one(q + h * q_head + r0 * q_row, kh, vh, L - Q + r0 + 1, D, scale,
-                   scratch + (int64_t)t * stride, o, half);
-    else
-        attend_rows(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale,
-                    scratch + (int64_t)t * stride, o, (int64_t)H * D, half, 1);
+    } else if (Q > ROWS)
+        attend_group(qg, q_head, q_row, kh, vh, L - Q + 1, group, x0, x1, D, scale, s, og, (int64_t)H * D, half);
+    else /* head x0's Q rows */
+        attend_rows(qg + x0 * q_head, q_row, kh, vh, L - Q + 1, Q, D, scale, s, og + (int64_t)x0 * D, (int64_t)H * D,
+                    half, 1);
 }
 
 /* the task compiled for each element type of the cache */
@@ -562,7 +672,7 @@ void row_attention(const float *q, const void *k, const void *v, float *out,
                    int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
                    int64_t v_head_stride, float scale, int half, int threads) {
     int tasks = attention_tasks(H, Hkv, Q, threads);
-    float *scratch = malloc(sizeof(float) * tasks * attention_stride(L));
+    float *scratch = malloc(sizeof(float) * tasks * attention_task_floats(H, Hkv, Q, L, D, threads));
 #pragma omp parallel for num_threads(threads) schedule(guided)
     for (int t = 0; t < tasks; t++)
         attention_task(t, q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
@@ -689,7 +799,8 @@ static int pass_buffers(Pass *p) {
     p->k = malloc(sizeof(float) * Q * KD); p->v = malloc(sizeof(float) * Q * KD);
     p->att = malloc(sizeof(float) * Q * QD); p->o = malloc(sizeof(float) * Q * p->E);
     p->g = malloc(sizeof(float) * Q * p->F); p->u = malloc(sizeof(float) * Q * p->F);
-    p->scratch = malloc(sizeof(float) * p->H * attention_chunks(Q) * attention_stride(p->past + Q));
+    p->scratch = malloc(sizeof(float) * attention_tasks(p->H, p->Hkv, Q, p->threads) *
+                        attention_task_floats(p->H, p->Hkv, Q, p->past + Q, p->D, p->threads));
     p->panel_k = p->E > QD ? p->E : QD;
     if (p->F > p->panel_k) p->panel_k = p->F;
     p->panels = malloc(sizeof(float) * (size_t)p->threads * NB * p->panel_k);
