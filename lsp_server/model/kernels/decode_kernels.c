@@ -342,12 +342,12 @@ static inline void store_row(void *base, int64_t at, const float *src, int n, in
     for (int d = 0; d < n; d += 8) v8_store_half(dst + d, v8_load(src + d));
 }
 
-/* q . k * scale over D dims: 8-wide FMAs in dimension order, then one horizontal sum; every
- * path computes a score in this order */
+/* q . k * scale over D dims: 8-wide FMAs in dimension order, then the lanes' tree sum
+ * (`v8_tree_sum`); every path computes a score in this order */
 ALWAYS_INLINE float key_score(const float *q, const void *k, int64_t k0, int D, float scale, const int half) {
     v8 acc = v8_zero();
     for (int d = 0; d < D; d += 8) acc = v8_fma(v8_load(q + d), load8(k, k0 + d, half), acc);
-    return v8_hsum(acc) * scale;
+    return v8_tree_sum(acc) * scale;
 }
 
 /* The scores s[0 .. limit) become their exponentials minus the max (padded to a multiple of 8
@@ -382,10 +382,7 @@ ALWAYS_INLINE void attend_one(const float *qv, const void *kh, const void *vh, i
             a2 = v8_fma(x, load8(kh, k0 + 2 * D + d, half), a2);
             a3 = v8_fma(x, load8(kh, k0 + 3 * D + d, half), a3);
         }
-        s[j] = v8_hsum(a0) * scale;
-        s[j + 1] = v8_hsum(a1) * scale;
-        s[j + 2] = v8_hsum(a2) * scale;
-        s[j + 3] = v8_hsum(a3) * scale;
+        v8_tree_sums4(a0, a1, a2, a3, scale, s + j);
     }
     for (; j < limit; j++) s[j] = key_score(qv, kh, (int64_t)j * D, D, scale, half);
     float inv = softmax_row(s, limit);
@@ -456,10 +453,7 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
                 a[r][1] = v8_fma(qv, x1, a[r][1]);
             }
         }
-        for (int r = 0; r < R; r++) {
-            s[r * stride + j] = v8_hsum(a[r][0]) * scale;
-            s[r * stride + j + 1] = v8_hsum(a[r][1]) * scale;
-        }
+        for (int r = 0; r < R; r++) v8_tree_sums2(a[r][0], a[r][1], scale, s + r * stride + j);
     }
     for (int r = 0; r < R; r++) /* the rest, row by row */
         for (int jj = j; jj < limit + causal * r; jj++)
@@ -566,10 +560,7 @@ ALWAYS_INLINE void attend_group(const float *q, int64_t q_head, int64_t q_row, c
                     a2 = v8_fma(qd, v8_load(k0 + 2 * D + d), a2);
                     a3 = v8_fma(qd, v8_load(k0 + 3 * D + d), a3);
                 }
-                sx[j] = v8_hsum(a0) * scale;
-                sx[j + 1] = v8_hsum(a1) * scale;
-                sx[j + 2] = v8_hsum(a2) * scale;
-                sx[j + 3] = v8_hsum(a3) * scale;
+                v8_tree_sums4(a0, a1, a2, a3, scale, sx + j);
             }
             for (; j < end; j++) sx[j] = key_score(qv, kf, (int64_t)(j - b0) * D, D, scale, 0);
         }

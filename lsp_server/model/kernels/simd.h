@@ -107,6 +107,25 @@ ALWAYS_INLINE float v8_hsum(v8 v) {
     return _mm_cvtss_f32(lo);
 }
 
+/* The attention's scores (decode_kernels.c): a key's 8 lanes summed as ((l0 + l1) + (l2 + l3)) +
+ * ((l4 + l5) + (l6 + l7)), one key alone or 2 or 4 side by side (horizontal adds: a few
+ * instructions for 4 keys where `v8_hsum` takes 6 a key), the same bits however many; the sums
+ * of several times `scale` into out. */
+ALWAYS_INLINE float v8_tree_sum(v8 a) {
+    __m256 h = _mm256_hadd_ps(a, a), q = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+}
+ALWAYS_INLINE void v8_tree_sums2(v8 a0, v8 a1, float scale, float *out) {
+    __m256 h = _mm256_hadd_ps(a0, a1), q = _mm256_hadd_ps(h, h);
+    __m128 s = _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)), _mm_set1_ps(scale));
+    _mm_storel_pi((__m64 *)out, s);
+}
+ALWAYS_INLINE void v8_tree_sums4(v8 a0, v8 a1, v8 a2, v8 a3, float scale, float *out) {
+    __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
+    _mm_storeu_ps(out, _mm_mul_ps(s, _mm_set1_ps(scale)));
+}
+
 /* e^x for x <= 0, 8 at a time: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial
  * (relative error ~2e-7), 2^n by the exponent bits; below -87 the result is 0. */
 ALWAYS_INLINE v8 v8_exp_neg(v8 x) {
@@ -154,6 +173,18 @@ ALWAYS_INLINE float v8_hsum(v8 v) { /* the x86 order: halves, then pairs, then t
     float a0 = v.f[0] + v.f[4], a1 = v.f[1] + v.f[5], a2 = v.f[2] + v.f[6], a3 = v.f[3] + v.f[7];
     float b0 = a0 + a2, b1 = a1 + a3;
     return b0 + b1;
+}
+
+ALWAYS_INLINE float v8_tree_sum(v8 a) { /* the x86 order */
+    return ((a.f[0] + a.f[1]) + (a.f[2] + a.f[3])) + ((a.f[4] + a.f[5]) + (a.f[6] + a.f[7]));
+}
+ALWAYS_INLINE void v8_tree_sums2(v8 a0, v8 a1, float scale, float *out) {
+    out[0] = v8_tree_sum(a0) * scale;
+    out[1] = v8_tree_sum(a1) * scale;
+}
+ALWAYS_INLINE void v8_tree_sums4(v8 a0, v8 a1, v8 a2, v8 a3, float scale, float *out) {
+    v8_tree_sums2(a0, a1, scale, out);
+    v8_tree_sums2(a2, a3, scale, out + 2);
 }
 
 ALWAYS_INLINE v8 v8_exp_neg(v8 x) { /* the x86 version's steps, lane by lane */
