@@ -13,7 +13,7 @@ import time
 import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest, CompletionResult
-from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, window
+from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, enclosing_headers, window
 from lsp_server.model.kv_cache import MB, PromptCache
 from lsp_server.options import EngineOptions
 from lsp_server.server.engine_host import EngineHost
@@ -91,6 +91,43 @@ def test_a_huge_line_above_the_cursor_is_left_out_and_the_imports_kept(tok):
     before = "import os\nx = '" + "abcdefgh " * 110_000 + "'\ny = os."
     p = build_prompt(tok, before, "", BUDGET, None)
     assert p.text == "import os\ny = os." and p.truncated
+
+
+SCOPED = """import os
+
+class Cache(Base,
+            Other):
+    \"\"\"doc\"\"\"
+
+    def helper(self):
+        return 1
+
+    @property
+    def get(self, key,
+            default=None):  # the value
+        if key:
+            x = 1
+""" + "".join(f"            y{i} = os.path.join(key, 'part{i}')\n" for i in range(60)) + "            return "
+
+
+def test_the_headers_around_a_text_are_its_defs_and_classes_outermost_first():
+    at = SCOPED.index("            x = 1")
+    assert enclosing_headers(SCOPED, at) == (
+        "class Cache(Base,\n            Other):\n    def get(self, key,\n            default=None):  # the value\n")
+    # a sibling method above is not around the text; a module-level text has none
+    assert enclosing_headers(SCOPED, SCOPED.index("        return 1")) == "class Cache(Base,\n            Other):\n    def helper(self):\n"
+    assert enclosing_headers(SCOPED, SCOPED.index("class Cache")) == ""
+    # a bracket continued at a smaller indentation ends the search: fewer headers, never a wrong one
+    odd = "def g():\n    x = f(a,\nb)\n    y = 2\n"
+    assert enclosing_headers(odd, odd.index("    y = 2")) == ""
+
+
+def test_a_short_first_window_inside_a_method_keeps_its_class_and_def_lines(tok):
+    p = build_prompt(tok, SCOPED, "", 200, None, step=4, scopes=True)
+    assert p.truncated and p.text.startswith("import os\nclass Cache(Base,\n            Other):\n    def get(self, key,")
+    assert p.text.endswith("            return ") and len(p.ids) <= 200
+    plain = build_prompt(tok, SCOPED, "", 200, None, step=4)  # a full window is left as it was
+    assert plain.text.startswith("import os\n            y")
 
 
 def test_a_short_text_is_the_whole_prompt(tok):

@@ -299,7 +299,7 @@ def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str
     prompt = build_prompt(parts.tokenizer, before, after, budget, parts.fim,
                           heal=opts.constrained, anchor=parts.documents.anchor(request.document, window),
                           heal_pretoken=parts.canonical_on(opts), workspace=request.workspace, step=step,
-                          context=request.workspace.block if window == "full" else None)
+                          context=request.workspace.block if window == "full" else None, scopes=window == "first")
     parts.documents.keep_anchor(request.document, window, prompt)
     return prompt
 

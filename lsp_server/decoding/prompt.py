@@ -2,7 +2,8 @@
 models with fill-in-the-middle tokens, and other open files for those with a file separator).
 
 The nearest lines are kept; the file's imports are put back in front when they fall outside the
-window. The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
+window, and in a short first window (`scopes`) the headers of the `def`s and `class`es it starts
+inside (`enclosing_headers`): a window of ~200 tokens often starts in the middle of a method. The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
 the file), and a document's next prompt keeps the start of its previous one while that still
 fits (`anchor`): typing on, adding lines or moving the cursor within the same function leave the
 start of the prompt where it was, so the KV cache of the previous request (or of the prefill
@@ -61,6 +62,9 @@ SUFFIX_SHARE = 0.25  # the suffix's budget, as a share of the prefix's
 MIN_SUFFIX_TOKENS = 16
 CONTEXT_SHARE = 0.5  # the other documents' budget (all of them), as a share of the prefix's
 IMPORT_LINE = re.compile(r"^(?:import\s|from\s+\S+\s+import\s).*(?:\n|$)", re.M)
+SCOPE_LINE = re.compile(r"[ \t]*(?:async[ \t]+def|def|class)[ \t]")
+HEADER_LINES = 6  # a `def`/`class` header longer than this many lines is left out
+SCOPE_SCAN_CHARS = 200_000  # enclosing headers are looked for this far back from the window's start
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def _cut_inside(tok: LoadedTokenizer, before: str, line_start: int, budget: int,
     return line_start + -(-(first - line_start) // LINE_CUT_STEP) * LINE_CUT_STEP
 
 
-def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int) -> Window:
+def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, scopes: bool = False) -> Window:
     """The window when the cursor's group of WINDOW_STEP lines alone is over the budget: whole
     lines back from the cursor while they fit, else a cut inside the cursor's line."""
     cursor_line = before.count("\n")
@@ -152,27 +156,69 @@ def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int) ->
     if end == len(before):  # the cursor's line itself
         cut = _cut_inside(tok, before, off, budget, limit)
         return Window(before[cut:], True, cut, line)
-    return Window(_with_imports(tok, before, end, total, budget, limit), True, end, line + 1)
+    return Window(_with_imports(tok, before, end, total, budget, limit, scopes), True, end, line + 1)
 
 
-def _with_imports(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int) -> str:
+def _with_imports(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int,
+                  scopes: bool = False) -> str:
     """The kept text `before[off:]` (of `tokens` tokens) with the file's imports before it put
-    in front, when they fit in the budget with it."""
+    in front, when they fit in the budget with it; with `scopes`, the headers of the `def`s and
+    `class`es around the kept text that start before it too (`enclosing_headers`), between the
+    two, when they fit (before the imports)."""
     kept = before[off:]
-    header = "".join(m.group(0) for m in IMPORT_LINE.finditer(before, 0, min(off, IMPORT_SCAN_CHARS)))
-    if header and len(header) <= limit and _count(tok, header) + tokens <= budget:
-        return header + kept
+    imports = "".join(m.group(0) for m in IMPORT_LINE.finditer(before, 0, min(off, IMPORT_SCAN_CHARS)))
+    headers = enclosing_headers(before, off) if scopes else ""
+    for front in (imports + headers, headers, imports):
+        if front and len(front) <= limit and _count(tok, front) + tokens <= budget:
+            return front + kept
     return kept
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def enclosing_headers(before: str, off: int) -> str:
+    """The headers of the `def`s and `class`es whose bodies hold the text from `off` (a line's
+    start) and that start before it, outermost first, each whole (its lines up to the one that
+    ends in its colon, at most HEADER_LINES of them), e.g. `class Cache:` then
+    `    def get(self, key):` for a window that starts inside that method's body. What
+    encloses is read from the indentation: the first code line at `off` sets it, and each code
+    line further up indented less than the last one encloses it; of those, the headers are kept
+    (an `if` between them is left out, and so are decorators). A line of a bracket or string
+    continued at a smaller indentation ends the search early (fewer headers, never a wrong one
+    from a sibling block)."""
+    first = next((ln for ln in before[off:].split("\n", 50)[:50] if ln.strip() and not ln.lstrip().startswith("#")),
+                 None)
+    if first is None:
+        return ""
+    need, found = _indent(first), []
+    lines = before[max(0, off - SCOPE_SCAN_CHARS):off].split("\n")[:-1]  # the lines before `off`
+    for i in range(len(lines) - 1, -1, -1):
+        if need == 0:
+            break
+        line = lines[i]
+        if _indent(line) >= need or not line.strip() or line.lstrip().startswith("#"):
+            continue
+        need = _indent(line)  # a line indented less: what holds the text is here or further up
+        if not SCOPE_LINE.match(line):
+            continue
+        for j in range(i, min(i + HEADER_LINES, len(lines))):
+            if lines[j].split("#", 1)[0].rstrip().endswith(":"):
+                found.append("\n".join(lines[i : j + 1]) + "\n")
+                break
+    return "".join(reversed(found))
+
+
 def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = None,
-           step: int = WINDOW_STEP) -> Window:
+           step: int = WINDOW_STEP, scopes: bool = False) -> Window:
     """The text before the cursor cut to at most `budget` tokens (see the module's docstring),
     with the file's imports put back in front when they fit. The window starts on the first
     multiple of `step` lines that fits; with `anchor` (the start line of the document's
     previous window) it starts there again while that fits and holds at least KEEP_SHARE of the
     budget; otherwise (a new window, or the cursor has gone on past the anchor's) on the first
-    multiple that leaves 1 - REFILL_SHARE of the budget for what comes next."""
+    multiple that leaves 1 - REFILL_SHARE of the budget for what comes next. `scopes`: the
+    enclosing `def`/`class` headers put in front too (`_with_imports`)."""
     limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
     cursor_line = before.count("\n")
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
@@ -191,7 +237,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
             return Window(before, False, 0, 0)
         grid -= step
     if not fits:
-        return _within_lines(tok, before, budget, limit)
+        return _within_lines(tok, before, budget, limit, scopes)
     if anchor is not None and anchor in fits and fits[anchor][1] >= KEEP_SHARE * budget:
         line = anchor
     else:
@@ -200,27 +246,28 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         # or typed after it: docs/latency.md)
         line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
     off, total = fits[line]
-    return Window(_with_imports(tok, before, off, total, budget, limit), True, off, line)
+    return Window(_with_imports(tok, before, off, total, budget, limit, scopes), True, off, line)
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
                  heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False,
                  workspace: WorkspaceContext = NO_CONTEXT, step: int = WINDOW_STEP,
-                 context: ContextBlock | None = None) -> Prompt:
+                 context: ContextBlock | None = None, scopes: bool = False) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
     unless it is all the prefix has) so that the model may spell the typed text its own way;
     with `heal_pretoken` too, all the tokens of the text's last pre-token (canonical
     tokenization: mask_store.healing.last_pretoken_tokens). `anchor`: the start line of the
     document's previous window (see `window`, which starts it on a multiple of `step` lines). With `fim`, the suffix and the other documents
-    of `workspace` too; `context`: the block in front (see the module's docstring)."""
+    of `workspace` too; `context`: the block in front (see the module's docstring); `scopes`: the
+    headers of the `def`s and `class`es around a window that starts inside them, in front."""
     as_files = fim is not None and fim.file_sep is not None
     block_ids, sections = _block(tok, context, budget, as_files)
     if not as_files:  # the comments take their tokens from the window's budget
         budget -= len(block_ids)
-    w = window(tok, before, budget, anchor, step)
+    w = window(tok, before, budget, anchor, step, scopes)
     ids = tok.encode(w.text)
     if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
-        w = window(tok, before, 2 * budget - len(ids), None, step)
+        w = window(tok, before, 2 * budget - len(ids), None, step, scopes)
         ids = tok.encode(w.text)
         if len(ids) > budget:
             cut = tok.tokenizer.encode(w.text, add_special_tokens=False).offsets[len(ids) - budget][0]
