@@ -193,19 +193,20 @@ def enclosing_headers(before: str, off: int) -> str:
     if first is None:
         return ""
     need, found = _indent(first), []
-    lines = before[max(0, off - SCOPE_SCAN_CHARS):off].split("\n")[:-1]  # the lines before `off`
-    for i in range(len(lines) - 1, -1, -1):
-        if need == 0:
-            break
-        line = lines[i]
+    end, floor = off, max(0, off - SCOPE_SCAN_CHARS)
+    while need > 0 and end > floor:  # the lines before `off`, last first
+        start = max(before.rfind("\n", floor, end - 1) + 1, floor)
+        line = before[start : end - 1]
+        end = start
         if _indent(line) >= need or not line.strip() or line.lstrip().startswith("#"):
             continue
         need = _indent(line)  # a line indented less: what holds the text is here or further up
         if not SCOPE_LINE.match(line):
             continue
-        for j in range(i, min(i + HEADER_LINES, len(lines))):
-            if lines[j].split("#", 1)[0].rstrip().endswith(":"):
-                found.append("\n".join(lines[i : j + 1]) + "\n")
+        header = before[start:off].split("\n", HEADER_LINES)[:HEADER_LINES]
+        for j, part in enumerate(header):
+            if part.split("#", 1)[0].rstrip().endswith(":"):
+                found.append("\n".join(header[: j + 1]) + "\n")
                 break
     return "".join(reversed(found))
 
