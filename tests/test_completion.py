@@ -425,6 +425,34 @@ def test_a_cancelled_prefill_finishes_its_chunk_and_a_request_reuses_all_of_it(t
     assert again.figures.prompt_reused == 2 * PREFILL_CHUNK and again.text == reference.text
 
 
+def test_a_prefetch_is_stopped_between_short_chunks_and_its_prompt_kept(tiny_engine, monkeypatch):
+    """A prefetch (work ahead: the suggestion after an accepted one, an answer the budget cut
+    continued) runs its prompt in chunks of AHEAD_CHUNK tokens, asked to stop between them: a
+    keystroke waits for one such chunk, not for a request's PREFILL_CHUNK ones (through the
+    server, a warm request waited 0.4-0.5 s behind a prefetch's prompt), and the request after
+    it reuses what the prefetch computed."""
+    from lsp_server.model.kv_cache import AHEAD_CHUNK
+
+    runtime = tiny_engine.runtime
+    doc, i = _long_document()
+    full = tiny_engine.options.updated(first_window_tokens=0)
+    passes: list[int] = []
+    forward = runtime.forward
+
+    def counting_forward(ids, past=None, keep=1, cancel=None, wanted=None):
+        passes.append(len(ids))
+        return forward(ids, past, keep, cancel=cancel, wanted=wanted)
+
+    monkeypatch.setattr(runtime, "forward", counting_forward)
+    out = tiny_engine.prefetch(CompletionRequest.at(doc, i, 4, document="prefetched"),
+                               cancel=lambda: len(passes) >= 2, options=full)
+    assert out.stop_reason == "cancelled" and out.text == ""
+    assert passes == [AHEAD_CHUNK, AHEAD_CHUNK]  # stopped after its second short chunk
+    again = tiny_engine.complete(CompletionRequest.at(doc, i, 4, document="prefetched"), options=full)
+    assert again.figures.prompt_reused == 2 * AHEAD_CHUNK
+    tiny_engine.forget("prefetched")
+
+
 def test_the_first_answer_comes_from_a_short_window_and_the_next_from_the_full_one(tiny_engine):
     """A request whose KV cache lacks more than `first_window_tokens` of the full window is
     answered from the lines nearest the cursor in at most that many tokens (the grammar still

@@ -258,7 +258,7 @@ class CompletionEngine:
         result is kept for the document, and a request for the very same text and cursor gets
         it without a model call (as does one that typed its first characters)."""
         opts = options or self.options
-        result = self.complete(replace(request, short_first=False), cancel, opts)
+        result = self.complete(replace(request, short_first=False, ahead=True), cancel, opts)
         if result.stop_reason != StopReason.CANCELLED:
             self.shown.keep_prefetched(request, result, opts)
         return result

@@ -349,8 +349,9 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     the short window only where it was computed and the full one lacks more than
     `first_window_tokens` (computing a whole window in chunks a keystroke cannot stop, a
     prefetch held the warm request that joined it 3.6 s). A request with the block on computes
-    no more at the keystroke than it would with the block off; nor does a prefetch, whose
-    prompt's chunks a keystroke cannot stop (it waited 0.4-0.5 s for one of the block's window)."""
+    no more at the keystroke than it would with the block off; nor does a prefetch (a request
+    for its cursor joins it and waits for all of it; another keystroke stops it between its
+    prompt's chunks of AHEAD_CHUNK tokens: `CompletionRequest.ahead`)."""
     full = prompt_in_window(parts, request, before, after, opts)
     short_ok = may_be_short(request, opts)
     cache = parts.prompt_cache

@@ -190,10 +190,12 @@ def setup_done(r: Request, t0: float, checks: float) -> float:
 
 def prefill(parts: EngineParts, r: Request):
     """The request's prompt through the model (what the KV cache does not hold): (logits,
-    past, tokens reused); raises PrefillCancelled."""
+    past, tokens reused), in short chunks a keystroke stops between for work ahead
+    (`CompletionRequest.ahead`); raises PrefillCancelled."""
     t, cpu = time.perf_counter(), time.thread_time()
     try:
-        return parts.prompt_cache.prefill(r.cache_key, r.prompt.ids, r.cancel, r.opts.cache_memory_mb)
+        return parts.prompt_cache.prefill(r.cache_key, r.prompt.ids, r.cancel, r.opts.cache_memory_mb,
+                                          ahead=r.req.ahead)
     finally:
         r.spent("prefill", (time.perf_counter() - t) * 1000)
         r.times.model_ran((time.thread_time() - cpu) * 1000)

@@ -159,6 +159,10 @@ class CompletionRequest:
     # may be answered from a short first window (`parts.request_window`); False: work ahead,
     # which has the time to compute the full window (and is there to compute it)
     short_first: bool = True
+    # work ahead of the user (a prefetch): its prompt runs in chunks of AHEAD_CHUNK tokens that
+    # a keystroke stops between (`PromptCache.prefill(ahead=True)`), not in a request's
+    # PREFILL_CHUNK ones that nothing stops
+    ahead: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.cursor <= len(self.text):
