@@ -77,23 +77,16 @@ def _scan(text: bytes) -> tuple[int, list[tuple[int, int]], bool]:
     base = text.rfind(b"\n", 0, max(len(text) - WINDOW, 0)) + 1
     start = base
     stack: list[tuple[int, int]] = []
-    quote = 0
     i = base
     n = len(text)
     while i < n:
         b = text[i]
-        if quote:
-            if b == 0x5C:
-                i += 1
-            elif b == quote or b == 0x0A:
-                quote = 0
-        elif b in b"'\"":
-            quote = b
-        elif b == 0x23:  # a comment, to the line's end
-            j = text.find(b"\n", i)
-            i = n if j < 0 else j
+        if b in b"'\"#":
+            i = _past_literal(text, i)
+            if i > n:
+                return start, [(p - start, b) for p, b in stack], True
             continue
-        elif b in _OPEN:
+        if b in _OPEN:
             stack.append((i, b))
         elif b in _CLOSE:
             if stack:
@@ -101,7 +94,28 @@ def _scan(text: bytes) -> tuple[int, list[tuple[int, int]], bool]:
         elif b == 0x0A and not stack and not text[:i].endswith(b"\\"):
             start = i + 1
         i += 1
-    return start, [(p - start, b) for p, b in stack], bool(quote)
+    return start, [(p - start, b) for p, b in stack], False
+
+
+def _past_literal(text: bytes, i: int) -> int:
+    """From a quote or a `#` at `i`: where the code goes on after that string or comment, as
+    the scanners here read them: a string on one line (a backslash escapes the next byte; a
+    newline ends it, the newline read with it), a comment to its line's end (the newline not
+    read). len(text) + 1 when the text ends inside the string."""
+    n = len(text)
+    if text[i] == 0x23:
+        j = text.find(b"\n", i)
+        return n if j < 0 else j
+    quote, i = text[i], i + 1
+    while i < n:
+        b = text[i]
+        if b == 0x5C:
+            i += 2
+            continue
+        if b == quote or b == 0x0A:
+            return i + 1
+        i += 1
+    return n + 1
 
 
 def _logical_line(text: bytes) -> bytes:
@@ -233,22 +247,14 @@ def _after_colon_or_equals(params: bytes) -> bool:
     """In `params` (a `def`'s parameters so far, after its `(`), the last parameter has its `:`
     or `=` already (at its own level: not a slice's, a dict's or a keyword's in brackets; not in
     a string or a comment: read as `_scan` reads them)."""
-    depth, quote, colon = 0, 0, False
+    depth, colon = 0, False
     i, n = 0, len(params)
     while i < n:
         b = params[i]
-        if quote:
-            if b == 0x5C:
-                i += 1
-            elif b == quote or b == 0x0A:
-                quote = 0
-        elif b in b"'\"":
-            quote = b
-        elif b == 0x23:  # a comment, to the line's end (`a,  # the size: in bytes`)
-            j = params.find(b"\n", i)
-            i = n if j < 0 else j
+        if b in b"'\"#":  # a string, a comment (`a,  # the size: in bytes`)
+            i = _past_literal(params, i)
             continue
-        elif b in _OPEN:
+        if b in _OPEN:
             depth += 1
         elif b in _CLOSE:
             depth -= 1
