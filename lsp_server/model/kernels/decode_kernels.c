@@ -467,13 +467,32 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
             weighted_values(s, stride, inv, vh, limit, R, D, d0, o, o_row, 1, half, causal);
 }
 
+/* attend_rows compiled for each R (a constant in each copy: its accumulators a[r] stay in
+ * registers; with R read at run time they went through the stack at every multiply-add) */
+static void attend_rows_of(const float *q, int64_t q_row, const void *kh, const void *vh, int limit, int R, int D,
+                           float scale, float *s, float *o, int64_t o_row, int half, int causal) {
+#define ATTEND_ROWS_CASE(n)                                                                     \
+    case n:                                                                                     \
+        if (half)                                                                               \
+            attend_rows(q, q_row, kh, vh, limit, n, D, scale, s, o, o_row, 1, causal);          \
+        else                                                                                    \
+            attend_rows(q, q_row, kh, vh, limit, n, D, scale, s, o, o_row, 0, causal);          \
+        break;
+    switch (R) {
+    ATTEND_ROWS_CASE(1)
+    ATTEND_ROWS_CASE(2)
+    ATTEND_ROWS_CASE(3)
+    default: ATTEND_ROWS_CASE(4)
+    }
+#undef ATTEND_ROWS_CASE
+}
+
 /* Causal attention of Q query rows over L cached positions (row i is position L - Q + i and
  * sees keys 0 .. L - Q + i). Query (h, i) at q + h * q_head + i * q_row; key/value row j of
  * head g at base + g * head_stride + j * D; output (i, h) at out + (i * H + h) * D.
  * One row (a decoding step): one task per part of a key head's group of query heads
- * (`head_parts`: parts of 3 to ROWS heads, as many as make the tasks a multiple of the threads
- * where the group allows; else a head a part), the part's heads together (`attend_rows`, not
- * causal): Qwen2.5-Coder's 7 heads a key head, StarCoder2's 12.
+ * (`head_parts`), the part's heads together (`attend_rows`, not causal; a part of one head:
+ * `attend_one`): SmolLM2's 3 heads a key head, Qwen2.5-Coder's 7, StarCoder2's 12.
  * 2 to ROWS rows (a short verification pass): one task per head and its rows (`attend_rows`,
  * causal; one row: `attend_one`).
  * More (a long verification pass, a prompt's chunk): one task per part of a key head's queries
@@ -482,13 +501,15 @@ ALWAYS_INLINE void attend_rows(const float *q, int64_t q_row, const void *kh, co
  * once per query head of its group and per ROWS rows (SmolLM2's 24-row chunk after 1,000
  * positions: 18 times). Every way computes each (query, key) and each output element alike. */
 
-/* the parts each key head's group of query heads is split into, for one row; a part of fewer
- * than 3 heads is no faster than its heads alone (one head a part: `attend_one`'s 4 keys at a
- * time), so then each head is a part */
+/* the parts each key head's group of query heads is split into, for one row: the fewest of at
+ * most ROWS heads that make the tasks a multiple of the threads where the group allows
+ * (SmolLM2's 3 key heads of 3 on 2 threads: parts of 2 and 1 heads, 6 tasks). (When
+ * `attend_rows` read its number of queries at run time, a part of fewer than 3 heads was no
+ * faster than its heads alone, and each head was a task: 9 reads of the keys and values.) */
 static inline int head_parts(int H, int Hkv, int threads) {
     int group = H / Hkv, parts = (group + ROWS - 1) / ROWS;
     while (parts < group && (Hkv * parts) % threads) parts++;
-    return group < 3 * parts ? group : parts;
+    return parts;
 }
 
 /* the parts a key head's Q * group queries are split into, for more than ROWS rows: the fewest
@@ -617,8 +638,8 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
         if (h1 - h0 == 1)
             attend_one(q + h0 * q_head, ks, vs, L - start, D, scale, s, out + (int64_t)h0 * D, half);
         else
-            attend_rows(q + h0 * q_head, q_head, ks, vs, L - start, h1 - h0, D, scale, s, out + (int64_t)h0 * D, D,
-                        half, 0);
+            attend_rows_of(q + h0 * q_head, q_head, ks, vs, L - start, h1 - h0, D, scale, s, out + (int64_t)h0 * D,
+                           D, half, 0);
         return;
     }
     /* queries [x0, x1) of key head g's Q * group (x: row x / group, head g * group + x % group):
@@ -641,8 +662,8 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
     } else if (Q > ROWS)
         attend_group(qg, q_head, q_row, kh, vh, L - Q + 1, group, x0, x1, D, scale, s, og, (int64_t)H * D, half);
     else /* head x0's Q rows */
-        attend_rows(qg + x0 * q_head, q_row, kh, vh, L - Q + 1, Q, D, scale, s, og + (int64_t)x0 * D, (int64_t)H * D,
-                    half, 1);
+        attend_rows_of(qg + x0 * q_head, q_row, kh, vh, L - Q + 1, Q, D, scale, s, og + (int64_t)x0 * D,
+                       (int64_t)H * D, half, 1);
 }
 
 /* the task compiled for each element type of the cache */
