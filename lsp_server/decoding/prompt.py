@@ -3,7 +3,8 @@ models with fill-in-the-middle tokens, and other open files for those with a fil
 
 The nearest lines are kept; the file's imports are put back in front when they fall outside the
 window, and in a short first window (`scopes`) the headers of the `def`s and `class`es it starts
-inside (`enclosing_headers`): a window of ~200 tokens often starts in the middle of a method. The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
+inside (`enclosing_headers`): a window of ~200 tokens often starts in the middle of a method.
+The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
 the file), and a document's next prompt keeps the start of its previous one while that still
 fits (`anchor`): typing on, adding lines or moving the cursor within the same function leave the
 start of the prompt where it was, so the KV cache of the previous request (or of the prefill
