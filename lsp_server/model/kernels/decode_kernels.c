@@ -529,18 +529,85 @@ static inline int attention_tasks(int H, int Hkv, int Q, int threads) {
  * every query of the task */
 static inline int key_block(int D) { int b = (4096 / D) & ~3; return b < 4 ? 4 : b; }
 
-/* the weighted values of one query, keys [j0, j1) of a block (`vb`: key j0's row as float32),
- * into its accumulators `acc` (dims d0 .. d0 + 8 vecs); `vecs` a constant at each call */
-ALWAYS_INLINE void weigh_block(const float *p, const float *vb, int j0, int j1, int D, int d0, float *acc,
-                               const int vecs) {
-    v8 a[8];
-    for (int c = 0; c < vecs; c++) a[c] = v8_load(acc + 8 * c);
-    for (int j = j0; j < j1; j++) {
-        v8 pj = v8_set1(p[j]);
-        const float *v = vb + (int64_t)(j - j0) * D + d0;
-        for (int c = 0; c < vecs; c++) a[c] = v8_fma(pj, v8_load(v + 8 * c), a[c]);
+/* Up to ROWS queries of `attend_group` over one block of keys (`kf`, or values `vf`: key b0's
+ * row as float32): query r's row of scores at ss[r] (weights at ps[r]), the keys it sees in the
+ * block ending at ends[r]. Each key (value) row is read once for the R queries while all of them
+ * see it, two keys (16 dims) at a time, the rest query by query; each score summed as
+ * `key_score` sums it, each output element one chain of FMAs in key order (its accumulator in
+ * accs[r], kept between blocks). `R` and `vecs` are constants at each call, so the
+ * accumulators stay in registers. */
+ALWAYS_INLINE void block_scores(const float *const *qs, float *const *ss, const int *ends, const float *kf, int b0,
+                                int D, float scale, const int R) {
+    int common = ends[0];
+    for (int r = 1; r < R; r++) common = ends[r] < common ? ends[r] : common;
+    int j = b0;
+    for (; j + 2 <= common; j += 2) {
+        const float *k0 = kf + (int64_t)(j - b0) * D, *k1 = k0 + D;
+        v8 a[ROWS][2];
+        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = v8_zero();
+        for (int d = 0; d < D; d += 8) {
+            v8 x0 = v8_load(k0 + d), x1 = v8_load(k1 + d);
+            for (int r = 0; r < R; r++) {
+                v8 qv = v8_load(qs[r] + d);
+                a[r][0] = v8_fma(qv, x0, a[r][0]);
+                a[r][1] = v8_fma(qv, x1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) v8_tree_sums2(a[r][0], a[r][1], scale, ss[r] + j);
     }
-    for (int c = 0; c < vecs; c++) v8_store(acc + 8 * c, a[c]);
+    for (int r = 0; r < R; r++)
+        for (int jj = j; jj < ends[r]; jj++) ss[r][jj] = key_score(qs[r], kf, (int64_t)(jj - b0) * D, D, scale, 0);
+}
+
+ALWAYS_INLINE void block_values(const float *const *ps, float *const *accs, const int *ends, const float *vf, int b0,
+                                int D, int d0, const int R, const int vecs) {
+    int common = ends[0];
+    for (int r = 1; r < R; r++) common = ends[r] < common ? ends[r] : common;
+    v8 a[ROWS][2];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < vecs; c++) a[r][c] = v8_load(accs[r] + d0 + 8 * c);
+    int j = b0;
+    for (; j < common; j++) { /* the keys all R queries see: each value row read once */
+        const float *v = vf + (int64_t)(j - b0) * D + d0;
+        v8 w[2];
+        for (int c = 0; c < vecs; c++) w[c] = v8_load(v + 8 * c);
+        for (int r = 0; r < R; r++) {
+            v8 p = v8_set1(ps[r][j]);
+            for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, w[c], a[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int jj = j; jj < ends[r]; jj++) { /* the keys only this query sees */
+            v8 p = v8_set1(ps[r][jj]);
+            const float *v = vf + (int64_t)(jj - b0) * D + d0;
+            for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, v8_load(v + 8 * c), a[r][c]);
+        }
+        for (int c = 0; c < vecs; c++) v8_store(accs[r] + d0 + 8 * c, a[r][c]);
+    }
+}
+
+/* block_scores and block_values compiled for each R (1 to ROWS) */
+static void group_block(const float *const *qs, float *const *ss, float *const *accs, const int *ends,
+                        const float *rows, int b0, int D, float scale, int R, int values) {
+#define GROUP_BLOCK_CASE(n)                                                                      \
+    case n:                                                                                      \
+        if (!values) {                                                                           \
+            block_scores(qs, ss, ends, rows, b0, D, scale, n);                                   \
+            break;                                                                               \
+        }                                                                                        \
+        for (int d0 = 0; d0 < D; d0 += 16)                                                       \
+            if (D - d0 >= 16)                                                                    \
+                block_values((const float *const *)ss, accs, ends, rows, b0, D, d0, n, 2);       \
+            else                                                                                 \
+                block_values((const float *const *)ss, accs, ends, rows, b0, D, d0, n, 1);       \
+        break;
+    switch (R) {
+    GROUP_BLOCK_CASE(1)
+    GROUP_BLOCK_CASE(2)
+    GROUP_BLOCK_CASE(3)
+    default: GROUP_BLOCK_CASE(4)
+    }
+#undef GROUP_BLOCK_CASE
 }
 
 /* keys (or values) [j0, j1) as float32: the rows themselves, or converted into `blk` */
@@ -553,8 +620,9 @@ ALWAYS_INLINE const float *block_rows(const void *base, int j0, int j1, int D, f
 /* Queries [x0, x1) of one key head's group (query x: row x / group, head x % group of the group;
  * at q + head * q_head + row * q_row, its output at o + row * o_row + head * D; row r sees keys
  * 0 .. limit0 + r - 1) over one read of the keys and values, a block of `key_block` of them at
- * a time (converted once from float16): every query's scores of the block, then, after the
- * softmaxes, every query's weighted values of each block. Per (query, key) and per output
+ * a time (converted once from float16): the scores of the block, ROWS queries at a time
+ * (`group_block`: a row read from L1 once for them), then, after the softmaxes, the weighted
+ * values of each block likewise. Per (query, key) and per output
  * element the arithmetic of `attend_one` (scores summed as alone; each output element one chain
  * of FMAs in key order, its accumulator kept between blocks), so the same bits as a single step.
  * `s`: `attention_task_floats` of scratch. */
@@ -564,41 +632,27 @@ ALWAYS_INLINE void attend_group(const float *q, int64_t q_head, int64_t q_row, c
     int R = x1 - x0, last = limit0 + (x1 - 1) / group, kb = key_block(D);
     int64_t stride = (int64_t)last + 8;
     float *inv = s + R * stride, *acc = inv + R, *blk = acc + (int64_t)R * D;
-    for (int b0 = 0; b0 < last; b0 += kb) { /* the scores */
-        int b1 = b0 + kb < last ? b0 + kb : last;
-        const float *kf = block_rows(kh, b0, b1, D, blk, half);
-        for (int x = x0; x < x1; x++) {
-            const float *qv = q + (x % group) * q_head + (x / group) * q_row;
-            float *sx = s + (x - x0) * stride;
-            int end = limit0 + x / group < b1 ? limit0 + x / group : b1, j = b0;
-            for (; j + 4 <= end; j += 4) { /* four keys at a time, each summed as alone */
-                v8 a0 = v8_zero(), a1 = a0, a2 = a0, a3 = a0;
-                const float *k0 = kf + (int64_t)(j - b0) * D;
-                for (int d = 0; d < D; d += 8) {
-                    v8 qd = v8_load(qv + d);
-                    a0 = v8_fma(qd, v8_load(k0 + d), a0);
-                    a1 = v8_fma(qd, v8_load(k0 + D + d), a1);
-                    a2 = v8_fma(qd, v8_load(k0 + 2 * D + d), a2);
-                    a3 = v8_fma(qd, v8_load(k0 + 3 * D + d), a3);
-                }
-                v8_tree_sums4(a0, a1, a2, a3, scale, sx + j);
-            }
-            for (; j < end; j++) sx[j] = key_score(qv, kf, (int64_t)(j - b0) * D, D, scale, 0);
-        }
-    }
-    for (int x = x0; x < x1; x++) inv[x - x0] = softmax_row(s + (x - x0) * stride, limit0 + x / group);
     memset(acc, 0, sizeof(float) * (size_t)R * D);
-    for (int b0 = 0; b0 < last; b0 += kb) { /* the weighted values */
-        int b1 = b0 + kb < last ? b0 + kb : last;
-        const float *vf = block_rows(vh, b0, b1, D, blk, half);
-        for (int x = x0; x < x1; x++) {
-            int end = limit0 + x / group < b1 ? limit0 + x / group : b1;
-            const float *p = s + (x - x0) * stride;
-            float *ax = acc + (int64_t)(x - x0) * D;
-            int d0 = 0;
-            for (; d0 + 64 <= D; d0 += 64) weigh_block(p, vf, b0, end, D, d0, ax + d0, 8);
-            for (; d0 < D; d0 += 8) weigh_block(p, vf, b0, end, D, d0, ax + d0, 1);
+    for (int values = 0; values < 2; values++) { /* the scores, then (after the softmaxes) the weighted values */
+        for (int b0 = 0; b0 < last; b0 += kb) {
+            int b1 = b0 + kb < last ? b0 + kb : last;
+            const float *rows = block_rows(values ? vh : kh, b0, b1, D, blk, half);
+            for (int xg = x0; xg < x1; xg += ROWS) { /* ROWS queries at a time */
+                int n = x1 - xg < ROWS ? x1 - xg : ROWS, ends[ROWS];
+                const float *qs[ROWS];
+                float *ss[ROWS], *accs[ROWS];
+                for (int r = 0; r < n; r++) {
+                    int x = xg + r, limit = limit0 + x / group;
+                    qs[r] = q + (x % group) * q_head + (x / group) * q_row;
+                    ss[r] = s + (x - x0) * stride;
+                    accs[r] = acc + (int64_t)(x - x0) * D;
+                    ends[r] = limit < b1 ? limit : b1;
+                }
+                group_block(qs, ss, accs, ends, rows, b0, D, scale, n, values);
+            }
         }
+        if (!values)
+            for (int x = x0; x < x1; x++) inv[x - x0] = softmax_row(s + (x - x0) * stride, limit0 + x / group);
     }
     for (int x = x0; x < x1; x++) {
         v8 iv = v8_set1(inv[x - x0]);
