@@ -493,13 +493,14 @@ static void attend_rows_of(const float *q, int64_t q_row, const void *kh, const 
  * One row (a decoding step): one task per part of a key head's group of query heads
  * (`head_parts`), the part's heads together (`attend_rows`, not causal; a part of one head:
  * `attend_one`): SmolLM2's 3 heads a key head, Qwen2.5-Coder's 7, StarCoder2's 12.
- * 2 to ROWS rows (a short verification pass): one task per head and its rows (`attend_rows`,
- * causal; one row: `attend_one`).
- * More (a long verification pass, a prompt's chunk): one task per part of a key head's queries
- * (every row of every head of its group: `group_parts` of them), the part's queries over one
- * read of the keys and values (`attend_group`); per head, a key head's keys and values were read
- * once per query head of its group and per ROWS rows (SmolLM2's 24-row chunk after 1,000
- * positions: 18 times). Every way computes each (query, key) and each output element alike. */
+ * Several rows (a verification pass, a prompt's chunk): one task per head and chunk of up to
+ * ROWS consecutive rows (`attend_rows`, causal), the key and value
+ * rows read once for the chunk's rows. (A task per part of a key head's queries over one read
+ * of its cache, blocks of keys converted to float32 in L1, was faster while `attend_rows` spilled
+ * its accumulators, and slower once it did not: SmolLM2's 24-row chunk after 2,000 positions
+ * 32.2 against 28.4 ms for 30 layers.) Every way computes each (query, key) and each output
+ * element alike, so a pass gives each row the bits of a single step. */
+static inline int attention_chunks(int Q) { return (Q + ROWS - 1) / ROWS; }
 
 /* the parts each key head's group of query heads is split into, for one row: the fewest of at
  * most ROWS heads that make the tasks a multiple of the threads where the group allows
@@ -512,166 +513,13 @@ static inline int head_parts(int H, int Hkv, int threads) {
     return parts;
 }
 
-/* the parts a key head's Q * group queries are split into, for more than ROWS rows: the fewest
- * that make the tasks a multiple of the threads (each part reads the key head's keys and values once) */
-static inline int group_parts(int H, int Hkv, int Q, int threads) {
-    int queries = Q * (H / Hkv), parts = 1;
-    while (parts < queries && (Hkv * parts) % threads) parts++;
-    return parts;
-}
-
 /* the tasks of an attention of Q rows */
 static inline int attention_tasks(int H, int Hkv, int Q, int threads) {
-    return Q == 1 ? Hkv * head_parts(H, Hkv, threads) : Q <= ROWS ? H : Hkv * group_parts(H, Hkv, Q, threads);
+    return Q == 1 ? Hkv * head_parts(H, Hkv, threads) : H * attention_chunks(Q);
 }
 
-/* keys (values) a block of `attend_group` holds as float32: 16 KB of them, read from L1 by
- * every query of the task */
-static inline int key_block(int D) { int b = (4096 / D) & ~3; return b < 4 ? 4 : b; }
-
-/* Up to ROWS queries of `attend_group` over one block of keys (`kf`, or values `vf`: key b0's
- * row as float32): query r's row of scores at ss[r] (weights at ps[r]), the keys it sees in the
- * block ending at ends[r]. Each key (value) row is read once for the R queries while all of them
- * see it, two keys (16 dims) at a time, the rest query by query; each score summed as
- * `key_score` sums it, each output element one chain of FMAs in key order (its accumulator in
- * accs[r], kept between blocks). `R` and `vecs` are constants at each call, so the
- * accumulators stay in registers. */
-ALWAYS_INLINE void block_scores(const float *const *qs, float *const *ss, const int *ends, const float *kf, int b0,
-                                int D, float scale, const int R) {
-    int common = ends[0];
-    for (int r = 1; r < R; r++) common = ends[r] < common ? ends[r] : common;
-    int j = b0;
-    for (; j + 2 <= common; j += 2) {
-        const float *k0 = kf + (int64_t)(j - b0) * D, *k1 = k0 + D;
-        v8 a[ROWS][2];
-        for (int r = 0; r < R; r++) a[r][0] = a[r][1] = v8_zero();
-        for (int d = 0; d < D; d += 8) {
-            v8 x0 = v8_load(k0 + d), x1 = v8_load(k1 + d);
-            for (int r = 0; r < R; r++) {
-                v8 qv = v8_load(qs[r] + d);
-                a[r][0] = v8_fma(qv, x0, a[r][0]);
-                a[r][1] = v8_fma(qv, x1, a[r][1]);
-            }
-        }
-        for (int r = 0; r < R; r++) v8_tree_sums2(a[r][0], a[r][1], scale, ss[r] + j);
-    }
-    for (int r = 0; r < R; r++)
-        for (int jj = j; jj < ends[r]; jj++) ss[r][jj] = key_score(qs[r], kf, (int64_t)(jj - b0) * D, D, scale, 0);
-}
-
-ALWAYS_INLINE void block_values(const float *const *ps, float *const *accs, const int *ends, const float *vf, int b0,
-                                int D, int d0, const int R, const int vecs) {
-    int common = ends[0];
-    for (int r = 1; r < R; r++) common = ends[r] < common ? ends[r] : common;
-    v8 a[ROWS][2];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < vecs; c++) a[r][c] = v8_load(accs[r] + d0 + 8 * c);
-    int j = b0;
-    for (; j < common; j++) { /* the keys all R queries see: each value row read once */
-        const float *v = vf + (int64_t)(j - b0) * D + d0;
-        v8 w[2];
-        for (int c = 0; c < vecs; c++) w[c] = v8_load(v + 8 * c);
-        for (int r = 0; r < R; r++) {
-            v8 p = v8_set1(ps[r][j]);
-            for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, w[c], a[r][c]);
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        for (int jj = j; jj < ends[r]; jj++) { /* the keys only this query sees */
-            v8 p = v8_set1(ps[r][jj]);
-            const float *v = vf + (int64_t)(jj - b0) * D + d0;
-            for (int c = 0; c < vecs; c++) a[r][c] = v8_fma(p, v8_load(v + 8 * c), a[r][c]);
-        }
-        for (int c = 0; c < vecs; c++) v8_store(accs[r] + d0 + 8 * c, a[r][c]);
-    }
-}
-
-/* block_scores and block_values compiled for each R (1 to ROWS) */
-static void group_block(const float *const *qs, float *const *ss, float *const *accs, const int *ends,
-                        const float *rows, int b0, int D, float scale, int R, int values) {
-#define GROUP_BLOCK_CASE(n)                                                                      \
-    case n:                                                                                      \
-        if (!values) {                                                                           \
-            block_scores(qs, ss, ends, rows, b0, D, scale, n);                                   \
-            break;                                                                               \
-        }                                                                                        \
-        for (int d0 = 0; d0 < D; d0 += 16)                                                       \
-            if (D - d0 >= 16)                                                                    \
-                block_values((const float *const *)ss, accs, ends, rows, b0, D, d0, n, 2);       \
-            else                                                                                 \
-                block_values((const float *const *)ss, accs, ends, rows, b0, D, d0, n, 1);       \
-        break;
-    switch (R) {
-    GROUP_BLOCK_CASE(1)
-    GROUP_BLOCK_CASE(2)
-    GROUP_BLOCK_CASE(3)
-    default: GROUP_BLOCK_CASE(4)
-    }
-#undef GROUP_BLOCK_CASE
-}
-
-/* keys (or values) [j0, j1) as float32: the rows themselves, or converted into `blk` */
-ALWAYS_INLINE const float *block_rows(const void *base, int j0, int j1, int D, float *blk, const int half) {
-    if (!half) return (const float *)base + (int64_t)j0 * D;
-    for (int64_t e = 0; e < (int64_t)(j1 - j0) * D; e += 8) v8_store(blk + e, load8(base, (int64_t)j0 * D + e, 1));
-    return blk;
-}
-
-/* Queries [x0, x1) of one key head's group (query x: row x / group, head x % group of the group;
- * at q + head * q_head + row * q_row, its output at o + row * o_row + head * D; row r sees keys
- * 0 .. limit0 + r - 1) over one read of the keys and values, a block of `key_block` of them at
- * a time (converted once from float16): the scores of the block, ROWS queries at a time
- * (`group_block`: a row read from L1 once for them), then, after the softmaxes, the weighted
- * values of each block likewise. Per (query, key) and per output
- * element the arithmetic of `attend_one` (scores summed as alone; each output element one chain
- * of FMAs in key order, its accumulator kept between blocks), so the same bits as a single step.
- * `s`: `attention_task_floats` of scratch. */
-ALWAYS_INLINE void attend_group(const float *q, int64_t q_head, int64_t q_row, const void *kh, const void *vh,
-                                int limit0, int group, int x0, int x1, int D, float scale, float *s, float *o,
-                                int64_t o_row, const int half) {
-    int R = x1 - x0, last = limit0 + (x1 - 1) / group, kb = key_block(D);
-    int64_t stride = (int64_t)last + 8;
-    float *inv = s + R * stride, *acc = inv + R, *blk = acc + (int64_t)R * D;
-    memset(acc, 0, sizeof(float) * (size_t)R * D);
-    for (int values = 0; values < 2; values++) { /* the scores, then (after the softmaxes) the weighted values */
-        for (int b0 = 0; b0 < last; b0 += kb) {
-            int b1 = b0 + kb < last ? b0 + kb : last;
-            const float *rows = block_rows(values ? vh : kh, b0, b1, D, blk, half);
-            for (int xg = x0; xg < x1; xg += ROWS) { /* ROWS queries at a time */
-                int n = x1 - xg < ROWS ? x1 - xg : ROWS, ends[ROWS];
-                const float *qs[ROWS];
-                float *ss[ROWS], *accs[ROWS];
-                for (int r = 0; r < n; r++) {
-                    int x = xg + r, limit = limit0 + x / group;
-                    qs[r] = q + (x % group) * q_head + (x / group) * q_row;
-                    ss[r] = s + (x - x0) * stride;
-                    accs[r] = acc + (int64_t)(x - x0) * D;
-                    ends[r] = limit < b1 ? limit : b1;
-                }
-                group_block(qs, ss, accs, ends, rows, b0, D, scale, n, values);
-            }
-        }
-        if (!values)
-            for (int x = x0; x < x1; x++) inv[x - x0] = softmax_row(s + (x - x0) * stride, limit0 + x / group);
-    }
-    for (int x = x0; x < x1; x++) {
-        v8 iv = v8_set1(inv[x - x0]);
-        float *out = o + (x / group) * o_row + (x % group) * D;
-        for (int d = 0; d < D; d += 8) v8_store(out + d, v8_mul(v8_load(acc + (int64_t)(x - x0) * D + d), iv));
-    }
-}
-
-/* the floats of scratch one task needs: a row's or a head's (`attend_one`, `attend_rows`), or,
- * for more than ROWS rows, a part's scores (L + 8 a query), their sums' inverses, its outputs'
- * accumulators (D a query) and a block of keys or values as float32 (`attend_group`) */
-static inline int64_t attention_task_floats(int H, int Hkv, int Q, int L, int D, int threads) {
-    int64_t one = (int64_t)ROWS * (L + ROWS + 8);
-    if (Q <= ROWS) return one;
-    int parts = group_parts(H, Hkv, Q, threads);
-    int64_t part = ((int64_t)Q * (H / Hkv) + parts - 1) / parts;
-    int64_t group = part * (L + 8 + 1 + D) + (int64_t)key_block(D) * D;
-    return group > one ? group : one;
-}
+/* the floats of scratch one task needs (`attend_one`, `attend_rows`: at most ROWS queries) */
+static inline int64_t attention_task_floats(int L) { return (int64_t)ROWS * (L + ROWS + 8); }
 
 /* task t of `attention`; `scratch` holds every task's (`attention_task_floats` each).
  * `window` (0: none): a row at position p attends to the keys at positions p - window + 1 .. p
@@ -682,7 +530,7 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
                                      int64_t k_head_stride, int64_t v_head_stride, float scale, float *scratch,
                                      int window, int threads, const int half) {
     int group = H / Hkv;
-    float *s = scratch + (int64_t)t * attention_task_floats(H, Hkv, Q, L, D, threads);
+    float *s = scratch + (int64_t)t * attention_task_floats(L);
     if (Q == 1) { /* part t % parts of key head t / parts's query heads, as even as can be */
         int parts = head_parts(H, Hkv, threads), g = t / parts, part = t % parts;
         int h0 = g * group + part * group / parts, h1 = g * group + (part + 1) * group / parts;
@@ -696,28 +544,20 @@ ALWAYS_INLINE void attention_task_of(int t, const float *q, int64_t q_head, int6
                            D, half, 0);
         return;
     }
-    /* queries [x0, x1) of key head g's Q * group (x: row x / group, head g * group + x % group):
-     * up to ROWS rows, head t's rows; more, part t % parts of key head t / parts's queries */
-    int parts = Q <= ROWS ? group : group_parts(H, Hkv, Q, threads), g = t / parts, part = t % parts;
-    int x0 = Q <= ROWS ? part : part * Q * group / parts, x1 = Q <= ROWS ? part + 1 : (part + 1) * Q * group / parts;
-    const void *kh = element_at(k, g * k_head_stride, half), *vh = element_at(v, g * v_head_stride, half);
-    const float *qg = q + (int64_t)g * group * q_head;
-    float *og = out + (int64_t)g * group * D;
+    int chunks = attention_chunks(Q), h = t / chunks, c = t % chunks; /* head h, its chunk c of rows */
+    int r0 = c * Q / chunks, r1 = (c + 1) * Q / chunks; /* as even as can be */
+    int64_t kv_at = (int64_t)(h / group);
+    const void *kh = element_at(k, kv_at * k_head_stride, half), *vh = element_at(v, kv_at * v_head_stride, half);
     if (window > 0 && L > window) {
-        for (int x = x0; x < x1; x++) { /* up to ROWS rows: x a head, its rows; more: x one query */
-            int hh = Q <= ROWS ? x : x % group, r0 = Q <= ROWS ? 0 : x / group, r1 = Q <= ROWS ? Q : r0 + 1;
-            for (int r = r0; r < r1; r++) {
-                int limit = L - Q + r + 1, start = limit > window ? limit - window : 0;
-                int64_t at = (int64_t)start * D;
-                attend_one(qg + hh * q_head + r * q_row, element_at(kh, at, half), element_at(vh, at, half),
-                           limit - start, D, scale, s, og + (int64_t)r * H * D + (int64_t)hh * D, half);
-            }
+        for (int r = r0; r < r1; r++) {
+            int limit = L - Q + r + 1, start = limit > window ? limit - window : 0;
+            int64_t at = (int64_t)start * D;
+            attend_one(q + h * q_head + r * q_row, element_at(kh, at, half), element_at(vh, at, half), limit - start,
+                       D, scale, s, out + ((int64_t)r * H + h) * D, half);
         }
-    } else if (Q > ROWS)
-        attend_group(qg, q_head, q_row, kh, vh, L - Q + 1, group, x0, x1, D, scale, s, og, (int64_t)H * D, half);
-    else /* head x0's Q rows */
-        attend_rows_of(qg + x0 * q_head, q_row, kh, vh, L - Q + 1, Q, D, scale, s, og + (int64_t)x0 * D,
-                       (int64_t)H * D, half, 1);
+    } else
+        attend_rows_of(q + h * q_head + r0 * q_row, q_row, kh, vh, L - Q + r0 + 1, r1 - r0, D, scale, s,
+                       out + ((int64_t)r0 * H + h) * D, (int64_t)H * D, half, 1);
 }
 
 /* the task compiled for each element type of the cache */
@@ -738,7 +578,7 @@ void row_attention(const float *q, const void *k, const void *v, float *out,
                    int H, int Hkv, int Q, int L, int D, int64_t k_head_stride,
                    int64_t v_head_stride, float scale, int half, int threads) {
     int tasks = attention_tasks(H, Hkv, Q, threads);
-    float *scratch = malloc(sizeof(float) * tasks * attention_task_floats(H, Hkv, Q, L, D, threads));
+    float *scratch = malloc(sizeof(float) * tasks * attention_task_floats(L));
 #pragma omp parallel for num_threads(threads) schedule(guided)
     for (int t = 0; t < tasks; t++)
         attention_task(t, q, (int64_t)Q * D, D, k, v, out, H, Hkv, Q, L, D, k_head_stride, v_head_stride, scale,
@@ -866,7 +706,7 @@ static int pass_buffers(Pass *p) {
     p->att = malloc(sizeof(float) * Q * QD); p->o = malloc(sizeof(float) * Q * p->E);
     p->g = malloc(sizeof(float) * Q * p->F); p->u = malloc(sizeof(float) * Q * p->F);
     p->scratch = malloc(sizeof(float) * attention_tasks(p->H, p->Hkv, Q, p->threads) *
-                        attention_task_floats(p->H, p->Hkv, Q, p->past + Q, p->D, p->threads));
+                        attention_task_floats(p->past + Q));
     p->panel_k = p->E > QD ? p->E : QD;
     if (p->F > p->panel_k) p->panel_k = p->F;
     p->panels = malloc(sizeof(float) * (size_t)p->threads * NB * p->panel_k);
