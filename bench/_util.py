@@ -66,6 +66,17 @@ def timed(fn, *args):
     return r, time.perf_counter() - t
 
 
+def p50(fn, reps: int) -> float:
+    """The median seconds of `reps` calls of `fn`, after one call not measured (warm-up)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.percentile(times, 50))
+
+
 
 # pure-Python wheels, pinned: the same files on every machine
 THIRD_PARTY = ("requests==2.32.3", "rich==13.9.4", "attrs==24.2.0", "click==8.1.7", "jinja2==3.1.4",

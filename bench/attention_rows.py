@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import p50  # noqa: E402
 
 
 def attention_ms(kernels, caches, heads: int, rows: int, dim: int, reps: int) -> float:
@@ -37,13 +37,7 @@ def attention_ms(kernels, caches, heads: int, rows: int, dim: int, reps: int) ->
         for key, value in caches:
             kernels.row_attention(query, key, value, dim ** -0.5)
 
-    run()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return float(np.percentile(times, 50)) * 1000
+    return p50(run, reps) * 1000
 
 
 def main(argv=None) -> int:

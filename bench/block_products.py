@@ -26,12 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import p50  # noqa: E402
 
 # ggml's layouts: values and bytes per block, and where the float16 scales are
 LAYOUT = {
@@ -57,16 +58,6 @@ def random_matrix(name: str, rows: int, cols: int, rng: np.random.Generator):
         d = rng.uniform(1e-3, 1e-2, (rows, cols // values)).astype(np.float16)
         blocks[:, :, at:at + 2] = d.view(np.uint8).reshape(rows, cols // values, 2)
     return torch.from_numpy(blocks.reshape(rows, -1))
-
-
-def p50(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.percentile(times, 50))
 
 
 def memory_gb_s(reps: int) -> float:
