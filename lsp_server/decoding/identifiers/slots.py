@@ -82,9 +82,7 @@ def _scan(text: bytes) -> tuple[int, list[tuple[int, int]], bool]:
     while i < n:
         b = text[i]
         if b in b"'\"#":
-            i = _past_literal(text, i)
-            if i > n:
-                return start, [(p - start, b) for p, b in stack], True
+            i = _past_literal(text, i)  # n + 1: the text ends inside a string
             continue
         if b in _OPEN:
             stack.append((i, b))
@@ -94,7 +92,7 @@ def _scan(text: bytes) -> tuple[int, list[tuple[int, int]], bool]:
         elif b == 0x0A and not stack and not text[:i].endswith(b"\\"):
             start = i + 1
         i += 1
-    return start, [(p - start, b) for p, b in stack], False
+    return start, [(p - start, b) for p, b in stack], i > n
 
 
 def _past_literal(text: bytes, i: int) -> int:
