@@ -157,10 +157,10 @@ def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, sc
     if end == len(before):  # the cursor's line itself
         cut = _cut_inside(tok, before, off, budget, limit)
         return Window(before[cut:], True, cut, line)
-    return Window(_with_imports(tok, before, end, total, budget, limit, scopes), True, end, line + 1)
+    return Window(_with_front(tok, before, end, total, budget, limit, scopes), True, end, line + 1)
 
 
-def _with_imports(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int,
+def _with_front(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int,
                   scopes: bool = False) -> str:
     """The kept text `before[off:]` (of `tokens` tokens) with the file's imports before it put
     in front, when they fit in the budget with it; with `scopes`, the headers of the `def`s and
@@ -220,7 +220,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     previous window) it starts there again while that fits and holds at least KEEP_SHARE of the
     budget; otherwise (a new window, or the cursor has gone on past the anchor's) on the first
     multiple that leaves 1 - REFILL_SHARE of the budget for what comes next. `scopes`: the
-    enclosing `def`/`class` headers put in front too (`_with_imports`)."""
+    enclosing `def`/`class` headers put in front too (`_with_front`)."""
     limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
     cursor_line = before.count("\n")
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
@@ -248,7 +248,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         # or typed after it: docs/latency.md)
         line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
     off, total = fits[line]
-    return Window(_with_imports(tok, before, off, total, budget, limit, scopes), True, off, line)
+    return Window(_with_front(tok, before, off, total, budget, limit, scopes), True, off, line)
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
