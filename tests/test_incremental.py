@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import random
+import tokenize
 
 import pytest
 from corpus_support import read_source, stdlib_files
@@ -154,3 +156,47 @@ def test_the_mask_store_and_stopping_measure_indents_as_the_parser():
     # after a form feed the next line is at column 2, not deeper than the cursor's statement at 4
     assert not continues_deeper("\n\f      \f  y = 1\n", 4)
     assert continues_deeper("\n      y = 1\nz\n", 4)
+
+
+def _lines_between_statements(text: str) -> set[int]:
+    """Python's tokenizer's view: the lines (0-based) from the one after a statement's NEWLINE
+    to the next statement's first line (the blank and comment lines between included)."""
+    lines, after = set(), None
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.NEWLINE:
+            after = tok.start[0]  # 1-based: the next line, 0-based
+        elif tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+            if after is not None:
+                lines.update(range(after, tok.start[0]))
+            after = None
+    return lines
+
+
+def _gap_lines(data: bytes, gaps) -> set[int]:
+    return {line for s, e in gaps for line in range(data.count(b"\n", 0, s) + 1, data.count(b"\n", 0, e) + 1)}
+
+
+def test_the_gaps_between_statements_are_the_lines_pythons_tokenizer_starts_statements_on(recognizer, lexer):
+    sample = (b'import os\n# c\nx = (1,\n  2)\ns = """doc\ny = 3\n"""  # tail\n\ndef f(a,\n      b):\n'
+              b'    return a \\\n        + b\nz = 1\n')
+    parser = PrefixParser(recognizer, lexer)
+    parser.parse(sample)
+    # not inside the bracket (3), the string (5, 6), the parameters (9) or after the backslash (11)
+    assert _gap_lines(sample, parser.statement_gaps(sample)) == {1, 2, 4, 7, 8, 10, 12}
+    # only within the text last parsed: an edit above leaves what comes after it unknown
+    assert _gap_lines(sample, parser.statement_gaps(sample[:20] + b"(" + sample[20:])) == {1, 2}
+    files = [p for p in stdlib_files(include_tests=False) if 3000 < p.stat().st_size < 30000][:12]
+    compared = 0
+    for path in files:
+        data = read_source(path)
+        if data is None or not compiles(data.decode()):
+            continue
+        compared += 1
+        text = data.decode()
+        parser.parse(data)
+        lines = _gap_lines(data, parser.statement_gaps(data))
+        expected = _lines_between_statements(text)
+        first = min(expected)  # the lines before the file's first statement hold no gap
+        last = text.rstrip().count("\n")  # nor those after its last (its newline is held back)
+        assert {n for n in lines if first <= n < last} == {n for n in expected if first <= n < last}, path
+    assert compared >= 8

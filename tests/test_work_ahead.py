@@ -13,7 +13,11 @@ import time
 import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest, CompletionResult
+from grammar_tools.parsing.incremental import PrefixParser
+from lsp_server.decoding.identifiers.line_place import Place, line_place
+from lsp_server.decoding.parts import prompt_in_window
 from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, enclosing_headers, window
+from lsp_server.decoding.window_starts import NO_STARTS, StatementLines
 from lsp_server.model.kv_cache import MB, PromptCache
 from lsp_server.options import EngineOptions
 from lsp_server.server.engine_host import EngineHost
@@ -130,6 +134,54 @@ def test_a_short_first_window_inside_a_method_keeps_its_class_and_def_lines(tok)
     assert plain.text.startswith("import os\n            y")
 
 
+def _starts(text: str) -> StatementLines:
+    parser = PrefixParser()
+    data = text.encode()
+    parser.parse(data)
+    return StatementLines.of(data, parser.statement_gaps(data))
+
+
+def _begins_a_statement(before: str, at: int) -> bool:
+    return line_place(before[:at]).place is Place.STATEMENT
+
+
+def test_the_lines_a_window_may_start_on_are_outside_brackets_and_strings():
+    text = 'import os\n# c\nx = (1,\n  2)\ns = """doc\ny = 3\n"""\n\ndef f(a,\n      b):\n    return a\nz = '
+    starts = _starts(text)
+    assert [starts.first_from(n, 12) for n in range(12)] == [0, 1, 2, 4, 4, 7, 7, 7, 8, 10, 10, 11]
+    assert starts.first_from(11, 11) is None  # none before the cursor's line
+    assert NO_STARTS.first_from(0, 3) == 0 and NO_STARTS.first_from(5, 9) is None
+
+
+DOCSTRINGS = "import os\n\n" + "".join(
+    f'def f{i}(path):\n    """Line one.\n\n    More words, and more.\n    Even more.\n    """\n'
+    f'    return os.path.join(path, "{i}")\n\n\n' for i in range(40)) + "def last(path):\n    return "
+
+
+@pytest.mark.parametrize("budget,step,scopes", [(200, 4, True), (BUDGET, 16, False), (120, 16, False)])
+def test_a_window_starts_after_a_docstring_or_bracket_it_would_start_inside(tok, budget, step, scopes):
+    starts = _starts(DOCSTRINGS)
+    cut = DOCSTRINGS.index("def f39")
+    inside = 0
+    for end in range(len(DOCSTRINGS) // 2, cut, 97):  # cursors all over the file's second half
+        before = DOCSTRINGS[:end]
+        grid = build_prompt(tok, before, "", budget, None, step=step, scopes=scopes)
+        p = build_prompt(tok, before, "", budget, None, step=step, scopes=scopes, starts=_starts(before))
+        inside += not _begins_a_statement(before, grid.window_start)
+        assert _begins_a_statement(before, p.window_start), end
+        assert p.window_line == grid.window_line and p.window_start >= grid.window_start  # the anchor kept, never more text
+        assert len(p.ids) <= budget and p.text.endswith(before[p.window_start:])
+    assert inside >= 3  # the grid alone starts inside docstrings
+    assert starts.first_from(0, 5) == 0
+
+
+def test_a_cursor_inside_one_long_literal_keeps_the_grid_line(tok):
+    table = "TABLE = {\n" + "".join(f"    {i}: {i * 7},\n" for i in range(400)) + "    400: "
+    p = build_prompt(tok, table, "", 100, None, step=4, starts=_starts(table))
+    grid = build_prompt(tok, table, "", 100, None, step=4)
+    assert p.text == grid.text and p.truncated
+
+
 def test_a_short_text_is_the_whole_prompt(tok):
     before = "import os\n\ndef f(x):\n    return "
     p = build_prompt(tok, before, "", BUDGET, None)
@@ -181,6 +233,28 @@ def request(text: str = DOC) -> CompletionRequest:
 def engine_of(compiled, runtime, **opts) -> CompletionEngine:
     comp, _ = compiled
     return CompletionEngine(EngineOptions(speculative=False, **opts), runtime, comp)
+
+
+def test_the_engines_windows_start_between_statements_read_by_the_documents_parser(compiled):
+    comp, tok = compiled
+    engine = engine_of(compiled, ScriptedRuntime(tok, b"x"), context_tokens=300, first_window_tokens=120)
+    starts, grid_inside = 0, 0
+    for end in range(len(DOCSTRINGS) // 2, len(DOCSTRINGS), 211):
+        text = DOCSTRINGS[:end]
+        req = CompletionRequest.at(text, text.count("\n"), end - (text.rfind("\n") + 1), document=f"file:///w{end}.py")
+        for kind in ("full", "first"):
+            p = prompt_in_window(engine.parts, req, text, "", engine.options, window=kind)
+            grid = build_prompt(tok, text, "", 300 if kind == "full" else 120, None, step=16 if kind == "full" else 4,
+                                scopes=kind == "first")
+            assert _begins_a_statement(text, p.window_start), (end, kind)
+            grid_inside += not _begins_a_statement(text, grid.window_start)
+            starts += 1
+    assert starts >= 10 and grid_inside >= 2
+    # unconstrained, there is no parser: the windows stay on their grid lines
+    loose = engine.options.updated(constrained=False)
+    req = CompletionRequest.at(DOCSTRINGS, DOCSTRINGS.count("\n"), 11, document="file:///loose.py")
+    assert prompt_in_window(engine.parts, req, DOCSTRINGS, "", loose).window_start == build_prompt(
+        tok, DOCSTRINGS, "", 300, None).window_start
 
 
 def test_a_prefilled_prompt_is_not_computed_again(compiled):

@@ -122,6 +122,7 @@ class _Checkpoint:
     configs: tuple[Node, ...]
     line: bool = False  # after a newline: a line's code starts here
     statement: bool = False  # ... outside brackets: a statement starts here
+    gap: int = 0  # where the newline lexeme that ends here starts (statement checkpoints)
 
 
 @dataclass
@@ -228,6 +229,16 @@ class PrefixParser:
             line, statements = line or start, statements or [start]
         return line, statements[::-1]
 
+    def statement_gaps(self, data: bytes) -> list[tuple[int, int]]:
+        """The spans `(start, end)` of `data` between statements, outside brackets and strings,
+        as the last parse found them: each a newline lexeme (the line's end, then any blank and
+        comment lines, then the next statement's indentation), in order. A line that starts
+        inside one starts outside every bracket and string: the text from it reads as code.
+        Only the spans within what `data` shares with the text last parsed (for the text just
+        given to `parse`, all of it up to the last newline, or up to a syntax error)."""
+        common = _common_prefix(self._data, data)
+        return [(cp.gap, cp.offset) for cp in self._checkpoints if cp.statement and cp.offset <= common]
+
     def steps(self, data: bytes, configs, pos: int, state: int | None = START, ends: bool = False):
         """Lex and parse `data` from `pos`, where a lexeme starts in lexer `state` (None: a
         fresh document, after its virtual newline), one lexeme at a time: yields
@@ -249,13 +260,15 @@ class PrefixParser:
     def _run(self, data, configs, pos, state, cps) -> PrefixState:
         since = 0
         run = self.steps(data, configs, pos, state)
+        start = pos  # where the lexeme just read starts: where the one before it ended
         try:
             while True:
                 end, configs, newline = next(run)
                 since += 1
                 if newline or since >= CHECKPOINT_EVERY:
-                    cps.append(_Checkpoint(end, tuple(configs), newline, newline and configs[0].depth == 0))
+                    cps.append(_Checkpoint(end, tuple(configs), newline, newline and configs[0].depth == 0, start))
                     since = 0
+                start = end
         except StopIteration as stop:
             state, start, _ = stop.value
         except (ParseError, LexError) as e:

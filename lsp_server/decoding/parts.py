@@ -61,7 +61,8 @@ from urllib.parse import unquote, urlparse
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from grammar_tools.parsing.incremental import PrefixParser
+from grammar_tools.lexing.lexer_automaton import LexError
+from grammar_tools.parsing.incremental import ParseError, PrefixParser
 from grammar_tools.parsing.versions import NEWEST, OLDEST, PythonVersion, format_version, parse_version
 
 from ..options import EngineOptions
@@ -71,6 +72,7 @@ from .identifiers.token_index import IdentifierTokens
 from .prompt import FIRST_WINDOW_STEP, WINDOW_STEP, Prompt, build_prompt
 from .results import CompletionRequest
 from .stopping.rest_of_file import LineScanner
+from .window_starts import NO_STARTS, StatementLines
 
 log = logging.getLogger(__name__)
 
@@ -299,9 +301,25 @@ def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str
     prompt = build_prompt(parts.tokenizer, before, after, budget, parts.fim,
                           heal=opts.constrained, anchor=parts.documents.anchor(request.document, window),
                           heal_pretoken=parts.canonical_on(opts), workspace=request.workspace, step=step,
-                          context=request.workspace.block if window == "full" else None, scopes=window == "first")
+                          context=request.workspace.block if window == "full" else None, scopes=window == "first",
+                          starts=statement_lines(parts, request, before, opts))
     parts.documents.keep_anchor(request.document, window, prompt)
     return prompt
+
+
+def statement_lines(parts: EngineParts, request: CompletionRequest, before: str, opts: EngineOptions) -> StatementLines:
+    """The lines of `before` a prompt window may start on (`window_starts`), from the document's
+    parser, which reads `before` here (the request's own parse, of all but its healed bytes,
+    then reads its last line again); none known unconstrained (no parser)."""
+    if not opts.constrained:
+        return NO_STARTS
+    parser = parts.documents.parser(request.document, parts.grammars.for_document(request.document, opts))
+    data = before.encode()
+    try:
+        parser.parse(data)
+    except (ParseError, LexError):
+        pass  # the lines before the error are known; the request says the rest
+    return StatementLines.of(data, parser.statement_gaps(data))
 
 
 def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOptions) -> tuple[Prompt, str, int]:

@@ -5,7 +5,8 @@ The nearest lines are kept; the file's imports are put back in front when they f
 window, and in a short first window (`scopes`) the headers of the `def`s and `class`es it starts
 inside (`enclosing_headers`): a window of ~200 tokens often starts in the middle of a method.
 The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
-the file), and a document's next prompt keeps the start of its previous one while that still
+the file), its text on the first line from there that starts outside every bracket and string
+(`window_starts`: never inside a docstring or a call's arguments), and a document's next prompt keeps the start of its previous one while that still
 fits (`anchor`): typing on, adding lines or moving the cursor within the same function leave the
 start of the prompt where it was, so the KV cache of the previous request (or of the prefill
 made ahead of it) stays usable up to the cursor. A line too long for the budget is cut inside,
@@ -51,6 +52,7 @@ from mask_store.vocabulary import LoadedTokenizer, Vocabulary
 
 from ..model.runtime import FimTokens
 from .repo_context.block import ContextBlock
+from .window_starts import NO_STARTS, StatementLines
 from .workspace_context import NO_CONTEXT, WorkspaceContext
 
 WINDOW_STEP = 16  # lines: a window starts on a line that is a multiple of this
@@ -141,9 +143,11 @@ def _cut_inside(tok: LoadedTokenizer, before: str, line_start: int, budget: int,
     return line_start + -(-(first - line_start) // LINE_CUT_STEP) * LINE_CUT_STEP
 
 
-def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, scopes: bool = False) -> Window:
+def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, scopes: bool = False,
+                  starts: StatementLines = NO_STARTS) -> Window:
     """The window when the cursor's group of WINDOW_STEP lines alone is over the budget: whole
-    lines back from the cursor while they fit, else a cut inside the cursor's line."""
+    lines back from the cursor while they fit (from a line `starts` allows), else a cut inside
+    the cursor's line."""
     cursor_line = before.count("\n")
     off, line, end, total = before.rfind("\n") + 1, cursor_line, len(before), 0
     while True:
@@ -157,7 +161,22 @@ def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, sc
     if end == len(before):  # the cursor's line itself
         cut = _cut_inside(tok, before, off, budget, limit)
         return Window(before[cut:], True, cut, line)
-    return Window(_with_front(tok, before, end, total, budget, limit, scopes), True, end, line + 1)
+    start, total = _from_statement(tok, before, line + 1, end, total, starts, cursor_line)
+    return Window(_with_front(tok, before, start, total, budget, limit, scopes), True, start, line + 1)
+
+
+def _from_statement(tok: LoadedTokenizer, before: str, line: int, off: int, tokens: int, starts: StatementLines,
+                    cursor_line: int) -> tuple[int, int]:
+    """(where the kept text starts, its tokens): from `line` (at `off`, `tokens` from there to
+    the cursor) on to the first line before the cursor's that starts outside every bracket and
+    string (`starts`), or `line` itself where none is known."""
+    first = starts.first_from(line, cursor_line)
+    if first is None or first == line:
+        return off, tokens
+    start = off
+    for _ in range(first - line):
+        start = before.index("\n", start) + 1
+    return start, tokens - _count(tok, before[off:start])
 
 
 def _with_front(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int,
@@ -213,14 +232,16 @@ def enclosing_headers(before: str, off: int) -> str:
 
 
 def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = None,
-           step: int = WINDOW_STEP, scopes: bool = False) -> Window:
+           step: int = WINDOW_STEP, scopes: bool = False, starts: StatementLines = NO_STARTS) -> Window:
     """The text before the cursor cut to at most `budget` tokens (see the module's docstring),
     with the file's imports put back in front when they fit. The window starts on the first
     multiple of `step` lines that fits; with `anchor` (the start line of the document's
     previous window) it starts there again while that fits and holds at least KEEP_SHARE of the
     budget; otherwise (a new window, or the cursor has gone on past the anchor's) on the first
     multiple that leaves 1 - REFILL_SHARE of the budget for what comes next. `scopes`: the
-    enclosing `def`/`class` headers put in front too (`_with_front`)."""
+    enclosing `def`/`class` headers put in front too (`_with_front`). `starts`: the lines a
+    window's text may start on (`window_starts`): the text starts on the first of them from the
+    chosen line, which stays the anchor."""
     limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
     cursor_line = before.count("\n")
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
@@ -239,7 +260,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
             return Window(before, False, 0, 0)
         grid -= step
     if not fits:
-        return _within_lines(tok, before, budget, limit, scopes)
+        return _within_lines(tok, before, budget, limit, scopes, starts)
     if anchor is not None and anchor in fits and fits[anchor][1] >= KEEP_SHARE * budget:
         line = anchor
     else:
@@ -247,29 +268,31 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         # budget would be started again, all of it computed again, at the first line accepted
         # or typed after it: docs/latency.md)
         line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
-    off, total = fits[line]
+    off, total = _from_statement(tok, before, line, *fits[line], starts, cursor_line)
     return Window(_with_front(tok, before, off, total, budget, limit, scopes), True, off, line)
 
 
 def build_prompt(tok: LoadedTokenizer, before: str, after: str, budget: int, fim: FimTokens | None,
                  heal: bool = False, anchor: int | None = None, heal_pretoken: bool = False,
                  workspace: WorkspaceContext = NO_CONTEXT, step: int = WINDOW_STEP,
-                 context: ContextBlock | None = None, scopes: bool = False) -> Prompt:
+                 context: ContextBlock | None = None, scopes: bool = False,
+                 starts: StatementLines = NO_STARTS) -> Prompt:
     """The prompt for a cursor; with `heal`, the last prefix token is backed off (token healing,
     unless it is all the prefix has) so that the model may spell the typed text its own way;
     with `heal_pretoken` too, all the tokens of the text's last pre-token (canonical
     tokenization: mask_store.healing.last_pretoken_tokens). `anchor`: the start line of the
     document's previous window (see `window`, which starts it on a multiple of `step` lines). With `fim`, the suffix and the other documents
     of `workspace` too; `context`: the block in front (see the module's docstring); `scopes`: the
-    headers of the `def`s and `class`es around a window that starts inside them, in front."""
+    headers of the `def`s and `class`es around a window that starts inside them, in front;
+    `starts`: the lines its text may start on (`window`)."""
     as_files = fim is not None and fim.file_sep is not None
     block_ids, sections = _block(tok, context, budget, as_files)
     if not as_files:  # the comments take their tokens from the window's budget
         budget -= len(block_ids)
-    w = window(tok, before, budget, anchor, step, scopes)
+    w = window(tok, before, budget, anchor, step, scopes, starts)
     ids = tok.encode(w.text)
     if len(ids) > budget:  # the lines were counted apart: joined, a few may tokenize longer
-        w = window(tok, before, 2 * budget - len(ids), None, step, scopes)
+        w = window(tok, before, 2 * budget - len(ids), None, step, scopes, starts)
         ids = tok.encode(w.text)
         if len(ids) > budget:
             cut = tok.tokenizer.encode(w.text, add_special_tokens=False).offsets[len(ids) - budget][0]
