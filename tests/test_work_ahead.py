@@ -188,13 +188,15 @@ def test_a_short_text_is_the_whole_prompt(tok):
     assert not p.truncated and p.text == before and p.window_start == 0
 
 
-def test_the_window_start_stays_while_typing_on_and_moving_within(tok):
+@pytest.mark.parametrize("between_statements", [False, True])
+def test_the_window_start_stays_while_typing_on_and_moving_within(tok, between_statements):
     lines = TYPING_PY.splitlines(keepends=True)
     start = 1500
     anchor, prev, changes, typed_tokens = None, None, 0, 0
+    starts = _starts if between_statements else (lambda text: NO_STARTS)
     for k in range(start, start + 200):  # the user types 200 lines, one at a time
         before = "".join(lines[:k])
-        p = build_prompt(tok, before, "", BUDGET, None, anchor=anchor)
+        p = build_prompt(tok, before, "", BUDGET, None, anchor=anchor, starts=starts(before))
         assert len(p.ids) <= BUDGET
         if prev is not None:
             typed_tokens += len(tok.encode(lines[k - 1]))
@@ -202,6 +204,8 @@ def test_the_window_start_stays_while_typing_on_and_moving_within(tok):
                 changes += 1
                 # only when the window from the previous start no longer fits
                 assert len(tok.encode(before[prev.window_start:])) > BUDGET - 64
+            elif between_statements:  # the text's start too: the KV cache stays usable
+                assert p.window_start == prev.window_start, k
         anchor, prev = p.window_line, p
     # after a move the window leaves (1 - REFILL_SHARE) of the budget for what comes next
     assert 1 <= changes <= typed_tokens / ((1 - REFILL_SHARE) * BUDGET - 64) + 1, (changes, typed_tokens)
@@ -209,7 +213,7 @@ def test_the_window_start_stays_while_typing_on_and_moving_within(tok):
     end = start + 199
     for k in range(end - 1, end - 40, -1):
         before = "".join(lines[:k])
-        p = build_prompt(tok, before, "", BUDGET, None, anchor=anchor)
+        p = build_prompt(tok, before, "", BUDGET, None, anchor=anchor, starts=starts(before))
         if len(tok.encode(before[prev.window_start:])) >= KEEP_SHARE * BUDGET + 64:
             assert p.window_line == prev.window_line, k
         anchor, prev = p.window_line, p
