@@ -158,21 +158,30 @@ DOCSTRINGS = "import os\n\n" + "".join(
     f'    return os.path.join(path, "{i}")\n\n\n' for i in range(40)) + "def last(path):\n    return "
 
 
+def _line_offset(text: str, line: int) -> int:
+    return 0 if line == 0 else [i for i, c in enumerate(text) if c == "\n"][line - 1] + 1
+
+
 @pytest.mark.parametrize("budget,step,scopes", [(200, 4, True), (BUDGET, 16, False), (120, 16, False)])
-def test_a_window_starts_after_a_docstring_or_bracket_it_would_start_inside(tok, budget, step, scopes):
-    starts = _starts(DOCSTRINGS)
-    cut = DOCSTRINGS.index("def f39")
-    inside = 0
-    for end in range(len(DOCSTRINGS) // 2, cut, 97):  # cursors all over the file's second half
+def test_a_window_takes_the_docstring_its_grid_line_falls_in_whole_or_starts_after_it(tok, budget, step, scopes):
+    inside, whole, after = 0, 0, 0
+    for end in range(len(DOCSTRINGS) // 2, DOCSTRINGS.index("def f39"), 97):  # cursors all over the second half
         before = DOCSTRINGS[:end]
         grid = build_prompt(tok, before, "", budget, None, step=step, scopes=scopes)
         p = build_prompt(tok, before, "", budget, None, step=step, scopes=scopes, starts=_starts(before))
         inside += not _begins_a_statement(before, grid.window_start)
         assert _begins_a_statement(before, p.window_start), end
-        assert p.window_line == grid.window_line and p.window_start >= grid.window_start  # the anchor kept, never more text
         assert len(p.ids) <= budget and p.text.endswith(before[p.window_start:])
-    assert inside >= 3  # the grid alone starts inside docstrings
-    assert starts.first_from(0, 5) == 0
+        grid_line = _line_offset(before, p.window_line)  # the anchor: the text starts by it
+        whole += p.window_start < grid_line
+        after += p.window_start > grid_line
+        if p.window_start < grid_line:  # back to the docstring's first line: the docstring whole
+            assert before[p.window_start:].lstrip(" ").startswith('"""Line one.')
+    assert inside >= 3 and whole >= 1  # the grid alone starts inside docstrings
+    # a docstring longer than the budget: the text starts after it
+    long_doc = 'def f(x):\n    """' + "words and more words\n" * 200 + '    """\n    y = x\n    return '
+    p = build_prompt(tok, long_doc, "", 120, None, step=4, starts=_starts(long_doc))
+    assert p.text == "    y = x\n    return "
 
 
 def test_a_cursor_inside_one_long_literal_keeps_the_grid_line(tok):

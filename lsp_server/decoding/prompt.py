@@ -5,8 +5,9 @@ The nearest lines are kept; the file's imports are put back in front when they f
 window, and in a short first window (`scopes`) the headers of the `def`s and `class`es it starts
 inside (`enclosing_headers`): a window of ~200 tokens often starts in the middle of a method.
 The window starts on a line that is a multiple of `WINDOW_STEP` (counted from the top of
-the file), its text on the first line from there that starts outside every bracket and string
-(`window_starts`: never inside a docstring or a call's arguments), and a document's next prompt keeps the start of its previous one while that still
+the file), its text on a line by it that starts outside every bracket and string
+(`window_starts`: the docstring or call the grid line falls in whole where it fits, never its
+middle), and a document's next prompt keeps the start of its previous one while that still
 fits (`anchor`): typing on, adding lines or moving the cursor within the same function leave the
 start of the prompt where it was, so the KV cache of the previous request (or of the prefill
 made ahead of it) stays usable up to the cursor. A line too long for the budget is cut inside,
@@ -161,22 +162,37 @@ def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, sc
     if end == len(before):  # the cursor's line itself
         cut = _cut_inside(tok, before, off, budget, limit)
         return Window(before[cut:], True, cut, line)
-    start, total = _from_statement(tok, before, line + 1, end, total, starts, cursor_line)
+    start, total, _ = _statement_start(tok, before, line + 1, end, total, budget, limit, starts, cursor_line)
     return Window(_with_front(tok, before, start, total, budget, limit, scopes), True, start, line + 1)
 
 
-def _from_statement(tok: LoadedTokenizer, before: str, line: int, off: int, tokens: int, starts: StatementLines,
-                    cursor_line: int) -> tuple[int, int]:
-    """(where the kept text starts, its tokens): from `line` (at `off`, `tokens` from there to
-    the cursor) on to the first line before the cursor's that starts outside every bracket and
-    string (`starts`), or `line` itself where none is known."""
-    first = starts.first_from(line, cursor_line)
-    if first is None or first == line:
-        return off, tokens
+def _statement_start(tok: LoadedTokenizer, before: str, line: int, off: int, tokens: int, budget: int, limit: int,
+                     starts: StatementLines, cursor_line: int) -> tuple[int, int, bool]:
+    """(where the kept text starts, its tokens, whether it starts by `line`) for a window from
+    `line` (at `off`, `tokens` from there to the cursor): on a line that starts outside every
+    bracket and string (`starts`, `window_starts`): the last at or before `line` where the text
+    from it fits the budget (True), else the first after it before the cursor's line (False: a
+    start that moves on as the cursor does), else `line` itself (True: none known)."""
+    back = starts.last_to(line)
+    if back is None or back == line:
+        return off, tokens, True
+    if back is not None:
+        start = off
+        for _ in range(line - back):
+            start = before.rfind("\n", 0, start - 1) + 1
+            if off - start > limit:
+                break
+        else:
+            extra = _tokens_within(tok, before[start:off], budget - tokens, limit)
+            if tokens + extra <= budget:
+                return start, tokens + extra, True
+    ahead = starts.first_from(line, cursor_line)
+    if ahead is None:
+        return off, tokens, True
     start = off
-    for _ in range(first - line):
+    for _ in range(ahead - line):
         start = before.index("\n", start) + 1
-    return start, tokens - _count(tok, before[off:start])
+    return start, tokens - _count(tok, before[off:start]), False
 
 
 def _with_front(tok: LoadedTokenizer, before: str, off: int, tokens: int, budget: int, limit: int,
@@ -244,7 +260,8 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     chosen line, which stays the anchor."""
     limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
     cursor_line = before.count("\n")
-    fits: dict[int, tuple[int, int]] = {}  # grid line -> (its offset, tokens from it to the cursor)
+    fits: dict[int, tuple[int, int]] = {}  # grid line -> (where its text starts, tokens from there to the cursor)
+    later: dict[int, tuple[int, int]] = {}  # ... for those whose text starts after them
     end, total, line = len(before), 0, cursor_line
     off = before.rfind("\n") + 1
     grid = cursor_line - cursor_line % step
@@ -255,10 +272,12 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         if total + n > budget:
             break
         total, end = total + n, off
-        fits[grid] = (off, total)
+        start, tokens, by_it = _statement_start(tok, before, grid, off, total, budget, limit, starts, cursor_line)
+        (fits if by_it else later)[grid] = (start, tokens)
         if grid == 0:
             return Window(before, False, 0, 0)
         grid -= step
+    fits = fits or later
     if not fits:
         return _within_lines(tok, before, budget, limit, scopes, starts)
     if anchor is not None and anchor in fits and fits[anchor][1] >= KEEP_SHARE * budget:
@@ -268,7 +287,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         # budget would be started again, all of it computed again, at the first line accepted
         # or typed after it: docs/latency.md)
         line = min((g for g, (_, n) in fits.items() if n <= REFILL_SHARE * budget), default=min(fits))
-    off, total = _from_statement(tok, before, line, *fits[line], starts, cursor_line)
+    off, total = fits[line]
     return Window(_with_front(tok, before, off, total, budget, limit, scopes), True, off, line)
 
 
