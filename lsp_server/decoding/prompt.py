@@ -147,8 +147,8 @@ def _cut_inside(tok: LoadedTokenizer, before: str, line_start: int, budget: int,
 def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, scopes: bool = False,
                   starts: StatementLines = NO_STARTS) -> Window:
     """The window when the cursor's group of WINDOW_STEP lines alone is over the budget: whole
-    lines back from the cursor while they fit (from a line `starts` allows), else a cut inside
-    the cursor's line."""
+    lines back from the cursor while they fit (on to a line outside every bracket and string:
+    `_statement_start`), else a cut inside the cursor's line."""
     cursor_line = before.count("\n")
     off, line, end, total = before.rfind("\n") + 1, cursor_line, len(before), 0
     while True:
@@ -176,16 +176,15 @@ def _statement_start(tok: LoadedTokenizer, before: str, line: int, off: int, tok
     back = starts.last_to(line)
     if back is None or back == line:
         return off, tokens, True
-    if back is not None:
-        start = off
-        for _ in range(line - back):
-            start = before.rfind("\n", 0, start - 1) + 1
-            if off - start > limit:
-                break
-        else:
-            extra = _tokens_within(tok, before[start:off], budget - tokens, limit)
-            if tokens + extra <= budget:
-                return start, tokens + extra, True
+    start = off
+    for _ in range(line - back):
+        start = before.rfind("\n", 0, start - 1) + 1
+        if off - start > limit:
+            break
+    else:
+        extra = _tokens_within(tok, before[start:off], budget - tokens, limit)
+        if tokens + extra <= budget:
+            return start, tokens + extra, True
     ahead = starts.first_from(line, cursor_line)
     if ahead is None:
         return off, tokens, True
@@ -256,8 +255,10 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     budget; otherwise (a new window, or the cursor has gone on past the anchor's) on the first
     multiple that leaves 1 - REFILL_SHARE of the budget for what comes next. `scopes`: the
     enclosing `def`/`class` headers put in front too (`_with_front`). `starts`: the lines a
-    window's text may start on (`window_starts`): the text starts on the first of them from the
-    chosen line, which stays the anchor."""
+    window's text may start on (`window_starts`): each grid line's text starts on one of them
+    (`_statement_start`) and is measured from there; one whose text would start after it (what
+    it falls in does not fit) is taken only where no other fits, so that the anchor moves when
+    its text's start would. The grid line is the anchor."""
     limit = budget * _longest_token(tok.vocab)  # more characters than this: more tokens than the budget
     cursor_line = before.count("\n")
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (where its text starts, tokens from there to the cursor)
