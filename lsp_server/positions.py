@@ -2,7 +2,9 @@
 
 Lines end as LSP says: at "\n", "\r\n" or a lone "\r" (nothing else: not U+2028, form feeds or
 the other breaks str.splitlines knows). The engine reads text with "\n" only (`to_lf`), which
-has the same lines and the same characters in each, so a position means the same in both.
+has the same lines and the same characters in each, so a position means the same in both; a
+lone surrogate (a JSON string may hold one, UTF-8 cannot: the tokenizer and the parser refused
+the whole document) is U+FFFD there, one character for one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import re
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a str decoded from JSON holds a pair as one character
 
 
 class PositionError(ValueError):
@@ -30,7 +33,10 @@ def line_starts(text: str) -> list[int]:
 
 
 def to_lf(text: str) -> str:
-    """`text` with every line end as "\n": the same lines, the same characters in each."""
+    """`text` as the engine reads it: every line end as "\n", each lone surrogate as U+FFFD (the
+    module's docstring); the same lines, the same number of characters in each."""
+    if LONE_SURROGATE.search(text):
+        text = LONE_SURROGATE.sub("\ufffd", text)
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 

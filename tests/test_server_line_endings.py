@@ -145,6 +145,28 @@ async def test_the_engine_reads_lf_text_with_the_client_cursor():
     host.shutdown()
 
 
+async def test_a_lone_surrogate_reaches_the_engine_as_one_replacement_character():
+    """A JSON string may hold a lone surrogate, which UTF-8 cannot: the engine gets U+FFFD in its
+    place (the same characters before the cursor), and the answer lands where it was asked."""
+    engines = []
+    host = EngineHost(
+        lambda status: None, loader=lambda options, progress: engines.append(EchoEngine(options)) or engines[-1]
+    )
+    host.configure(EngineOptions(model="echo"))
+    await until(lambda: host.ready)
+    docs = DocumentStore()
+    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
+    text = 's = "\ud800"\r\nb = f('
+    docs.open("file:///s.py", "python", 1, text)
+    got = await suggester.suggest("file:///s.py", types.Position(1, 6), None, None)
+    request = engines[0].requests[-1]
+    assert request.text == 's = "\ufffd"\nb = f(' and request.text.encode("utf-8")
+    assert request.cursor == len(request.text) and request.line == 1
+    assert got.range.start == types.Position(1, 6)
+    assert to_lf("a\ud83d\udc00b") == "a\ufffd\ufffdb" and to_lf("a😀b") == "a😀b"  # only lone ones
+    host.shutdown()
+
+
 def mixed_line_ends(text: str, rng: random.Random) -> str:
     """`text` with each "\n" replaced by "\n", "\r" or "\r\n" at random, never a "\n" right
     after a "\r" (that would join two line ends into one)."""
