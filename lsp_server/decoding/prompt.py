@@ -162,29 +162,36 @@ def _within_lines(tok: LoadedTokenizer, before: str, budget: int, limit: int, sc
     if end == len(before):  # the cursor's line itself
         cut = _cut_inside(tok, before, off, budget, limit)
         return Window(before[cut:], True, cut, line)
-    start, total, _ = _statement_start(tok, before, line + 1, end, total, budget, limit, starts, cursor_line)
+    start, total, _ = _statement_start(tok, before, line + 1, end, total, budget, limit, starts, cursor_line, {})
     return Window(_with_front(tok, before, start, total, budget, limit, scopes), True, start, line + 1)
 
 
 def _statement_start(tok: LoadedTokenizer, before: str, line: int, off: int, tokens: int, budget: int, limit: int,
-                     starts: StatementLines, cursor_line: int) -> tuple[int, int, bool]:
+                     starts: StatementLines, cursor_line: int,
+                     backs: dict[int, tuple[int, int] | None]) -> tuple[int, int, bool]:
     """(where the kept text starts, its tokens, whether it starts by `line`) for a window from
     `line` (at `off`, `tokens` from there to the cursor): on a line that starts outside every
     bracket and string (`starts`, `window_starts`): the last at or before `line` where the text
     from it fits the budget (True), else the first after it before the cursor's line (False: a
-    start that moves on as the cursor does), else `line` itself (True: none known)."""
+    start that moves on as the cursor does), else `line` itself (True: none known). `backs`:
+    what the window's lines found for each line before them (the text from one to the cursor
+    fits or not whichever grid line looks back to it: each is walked back to once)."""
     back = starts.last_to(line)
     if back is None or back == line:
         return off, tokens, True
-    start = off
-    for _ in range(line - back):
-        start = before.rfind("\n", 0, start - 1) + 1
-        if off - start > limit:
-            break
-    else:
-        extra = _tokens_within(tok, before[start:off], budget - tokens, limit)
-        if tokens + extra <= budget:
-            return start, tokens + extra, True
+    if back not in backs:
+        backs[back] = None
+        start = off
+        for _ in range(line - back):
+            start = before.rfind("\n", 0, start - 1) + 1
+            if off - start > limit:
+                break
+        else:
+            extra = _tokens_within(tok, before[start:off], budget - tokens, limit)
+            if tokens + extra <= budget:
+                backs[back] = (start, tokens + extra)
+    if backs[back] is not None:
+        return *backs[back], True
     ahead = starts.first_from(line, cursor_line)
     if ahead is None:
         return off, tokens, True
@@ -263,6 +270,7 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
     cursor_line = before.count("\n")
     fits: dict[int, tuple[int, int]] = {}  # grid line -> (where its text starts, tokens from there to the cursor)
     later: dict[int, tuple[int, int]] = {}  # ... for those whose text starts after them
+    backs: dict[int, tuple[int, int] | None] = {}  # `_statement_start`'s lines looked back to
     end, total, line = len(before), 0, cursor_line
     off = before.rfind("\n") + 1
     grid = cursor_line - cursor_line % step
@@ -273,7 +281,8 @@ def window(tok: LoadedTokenizer, before: str, budget: int, anchor: int | None = 
         if total + n > budget:
             break
         total, end = total + n, off
-        start, tokens, by_it = _statement_start(tok, before, grid, off, total, budget, limit, starts, cursor_line)
+        start, tokens, by_it = _statement_start(tok, before, grid, off, total, budget, limit, starts, cursor_line,
+                                                backs)
         (fits if by_it else later)[grid] = (start, tokens)
         if grid == 0:
             return Window(before, False, 0, 0)
