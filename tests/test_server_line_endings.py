@@ -120,9 +120,8 @@ class EchoEngine:
         return {"model": "echo", "device": "cpu", "store": "memory"}
 
 
-async def test_the_engine_reads_lf_text_with_the_client_cursor():
-    """What the engine gets for a CR-only, CRLF and mixed document: "\n" line ends, the cursor on
-    the same character; what the client gets back: the document's own line end."""
+async def _echo_suggester():
+    """(the echo engines made, their host once ready, a document store, a suggester over both)."""
     engines = []
     host = EngineHost(
         lambda status: None, loader=lambda options, progress: engines.append(EchoEngine(options)) or engines[-1]
@@ -130,7 +129,13 @@ async def test_the_engine_reads_lf_text_with_the_client_cursor():
     host.configure(EngineOptions(model="echo"))
     await until(lambda: host.ready)
     docs = DocumentStore()
-    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
+    return engines, host, docs, Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
+
+
+async def test_the_engine_reads_lf_text_with_the_client_cursor():
+    """What the engine gets for a CR-only, CRLF and mixed document: "\n" line ends, the cursor on
+    the same character; what the client gets back: the document's own line end."""
+    engines, host, docs, suggester = await _echo_suggester()
     for name, text, eol in (("cr", "a = 1\rb = f(\rc = 2\r", "\r"), ("crlf", "a = 1\r\nb = f(\r\nc = 2", "\r\n"),
                             ("mixed", "a = 1\r\rb = f(\nc = 2\r\n", "\r")):  # its first line end
         uri = f"file:///{name}.py"
@@ -148,14 +153,7 @@ async def test_the_engine_reads_lf_text_with_the_client_cursor():
 async def test_a_lone_surrogate_reaches_the_engine_as_one_replacement_character():
     """A JSON string may hold a lone surrogate, which UTF-8 cannot: the engine gets U+FFFD in its
     place (the same characters before the cursor), and the answer lands where it was asked."""
-    engines = []
-    host = EngineHost(
-        lambda status: None, loader=lambda options, progress: engines.append(EchoEngine(options)) or engines[-1]
-    )
-    host.configure(EngineOptions(model="echo"))
-    await until(lambda: host.ready)
-    docs = DocumentStore()
-    suggester = Suggester(docs, host, Telemetry(), lambda message, kind: None, lambda: True)
+    engines, host, docs, suggester = await _echo_suggester()
     text = 's = "\ud800"\r\nb = f('
     docs.open("file:///s.py", "python", 1, text)
     got = await suggester.suggest("file:///s.py", types.Position(1, 6), None, None)
