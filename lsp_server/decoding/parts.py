@@ -188,6 +188,9 @@ class DocumentState:
     parser: PrefixParser | None = None
     # where each window (WINDOWS) started last: full, full without the block, short first
     window_lines: tuple[int | None, int | None, int | None] = (None, None, None)
+    # the lines a window may start on (`statement_lines`) and the text before the cursor they
+    # were read from, for the parser's grammar: a request's windows (up to three) read them once
+    starts: tuple[str, StatementLines] | None = None
 
 
 NEW = DocumentState()
@@ -210,7 +213,7 @@ class DocumentStates:
         p = state.parser
         if p is None or p.recognizer is not compiled.recognizer:
             p = PrefixParser(compiled.recognizer, compiled.lexer)
-            self._put(document, replace(state, parser=p))
+            self._put(document, replace(state, parser=p, starts=None))
         else:
             self._put(document, state)
         return p
@@ -225,6 +228,14 @@ class DocumentStates:
         lines[WINDOWS.index(window)] = prompt.window_line
         self._put(document, replace(state, window_lines=tuple(lines)))
 
+    def starts(self, document: str, before: str) -> StatementLines | None:
+        """The lines `keep_starts` kept for the document, where they were read from `before`."""
+        kept = self.get(document).starts
+        return kept[1] if kept is not None and kept[0] == before else None
+
+    def keep_starts(self, document: str, before: str, lines: StatementLines) -> None:
+        self._put(document, replace(self.get(document), starts=(before, lines)))
+
     def forget(self, document: str) -> None:
         self._states.pop(document, None)
 
@@ -235,7 +246,7 @@ class DocumentStates:
             self._states.popitem(last=False)
         if len(self._states) > PARSERS_KEPT:  # one document leaves the most recent ones per put
             leaving = list(self._states)[-PARSERS_KEPT - 1]
-            self._states[leaving] = replace(self._states[leaving], parser=None)
+            self._states[leaving] = replace(self._states[leaving], parser=None, starts=None)
 
 
 # ---------------------------------------------------------------------------- the engine's parts
@@ -310,16 +321,23 @@ def prompt_in_window(parts: EngineParts, request: CompletionRequest, before: str
 def statement_lines(parts: EngineParts, request: CompletionRequest, before: str, opts: EngineOptions) -> StatementLines:
     """The lines of `before` a prompt window may start on (`window_starts`), from the document's
     parser, which reads `before` here (the request's own parse, of all but its healed bytes,
-    then reads its last line again); none known unconstrained (no parser)."""
+    then reads its last line again); kept for the document's next window of the same text; none
+    known unconstrained (no parser)."""
     if not opts.constrained:
         return NO_STARTS
-    parser = parts.documents.parser(request.document, parts.grammars.for_document(request.document, opts))
+    documents = parts.documents
+    parser = documents.parser(request.document, parts.grammars.for_document(request.document, opts))
+    kept = documents.starts(request.document, before)
+    if kept is not None:
+        return kept
     data = before.encode()
     try:
         parser.parse(data)
     except (ParseError, LexError):
         pass  # the lines before the error are known; the request says the rest
-    return StatementLines.of(data, parser.statement_gaps(data))
+    lines = StatementLines.of(data, parser.statement_gaps(data))
+    documents.keep_starts(request.document, before, lines)
+    return lines
 
 
 def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOptions) -> tuple[Prompt, str, int]:

@@ -183,7 +183,7 @@ def _statement_start(tok: LoadedTokenizer, before: str, line: int, off: int, tok
         backs[back] = None
         start = off
         for _ in range(line - back):
-            start = before.rfind("\n", 0, start - 1) + 1
+            start = _line_start(before, start)
             if off - start > limit:
                 break
         else:
