@@ -18,6 +18,7 @@ from lsp_server.decoding.identifiers.line_place import Place, line_place
 from lsp_server.decoding.parts import prompt_in_window
 from lsp_server.decoding.prompt import KEEP_SHARE, REFILL_SHARE, build_prompt, enclosing_headers, window
 from lsp_server.decoding.window_starts import NO_STARTS, StatementLines
+from lsp_server.positions import line_starts
 from lsp_server.model.kv_cache import MB, PromptCache
 from lsp_server.options import EngineOptions
 from lsp_server.server.engine_host import EngineHost
@@ -158,10 +159,6 @@ DOCSTRINGS = "import os\n\n" + "".join(
     f'    return os.path.join(path, "{i}")\n\n\n' for i in range(40)) + "def last(path):\n    return "
 
 
-def _line_offset(text: str, line: int) -> int:
-    return 0 if line == 0 else [i for i, c in enumerate(text) if c == "\n"][line - 1] + 1
-
-
 @pytest.mark.parametrize("budget,step,scopes", [(200, 4, True), (BUDGET, 16, False), (120, 16, False)])
 def test_a_window_takes_the_docstring_its_grid_line_falls_in_whole_or_starts_after_it(tok, budget, step, scopes):
     inside, whole, after = 0, 0, 0
@@ -172,7 +169,7 @@ def test_a_window_takes_the_docstring_its_grid_line_falls_in_whole_or_starts_aft
         inside += not _begins_a_statement(before, grid.window_start)
         assert _begins_a_statement(before, p.window_start), end
         assert len(p.ids) <= budget and p.text.endswith(before[p.window_start:])
-        grid_line = _line_offset(before, p.window_line)  # the anchor: the text starts by it
+        grid_line = line_starts(before)[p.window_line]  # the anchor: the text starts by it
         whole += p.window_start < grid_line
         after += p.window_start > grid_line
         if p.window_start < grid_line:  # back to the docstring's first line: the docstring whole
