@@ -399,7 +399,7 @@ def run(engine, contexts, cut: dict, mode: str, tag: str, window: str = "first")
     return {"exact": first == ref_first, "similarity": edit_similarity(first, ref_first), "offered": offered,
             "compiles": compiles(spliced) if offered else None, "undefined": undefined, "unknown": unknown,
             "latency_ms": latency, "block_ms": block_ms, "sections": sections, "prompt_tokens": r.figures.prompt_tokens,
-            "text": r.text[:200], "reference": reference[:200]}
+            "stop": str(r.stop_reason), "text": r.text[:200], "reference": reference[:200]}
 
 
 def summary(rows: list[dict]) -> dict:
