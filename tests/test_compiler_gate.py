@@ -1,19 +1,25 @@
 """The compiler's last word on an answer (lsp_server/decoding/request.py, `compiler_gate`): what parses but
 CPython refuses where the answer wrote it is not offered; a refusal elsewhere in the file is the
-file's own and refuses nothing."""
+file's own and refuses nothing; a refusal that points at a token the answer wrote is searched
+past from that token (`past_refusal`)."""
 
 from __future__ import annotations
 
-from completion_support import complete_at_marker
+from completion_support import complete_at_marker, two_minded
 
 import ast
 
 from grammar_tools.parsing import cpython_check
 from grammar_tools.parsing.cpython_check import compiles
-from lsp_server.decoding.request import refused_where_written
+from lsp_server.decoding.request import refusal_where_written
 from lsp_server.decoding.stopping.policy import StopReason
 
 ASYNC = "async def rows(source):\n    |\n\n\nprint(rows)\n"
+
+
+def refused_where_written(before: str, answer: str, after: str) -> str | None:
+    refusal = refusal_where_written(before, answer, after)
+    return None if refusal is None else refusal.text
 KWARGS = "result = dict(\n    |\n    key=2,\n)\n"
 
 
@@ -25,6 +31,15 @@ def test_a_refusal_on_the_answers_lines_or_the_line_after_them_is_found():
     assert "repeated" in refused_where_written(before, "key=1,", after)  # reported on the line below
     before, after = "x = 1\n", "\n"
     assert refused_where_written(before, "y = f\"{d[\"key\"]}\"", after) is None  # 3.12 syntax: the parser's, not ours
+
+
+def test_a_refusal_points_at_the_answers_byte_it_is_made_at():
+    before, after = ASYNC.split("|")
+    assert refusal_where_written(before, "x = 1; yield from source", after).at == len("x = 1; ")
+    before = "rows = dict(\n    é=1,\n    "  # the column CPython gives is in UTF-8 bytes
+    assert refusal_where_written(before, "ü=2, é=3)", "\n").at == len("ü=2, ".encode())
+    before, after = KWARGS.split("|")
+    assert refusal_where_written(before, "key=1,", after).at is None  # reported on the line below, not in the answer
 
 
 def test_a_refusal_further_down_is_the_answers_when_the_file_without_it_compiles():
@@ -74,10 +89,24 @@ def test_a_tree_that_never_comes_refuses_nothing_and_raises_nothing(monkeypatch)
 
 
 def test_the_engine_does_not_offer_what_the_compiler_refuses_where_it_was_written(compiled):
-    text, off, r = complete_at_marker(compiled, ASYNC, "yield from source\n\n\nprint(rows)\n")
-    assert (r.text, r.stop_reason) == ("", StopReason.COMPILER)
+    # the repeated keyword is the line below's: nothing in the answer to search past
     text, off, r = complete_at_marker(compiled, KWARGS, "key=1,\n    key=2,\n)\n")
     assert (r.text, r.stop_reason) == ("", StopReason.COMPILER)
+    # the refusal points at the answer's `yield`: whatever the search finds instead compiles
+    text, off, r = complete_at_marker(compiled, ASYNC, "yield from source\n\n\nprint(rows)\n")
+    assert not r.text.startswith("yield from")
+    assert compiles(text[:off] + r.text + text[r.end :])
+
+
+def test_a_refusal_inside_the_answer_is_searched_past_from_the_token_it_points_at(compiled):
+    # the model repeats a keyword argument, and its next-best choice at the repeated name is
+    # another one: that answer is offered
+    r, text = two_minded(compiled, "x = 1\n|\n", "print(x,end=1,end=2)", "print(x,end=1,sep=2)")
+    assert (r.text, r.offer_path) == ("print(x,end=1,sep=2)", "redecode")
+    assert compiles(text)
+    r, text = two_minded(compiled, "async def rows(source):\n    x = 1\n    |\n", "yield from source", "return")
+    assert (r.text, r.offer_path) == ("return", "redecode")
+    assert compiles(text)
 
 
 def test_what_compiles_is_offered_as_before(compiled):

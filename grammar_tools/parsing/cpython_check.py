@@ -9,7 +9,7 @@ caller's `from __future__` imports are not inherited (`dont_inherit`), so the ve
 a file of its own gets.
 
 Used by the tests, the benchmarks and the engine's last check of an answer alike (`compiles`,
-`refusal`, `refused_lines`, `compilable_source`; lsp_server/decoding/compiler_gate.py);
+`refusal`, `refused_lines`, `compilable_source`; lsp_server/decoding/request.py's compiler gate);
 `parsed_tree` is the parser's tree for readers of it (the names' later-lines check). For
 another CPython version the file runs as a script under that interpreter (the tests' per-version
 plumbing, tests/cpython_oracle.py): a JSON list of sources on stdin, a JSON list of verdicts on
@@ -25,13 +25,25 @@ import sys
 import tokenize
 import warnings
 from pathlib import Path
+from typing import NamedTuple
+
+
+class Refused(NamedTuple):
+    """Where CPython refuses a text: its message, the first and last lines it names (1-based; 0
+    where it names none) and the column it points at on the first (0-based; -1 where it names
+    none): the line's UTF-8 bytes for a refusal made after the parse (the compiler's and the
+    symbol table's checks), its characters for the parser's."""
+
+    message: str
+    line: int
+    end_line: int
+    column: int = -1
 
 
 def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
-                  after_parse: bool = False) -> tuple[str, int, int] | None:
+                  after_parse: bool = False) -> Refused | None:
     """CPython's refusal of `text` (str or bytes) as `mode` ("exec" for a file, "eval" for an
-    expression): (message, first line, last line), lines 1-based (0 where CPython names none);
-    None where it compiles it. `after_parse`: only a refusal made after the text parsed (the
+    expression): `Refused`; None where it compiles it. `after_parse`: only a refusal made after the text parsed (the
     compiler's and the symbol table's checks: a keyword argument given twice, `yield from` in an
     `async def`, `break` outside a loop), None where the parser refuses it; the compiler is the
     same one (the parsed tree compiled is the text compiled), it is asked in two steps, and
@@ -53,9 +65,10 @@ def refused_lines(text: str | bytes, name: str = "<text>", mode: str = "exec",
             compile(text, name, mode, dont_inherit=True)
         except SyntaxError as e:
             line = e.lineno or 0
-            return e.msg, line, max(line, getattr(e, "end_lineno", None) or line)  # end_lineno: 3.10+
+            # end_lineno: 3.10+; offset: 1-based
+            return Refused(e.msg, line, max(line, getattr(e, "end_lineno", None) or line), (e.offset or 0) - 1)
         except ValueError as e:  # NUL bytes, before 3.12
-            return str(e), 0, 0
+            return Refused(str(e), 0, 0)
     return None
 
 
@@ -86,8 +99,7 @@ def refusal(text: str | bytes, name: str = "<text>", mode: str = "exec") -> str 
     refused = refused_lines(text, name, mode)
     if refused is None:
         return None
-    message, line, _ = refused
-    return f"{message} (line {line})" if line else message
+    return f"{refused.message} (line {refused.line})" if refused.line else refused.message
 
 
 def compiles(text: str | bytes, name: str = "<text>", mode: str = "exec") -> bool:

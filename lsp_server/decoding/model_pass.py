@@ -218,12 +218,17 @@ class Tries:
         wrote more than blanks is the one banned)."""
         tokens = first.outcome.tokens
         step = (code_step if steered else restart_step)(tokens, token_bytes, healed)
-        # the model's choice at the step (and its shorter spellings); it ended there (nothing
-        # past the healed text): its end
         if step < len(tokens):
-            avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
-        else:
-            avoid = frozenset(stop_tokens)
+            return cls.at(tokens, step, token_bytes, by_bytes, max_tokens)
+        # it ended there (nothing past the healed text): its end is banned
+        return cls(step, tuple(tokens[:step]), frozenset(stop_tokens), max_tokens, TRIES)
+
+    @classmethod
+    def at(cls, tokens: Sequence[int], step: int, token_bytes: Sequence[bytes], by_bytes: Mapping[bytes, int],
+           max_tokens: int) -> Tries:
+        """The first pass that replays `tokens` before `step` and bans the model's choice there
+        (and its shorter spellings)."""
+        avoid = frozenset(same_start(token_bytes[tokens[step]], by_bytes) | {tokens[step]})
         return cls(step, tuple(tokens[:step]), avoid, max_tokens, TRIES)
 
     @property

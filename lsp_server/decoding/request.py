@@ -9,8 +9,9 @@ answer that keeps the file valid out.
     decode          one pass: masked steps under the stop policy, then the offer search over its
                     text (`EngineParts.passes`: model_pass.ModelPasses, or a team server's)
     search again    nothing offered: passes from the step where validity was lost (`Tries`)
+    past a refusal  CPython's compiler over the file with the answer (`compiler_gate`, below);
+                    where it refuses a token the answer wrote, passes from that token's step
     assemble        the answer (text, replace range, stop reason, offer path) and its figures
-                    after CPython's compiler over the file with it (`compiler_gate`, below)
 
 Each step reads the one `Request` value `prepare` made; the request's time goes to its parts
 (`Request.spent`, `RequestTimes`). The caller (`CompletionEngine.complete`) holds the engine's
@@ -25,7 +26,11 @@ and the symbol table (a keyword argument given twice, `yield from` or `return va
 grammar holds them (they need names compared across a statement, or the kind of the enclosing
 function), so the file with the answer is compiled once, before it is offered (the project's one
 oracle, `grammar_tools.parsing.cpython_check`; ~1 ms for 400 lines, ~10 ms for 3,500), and an
-answer the compiler refuses *where it was written* is not offered.
+answer the compiler refuses *where it was written* is not offered. Where the refusal points at a
+byte the answer wrote (the second `key` of `f(key=1, key=2)`), the token that wrote it is where
+validity was lost, as the grammar's loss is for `search again`: passes from its step with it
+banned (`past_refusal`), the first answer the compiler accepts offered (a small model's loop of
+`justify="right", justify="left", ...` becomes its next-best argument, where nothing was offered).
 
 Which refusals: only those made after the file parsed (`refused_lines(..., after_parse=True)`).
 What the parser refuses is the grammar's business, per target version, and this interpreter may
@@ -45,7 +50,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from grammar_tools.lexing.lexer_automaton import START, LexError
-from grammar_tools.parsing.cpython_check import refused_lines
+from grammar_tools.parsing.cpython_check import Refused, refused_lines
 from grammar_tools.parsing.incremental import ParseError
 from grammar_tools.parsing.versions import format_version
 from mask_store import canonical as canonical_tokenization
@@ -124,11 +129,12 @@ def complete(parts: EngineParts, req: CompletionRequest, opts: EngineOptions, ca
     searched = worth_searching(r, chosen)
     if searched:
         chosen = search_again(parts, r, chosen, steering, shape)
+    chosen, refusal = past_refusal(parts, r, chosen, steering, shape)
     decode_ms = (time.perf_counter() - t1) * 1000
     checks = r.rest.check_ms
     r.spent("checks", checks - checked)
     r.spent("names", r.guide.stats["ms"] if r.guide else 0.0)
-    return assemble(r, chosen, reused, prompt_ms, decode_ms, checks, budget_cut(r, chosen, searched)), r
+    return assemble(r, chosen, refusal, reused, prompt_ms, decode_ms, checks, budget_cut(r, chosen, searched)), r
 
 
 # ---------------------------------------------------------------------------- the steps
@@ -228,6 +234,40 @@ def search_again(parts: EngineParts, r: Request, first: Pass, steering, shape: F
     return first
 
 
+def past_refusal(parts: EngineParts, r: Request, chosen: Pass, steering, shape: FirstLine
+                 ) -> tuple[Pass, CompilerRefusal | None]:
+    """The pass whose answer is offered, and CPython's refusal of it where it was written (then
+    nothing is offered: `compiler_gate`). Where the compiler points at a token the answer wrote
+    (`f(key=1, key=2)`'s second `key`, `yield from` in an `async def`), that token is where
+    validity was lost: passes from its step with it banned, as `search_again` searches (`Tries`),
+    and the first whose answer the compiler accepts is offered instead."""
+    refusal = compiler_gate(r, chosen)
+    if refusal is None or refusal.at is None or refusal.at >= chosen.offer.cut:
+        return chosen, refusal
+    vocab = parts.tokenizer.vocab
+    step = step_writing(chosen.outcome.tokens, r.compiled.tokens, len(r.heal) + refusal.at)
+    tries = Tries.at(chosen.outcome.tokens, step, r.compiled.tokens, vocab.by_bytes, r.max_tokens)
+    while tries.open and not stopped(r):
+        p = redecode_pass(parts, r, tries, steering, shape)
+        if p.offer.cut > 0 and compiler_gate(r, p) is None:
+            log.info("the compiler's refusal searched past at step %d", step)
+            return replace(p, offer=replace(p.offer, path="redecode")), None
+        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes)
+        if tries is None:
+            break
+    return chosen, refusal
+
+
+def step_writing(tokens, token_bytes, at: int) -> int:
+    """The index in `tokens` of the step whose token wrote byte `at` of their text."""
+    n = 0
+    for i, t in enumerate(tokens):
+        n += len(token_bytes[t])
+        if n > at:
+            return i
+    return len(tokens)
+
+
 def stopped(r: Request) -> bool:
     """The request was cancelled, or its latency budget has run out."""
     return r.cancel() or r.req.budget.expired()
@@ -254,22 +294,27 @@ def budget_cut(r: Request, chosen: Pass, searched: bool) -> bool:
         searched and chosen.offer.path == "empty" and r.req.budget.expired())
 
 
-def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms: float, check_ms: float,
-             cut: bool) -> CompletionResult:
+def answer_of(r: Request, p: Pass) -> tuple[str, bool, int]:
+    """Pass p's answer: its text (empty for an item that changes nothing: never offered), whether
+    it changes nothing, and where its replace range ends."""
+    body, no_op = r.rest.answer(p.outcome.generated[len(r.heal) :], p.offer.cut)
+    covered = r.rest.ctx.covered
+    return body, no_op, r.req.cursor + len(covered) if body or not covered else r.req.cursor
+
+
+def assemble(r: Request, chosen: Pass, refusal: CompilerRefusal | None, reused: int, prompt_ms: float,
+             decode_ms: float, check_ms: float, cut: bool) -> CompletionResult:
     """The answer of the chosen pass: the text offered (unless CPython's compiler refuses it:
-    `compiler_gate`), its replace range and stop, and the request's figures (`check_ms`: the
-    whole-file checks' time, `RestOfFile.check_ms`)."""
-    req, rest = r.req, r.rest
+    `refusal`, `compiler_gate`), its replace range and stop, and the request's figures
+    (`check_ms`: the whole-file checks' time, `RestOfFile.check_ms`)."""
+    req = r.req
     outcome, offer = chosen.outcome, chosen.offer
-    completion = outcome.generated[len(r.heal) :]
-    body, no_op = rest.answer(completion, offer.cut)  # an item that changes nothing is never offered
+    body, no_op, end = answer_of(r, chosen)
     log.debug("offered %d bytes (%s; policy stop %s at %d, %d checks in %.1f ms)", len(body.encode()),
               offer.path, outcome.stop.reason, outcome.stop.cut, offer.checks, offer.ms)
-    covered = rest.ctx.covered
-    end = req.cursor + len(covered) if body or not covered else req.cursor
     stop = StopReason.ECHO if no_op else outcome.stop.reason
-    refused, gate_ms = compiler_gate(r, body, end - req.cursor)
-    if refused:
+    if refusal is not None:
+        log.info("not offered: the compiler refuses %r: %s", body[:60], refusal.text)
         body, end, stop = "", req.cursor, StopReason.COMPILER
     guide = r.guide
     figures = Figures(
@@ -289,14 +334,14 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
         names_shaped=guide.stats["shaped"] if guide else 0,
         names_masked=guide.stats["masked"] if guide else 0,
         names_ms=round(guide.stats["ms"], 2) if guide else 0.0,
-        gate_ms=round(gate_ms, 2),
+        gate_ms=round(r.times.ms["gate"], 2),
     )
     return CompletionResult(
         text=body,
         start=req.cursor,
         end=end,
         stop_reason=stop,
-        mode=rest.ctx.mode,
+        mode=r.rest.ctx.mode,
         constrained=r.opts.constrained,
         offer_path=offer.path,
         python_version=format_version(r.compiled.recognizer.python_version),
@@ -309,17 +354,18 @@ def assemble(r: Request, chosen: Pass, reused: int, prompt_ms: float, decode_ms:
     )
 
 
-def compiler_gate(r: Request, answer: str, covered: int) -> tuple[bool, float]:
-    """Whether CPython's compiler refuses the file with `answer` (in place of the `covered`
-    characters after the cursor) where it was written (constrained mode: `refused_by_compiler`),
-    and the ms it took, the request's `gate` part."""
+def compiler_gate(r: Request, p: Pass) -> CompilerRefusal | None:
+    """CPython's refusal of the file with pass p's answer where the answer wrote it (constrained
+    mode: `refusal_where_written`); its time is the request's `gate` part."""
     if not r.opts.constrained:
-        return False, 0.0
+        return None
+    body, _, end = answer_of(r, p)
+    if not body:
+        return None
     t = time.perf_counter()
-    refused = refused_by_compiler(answer, r.before, r.after[covered:])
-    ms = (time.perf_counter() - t) * 1000
-    r.spent("gate", ms)
-    return refused, ms
+    refusal = refusal_where_written(r.before, body, r.after[end - r.req.cursor :])
+    r.spent("gate", (time.perf_counter() - t) * 1000)
+    return refusal
 
 
 # ---------------------------------------------------------------------------- what prepare uses
@@ -364,29 +410,37 @@ def lexeme_before(compiled, before: bytes) -> bytes:
 # ---------------------------------------------------------------------------- the compiler gate
 
 
-def refused_where_written(before: str, answer: str, after: str) -> str | None:
-    """CPython's message when it refuses `before + answer + after` on the lines the answer wrote
-    or the line after them, or anywhere when `before + after` compiles; None when the file
-    compiles or the refusal is the file's own (module docstring)."""
+@dataclass(frozen=True)
+class CompilerRefusal:
+    """CPython's refusal of a file with an answer, where the answer wrote it: its message and
+    line, and the answer's byte it points at (None: outside the answer: a keyword argument the
+    answer repeats from the line below is reported there)."""
+
+    text: str
+    at: int | None
+
+
+def refusal_where_written(before: str, answer: str, after: str) -> CompilerRefusal | None:
+    """CPython's refusal of `before + answer + after` on the lines the answer wrote or the line
+    after them, or anywhere when `before + after` compiles; None when the file compiles or the
+    refusal is the file's own (module docstring)."""
     refused = refused_lines(before + answer + after, "<completion>", after_parse=True)
     if refused is None:
         return None
-    message, line, end_line = refused
     first = before.count("\n") + 1
     last = first + answer.count("\n") + 1
-    where_written = line <= last and end_line >= first  # the answer's lines or the line after them
-    if where_written or refused_lines(before + after, "<document>") is None:
-        return f"{message} (line {line})"
-    return None
+    where_written = refused.line <= last and refused.end_line >= first  # the answer's lines or the line after them
+    if not where_written and refused_lines(before + after, "<document>") is not None:
+        return None
+    return CompilerRefusal(f"{refused.message} (line {refused.line})", _answer_byte(before, answer, refused))
 
 
-def refused_by_compiler(answer: str, before: str, after: str) -> bool:
-    """Whether CPython's compiler refuses the file `before + answer + after` where the answer was
-    written (`refused_where_written`; then it is not offered: stop reason `compiler`)."""
-    if not answer:
-        return False
-    refusal = refused_where_written(before, answer, after)
-    if refusal is None:
-        return False
-    log.info("not offered: the compiler refuses %r: %s", answer[:60], refusal)
-    return True
+def _answer_byte(before: str, answer: str, refused: Refused) -> int | None:
+    """The byte of `answer` (written after `before`) the refusal points at; None outside it."""
+    if refused.line < 1 or refused.column < 0:
+        return None
+    lines = (before + answer).encode().split(b"\n")
+    if refused.line > len(lines):
+        return None
+    at = sum(len(line) + 1 for line in lines[: refused.line - 1]) + refused.column - len(before.encode())
+    return at if 0 <= at < len(answer.encode()) else None
