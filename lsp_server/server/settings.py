@@ -96,10 +96,9 @@ class ServerOptions:
     # decoded in the background (0: no budget; decoding/budget.py, docs/latency.md)
     latency_budget_ms: int = 250
     # the share of `contextTokens` the context block (definitions used at the cursor, similar code of
-    # other documents; decoding/repo_context, docs/context.md) may take; 0: no block
-    # the context block's share of contextTokens (docs/context.md); off by default: on the default
-    # model (SmolLM2-135M) it left exact matches as they were and made a cold first request
-    # 1.28-1.39x slower; 0.25 (repo_context.DEFAULT_SHARE) is the share to turn it on with
+    # other documents; decoding/repo_context, docs/context.md) may take; 0, the default: no block (on
+    # the default model, SmolLM2-135M, it raises no exact match); 0.25 (repo_context.DEFAULT_SHARE)
+    # is the share to turn it on with
     context_share: float = 0.0
     engine: EngineOptions = field(default_factory=EngineOptions)
 
