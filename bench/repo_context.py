@@ -16,6 +16,8 @@ modules of the package it imports are its open tabs. Two kinds of cut points, as
   in the file's imports already; what it holds is not, so this is where the other module's text
   is needed;
 - `ordinary`: random line starts and mid-line points of the same files.
+`other-module` in the report is `cross` and `member` together: every cut point whose real
+continuation uses a name defined in another module of the package.
 Each cut point is completed twice by the same engine, as two new documents (the first request's
 prompt is computed, as after opening a file; `--window first`, the default: a first request's
 short window, which holds no block, so both modes are alike by construction; `--window full`: the
@@ -566,7 +568,9 @@ def main() -> None:
                 out.write(json.dumps(cut | {"mode": mode} | row) + "\n")
     report = {"code": args.code, "model": engine.runtime.name, "share": args.share, "form": args.form,
               "window": args.window, "cuts_per_kind": args.cuts,
-              "results": {f"{kind}/{mode}": summary(r) for (kind, mode), r in sorted(rows.items())}}
+              "results": {f"{kind}/{mode}": summary(r) for (kind, mode), r in sorted(rows.items())}
+              | {f"other-module/{mode}": summary(rows.get(("cross", mode), []) + rows.get(("member", mode), []))
+                 for mode in (("alone",) if args.alone else ()) + ("off", "on")}}
     print(json.dumps(report, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)
 
