@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lsp_server.decoding.engine import CompletionEngine, CompletionRequest
 from lsp_server.decoding.prompt import build_prompt
-from lsp_server.decoding.repo_context import ContextBlock, ContextSection, RepoContexts
+from lsp_server.decoding.repo_context import DEFAULT_SHARE, ContextBlock, ContextSection, RepoContexts, block_share
 from lsp_server.decoding.jedi_process import CAN_STOP, NICE, JediFailed
 from lsp_server.decoding.repo_context.lookup_process import DefinitionsProcess
 from lsp_server.decoding.repo_context.neighbours import CHUNK_STEP, chunks, jaccard, identifiers, nearest
 from lsp_server.decoding.repo_context.sections import MIN_LINES, block_sections
 from lsp_server.decoding.repo_context.stubs import MAX_LINE, stub_of
 from lsp_server.decoding.workspace_context import WorkspaceContext
+from lsp_server.model.runtime import FimTokens
 from lsp_server.options import EngineOptions
 from lsp_server.server.documents import DocumentStore
 from lsp_server.server.settings import ServerOptions
@@ -392,9 +394,40 @@ def test_the_context_share_setting_is_checked():
     opts, problems = ServerOptions().merged({"contextShare": 0.5})
     assert opts.context_share == 0.5 and not problems
     opts, problems = ServerOptions().merged({"contextShare": 2})
-    assert opts.context_share == 0.0 and "contextShare" in problems[0]  # the default kept: off
-    assert ServerOptions().merged({"contextShare": None})[0].context_share == 0.0
-    assert ServerOptions().to_json()["contextShare"] == 0.0
+    assert opts.context_share is None and "contextShare" in problems[0]  # the default kept: unset
+    assert opts.merged({"contextShare": 0})[0].context_share == 0.0
+    assert ServerOptions().merged({"contextShare": 0.5})[0].merged({"contextShare": None})[0].context_share is None
+    assert ServerOptions().to_json()["contextShare"] is None
+
+
+def test_an_unset_share_is_the_models_a_set_one_the_users():
+    # a model with a file separator reads the block as files of its repository: on by default;
+    # a plain one (or one with FIM tokens but no separator) reads it as comments: off
+    qwen = FimTokens("qwen", 1, 2, 3, file_sep=4, repo_name=5)
+    assert block_share(None, qwen) == DEFAULT_SHARE
+    assert block_share(None, replace(qwen, file_sep=None, repo_name=None)) == 0.0
+    assert block_share(None, None) == 0.0
+    assert block_share(0.0, qwen) == 0.0
+    assert block_share(0.5, None) == 0.5
+
+
+def test_a_model_with_a_file_separator_turns_an_unset_share_on():
+    from types import SimpleNamespace
+
+    from lsp_server.server.server import SyntaxlockServer
+
+    ls = SyntaxlockServer()
+    try:
+        ls.apply_settings({"contextShare": None}, start=False)
+        assert ls.contexts.share == 0.0  # no model loaded yet: none
+        qwen = FimTokens("qwen", 1, 2, 3, file_sep=4, repo_name=5)
+        ls.host._engine = SimpleNamespace(runtime=SimpleNamespace(fim=qwen))  # as a load leaves it
+        ls.apply_settings({"contextShare": None}, start=False)
+        assert ls.contexts.share == DEFAULT_SHARE
+        ls.apply_settings({"contextShare": 0}, start=False)
+        assert ls.contexts.share == 0.0  # the user's setting is the user's
+    finally:
+        ls.contexts.shutdown()
 
 
 def test_a_request_never_waits_for_a_block_being_made(workspace: Path):
@@ -682,7 +715,6 @@ def test_a_prefetch_takes_the_window_without_the_block_while_the_one_with_it_is_
     """A prefetch (the continuation of a budget-cut answer: `short_first` off) never takes a
     short window, and does not compute the block's window either while the one without it is
     whole: its prompt's chunks are not stopped by a keystroke."""
-    from dataclasses import replace
 
     from lsp_server.decoding.parts import plain_window_key, prompt_in_window, request_window
 

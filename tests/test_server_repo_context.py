@@ -92,3 +92,16 @@ async def test_a_share_of_zero_turns_the_block_off(client: LanguageClient, folde
 
     s = await until(off, what="the setting")
     assert s["repoContext"]["documents"] == {}  # the blocks made for the old share are dropped
+
+
+async def test_an_unset_share_is_the_models_none_for_a_plain_model(client: LanguageClient, folder):
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"syntaxlock": {"contextShare": 0.25}}))
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"syntaxlock": {"contextShare": None}}))
+
+    async def unset():
+        s = await command(client, "syntaxlock.status")
+        return s if s["settings"]["contextShare"] is None else None
+
+    s = await until(unset, what="the setting")
+    assert s["repoContext"]["share"] == 0.0  # the tiny model reads no other file as its repository's
+

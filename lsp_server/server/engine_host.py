@@ -129,6 +129,13 @@ class EngineHost:
     def ready(self) -> bool:
         return self._engine is not None
 
+    @property
+    def fim(self):
+        """The loaded model's fill-in-the-middle tokens (`FimTokens`; None: a plain model, or
+        none loaded)."""
+        engine = self._engine
+        return getattr(engine.runtime, "fim", None) if engine is not None else None
+
     def _set_status(self, status: Status, gen: int | None = None) -> None:
         """Report a status; one from a load of an older generation (`gen`) is dropped, so that
         a late "ready" can't hide the load the newer settings started."""

@@ -26,7 +26,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol.language_server import lsp_method
 
-from ..decoding.repo_context import RepoContexts
+from ..decoding.repo_context import RepoContexts, block_share
 from . import transport
 from .documents import DocumentError, DocumentStore
 from .engine_host import EngineHost, Status
@@ -112,7 +112,8 @@ class SyntaxlockServer(LanguageServer):
         # `documents.workspace`; a new one plans a prefill with it (docs/context.md)
         # jedi waits while the model runs, work ahead included: the block is not needed at once
         # (the window without it serves meanwhile, parts.py), the prefill and the request are
-        self.contexts = RepoContexts(busy=lambda: self.host.working, on_ready=self._context_ready_from_any_thread)
+        self.contexts = RepoContexts(busy=lambda: self.host.working, on_ready=self._context_ready_from_any_thread,
+                                     share=block_share(self.options.context_share, None))
         self.documents.blocks = self.contexts.block
         self._context_lines: dict[str, int] = {}  # the cursor's line last reported per document
         self.suggester = Suggester(self.documents, self.host, self.telemetry, self.report,
@@ -200,10 +201,16 @@ class SyntaxlockServer(LanguageServer):
         if problems:
             self._pending_problems.extend(problems)
         self.options = new
-        self.contexts.configure(new.context_share, new.engine.context_tokens)
+        self._configure_contexts()
         if start:
             self.flush_problems()
             self.host.configure(new.engine, new.enabled)
+
+    def _configure_contexts(self) -> None:
+        """The context blocks' share as the settings and the model loaded decide (`block_share`:
+        the model's when the setting is unset, so again each time a model is loaded)."""
+        self.contexts.configure(block_share(self.options.context_share, self.host.fim),
+                                self.options.engine.context_tokens)
 
     def flush_problems(self) -> None:
         if self._pending_problems:
@@ -222,6 +229,8 @@ class SyntaxlockServer(LanguageServer):
 
     def _emit_status(self, status: Status) -> None:
         last, self._last_status = self._last_status, status
+        if status.state == "ready":
+            self._configure_contexts()  # another model may read the block otherwise
         if status.reverted is not None and self.host.desired == status.reverted:
             # the new model failed to load and no newer settings came since: the settings say so too
             self.options = dataclasses.replace(self.options, engine=status.reverted)

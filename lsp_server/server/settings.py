@@ -96,10 +96,10 @@ class ServerOptions:
     # decoded in the background (0: no budget; decoding/budget.py, docs/latency.md)
     latency_budget_ms: int = 250
     # the share of `contextTokens` the context block (definitions used at the cursor, similar code of
-    # other documents; decoding/repo_context, docs/context.md) may take; 0, the default: no block (on
-    # the default model, SmolLM2-135M, it raises no exact match); 0.25 (repo_context.DEFAULT_SHARE)
-    # is the share to turn it on with
-    context_share: float = 0.0
+    # other documents; decoding/repo_context, docs/context.md) may take; 0: no block; None (unset, the
+    # default): the model decides (`repo_context.block_share`: 0.25 for a model that reads other files
+    # as its repository's, Qwen2.5-Coder's `<|file_sep|>`; none for a plain model such as the default)
+    context_share: float | None = None
     engine: EngineOptions = field(default_factory=EngineOptions)
 
     def merged(self, raw: Any) -> tuple[ServerOptions, list[str]]:
@@ -120,8 +120,9 @@ class ServerOptions:
         for key, value in raw.items():
             if key in _SERVER_FIELDS:
                 name = _SERVER_FIELDS[key]
-                if value is None:
-                    value = getattr(ServerOptions, name)
+                if value is None:  # unset: the default
+                    opts = replace(opts, **{name: getattr(ServerOptions, name)})
+                    continue
                 checked = _server_value(name, value)
                 if checked is None:
                     problems.append(f"{SECTION}.{key} must be {_what_it_must_be(name)}, not {value!r}; "

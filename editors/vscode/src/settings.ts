@@ -57,7 +57,7 @@ export interface ServerOptions {
   completionItems: boolean;
   workAhead: boolean;
   latencyBudgetMs: number;
-  contextShare: number;
+  contextShare: number | null;
   cacheMemoryMB: number;
   pythonVersion: string | null;
   identifiers: "off" | "bias" | "constrain";
@@ -84,7 +84,7 @@ export const SERVER_DEFAULTS: Readonly<ServerOptions> = Object.freeze({
   completionItems: true,
   workAhead: true,
   latencyBudgetMs: 250,
-  contextShare: 0,
+  contextShare: null,
   cacheMemoryMB: 96,
   pythonVersion: null,
   identifiers: "constrain",

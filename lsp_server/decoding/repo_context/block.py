@@ -21,6 +21,20 @@ MAX_SHARE = 0.75
 FORMS = ("comments", "code")
 
 
+def block_share(setting: float | None, fim) -> float:
+    """The block's share of `contextTokens`: the `contextShare` setting, or where it is unset
+    (None), DEFAULT_SHARE for a model that reads other files as files of its repository (its
+    prompt has a file separator: Qwen2.5-Coder's `<|file_sep|>`; `fim`: the model's
+    `FimTokens`, None for a plain model) and 0 for others, which read the block as comments: a
+    model trained on repositories with those markers reads the block as it read other files in
+    training (on Qwen2.5-Coder 0.5B exact match at `member` cut points rises 0.35 → 0.50), and a
+    plain one moves its answers without copying from it (no exact match gained on SmolLM2-135M;
+    docs/context.md)."""
+    if setting is not None:
+        return setting
+    return DEFAULT_SHARE if fim is not None and fim.file_sep is not None else 0.0
+
+
 @dataclass(frozen=True)
 class ContextSection:
     name: str  # the file it comes from, as the prompt names it ("pkg/util.py")

@@ -64,7 +64,7 @@ M.defaults = {
     completion_items = nil, -- true: also one item in the completion menu
     work_ahead = nil, -- true: prefill at the cursor when you pause, prefetch after an accept
     latency_budget_ms = nil, -- 250: a longer answer shows its complete lines so far; 0: none
-    context_share = nil, -- 0 (off); 0.25: a quarter of context_tokens for the repository's definitions and similar code
+    context_share = nil, -- nil: the model's (0.25 for one with repository markers, Qwen2.5-Coder; 0 for others); 0: off; 0.25: a quarter of context_tokens for the repository's definitions and similar code
     cache_memory_mb = nil, -- 96: memory for the files' prepared prompts (KV caches)
     python_version = nil, -- "3.8".."3.14": the syntax completions may use; nil: the project's
     -- requires-python lower bound or .python-version, else 3.14
