@@ -155,8 +155,10 @@ class Pass:
 
 
 def restart_step(tokens: Sequence[int], token_bytes: Sequence[bytes], healed: int) -> int:
-    """The index in `tokens` of the step that chose the completion's first byte: the tokens
-    before it re-create the `healed` bytes (len(tokens) if none went past them)."""
+    """The index in `tokens` of the step whose token wrote byte `healed` of their text
+    (len(tokens) if none did): for the `healed` bytes, the step that chose the completion's
+    first byte (the tokens before it re-create them); for a byte a refusal points at, the step
+    that wrote it (`request.past_refusal`)."""
     n = 0
     for i, t in enumerate(tokens):
         n += len(token_bytes[t])

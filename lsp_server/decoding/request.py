@@ -62,7 +62,7 @@ from .header_steering import FREE, FirstLine, Fit
 from .identifiers.guide import IdentifierGuide
 from .identifiers.modes import IdentifierMode
 from .loop import DecodeOutcome
-from .model_pass import EMPTY, Pass, Tries, ended_where_valid
+from .model_pass import EMPTY, Pass, Tries, ended_where_valid, restart_step
 from .parts import EngineParts, plain_window_key, request_document
 from .prompt import Prompt
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
@@ -245,7 +245,7 @@ def past_refusal(parts: EngineParts, r: Request, chosen: Pass, steering, shape: 
     if refusal is None or refusal.at is None or refusal.at >= chosen.offer.cut:
         return chosen, refusal
     vocab = parts.tokenizer.vocab
-    step = step_writing(chosen.outcome.tokens, r.compiled.tokens, len(r.heal) + refusal.at)
+    step = restart_step(chosen.outcome.tokens, r.compiled.tokens, len(r.heal) + refusal.at)
     tries = Tries.at(chosen.outcome.tokens, step, r.compiled.tokens, vocab.by_bytes, r.max_tokens)
     while tries.open and not stopped(r):
         p = redecode_pass(parts, r, tries, steering, shape)
@@ -256,16 +256,6 @@ def past_refusal(parts: EngineParts, r: Request, chosen: Pass, steering, shape: 
         if tries is None:
             break
     return chosen, refusal
-
-
-def step_writing(tokens, token_bytes, at: int) -> int:
-    """The index in `tokens` of the step whose token wrote byte `at` of their text."""
-    n = 0
-    for i, t in enumerate(tokens):
-        n += len(token_bytes[t])
-        if n > at:
-            return i
-    return len(tokens)
 
 
 def stopped(r: Request) -> bool:
