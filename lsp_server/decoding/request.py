@@ -8,7 +8,8 @@ answer that keeps the file valid out.
     prefill         the prompt through the model (what the document's KV cache does not hold)
     decode          one pass: masked steps under the stop policy, then the offer search over its
                     text (`EngineParts.passes`: model_pass.ModelPasses, or a team server's)
-    search again    nothing offered: passes from the step where validity was lost (`Tries`)
+    search again    nothing offered: passes from the step where validity was lost (`Tries`; where
+                    the pass looped on a repeated parameter or keyword, from the repetition)
     past a refusal  CPython's compiler over the file with the answer (`compiler_gate`, below);
                     where it refuses a token the answer wrote, passes from that token's step
     assemble        the answer (text, replace range, stop reason, offer path) and its figures
@@ -65,6 +66,7 @@ from .loop import DecodeOutcome
 from .model_pass import EMPTY, Pass, Tries, ended_where_valid, restart_step
 from .parts import EngineParts, plain_window_key, request_document
 from .prompt import Prompt
+from .repeated_names import first_repeated_name
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
 from .stopping.policy import Stop, StopReason
@@ -95,6 +97,13 @@ class Request:
     cancel: Cancel
     guide: IdentifierGuide | None = None  # names that exist (None: off or not ready)
     times: RequestTimes = field(default_factory=RequestTimes)  # where the request's time goes (`spent`)
+
+    @property
+    def line_head(self) -> bytes:
+        """The cursor's line before `held` (what the stop policy reads repeated names from)."""
+        before = self.before.encode()
+        held_start = len(before) - len(self.heal) - len(self.held)
+        return before[before.rfind(b"\n", 0, held_start) + 1 : held_start]
 
     def spent(self, part: str, ms: float) -> None:
         """`ms` of the request's time went to `part` (results.PARTS): every step's time goes
@@ -224,13 +233,17 @@ def search_again(parts: EngineParts, r: Request, first: Pass, steering, shape: F
     steered as the first pass was; the first that offers something, else `first`. No new pass
     once the request's budget has run out (a pass started is finished)."""
     vocab = parts.tokenizer.vocab
-    tries = Tries.after(first, r.compiled.tokens, vocab.by_bytes, len(r.heal), parts.stop_tokens, r.max_tokens,
-                        steered=steering is not None)
+    repeat = repeated_name_step(r, first)
+    if repeat is not None:  # the pass looped on a name CPython refuses to see twice: from there
+        tries = Tries.at(first.outcome.tokens, repeat, r.compiled.tokens, vocab.by_bytes, r.max_tokens)
+    else:
+        tries = Tries.after(first, r.compiled.tokens, vocab.by_bytes, len(r.heal), parts.stop_tokens, r.max_tokens,
+                            steered=steering is not None)
     while tries is not None and tries.open and not stopped(r):
         p = redecode_pass(parts, r, tries, steering, shape)
         if p.offer.cut > 0:
             return replace(p, offer=replace(p.offer, path="redecode"))
-        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes)
+        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes, repeated_name_step(r, p))
     return first
 
 
@@ -256,6 +269,21 @@ def past_refusal(parts: EngineParts, r: Request, chosen: Pass, steering, shape: 
         if tries is None:
             break
     return chosen, refusal
+
+
+def repeated_name_step(r: Request, p: Pass) -> int | None:
+    """The step of pass p that wrote a name CPython refuses to see twice (a parameter of the same
+    `def`, a keyword of the same call: `repeated_names`), read from the cursor's line; None where
+    it wrote none."""
+    before = r.before.encode()
+    kept = len(before) - len(r.heal)  # the bytes before the ones the pass's first tokens re-create
+    head = before[before.rfind(b"\n", 0, kept) + 1 : kept]
+    text = (head + p.outcome.generated).decode("utf-8", "surrogateescape")
+    start = len((head + r.heal).decode("utf-8", "surrogateescape"))
+    at = first_repeated_name(text, start)
+    if at is None:
+        return None
+    return restart_step(p.outcome.tokens, r.compiled.tokens, len(text[:at].encode("utf-8", "surrogateescape")) - len(head))
 
 
 def stopped(r: Request) -> bool:

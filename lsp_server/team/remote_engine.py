@@ -168,7 +168,7 @@ class TeamPasses:
             return Pass(DecodeOutcome([], b"", Stop(0, StopReason.CANCELLED)), EMPTY)
         self.calls["answered"] += 1
         self.calls["ms"] += (time.perf_counter() - t0) * 1000
-        policy = StopPolicy(r.rest, self.scanner, r.held, r.heal, r.depth, start)
+        policy = StopPolicy(r.rest, self.scanner, r.held, r.heal, r.depth, start, r.line_head)
         outcome = replay_tokens(policy, matcher, r.compiled.tokens, replay_ids + answer.tokens, limit,
                                 answer.finish_reason, self.stop_tokens)
         return Pass(outcome, pass_offer(r, self.scanner, outcome))

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
+from ..repeated_names import first_repeated_name
 from .rest_of_file import LineScanner, RestOfFile, Start, opens_block
 
 
@@ -42,6 +43,7 @@ class StopReason(StrEnum):
     ECHO = "echo"
     BUDGET = "budget"
     COMPILER = "compiler"
+    REPEATED = "repeated-name"
 
     @property
     def description(self) -> str:
@@ -61,6 +63,8 @@ _DESCRIPTIONS = {
                      "lines, the rest of the line), or it was that text already",
     StopReason.COMPILER: "CPython's compiler refuses the file with the completion where it was written (a check "
                          "made after the parse: decoding/request.py); nothing is offered",
+    StopReason.REPEATED: "the completion wrote a parameter of one def, or a keyword argument of one call, a second "
+                         "time (CPython refuses it: decoding/repeated_names.py); it ends before that name",
     StopReason.BUDGET: "the latency budget ran out: the complete lines so far are offered, the rest is decoded in "
                        "the background (decoding/budget.py)",
 }
@@ -98,8 +102,9 @@ class StopPolicy:
     there is neither a stop nor a blank line)."""
 
     def __init__(self, rest: RestOfFile, scanner: LineScanner, held: bytes, heal: bytes, start_depth: int,
-                 start: Start = Start.CURSOR_LINE) -> None:
+                 start: Start = Start.CURSOR_LINE, line_head: bytes = b"") -> None:
         self.rest = rest  # what stands after the cursor: validity, the echo rule, a line start's tail
+        self.line_head = line_head  # the cursor's line before `held`, where repeated names are read from
         self.ctx = rest.ctx
         self.scanner = scanner
         self.held = held
@@ -121,6 +126,9 @@ class StopPolicy:
         k = self.cursor
         if len(data) <= k:  # still re-creating typed text
             return Verdict.CONTINUE
+        repeat = self._repeated_name(data)
+        if repeat is not None:
+            return self._before(data, repeat)
         scan = self.scanner.line_ends(data, self.start_depth)
         if scan is None:  # not Python: the first newline ends it
             i = data.find(b"\n", k)
@@ -187,6 +195,27 @@ class StopPolicy:
                 if self._ok(data, e.cut):
                     return Stop(e.cut - k, StopReason.BLOCK_END)
         return Verdict.CONTINUE
+
+    def _repeated_name(self, data: bytes) -> int | None:
+        """Where in `data` the completion wrote a parameter of one `def`, or a keyword of one call,
+        a second time (`repeated_names`; read from the cursor's line), None where it did not: a
+        name CPython refuses, which a small model's loop writes until its token limit."""
+        head = self.line_head
+        text = (head + data).decode("utf-8", "surrogateescape")
+        at = first_repeated_name(text, len((head + data[: self.cursor]).decode("utf-8", "surrogateescape")))
+        return None if at is None else len(text[:at].encode("utf-8", "surrogateescape")) - len(head)
+
+    def _before(self, data: bytes, repeat: int) -> Stop:
+        """The completion ends before the name it repeats at `repeat`: at the last line end before
+        it where the file stays valid (not mid-line: `print` of `print(x, end=1, end=`), else
+        empty, and the search goes on from that name (`request.search_again`)."""
+        k = self.cursor
+        scan = self.scanner.line_ends(data[:repeat], self.start_depth)
+        ends = scan[0] if scan is not None else ()
+        for e in sorted(ends, key=lambda e: e.cut, reverse=True):
+            if e.cut >= self.first_end and e.depth <= self.cursor_depth and self._ok(data, e.cut):
+                return Stop(e.cut - k, StopReason.REPEATED)
+        return Stop(0, StopReason.REPEATED)
 
     def _echo(self, data: bytes, ends, bounds, at_end: bool) -> Stop | None:
         """The earliest valid stop where the generated text starts to repeat the text after the
