@@ -33,6 +33,7 @@ file binds and that is no builtin; `m.attr` for a module `m` of the package that
 `attr`, `C.attr` for a class `C` of another module that has no member `attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
 
     .venv/bin/python bench/repo_context.py --cuts 20 [--code thirdparty|stdlib] [--alone] [--out cuts.jsonl]
+    .venv/bin/python bench/repo_context.py --cuts 40 --modes alone,on --model FILE.gguf   # a slower model: two modes
 
 `--server`: what the user sees instead, through the real server over stdio (bench/lsp_latency.py's
 client), one server per mode (`contextShare` 0, then `--share`), the code set's package roots as
@@ -531,6 +532,8 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.25)
     ap.add_argument("--form", choices=("comments", "code"), default="comments", help="how the plain model reads the block")
     ap.add_argument("--out", help="a JSON line per cut point and mode")
+    ap.add_argument("--modes", help="the modes to run, comma-separated (alone, off, on; default: off,on, "
+                                    "alone first with --alone)")
     ap.add_argument("--alone", action="store_true",
                     help="a third mode first: no block and the names analysis without the document's path (the file alone)")
     ap.add_argument("--window", choices=("first", "full"), default="first",
@@ -550,6 +553,9 @@ def main() -> None:
     from lsp_server.decoding.repo_context import RepoContexts
     from lsp_server.options import EngineOptions
 
+    modes = tuple(args.modes.split(",")) if args.modes else (("alone",) if args.alone else ()) + ("off", "on")
+    if not set(modes) <= {"alone", "off", "on"}:
+        ap.error(f"--modes: alone, off or on, not {args.modes!r}")
     tmp = Path(tempfile.mkdtemp(prefix="repo-context-"))
     packages = workspaces(args.code, tmp)
     cuts = cut_points(packages, args.cuts, args.seed)
@@ -561,7 +567,7 @@ def main() -> None:
         contexts = contexts_by_root.setdefault(cut["root"], RepoContexts(roots=(cut["root"],), share=args.share,
                                                                           context_tokens=engine.options.context_tokens,
                                                                           form=args.form))
-        for mode in (("alone",) if args.alone else ()) + ("off", "on"):
+        for mode in modes:
             row = run(engine, contexts, cut, mode, f"{mode}{n}", args.window)
             rows.setdefault((cut["kind"], mode), []).append(row)
             if out:
@@ -570,7 +576,7 @@ def main() -> None:
               "window": args.window, "cuts_per_kind": args.cuts,
               "results": {f"{kind}/{mode}": summary(r) for (kind, mode), r in sorted(rows.items())}
               | {f"other-module/{mode}": summary(rows.get(("cross", mode), []) + rows.get(("member", mode), []))
-                 for mode in (("alone",) if args.alone else ()) + ("off", "on")}}
+                 for mode in modes}}
     print(json.dumps(report, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)
 
