@@ -28,6 +28,14 @@ _PARAMETER_BEFORE = ("(", ",", "*", "**")  # what comes before a parameter's nam
 _ARGUMENT_BEFORE = ("(", ",")  # what comes before a keyword argument's name
 
 
+def repeated_name_at(head: bytes, written: bytes, start: int) -> int | None:
+    """The byte of `written` (read after `head`, the cursor's line before it) where the first name
+    at or after its byte `start` repeats a parameter or keyword (`first_repeated_name`); None."""
+    text = (head + written).decode("utf-8", "surrogateescape")
+    at = first_repeated_name(text, len((head + written[:start]).decode("utf-8", "surrogateescape")))
+    return None if at is None else len(text[:at].encode("utf-8", "surrogateescape")) - len(head)
+
+
 def first_repeated_name(text: str, start: int = 0) -> int | None:
     """The offset in `text` of the first name at or after `start` that repeats a parameter of
     the same `def` header or a keyword argument of the same call or class header (see the module

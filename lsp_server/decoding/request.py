@@ -66,7 +66,7 @@ from .loop import DecodeOutcome
 from .model_pass import EMPTY, Pass, Tries, ended_where_valid, restart_step
 from .parts import EngineParts, plain_window_key, request_document
 from .prompt import Prompt
-from .repeated_names import first_repeated_name
+from .repeated_names import repeated_name_at
 from .results import RequestTimes, Cancel, CompletionRequest, CompletionResult, Figures, nothing
 from .sampling import Sampler
 from .stopping.policy import Stop, StopReason
@@ -275,15 +275,8 @@ def repeated_name_step(r: Request, p: Pass) -> int | None:
     """The step of pass p that wrote a name CPython refuses to see twice (a parameter of the same
     `def`, a keyword of the same call: `repeated_names`), read from the cursor's line; None where
     it wrote none."""
-    before = r.before.encode()
-    kept = len(before) - len(r.heal)  # the bytes before the ones the pass's first tokens re-create
-    head = before[before.rfind(b"\n", 0, kept) + 1 : kept]
-    text = (head + p.outcome.generated).decode("utf-8", "surrogateescape")
-    start = len((head + r.heal).decode("utf-8", "surrogateescape"))
-    at = first_repeated_name(text, start)
-    if at is None:
-        return None
-    return restart_step(p.outcome.tokens, r.compiled.tokens, len(text[:at].encode("utf-8", "surrogateescape")) - len(head))
+    at = repeated_name_at(r.line_head + r.held, p.outcome.generated, len(r.heal))  # as the stop policy reads it
+    return None if at is None else restart_step(p.outcome.tokens, r.compiled.tokens, at)
 
 
 def stopped(r: Request) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
-from ..repeated_names import first_repeated_name
+from ..repeated_names import repeated_name_at
 from .rest_of_file import LineScanner, RestOfFile, Start, opens_block
 
 
@@ -200,10 +200,7 @@ class StopPolicy:
         """Where in `data` the completion wrote a parameter of one `def`, or a keyword of one call,
         a second time (`repeated_names`; read from the cursor's line), None where it did not: a
         name CPython refuses, which a small model's loop writes until its token limit."""
-        head = self.line_head
-        text = (head + data).decode("utf-8", "surrogateescape")
-        at = first_repeated_name(text, len((head + data[: self.cursor]).decode("utf-8", "surrogateescape")))
-        return None if at is None else len(text[:at].encode("utf-8", "surrogateescape")) - len(head)
+        return repeated_name_at(self.line_head, data, self.cursor)
 
     def _before(self, data: bytes, repeat: int) -> Stop:
         """The completion ends before the name it repeats at `repeat`: at the last line end before
