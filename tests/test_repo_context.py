@@ -741,3 +741,20 @@ def test_a_window_with_the_block_computed_in_part_waits_while_the_one_without_it
     engine.prompt_cache.prefill(request.document, full.ids[:-100])  # stopped 100 tokens short
     served = engine.complete(request)
     assert served.without_block and served.figures.prompt_reused == served.figures.prompt_tokens
+
+
+def test_a_computed_short_window_serves_before_a_window_without_the_block_computed_in_part(compiled):
+    """The work ahead computed the short first window and part of the window without the block
+    (the block came, a slow model's prefill had not finished it): the request computes nothing at
+    the keystroke, as with the block off, where the window without the block would cost the
+    tokens it lacks (Qwen2.5-Coder 0.5B: 255 tokens, 1.5 s)."""
+    from lsp_server.decoding.parts import first_window_key, plain_window_key, prompt_in_window
+
+    engine, request, opts = long_document(compiled)
+    short = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="first")
+    engine.prompt_cache.prefill(first_window_key(request.document), short.ids)
+    plain = prompt_in_window(engine.parts, request, request.before, request.after, opts, window="plain")
+    engine.prompt_cache.prefill(plain_window_key(request.document), plain.ids[:-100])  # 100 tokens short
+    served = engine.complete(request)
+    assert not served.without_block and served.short_window
+    assert served.figures.prompt_reused == served.figures.prompt_tokens == len(short.ids)

@@ -352,6 +352,14 @@ def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOpt
     return plain, key, cache.missing(key, plain.ids)
 
 
+def short_window_lacks(parts: EngineParts, request: CompletionRequest, opts: EngineOptions) -> int | None:
+    """How many tokens of the request's short first window its KV cache lacks; None where nothing
+    of it is computed (a window never preferred for what it reuses then)."""
+    short = prompt_in_window(parts, request, request.before, request.after, opts, window="first")
+    lacks = parts.prompt_cache.missing(first_window_key(request.document), short.ids)
+    return None if lacks == len(short.ids) else lacks
+
+
 def short_windows_on(opts: EngineOptions) -> bool:
     """Whether there are short first windows: the setting on and shorter than the full window."""
     return 0 < opts.first_window_tokens < opts.context_tokens
@@ -385,7 +393,9 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     the short window only where it was computed and the full one lacks more than
     `first_window_tokens` (computing a whole window in chunks a keystroke cannot stop, a
     prefetch held the warm request that joined it 3.6 s). A request with the block on computes
-    no more at the keystroke than it would with the block off; nor does a prefetch (a request
+    no more at the keystroke than it would with the block off (the window without the block is
+    not taken where the short window lacks fewer of its tokens: a slow model's work ahead may
+    have computed the short one and only part of the other); nor does a prefetch (a request
     for its cursor joins it and waits for all of it; another keystroke stops it between its
     prompt's chunks of AHEAD_CHUNK tokens: `CompletionRequest.ahead`)."""
     full = prompt_in_window(parts, request, before, after, opts)
@@ -395,7 +405,9 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     if full.context_sections and missing:
         plain, key, lacks = plain_window(parts, request, opts)
         missing = cache.missing(request.document, full.ids)  # (the document's entry may have moved)
-        if lacks < min(missing, len(plain.ids)) and (lacks <= opts.first_window_tokens or not short_ok):
+        short_lacks = short_window_lacks(parts, request, opts) if lacks and short_ok else None
+        if (lacks < min(missing, len(plain.ids)) and (lacks <= opts.first_window_tokens or not short_ok)
+                and (short_lacks is None or lacks <= short_lacks)):
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
                      len(plain.ids), missing, len(full.ids))
             return plain, key
