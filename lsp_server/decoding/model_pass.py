@@ -255,9 +255,7 @@ class Tries:
         if p.outcome.stop.reason == StopReason.CANCELLED or len(tokens) <= self.step:
             return None
         if repeat is not None and self.step < repeat < len(tokens):
-            t = tokens[repeat]
-            return Tries(repeat, tuple(tokens[:repeat]), frozenset(same_start(token_bytes[t], by_bytes) | {t}), budget,
-                         self.left - 1)
+            return replace(Tries.at(tokens, repeat, token_bytes, by_bytes, budget), left=self.left - 1)
         t = tokens[self.step]
         return Tries(self.step, self.replay, self.avoid | same_start(token_bytes[t], by_bytes) | {t}, budget,
                      self.left - 1)

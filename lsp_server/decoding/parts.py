@@ -352,10 +352,9 @@ def plain_window(parts: EngineParts, request: CompletionRequest, opts: EngineOpt
     return plain, key, cache.missing(key, plain.ids)
 
 
-def short_window_lacks(parts: EngineParts, request: CompletionRequest, opts: EngineOptions) -> int | None:
-    """How many tokens of the request's short first window its KV cache lacks; None where nothing
-    of it is computed (a window never preferred for what it reuses then)."""
-    short = prompt_in_window(parts, request, request.before, request.after, opts, window="first")
+def short_window_lacks(parts: EngineParts, short: Prompt, request: CompletionRequest) -> int | None:
+    """How many tokens of the request's short first window `short` its KV cache lacks; None where
+    nothing of it is computed (a window never preferred for what it reuses then)."""
     lacks = parts.prompt_cache.missing(first_window_key(request.document), short.ids)
     return None if lacks == len(short.ids) else lacks
 
@@ -402,10 +401,14 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
     short_ok = may_be_short(request, opts)
     cache = parts.prompt_cache
     missing = cache.missing(request.document, full.ids)
+    short = None  # the short first window, made once where it is asked about
     if full.context_sections and missing:
         plain, key, lacks = plain_window(parts, request, opts)
         missing = cache.missing(request.document, full.ids)  # (the document's entry may have moved)
-        short_lacks = short_window_lacks(parts, request, opts) if lacks and short_ok else None
+        short_lacks = None
+        if lacks and short_ok:
+            short = prompt_in_window(parts, request, before, after, opts, window="first")
+            short_lacks = short_window_lacks(parts, short, request)
         if (lacks < min(missing, len(plain.ids)) and (lacks <= opts.first_window_tokens or not short_ok)
                 and (short_lacks is None or lacks <= short_lacks)):
             log.info("full window without the context block: %d prompt tokens (the window with it lacks %d of %d)",
@@ -420,7 +423,7 @@ def request_window(parts: EngineParts, request: CompletionRequest, before: str, 
         return full, request.document
     if not short_ok and missing <= limit:
         return full, request.document  # a prefetch computes at most `limit` of its tokens
-    short = prompt_in_window(parts, request, before, after, opts, window="first")
+    short = short or prompt_in_window(parts, request, before, after, opts, window="first")
     lacks = cache.missing(key, short.ids)
     # the full window where it computes no more at the keystroke; a short window with nothing
     # computed is never preferred to a full one that lacks at most `limit`, nor taken by a prefetch

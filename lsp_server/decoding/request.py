@@ -239,12 +239,22 @@ def search_again(parts: EngineParts, r: Request, first: Pass, steering, shape: F
     else:
         tries = Tries.after(first, r.compiled.tokens, vocab.by_bytes, len(r.heal), parts.stop_tokens, r.max_tokens,
                             steered=steering is not None)
+    found = search_from(parts, r, tries, steering, shape, follow_repeats=True)
+    return first if found is None else found
+
+
+def search_from(parts: EngineParts, r: Request, tries: Tries | None, steering, shape: FirstLine,
+                accepts=lambda p: True, follow_repeats: bool = False) -> Pass | None:
+    """The search's passes (`Tries`) while they and the request's budget last: the first that
+    offers something `accepts` takes, as a redecode; None. `follow_repeats`: a pass that wrote a
+    name a second time past the step moves the search there (`repeated_name_step`)."""
+    vocab = parts.tokenizer.vocab
     while tries is not None and tries.open and not stopped(r):
         p = redecode_pass(parts, r, tries, steering, shape)
-        if p.offer.cut > 0:
+        if p.offer.cut > 0 and accepts(p):
             return replace(p, offer=replace(p.offer, path="redecode"))
-        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes, repeated_name_step(r, p))
-    return first
+        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes, repeated_name_step(r, p) if follow_repeats else None)
+    return None
 
 
 def past_refusal(parts: EngineParts, r: Request, chosen: Pass, steering, shape: FirstLine
@@ -260,15 +270,11 @@ def past_refusal(parts: EngineParts, r: Request, chosen: Pass, steering, shape: 
     vocab = parts.tokenizer.vocab
     step = restart_step(chosen.outcome.tokens, r.compiled.tokens, len(r.heal) + refusal.at)
     tries = Tries.at(chosen.outcome.tokens, step, r.compiled.tokens, vocab.by_bytes, r.max_tokens)
-    while tries.open and not stopped(r):
-        p = redecode_pass(parts, r, tries, steering, shape)
-        if p.offer.cut > 0 and compiler_gate(r, p) is None:
-            log.info("the compiler's refusal searched past at step %d", step)
-            return replace(p, offer=replace(p.offer, path="redecode")), None
-        tries = tries.then(p, r.compiled.tokens, vocab.by_bytes)
-        if tries is None:
-            break
-    return chosen, refusal
+    found = search_from(parts, r, tries, steering, shape, accepts=lambda p: compiler_gate(r, p) is None)
+    if found is None:
+        return chosen, refusal
+    log.info("the compiler's refusal searched past at step %d", step)
+    return found, None
 
 
 def repeated_name_step(r: Request, p: Pass) -> int | None:
