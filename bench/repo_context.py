@@ -423,6 +423,14 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def spread(values: list[int]) -> dict:
+    """Mean, p50 and p90 of a list of counts or milliseconds."""
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "mean": round(float(np.mean(values)), 1),
+            "p50": round(float(np.percentile(values, 50)), 1), "p90": round(float(np.percentile(values, 90)), 1)}
+
+
 async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
     """The `--server` scenario (see the module's docstring), each mode in a server of its own."""
     import asyncio
@@ -480,6 +488,7 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
         first_window = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (first window)")
         without_block = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (without the context block)")
         offered = [q for q in quality if q["offered"]]
+        done = [m for m in COMPLETED.finditer(log) if int(m.group(3))]  # a model's answers (not the warm-up's cache hits)
         out[mode] = {
             "context_share": share, "first": stats_ms(first), "warm": stats_ms(warm) if warm else None,
             "first_answers": {kind: {"n": len(rows), "offered": sum(q["offered"] for q in rows),
@@ -490,6 +499,15 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
             "first_requests_with_a_block_made_before": with_block,
             "completions_from_a_first_window": first_window,
             "completions_from_the_window_without_the_block": without_block,
+            # where a ratio comes from: the prompt computed at the keystroke (what the block could add
+            # there) and the answer's decoding (what a different answer costs), over every completion
+            "at_the_keystroke": {
+                "completions": len(done),
+                "computed_tokens": spread([int(m.group(3)) - int(m.group(5)) for m in done]),
+                "prefill_ms": spread([int(m.group(6)) for m in done]),
+                "decoded_tokens": spread([int(m.group(8)) + int(m.group(9)) for m in done]),
+                "decode_ms": spread([int(m.group(7)) for m in done]),
+            },
             "server_log": str(s.log_file),
         }
     return out
