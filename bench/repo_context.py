@@ -42,7 +42,9 @@ the cursor reported, `--lead` s later one character of the real continuation typ
 `--pause` s later the first request; then 1-2 characters more and a warm request. Reported per
 mode: first and warm latency (ms, and in units of llama.cpp's decode ms per token on the same GGUF
 measured alone in the same run), the first answers' exact match and similarity, offered items
-that compile, and the first requests whose document had a context block made before them.
+that compile, the first requests whose document had a context block made before them, and
+where the time went (`at_the_keystroke`: the prompt tokens each completion computed and the
+tokens it decoded, with their ms: a ratio from a longer answer is not one from the block).
 
     .venv/bin/python bench/repo_context.py --server --cuts 10 --code thirdparty
 """
