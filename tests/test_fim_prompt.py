@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.decoding.prompt import CONTEXT_SHARE, SUFFIX_SHARE, build_prompt, suffix_window
+from lsp_server.decoding.prompt import CONTEXT_SHARE, SUFFIX_SHARE, build_prompt, steady_ids, suffix_window
 from lsp_server.decoding.workspace_context import ContextFile, WorkspaceContext, workspace_context
 from lsp_server.model.runtime import find_fim
 
@@ -86,6 +86,34 @@ def test_context_files_stay_within_their_budget(tok, fim):
     assert 0 < len(p.context_files) < 40
     assert len(head) - len(tok.encode("main.py\n")) - 1 <= 128 * CONTEXT_SHARE
     assert head.count(FILE_SEP) == len(p.context_files) + 1
+
+
+def test_other_documents_are_tokenized_once_not_at_every_keystroke(tok, fim):
+    files = tuple(ContextFile(f"m{i}.py", f"VALUE_{i} = {i}\n" * 8) for i in range(6))
+    ws = WorkspaceContext("main.py", files)
+    counting = CountingTokenizer(tok)
+    build_prompt(counting, DOC[:CUT], DOC[CUT:], 512, fim, workspace=ws)
+    before_keystroke = counting.chars
+    typed = build_prompt(counting, DOC[:CUT] + "a", DOC[CUT:], 512, fim, workspace=ws)
+    alone = CountingTokenizer(tok)
+    build_prompt(alone, DOC[:CUT] + "a", DOC[CUT:], 512, fim)
+    # the keystroke tokenized the document's own text again (and its name), not the others
+    assert counting.chars - before_keystroke == alone.chars + len("main.py\n")
+    assert 0 < len(typed.context_files) < len(files)  # those that fit and those weighed and left out
+    # and the prompt is the one a tokenizer that never saw them makes
+    assert typed.ids == build_prompt(CountingTokenizer(tok), DOC[:CUT] + "a", DOC[CUT:], 512, fim, workspace=ws).ids
+
+
+def test_the_steady_texts_memo_lets_its_tokenizer_go(tok):
+    import gc
+    import weakref
+
+    counting = CountingTokenizer(tok)
+    assert steady_ids(counting, "x = 1\n") == tuple(tok.encode("x = 1\n"))
+    gone = weakref.ref(counting)
+    del counting
+    gc.collect()
+    assert gone() is None
 
 
 def test_no_context_for_a_model_without_a_file_separator(tok, fim):
