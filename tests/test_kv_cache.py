@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lsp_server.model.hf_cache import GrowingCache
-from lsp_server.model.kv_cache import (AHEAD_CHUNK, AHEAD_PASS_MS, MIN_AHEAD_CHUNK, AheadPace, GROW_STEP, SPARE, SPARE_CHUNK, CpuCache, ForwardCancelled,
+from lsp_server.model.kv_cache import (AHEAD_CHUNK, GROW_STEP, SPARE, SPARE_CHUNK, CpuCache, ForwardCancelled,
                                        PrefillCancelled, PromptCache, cache_bytes,
                                        drop_last, grown_capacity, position_bytes, rewind)
 
@@ -223,58 +223,3 @@ def test_a_prefill_takes_the_chunk_it_is_given_and_keeps_what_it_computed():
     cache.prefill("doc", list(range(200)), ahead=True)
     whole, rest = divmod(200 - 3 * SPARE_CHUNK, AHEAD_CHUNK)  # the rest in chunks of AHEAD_CHUNK, the last shorter
     assert runtime.calls[3:] == [AHEAD_CHUNK] * whole + ([rest] if rest else [])
-
-
-class TimedRuntime(RecordingRuntime):
-    """A model whose pass of n tokens takes `fixed_ms` + n x `token_ms` on a clock of its own."""
-
-    def __init__(self, fixed_ms: float, token_ms: float) -> None:
-        super().__init__()
-        self.now = 0.0
-        self.fixed_ms, self.token_ms = fixed_ms, token_ms
-
-    def clock(self) -> float:
-        return self.now
-
-    def forward(self, ids, past, keep=1, cancel=None, wanted=None):
-        self.now += (self.fixed_ms + self.token_ms * len(ids)) / 1000
-        return super().forward(ids, past, keep, cancel, wanted)
-
-
-@pytest.mark.parametrize("fixed_ms, token_ms", [(13, 1.75), (25, 4.8), (26, 3.5)])
-def test_work_ahead_passes_take_at_most_their_time_whatever_the_model(fixed_ms, token_ms):
-    """The work ahead's passes shrink from AHEAD_CHUNK tokens to what fits AHEAD_PASS_MS on a
-    slower model (a keystroke waits for the pass in progress), and stay AHEAD_CHUNK on one fast
-    enough: SmolLM2-135M here (13 ms + 1.75 a token), Qwen2.5-Coder 0.5B (25 + 4.8), SmolLM2 on
-    a machine twice as slow (26 + 3.5)."""
-    runtime = TimedRuntime(fixed_ms, token_ms)
-    cache = PromptCache(runtime, pace=AheadPace(clock=runtime.clock))
-    cache.prefill("doc", list(range(600)), ahead=True)
-    passes = [fixed_ms + token_ms * n for n in runtime.calls]
-    assert runtime.calls[0] == AHEAD_CHUNK and sum(runtime.calls) == 600
-    if fixed_ms + token_ms * AHEAD_CHUNK <= AHEAD_PASS_MS:
-        assert set(runtime.calls[:-1]) == {AHEAD_CHUNK}
-    else:  # shorter at once, and within the time (or at the floor) from the third pass on
-        floor = fixed_ms + token_ms * MIN_AHEAD_CHUNK
-        assert passes[1] < passes[0] and max(passes[3:-1]) <= max(AHEAD_PASS_MS, floor)
-        assert min(runtime.calls[:-1]) >= MIN_AHEAD_CHUNK
-    # a request's own prompt is not paced
-    cache.prefill("request", list(range(300)))
-    assert runtime.calls[-3:] == [128, 128, 44]
-
-
-def test_work_ahead_passes_shrink_to_a_floor_and_a_runtimes_own_chunk_stays():
-    """A model too slow for AHEAD_PASS_MS at any size runs MIN_AHEAD_CHUNK tokens a pass (fewer
-    would cost nearly as much: the weights are read once a pass); a runtime that fixes its own
-    chunk keeps it; the prompt's last, shorter pass does not move the pace."""
-    slow = TimedRuntime(70, 14)
-    PromptCache(slow, pace=AheadPace(clock=slow.clock)).prefill("doc", list(range(200)), ahead=True)
-    assert slow.calls[0] == AHEAD_CHUNK and set(slow.calls[1:-1]) == {MIN_AHEAD_CHUNK}
-    pace = AheadPace(clock=slow.clock)
-    with pace.timing(5):  # a shorter pass than asked: says nothing
-        slow.now += 1.0
-    assert pace.tokens() == AHEAD_CHUNK
-    fixed = AheadPace(64, adapts=False, clock=slow.clock)
-    with fixed.timing(64):
-        slow.now += 1.0
-    assert fixed.tokens() == 64

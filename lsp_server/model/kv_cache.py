@@ -31,9 +31,7 @@ evicted until it fits beside the others, so the cap bounds the peak as well as w
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -243,10 +241,6 @@ PREFILL_CHUNK = 128  # a request's prompt tokens per forward pass (a chunk once 
 # a token, 32 rows 2.2-2.8, 64 rows 2.8-3.0, 128 rows 2.4), and a keystroke's wait ~55 ms there
 # (64 tokens: ~190 ms, the warm requests' p90 spent in `queue`)
 AHEAD_CHUNK = 24
-# ... and a pass of the work ahead takes at most this long where AHEAD_CHUNK tokens would take longer
-# (`AheadPace`: a bigger model, a slower machine); SmolLM2-135M here: 24 tokens in ~55 ms
-AHEAD_PASS_MS = 60.0
-MIN_AHEAD_CHUNK = 8  # fewer tokens a pass cost nearly as much: each pass reads all the weights
 # the work ahead's chunk for the window with a context block, which the window without it serves
 # in the meantime (decoding/parts.py): not worth a keystroke's wait for 64 tokens
 SPARE_CHUNK = 16
@@ -263,39 +257,6 @@ class PrefillCancelled(Exception):
         self.reused = reused
 
 
-class AheadPace:
-    """The work ahead's tokens per forward pass: AHEAD_CHUNK, or fewer where this model on this
-    machine takes longer than AHEAD_PASS_MS over them, so that what a keystroke waits for (the
-    pass in progress) is bounded in time whatever the model, not in tokens: 24 tokens were ~55 ms
-    of SmolLM2-135M here but ~145 ms of Qwen2.5-Coder 0.5B (~6 ms a prompt token). Each whole
-    pass says how long a token took; the next takes as many as fit AHEAD_PASS_MS at that pace
-    (a pass costs about fixed + n x per-token, so this settles where a pass takes AHEAD_PASS_MS),
-    at least MIN_AHEAD_CHUNK. `most`: a runtime's own chunk, which it keeps (`adapts` off)."""
-
-    def __init__(self, most: int = AHEAD_CHUNK, adapts: bool = True,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        self.most = most
-        self.adapts = adapts
-        self._clock = clock
-        self._ms_per_token: float | None = None  # the last whole pass's
-
-    def tokens(self) -> int:
-        """The next pass's tokens."""
-        if not self.adapts or self._ms_per_token is None:
-            return self.most
-        fits = int(AHEAD_PASS_MS / self._ms_per_token) if self._ms_per_token > 0 else self.most
-        return max(min(MIN_AHEAD_CHUNK, self.most), min(self.most, fits))
-
-    @contextmanager
-    def timing(self, tokens: int) -> Iterator[None]:
-        """Times a pass of `tokens` (a prompt's last, shorter pass and a pass that raises say
-        nothing: a short pass costs more per token)."""
-        started = self._clock()
-        yield
-        if self.adapts and tokens == self.tokens():
-            self._ms_per_token = (self._clock() - started) * 1000 / tokens
-
-
 @dataclass
 class _Entry:
     ids: list[int]
@@ -307,7 +268,7 @@ class PromptCache:
     """The KV cache of the last prompt of each document (LRU over documents, under a memory cap
     and a count), computed by `runtime` (a `runtime.ModelRuntime`: `forward`, `new_cache`)."""
 
-    def __init__(self, runtime, max_documents: int = 64, pace: AheadPace | None = None) -> None:
+    def __init__(self, runtime, max_documents: int = 64) -> None:
         self.runtime = runtime
         self.max_documents = max_documents
         self._entries: dict[str, _Entry] = {}  # least recently used first
@@ -315,8 +276,7 @@ class PromptCache:
         self._bytes_per_position = 0.0  # what a position took in the last document kept
         # a runtime may fix its own chunk (scripted models take a prompt in one call)
         self.chunk = int(getattr(runtime, "prefill_chunk", PREFILL_CHUNK))
-        own = getattr(runtime, "prefill_chunk", None)
-        self.ahead_pace = pace or (AheadPace() if own is None else AheadPace(int(own), adapts=False))
+        self.ahead_chunk = int(getattr(runtime, "prefill_chunk", AHEAD_CHUNK))
 
     def missing(self, key: str, ids: list[int]) -> int:
         """How many of `ids` a prefill under `key` would run through the model now."""
@@ -325,8 +285,8 @@ class PromptCache:
     def prefill(self, key: str, ids: list[int], cancel=None, memory_mb: float | None = None,
                 ahead: bool = False, chunk: int | None = None, spare: bool = False):
         """(logits after `ids`, a cache holding them, positions reused): reuses the document's
-        cached prefix. The new tokens run in chunks of PREFILL_CHUNK (for work `ahead` of a
-        request, AHEAD_CHUNK or what `ahead_pace` says: a pass of at most ~AHEAD_PASS_MS), and `cancel()` is asked before each chunk: a chunk once started
+        cached prefix. The new tokens run in chunks of PREFILL_CHUNK (AHEAD_CHUNK for work
+        `ahead` of a request), and `cancel()` is asked before each chunk: a chunk once started
         is finished, so a cancelled prefill raises `PrefillCancelled` having lost nothing, and
         keeps the chunks it finished for the next request on the document (typing on, or the
         request the prefill was made for, usually shares that prefix). A request superseded by
@@ -355,16 +315,15 @@ class PromptCache:
                 make_room(len(ids))
             done = common
             logits = None
-            given = chunk if chunk is not None and not hasattr(self.runtime, "prefill_chunk") else None
-            paced = ahead and given is None
+            size = self.ahead_chunk if ahead else self.chunk
+            if chunk is not None and not hasattr(self.runtime, "prefill_chunk"):
+                size = chunk
             try:
                 while done < len(ids):
                     if cancel is not None and cancel():
                         raise ForwardCancelled()
-                    size = given or (self.ahead_pace.tokens() if paced else self.chunk)
                     part = ids[done : done + size]
-                    with self.ahead_pace.timing(len(part)) if paced else contextlib.nullcontext():
-                        out, past = self.runtime.forward(part, past, cancel=cancel if spare else None)
+                    out, past = self.runtime.forward(part, past, cancel=cancel if spare else None)
                     logits = out[-1]
                     done += len(part)
             except ForwardCancelled:
