@@ -27,7 +27,9 @@ server makes it ahead; its time is reported apart). `--alone` adds a mode before
 and the document completed as an unsaved one (`untitled:`), so the names analysis reads the file
 alone and knows no other module of the package (what the names guide knew before it followed
 the workspace's imports): `alone` against `on` is the whole of the repository's context. Reported per code set, kind and mode: exact match and edit similarity of the
-first line against the real rest of the line, the share of empty answers, undefined names and
+first line against the real rest of the line, whether the answer's first name is the real
+one's (`name_right`: at `cross` and `member` cut points the other module's name itself, whatever
+the rest of the line says), the share of empty answers, undefined names and
 unknown attributes per 100 offered items (a name the completion reads that nothing in the spliced
 file binds and that is no builtin; `m.attr` for a module `m` of the package that does not define
 `attr`, `C.attr` for a class `C` of another module that has no member `attr`), offered items that compile (CPython's compile()), first-request latency p50/p90.
@@ -58,6 +60,7 @@ import io
 import json
 import keyword
 import random
+import re
 import shutil
 import sys
 import sysconfig
@@ -401,19 +404,34 @@ def run(engine, contexts, cut: dict, mode: str, tag: str, window: str = "first")
     offered = bool(r.text.strip())
     undefined, unknown = wrong_names(spliced, i, lines[i][:ch], path) if offered else (0, 0)
     engine.forget(document)
+    ref_name = first_name(reference)
     return {"exact": first == ref_first, "similarity": edit_similarity(first, ref_first), "offered": offered,
+            "name_right": first_name(r.text) == ref_name if ref_name else None,
             "compiles": compiles(spliced) if offered else None, "undefined": undefined, "unknown": unknown,
             "latency_ms": latency, "block_ms": block_ms, "sections": sections, "prompt_tokens": r.figures.prompt_tokens,
             "stop": str(r.stop_reason), "text": r.text[:200], "reference": reference[:200]}
 
 
+def first_name(text: str) -> str | None:
+    """The identifier a continuation starts with (after spaces), or None."""
+    m = _FIRST_NAME.match(text.lstrip(" \t"))
+    return m.group(0) if m else None
+
+
+_FIRST_NAME = re.compile(r"[^\W\d]\w*")
+
+
 def summary(rows: list[dict]) -> dict:
     offered = [r for r in rows if r["offered"]]
+    named = [r for r in rows if r.get("name_right") is not None]
     lat = [r["latency_ms"] for r in rows]
     return {
         "n": len(rows),
         "exact_match": round(sum(r["exact"] for r in rows) / max(len(rows), 1), 3),
         "edit_similarity": round(float(np.mean([r["similarity"] for r in rows])) if rows else 0.0, 3),
+        # the answer's first name is the reference's (where that starts with one): at `cross` and
+        # `member` cut points the other module's name itself, whatever the rest of the line says
+        "name_right": f"{sum(r['name_right'] for r in named)}/{len(named)}",
         "empty": round(1 - len(offered) / max(len(rows), 1), 3),
         "undefined_per_100_offered": round(100 * sum(r["undefined"] for r in offered) / max(len(offered), 1), 1),
         "unknown_attributes_per_100_offered": round(100 * sum(r["unknown"] for r in offered) / max(len(offered), 1), 1),
