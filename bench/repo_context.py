@@ -508,7 +508,9 @@ async def through_server(args, cuts: list[dict], roots: list[str]) -> dict:
         first_window = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (first window)")
         without_block = sum(1 for m in COMPLETED.finditer(log) if m.group(4) == " (without the context block)")
         offered = [q for q in quality if q["offered"]]
-        done = [m for m in COMPLETED.finditer(log) if int(m.group(3))]  # a model's answers (not the warm-up's cache hits)
+        # the completions the model computed (an answer typed through a shown suggestion has no
+        # prompt), the warm-up's one included
+        done = [m for m in COMPLETED.finditer(log) if int(m.group(3))]
         out[mode] = {
             "context_share": share, "first": stats_ms(first), "warm": stats_ms(warm) if warm else None,
             "first_answers": {kind: {"n": len(rows), "offered": sum(q["offered"] for q in rows),
